@@ -1,0 +1,146 @@
+// mlaserve bench: prefill and decode tokens/s of one sequence on any checkpoint (typically one
+// from init-random), the weight bytes each decode step reads, the bandwidth that achieves, and
+// this machine's read bandwidth measured the same way for comparison.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/model_setup.h"
+#include "core/thread_pool.h"
+#include "engine/sampler.h"
+#include "engine/sequence_runner.h"
+
+namespace mlaserve::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Best-of-N read bandwidth over a buffer much larger than the caches, all threads reading
+// disjoint slices (the access pattern of a decode step's weight reads).
+double MeasureReadBandwidth(ThreadPool& pool, size_t bytes, int repeats) {
+  std::vector<uint64_t> buffer(bytes / sizeof(uint64_t));
+  pool.ParallelFor(int64_t(buffer.size()), 1 << 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) buffer[size_t(i)] = uint64_t(i);
+  });
+  std::vector<uint64_t> sums(size_t(pool.num_threads()) * 8, 0);
+  double best = 0.0;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    pool.RunOnAll([&](int thread) {
+      const size_t per = buffer.size() / size_t(pool.num_threads());
+      const uint64_t* p = buffer.data() + per * size_t(thread);
+      uint64_t acc[8] = {};
+      for (size_t i = 0; i + 8 <= per; i += 8) {
+        for (int j = 0; j < 8; ++j) acc[j] += p[i + size_t(j)];
+      }
+      for (int j = 0; j < 8; ++j) sums[size_t(thread) * 8 + size_t(j)] += acc[j];
+    });
+    best = std::max(best, double(bytes) / Seconds(t0, Clock::now()));
+  }
+  return best;
+}
+
+// Weight bytes one decode step reads: everything but the embedding table and the experts the
+// router did not pick, which are counted per step from the actual routing.
+size_t DenseBytesPerToken(const Model& model) {
+  const ModelWeights& w = model.weights();
+  size_t bytes = w.lm_head.total_bytes() + w.embed.row_bytes();
+  for (const LayerWeights& l : w.layers) {
+    const AttentionWeights& a = l.attn;
+    bytes += a.q_a.total_bytes() + a.q_b.total_bytes() + a.q_proj.total_bytes() +
+             a.kv_a.total_bytes() + a.kv_b.total_bytes() + a.o_proj.total_bytes();
+    if (l.is_moe) {
+      bytes += l.moe.router.total_bytes();
+      if (l.moe.has_shared) {
+        bytes += l.moe.shared.gate.total_bytes() + l.moe.shared.up.total_bytes() +
+                 l.moe.shared.down.total_bytes();
+      }
+    } else {
+      bytes += l.mlp.gate.total_bytes() + l.mlp.up.total_bytes() + l.mlp.down.total_bytes();
+    }
+  }
+  return bytes;
+}
+
+size_t ExpertBytes(const Model& model) {
+  for (const LayerWeights& l : model.weights().layers) {
+    if (l.is_moe && !l.moe.experts.empty()) {
+      const MlpWeights& e = l.moe.experts[0];
+      return e.gate.total_bytes() + e.up.total_bytes() + e.down.total_bytes();
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RunBench(Args& args) {
+  ModelFlags model_flags = ReadModelFlags(args);
+  const int prompt_len = args.Int("prompt-len", 256);
+  const int decode_tokens = args.Int("decode-tokens", 32);
+  const int bandwidth_mb = args.Int("bandwidth-buffer-mb", 1024);
+  if (Status s = args.Finish("bench"); !s.ok()) return Fail("bench", s.message(), 2);
+  if (prompt_len <= 0 || decode_tokens <= 0) {
+    return Fail("bench", "--prompt-len and --decode-tokens must be positive", 2);
+  }
+  auto loaded = LoadModel(model_flags, /*need_tokenizer=*/false);
+  if (!loaded.ok()) return Fail("bench", loaded.error());
+  Model& model = *loaded->model;
+  const ModelConfig& c = model.config();
+  if (prompt_len + decode_tokens + 1 > model.max_context()) {
+    return Fail("bench", "--prompt-len + --decode-tokens exceeds the context length", 2);
+  }
+
+  // Deterministic pseudo-random prompt.
+  std::vector<TokenId> prompt(static_cast<size_t>(prompt_len));
+  for (int i = 0; i < prompt_len; ++i) {
+    prompt[size_t(i)] = TokenId(CounterUniform(7, uint64_t(i)) * c.vocab_size);
+  }
+  SequenceRunner runner(model, *loaded->kernels);
+  // Warm-up: touch every weight page once so the first timed step does not page-fault.
+  if (Status s = runner.Append(std::span(prompt).first(std::min(prompt_len, 8))); !s.ok()) {
+    return Fail("bench", s.message());
+  }
+  runner.Reset();
+
+  const auto t0 = Clock::now();
+  if (Status s = runner.Append(prompt); !s.ok()) return Fail("bench", s.message());
+  const double prefill_s = Seconds(t0, Clock::now());
+
+  const size_t dense_bytes = DenseBytesPerToken(model);
+  const size_t expert_bytes = ExpertBytes(model);
+  int moe_layers = 0;
+  for (int l = 0; l < c.num_hidden_layers; ++l) moe_layers += c.IsMoeLayer(l) ? 1 : 0;
+  const size_t decode_bytes = dense_bytes + size_t(moe_layers * c.num_experts_per_tok) * expert_bytes;
+
+  const auto t1 = Clock::now();
+  for (int i = 0; i < decode_tokens; ++i) {
+    const TokenId next = ArgMax(runner.last_logits());
+    if (Status s = runner.Append(std::span(&next, 1)); !s.ok()) return Fail("bench", s.message());
+  }
+  const double decode_s = Seconds(t1, Clock::now());
+  const double decode_tps = decode_tokens / decode_s;
+  const double achieved = double(decode_bytes) * decode_tps;
+  const double machine = MeasureReadBandwidth(model.pool(), size_t(bandwidth_mb) << 20, 5);
+
+  std::printf("model: %s (%s), %.3f GB of weights\n", model_flags.model_path.c_str(),
+              c.model_type.c_str(), double(model.weight_bytes()) / 1e9);
+  std::printf("kernels: %s, threads: %d\n", loaded->kernels->name, model.pool().num_threads());
+  std::printf("prefill: %d tokens in %.3f s = %.1f tokens/s\n", prompt_len, prefill_s,
+              prompt_len / prefill_s);
+  std::printf("decode: %d tokens in %.3f s = %.2f tokens/s (%.1f ms/token)\n", decode_tokens,
+              decode_s, decode_tps, 1000.0 * decode_s / decode_tokens);
+  std::printf("weights read per decode step: %.1f MB\n", double(decode_bytes) / 1e6);
+  std::printf("decode bandwidth: %.2f GB/s achieved, machine read bandwidth %.2f GB/s (%.0f%%)\n",
+              achieved / 1e9, machine / 1e9, 100.0 * achieved / machine);
+  return 0;
+}
+
+}  // namespace mlaserve::cli

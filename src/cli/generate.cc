@@ -1,0 +1,89 @@
+// mlaserve generate: one prompt, streamed text, and a timing line.
+#include <chrono>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/model_setup.h"
+#include "engine/sampler.h"
+#include "engine/sequence_runner.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/stream_decoder.h"
+
+namespace mlaserve::cli {
+
+int RunGenerate(Args& args) {
+  ModelFlags model_flags = ReadModelFlags(args);
+  const auto prompt = args.Str("prompt");
+  const int max_new_tokens = args.Int("max-new-tokens", 128);
+  SamplingParams sampling;
+  sampling.temperature = float(args.Double("temperature", 0.0));
+  sampling.top_p = float(args.Double("top-p", 1.0));
+  sampling.top_k = args.Int("top-k", 0);
+  sampling.seed = uint64_t(args.Int64("seed", 0));
+  const bool chat = args.Switch("chat");
+  const bool ignore_eos = args.Switch("ignore-eos");
+  if (Status s = args.Finish("generate"); !s.ok()) return Fail("generate", s.message(), 2);
+  if (!prompt) return Fail("generate", "--prompt is required", 2);
+  if (max_new_tokens < 0) return Fail("generate", "--max-new-tokens must be >= 0", 2);
+  if (sampling.temperature < 0) return Fail("generate", "--temperature must be >= 0", 2);
+  if (sampling.top_p <= 0 || sampling.top_p > 1) return Fail("generate", "--top-p must be in (0, 1]", 2);
+  if (sampling.top_k < 0) return Fail("generate", "--top-k must be >= 0", 2);
+
+  auto loaded = LoadModel(model_flags, /*need_tokenizer=*/true);
+  if (!loaded.ok()) return Fail("generate", loaded.error());
+  Model& model = *loaded->model;
+  const Tokenizer& tokenizer = *loaded->tokenizer;
+
+  std::string text = *prompt;
+  bool add_bos = tokenizer.add_bos();
+  if (chat) {
+    const ChatMessage message{"user", *prompt};
+    auto formatted = ApplyChatTemplate(ChatFormatForModelType(model.config().model_type),
+                                       std::span(&message, 1), /*add_generation_prompt=*/true);
+    if (!formatted.ok()) return Fail("generate", formatted.error());
+    text = *formatted;
+    add_bos = false;  // the template writes it
+  }
+  auto ids = tokenizer.Encode(text, add_bos);
+  if (!ids.ok()) return Fail("generate", ids.error());
+  if (ids->empty()) return Fail("generate", "the prompt encodes to no tokens", 2);
+  if (int64_t(ids->size()) + max_new_tokens > model.max_context()) {
+    return Fail("generate", "prompt (" + std::to_string(ids->size()) + " tokens) plus " +
+                                "--max-new-tokens exceeds the context length " +
+                                std::to_string(model.max_context()), 2);
+  }
+
+  SequenceRunner runner(model, *loaded->kernels);
+  Sampler sampler(model.config().vocab_size);
+  StreamDecoder decoder(tokenizer);
+  using Clock = std::chrono::steady_clock;
+
+  std::fputs(*prompt == text ? prompt->c_str() : "", stdout);
+  const auto t0 = Clock::now();
+  if (Status s = runner.Append(*ids); !s.ok()) return Fail("generate", s.message());
+  const auto t1 = Clock::now();
+  int generated = 0;
+  const std::optional<TokenId> eos = tokenizer.eos_id();
+  while (generated < max_new_tokens) {
+    const TokenId next = sampler.Sample(runner.last_logits(), sampling, runner.num_tokens());
+    if (!ignore_eos && eos && next == *eos) break;
+    std::fputs(decoder.Push(next).c_str(), stdout);
+    std::fflush(stdout);
+    if (++generated == max_new_tokens) break;
+    if (Status s = runner.Append(std::span(&next, 1)); !s.ok()) return Fail("generate", s.message());
+  }
+  std::fputs(decoder.Flush().c_str(), stdout);
+  std::fputs("\n", stdout);
+  const auto t2 = Clock::now();
+  const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
+  const double decode_s = std::chrono::duration<double>(t2 - t1).count();
+  std::fprintf(stderr,
+               "[mlaserve] prompt: %zu tokens, %.1f tokens/s | decode: %d tokens, %.1f tokens/s "
+               "| kernels: %s, threads: %d\n",
+               ids->size(), double(ids->size()) / std::max(prefill_s, 1e-9), generated,
+               double(generated) / std::max(decode_s, 1e-9), loaded->kernels->name,
+               model.pool().num_threads());
+  return 0;
+}
+
+}  // namespace mlaserve::cli

@@ -1,0 +1,187 @@
+// mlaserve init-random: writes config.json and model.safetensors with random weights for any
+// DeepSeek-V2/V3 shape: a preset (the reference benchmark shape, or a tiny one), a config.json,
+// and --set key=value overrides (the value is JSON).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/model_setup.h"
+#include "core/float16.h"
+#include "model/safetensors_writer.h"
+#include "model/weights.h"
+
+namespace mlaserve::cli {
+namespace {
+
+using nlohmann::json;
+
+// The reference shape for mlaserve's performance figures (docs/benchmarks.md): DeepSeek-V3
+// architecture, ~2B parameters, ~760 MB of bf16 weights read per decoded token.
+json ReferencePreset() {
+  return json{{"architectures", {"DeepseekV3ForCausalLM"}},
+              {"model_type", "deepseek_v3"},
+              {"vocab_size", 32000},
+              {"hidden_size", 2048},
+              {"intermediate_size", 10944},
+              {"moe_intermediate_size", 1408},
+              {"num_hidden_layers", 4},
+              {"num_attention_heads", 16},
+              {"num_key_value_heads", 16},
+              {"q_lora_rank", 512},
+              {"kv_lora_rank", 512},
+              {"qk_nope_head_dim", 128},
+              {"qk_rope_head_dim", 64},
+              {"v_head_dim", 128},
+              {"first_k_dense_replace", 1},
+              {"moe_layer_freq", 1},
+              {"n_routed_experts", 64},
+              {"n_shared_experts", 2},
+              {"num_experts_per_tok", 6},
+              {"n_group", 1},
+              {"topk_group", 1},
+              {"topk_method", "noaux_tc"},
+              {"scoring_func", "sigmoid"},
+              {"norm_topk_prob", true},
+              {"routed_scaling_factor", 2.5},
+              {"max_position_embeddings", 4096},
+              {"rope_theta", 10000},
+              {"rope_scaling", nullptr},
+              {"rms_norm_eps", 1e-6},
+              {"tie_word_embeddings", false},
+              {"torch_dtype", "bfloat16"}};
+}
+
+json TinyPreset() {
+  json j = ReferencePreset();
+  j["vocab_size"] = 256;
+  j["hidden_size"] = 64;
+  j["intermediate_size"] = 128;
+  j["moe_intermediate_size"] = 32;
+  j["num_hidden_layers"] = 3;
+  j["num_attention_heads"] = 4;
+  j["num_key_value_heads"] = 4;
+  j["q_lora_rank"] = 32;
+  j["kv_lora_rank"] = 32;
+  j["qk_nope_head_dim"] = 16;
+  j["qk_rope_head_dim"] = 8;
+  j["v_head_dim"] = 16;
+  j["n_routed_experts"] = 8;
+  j["n_shared_experts"] = 1;
+  j["num_experts_per_tok"] = 2;
+  j["max_position_embeddings"] = 512;
+  return j;
+}
+
+// xorshift64*: fast, and plenty for random weights.
+struct Rng {
+  uint64_t state;
+  float Uniform() {  // [-1, 1)
+    state ^= state >> 12;
+    state ^= state << 25;
+    state ^= state >> 27;
+    return float(int32_t((state * 0x2545F4914F6CDD1Dull) >> 32)) * (1.0f / 2147483648.0f);
+  }
+};
+
+bool IsNormOrBias(const std::string& name) {
+  return name.find("norm") != std::string::npos || name.find("bias") != std::string::npos;
+}
+
+}  // namespace
+
+int RunInitRandom(Args& args) {
+  const std::string out_dir = args.Str("out", "");
+  const std::string preset = args.Str("preset", "reference");
+  const auto config_path = args.Str("config");
+  const std::vector<std::string> overrides = args.All("set");
+  const std::string dtype_name = args.Str("dtype", "bf16");
+  const uint64_t seed = uint64_t(args.Int64("seed", 1));
+  const double init_std = args.Double("init-std", 0.02);
+  if (Status s = args.Finish("init-random"); !s.ok()) return Fail("init-random", s.message(), 2);
+  if (out_dir.empty()) return Fail("init-random", "--out DIR is required", 2);
+
+  DType dtype;
+  if (dtype_name == "bf16") dtype = DType::kBF16;
+  else if (dtype_name == "f16") dtype = DType::kF16;
+  else if (dtype_name == "f32") dtype = DType::kF32;
+  else return Fail("init-random", "--dtype must be bf16, f16 or f32", 2);
+
+  json config;
+  if (config_path) {
+    std::ifstream in(*config_path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    config = json::parse(ss.str(), nullptr, false);
+    if (!in || config.is_discarded()) return Fail("init-random", *config_path + ": not valid JSON", 2);
+  } else if (preset == "reference") {
+    config = ReferencePreset();
+  } else if (preset == "tiny") {
+    config = TinyPreset();
+  } else {
+    return Fail("init-random", "--preset must be reference or tiny", 2);
+  }
+  for (const std::string& kv : overrides) {
+    const size_t eq = kv.find('=');
+    json value = eq == std::string::npos ? json() : json::parse(kv.substr(eq + 1), nullptr, false);
+    if (eq == std::string::npos || value.is_discarded()) {
+      return Fail("init-random", "--set wants key=JSON-value, got '" + kv + "'", 2);
+    }
+    config[kv.substr(0, eq)] = value;
+  }
+  auto parsed = ParseModelConfig(config.dump(), "the requested config");
+  if (!parsed.ok()) return Fail("init-random", parsed.error(), 2);
+
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  {
+    std::ofstream out(std::filesystem::path(out_dir) / "config.json");
+    out << config.dump(2) << "\n";
+    if (!out) return Fail("init-random", out_dir + "/config.json: write failed");
+  }
+
+  const std::vector<TensorSpec> specs = ListWeightTensors(*parsed);
+  SafetensorsWriter writer((std::filesystem::path(out_dir) / "model.safetensors").string());
+  writer.SetMetadata("format", "pt");
+  for (const TensorSpec& spec : specs) {
+    writer.Declare(spec.name, IsNormOrBias(spec.name) ? DType::kF32 : dtype, spec.shape);
+  }
+  if (Status s = writer.Begin(); !s.ok()) return Fail("init-random", s.message());
+  Rng rng{seed * 0x9E3779B97F4A7C15ull + 1};
+  const float amplitude = float(init_std * std::sqrt(3.0));  // uniform with that std
+  std::vector<std::byte> buffer;
+  size_t total_params = 0;
+  for (const TensorSpec& spec : specs) {
+    size_t count = 1;
+    for (int64_t d : spec.shape) count *= size_t(d);
+    total_params += count;
+    const bool norm_or_bias = IsNormOrBias(spec.name);
+    const DType t = norm_or_bias ? DType::kF32 : dtype;
+    const bool is_bias = spec.name.find("bias") != std::string::npos;
+    constexpr size_t kChunk = 1 << 20;
+    for (size_t done = 0; done < count; done += kChunk) {
+      const size_t n = std::min(kChunk, count - done);
+      buffer.resize(n * size_t(DTypeBytes(t)));
+      for (size_t i = 0; i < n; ++i) {
+        const float v = norm_or_bias ? (is_bias ? 0.0f : 1.0f) : amplitude * rng.Uniform();
+        if (t == DType::kF32) {
+          std::memcpy(buffer.data() + 4 * i, &v, 4);
+        } else {
+          const uint16_t h = t == DType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
+          std::memcpy(buffer.data() + 2 * i, &h, 2);
+        }
+      }
+      if (Status s = writer.Write(buffer.data(), buffer.size()); !s.ok()) {
+        return Fail("init-random", s.message());
+      }
+    }
+  }
+  if (Status s = writer.Finish(); !s.ok()) return Fail("init-random", s.message());
+  std::printf("wrote %s: %zu tensors, %.3fB parameters\n", out_dir.c_str(), specs.size(),
+              double(total_params) / 1e9);
+  return 0;
+}
+
+}  // namespace mlaserve::cli

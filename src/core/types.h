@@ -1,0 +1,26 @@
+// Small shared types: token ids and the numeric element types the engine reads.
+#pragma once
+
+#include <cstdint>
+
+namespace mlaserve {
+
+using TokenId = int32_t;
+
+// Element types of checkpoint tensors the kernels read directly.
+enum class DType { kF32, kBF16, kF16, kI32, kI64 };
+
+inline int DTypeBytes(DType t) {
+  switch (t) {
+    case DType::kF32: return 4;
+    case DType::kBF16: return 2;
+    case DType::kF16: return 2;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+  }
+  return 0;
+}
+
+const char* DTypeName(DType t);
+
+}  // namespace mlaserve

@@ -1,0 +1,46 @@
+// Chooses the kernel table at run time from the CPU's features.
+#include <cstdlib>
+#include <string>
+
+#include "core/cpu_features.h"
+#include "kernels/kernels.h"
+
+namespace mlaserve {
+
+bool CpuSupports(KernelIsa isa) {
+  switch (isa) {
+    case KernelIsa::kPortable: return true;
+    case KernelIsa::kAvx2: return GetCpuFeatures().avx2_fma && Avx2Kernels() != nullptr;
+    case KernelIsa::kAvx512: return GetCpuFeatures().avx512 && Avx512Kernels() != nullptr;
+  }
+  return false;
+}
+
+Result<const KernelSet*> KernelsByName(std::string_view name) {
+  if (name == "auto") {
+    if (CpuSupports(KernelIsa::kAvx512)) return Avx512Kernels();
+    if (CpuSupports(KernelIsa::kAvx2)) return Avx2Kernels();
+    return &PortableKernels();
+  }
+  if (name == "portable") return &PortableKernels();
+  if (name == "avx2") {
+    if (!CpuSupports(KernelIsa::kAvx2)) return Status::Error("kernels 'avx2': this CPU lacks AVX2/FMA");
+    return Avx2Kernels();
+  }
+  if (name == "avx512") {
+    if (!CpuSupports(KernelIsa::kAvx512)) return Status::Error("kernels 'avx512': this CPU lacks AVX-512");
+    return Avx512Kernels();
+  }
+  return Status::Error("unknown kernels '" + std::string(name) + "' (auto, portable, avx2, avx512)");
+}
+
+const KernelSet& DefaultKernels() {
+  static const KernelSet* chosen = [] {
+    const char* env = std::getenv("MLASERVE_KERNELS");
+    auto k = KernelsByName(env != nullptr && *env != '\0' ? env : "auto");
+    return k.ok() ? k.value() : KernelsByName("auto").value();
+  }();
+  return *chosen;
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,51 @@
+// AVX2 + FMA + F16C kernel table (8 fp32 lanes). Compiled with -mavx2 -mfma -mf16c.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#define MLASERVE_SIMD_NS avx2
+#include "kernels/simd_kernels_impl.h"
+
+namespace mlaserve {
+namespace {
+
+struct Avx2 {
+  static constexpr int kLanes = 8;
+  static constexpr int kMaxTokens = 3;  // 3 tokens x 4 rows = 12 accumulators of 16 ymm
+  using Reg = __m256;
+  static Reg Zero() { return _mm256_setzero_ps(); }
+  static Reg Broadcast(float a) { return _mm256_set1_ps(a); }
+  static Reg LoadF32(const float* p) { return _mm256_loadu_ps(p); }
+  static void StoreF32(float* p, Reg v) { _mm256_storeu_ps(p, v); }
+  static Reg Add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  static Reg Fma(Reg a, Reg b, Reg acc) { return _mm256_fmadd_ps(a, b, acc); }
+  template <DType D>
+  static Reg LoadW(const std::byte* p) {
+    if constexpr (D == DType::kF32) {
+      return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+    } else {
+      __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      if constexpr (D == DType::kBF16) {
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+      } else {
+        return _mm256_cvtph_ps(h);
+      }
+    }
+  }
+  static float Sum(Reg v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+};
+
+}  // namespace
+
+const KernelSet* Avx2Kernels() {
+  static const KernelSet kSet{KernelIsa::kAvx2, "avx2", avx2::MatMulRows<Avx2>,
+                              avx2::AxpyRow<Avx2>, avx2::DotF32<Avx2>, avx2::AxpyF32<Avx2>};
+  return &kSet;
+}
+
+}  // namespace mlaserve

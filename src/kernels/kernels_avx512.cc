@@ -1,0 +1,49 @@
+// AVX-512 kernel table (16 fp32 lanes). Compiled with -mavx512f/bw/vl/dq. BF16 weights are
+// widened to fp32 in registers (a shift), so results match the fp32 reference path; the
+// AVX512-BF16 dot-product instructions would round activations to bf16 and are not used.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#define MLASERVE_SIMD_NS avx512
+#include "kernels/simd_kernels_impl.h"
+
+namespace mlaserve {
+namespace {
+
+struct Avx512 {
+  static constexpr int kLanes = 16;
+  static constexpr int kMaxTokens = 4;  // 4 tokens x 4 rows = 16 accumulators of 32 zmm
+  using Reg = __m512;
+  static Reg Zero() { return _mm512_setzero_ps(); }
+  static Reg Broadcast(float a) { return _mm512_set1_ps(a); }
+  static Reg LoadF32(const float* p) { return _mm512_loadu_ps(p); }
+  static void StoreF32(float* p, Reg v) { _mm512_storeu_ps(p, v); }
+  static Reg Add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
+  static Reg Fma(Reg a, Reg b, Reg acc) { return _mm512_fmadd_ps(a, b, acc); }
+  template <DType D>
+  static Reg LoadW(const std::byte* p) {
+    if constexpr (D == DType::kF32) {
+      return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
+    } else {
+      __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+      if constexpr (D == DType::kBF16) {
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+      } else {
+        return _mm512_cvtph_ps(h);
+      }
+    }
+  }
+  static float Sum(Reg v) { return _mm512_reduce_add_ps(v); }
+};
+
+}  // namespace
+
+const KernelSet* Avx512Kernels() {
+  static const KernelSet kSet{KernelIsa::kAvx512, "avx512", avx512::MatMulRows<Avx512>,
+                              avx512::AxpyRow<Avx512>, avx512::DotF32<Avx512>,
+                              avx512::AxpyF32<Avx512>};
+  return &kSet;
+}
+
+}  // namespace mlaserve

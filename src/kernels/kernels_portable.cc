@@ -1,0 +1,68 @@
+// The reference kernel table: plain loops, no intrinsics. Every SIMD table must agree with it.
+#include <cstring>
+
+#include "core/float16.h"
+#include "kernels/kernels.h"
+
+namespace mlaserve {
+namespace {
+
+float LoadWeight(const WeightMatrix& w, const std::byte* row, int64_t c) {
+  switch (w.dtype) {
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, row + c * 4, 4);
+      return v;
+    }
+    case DType::kBF16: {
+      uint16_t b;
+      std::memcpy(&b, row + c * 2, 2);
+      return Bf16ToF32(b);
+    }
+    case DType::kF16: {
+      uint16_t h;
+      std::memcpy(&h, row + c * 2, 2);
+      return F16ToF32(h);
+    }
+    default:
+      return 0.0f;
+  }
+}
+
+void MatMulRows(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin,
+                int64_t row_end, float* y, int64_t ldy) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const std::byte* row = w.row(r);
+    for (int64_t t = 0; t < n; ++t) {
+      const float* xt = x + t * w.cols;
+      float sum = 0.0f;
+      for (int64_t c = 0; c < w.cols; ++c) sum += xt[c] * LoadWeight(w, row, c);
+      y[t * ldy + r] = sum;
+    }
+  }
+}
+
+void AxpyRow(float a, const WeightMatrix& w, int64_t r, float* y) {
+  const std::byte* row = w.row(r);
+  for (int64_t c = 0; c < w.cols; ++c) y[c] += a * LoadWeight(w, row, c);
+}
+
+float DotF32(const float* a, const float* b, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+void AxpyF32(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace
+
+const KernelSet& PortableKernels() {
+  static const KernelSet kSet{KernelIsa::kPortable, "portable", MatMulRows, AxpyRow, DotF32,
+                              AxpyF32};
+  return kSet;
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,43 @@
+#include "kernels/ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mlaserve {
+
+void MatMul(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w, float* y) {
+  const KernelSet& k = *ctx.kernels;
+  // Each chunk should move at least ~64 KB of weights so that the dispatch cost stays small.
+  const int64_t grain = std::max<int64_t>(4, (64 << 10) / std::max<int64_t>(1, w.row_bytes()));
+  ctx.pool->ParallelFor(w.rows, (grain + 3) / 4 * 4, [&](int64_t begin, int64_t end) {
+    k.matmul_rows(x, n, w, begin, end, y, w.rows);
+  });
+}
+
+void RmsNorm(const float* x, const float* weight, int64_t dim, double eps, float* out) {
+  double sum_sq = 0.0;
+  for (int64_t i = 0; i < dim; ++i) sum_sq += double(x[i]) * x[i];
+  const float inv = float(1.0 / std::sqrt(sum_sq / double(dim) + eps));
+  for (int64_t i = 0; i < dim; ++i) out[i] = x[i] * inv * weight[i];
+}
+
+void SiluMul(const float* gate, const float* up, int64_t inter, float* out) {
+  for (int64_t i = 0; i < inter; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void Softmax(std::span<float> x) {
+  if (x.empty()) return;
+  const float max = *std::max_element(x.begin(), x.end());
+  double sum = 0.0;
+  for (float& v : x) {
+    v = std::exp(v - max);
+    sum += v;
+  }
+  const float inv = float(1.0 / sum);
+  for (float& v : x) v *= inv;
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,32 @@
+// The operations the model is built from, over fp32 activations. Matrix products run on the
+// thread pool through the selected kernel table; the small element-wise ops run on the calling
+// thread. None of them allocates.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/thread_pool.h"
+#include "kernels/kernels.h"
+
+namespace mlaserve {
+
+// What a forward pass computes with: the kernel table and the threads. Borrowed, not owned.
+struct ComputeContext {
+  const KernelSet* kernels;
+  ThreadPool* pool;
+};
+
+// y[n, w.rows] = x[n, w.cols] @ W^T, split over the pool by output rows.
+void MatMul(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w, float* y);
+
+// out[i] = x[i] / rms(x) * weight[i], i < dim. x and out may alias.
+void RmsNorm(const float* x, const float* weight, int64_t dim, double eps, float* out);
+
+// gate_up[t] = [gate | up] (each `inter` wide) -> out[t] = silu(gate) * up.
+void SiluMul(const float* gate, const float* up, int64_t inter, float* out);
+
+// In place: x = softmax(x).
+void Softmax(std::span<float> x);
+
+}  // namespace mlaserve

@@ -1,0 +1,164 @@
+// The SIMD kernel bodies, written once over a vector-traits type V and instantiated by each
+// instruction-set file (kernels_avx2.cc, kernels_avx512.cc), which is compiled with that ISA's
+// flags. Include only from those files.
+//
+// Every function here lives in the namespace MLASERVE_SIMD_NS that the including file defines, so
+// that no inline function compiled with AVX-512 flags can be merged by the linker into a path
+// that runs on a CPU without it.
+//
+// V provides: kLanes; type Reg; Zero(); LoadF32(const float*); LoadW<DType>(const std::byte*)
+// (kLanes weights -> fp32); Fma(a, b, acc) = a*b+acc; Sum(Reg); StoreF32(float*, Reg).
+
+#include <cstring>
+
+#include "core/float16.h"
+#include "kernels/kernels.h"
+
+#ifndef MLASERVE_SIMD_NS
+#error "define MLASERVE_SIMD_NS before including simd_kernels_impl.h"
+#endif
+
+namespace mlaserve::MLASERVE_SIMD_NS {
+
+template <DType D>
+inline float ScalarWeight(const std::byte* p) {
+  if constexpr (D == DType::kF32) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
+  } else {
+    uint16_t b;
+    std::memcpy(&b, p, 2);
+    if constexpr (D == DType::kBF16) return Bf16ToF32(b);
+    else return F16ToF32(b);
+  }
+}
+
+template <DType D>
+constexpr int kWeightBytes = D == DType::kF32 ? 4 : 2;
+
+// y[t*ldy + r] for T tokens x R rows: R weight rows are loaded once per column chunk and used
+// for all T tokens (T*R accumulators stay in registers).
+template <class V, DType D, int T, int R>
+inline void MatMulBlock(const float* x, int64_t cols, const std::byte* const* rows, float* y,
+                        int64_t ldy) {
+  typename V::Reg acc[T][R];
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) acc[t][r] = V::Zero();
+  int64_t c = 0;
+  for (; c + V::kLanes <= cols; c += V::kLanes) {
+    typename V::Reg w[R];
+    for (int r = 0; r < R; ++r) w[r] = V::template LoadW<D>(rows[r] + c * kWeightBytes<D>);
+    for (int t = 0; t < T; ++t) {
+      typename V::Reg xv = V::LoadF32(x + t * cols + c);
+      for (int r = 0; r < R; ++r) acc[t][r] = V::Fma(xv, w[r], acc[t][r]);
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    for (int r = 0; r < R; ++r) {
+      float sum = V::Sum(acc[t][r]);
+      for (int64_t cc = c; cc < cols; ++cc) {
+        sum += x[t * cols + cc] * ScalarWeight<D>(rows[r] + cc * kWeightBytes<D>);
+      }
+      y[t * ldy + r] = sum;
+    }
+  }
+}
+
+template <class V, DType D, int R>
+inline void MatMulRowBlock(const float* x, int64_t n, int64_t cols, const std::byte* const* rows,
+                           float* y, int64_t ldy) {
+  constexpr int kT = V::kMaxTokens;
+  int64_t t = 0;
+  for (; t + kT <= n; t += kT) MatMulBlock<V, D, kT, R>(x + t * cols, cols, rows, y + t * ldy, ldy);
+  switch (n - t) {
+    case 0: break;
+    case 1: MatMulBlock<V, D, 1, R>(x + t * cols, cols, rows, y + t * ldy, ldy); break;
+    case 2: MatMulBlock<V, D, 2, R>(x + t * cols, cols, rows, y + t * ldy, ldy); break;
+    default:
+      if constexpr (kT > 3) {
+        MatMulBlock<V, D, 3, R>(x + t * cols, cols, rows, y + t * ldy, ldy);
+      }
+      break;
+  }
+}
+
+template <class V, DType D>
+void MatMulRowsTyped(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin,
+                     int64_t row_end, float* y, int64_t ldy) {
+  // Token tiles keep the activations in L2 while the tile's weight rows stream past.
+  constexpr int64_t kTokenTile = 32;
+  constexpr int kR = 4;
+  for (int64_t t0 = 0; t0 < n; t0 += kTokenTile) {
+    const int64_t nt = std::min(kTokenTile, n - t0);
+    const float* xt = x + t0 * w.cols;
+    float* yt = y + t0 * ldy;
+    int64_t r = row_begin;
+    for (; r + kR <= row_end; r += kR) {
+      const std::byte* rows[kR];
+      for (int i = 0; i < kR; ++i) rows[i] = w.row(r + i);
+      MatMulRowBlock<V, D, kR>(xt, nt, w.cols, rows, yt + r, ldy);
+    }
+    for (; r < row_end; ++r) {
+      const std::byte* rows[1] = {w.row(r)};
+      MatMulRowBlock<V, D, 1>(xt, nt, w.cols, rows, yt + r, ldy);
+    }
+  }
+}
+
+template <class V>
+void MatMulRows(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin,
+                int64_t row_end, float* y, int64_t ldy) {
+  switch (w.dtype) {
+    case DType::kF32: return MatMulRowsTyped<V, DType::kF32>(x, n, w, row_begin, row_end, y, ldy);
+    case DType::kBF16: return MatMulRowsTyped<V, DType::kBF16>(x, n, w, row_begin, row_end, y, ldy);
+    case DType::kF16: return MatMulRowsTyped<V, DType::kF16>(x, n, w, row_begin, row_end, y, ldy);
+    default: return;
+  }
+}
+
+template <class V, DType D>
+void AxpyRowTyped(float a, const std::byte* row, int64_t cols, float* y) {
+  const typename V::Reg av = V::Broadcast(a);
+  int64_t c = 0;
+  for (; c + V::kLanes <= cols; c += V::kLanes) {
+    V::StoreF32(y + c, V::Fma(av, V::template LoadW<D>(row + c * kWeightBytes<D>), V::LoadF32(y + c)));
+  }
+  for (; c < cols; ++c) y[c] += a * ScalarWeight<D>(row + c * kWeightBytes<D>);
+}
+
+template <class V>
+void AxpyRow(float a, const WeightMatrix& w, int64_t r, float* y) {
+  switch (w.dtype) {
+    case DType::kF32: return AxpyRowTyped<V, DType::kF32>(a, w.row(r), w.cols, y);
+    case DType::kBF16: return AxpyRowTyped<V, DType::kBF16>(a, w.row(r), w.cols, y);
+    case DType::kF16: return AxpyRowTyped<V, DType::kF16>(a, w.row(r), w.cols, y);
+    default: return;
+  }
+}
+
+template <class V>
+float DotF32(const float* a, const float* b, int64_t n) {
+  typename V::Reg acc0 = V::Zero(), acc1 = V::Zero();
+  int64_t i = 0;
+  for (; i + 2 * V::kLanes <= n; i += 2 * V::kLanes) {
+    acc0 = V::Fma(V::LoadF32(a + i), V::LoadF32(b + i), acc0);
+    acc1 = V::Fma(V::LoadF32(a + i + V::kLanes), V::LoadF32(b + i + V::kLanes), acc1);
+  }
+  for (; i + V::kLanes <= n; i += V::kLanes) acc0 = V::Fma(V::LoadF32(a + i), V::LoadF32(b + i), acc0);
+  float sum = V::Sum(V::Add(acc0, acc1));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+template <class V>
+void AxpyF32(float a, const float* x, float* y, int64_t n) {
+  const typename V::Reg av = V::Broadcast(a);
+  int64_t i = 0;
+  for (; i + V::kLanes <= n; i += V::kLanes) {
+    V::StoreF32(y + i, V::Fma(av, V::LoadF32(x + i), V::LoadF32(y + i)));
+  }
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace mlaserve::MLASERVE_SIMD_NS

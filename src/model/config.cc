@@ -1,0 +1,254 @@
+#include "model/config.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace mlaserve {
+using nlohmann::json;
+
+double YarnGetMscale(double factor, double mscale) {
+  return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
+}
+
+double ModelConfig::SoftmaxScale() const {
+  double scale = 1.0 / std::sqrt(double(qk_head_dim()));
+  if (yarn.enabled && yarn.mscale_all_dim != 0.0) {
+    double m = YarnGetMscale(yarn.factor, yarn.mscale_all_dim);
+    scale *= m * m;
+  }
+  return scale;
+}
+
+namespace {
+
+// Reads config fields with one error line naming the field and the file.
+class FieldReader {
+ public:
+  FieldReader(const json& j, const std::string& source) : j_(j), source_(source) {}
+
+  Status error() const { return error_; }
+
+  int Int(const char* key, int fallback, bool required) {
+    const json* v = Get(key, required);
+    if (v == nullptr) return fallback;
+    if (!v->is_number_integer()) return Fail(key, "must be an integer"), fallback;
+    return v->get<int>();
+  }
+  // An integer field where JSON null means "absent" (q_lora_rank).
+  int NullableInt(const char* key, int null_value) {
+    if (!j_.contains(key) || j_[key].is_null()) return null_value;
+    return Int(key, null_value, true);
+  }
+  double Double(const char* key, double fallback, bool required) {
+    const json* v = Get(key, required);
+    if (v == nullptr) return fallback;
+    if (!v->is_number()) return Fail(key, "must be a number"), fallback;
+    return v->get<double>();
+  }
+  bool Bool(const char* key, bool fallback) {
+    const json* v = Get(key, false);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) return Fail(key, "must be true or false"), fallback;
+    return v->get<bool>();
+  }
+  std::string String(const char* key, const char* fallback) {
+    const json* v = Get(key, false);
+    if (v == nullptr) return fallback;
+    if (!v->is_string()) return Fail(key, "must be a string"), fallback;
+    return v->get<std::string>();
+  }
+  void Fail(const std::string& key, const std::string& what) {
+    if (error_.ok()) error_ = Status::Error(source_ + ": field '" + key + "' " + what);
+  }
+
+ private:
+  const json* Get(const char* key, bool required) {
+    if (!j_.contains(key) || j_[key].is_null()) {
+      if (required) Fail(key, "is missing");
+      return nullptr;
+    }
+    return &j_[key];
+  }
+  const json& j_;
+  const std::string& source_;
+  Status error_;
+};
+
+Status ParseRopeScaling(const json& j, const std::string& source, ModelConfig& c) {
+  if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return Status::Ok();
+  const json& rs = j["rope_scaling"];
+  if (!rs.is_object()) return Status::Error(source + ": field 'rope_scaling' must be an object or null");
+  std::string type = rs.value("type", rs.value("rope_type", std::string()));
+  if (type != "yarn") {
+    return Status::Error(source + ": rope_scaling type '" + type +
+                         "' is not supported (supported: yarn, or null)");
+  }
+  FieldReader r(rs, source);
+  c.yarn.enabled = true;
+  c.yarn.factor = r.Double("factor", 1.0, true);
+  c.yarn.mscale = r.Double("mscale", 1.0, false);
+  c.yarn.mscale_all_dim = r.Double("mscale_all_dim", 0.0, false);
+  c.yarn.original_max_position_embeddings =
+      r.Int("original_max_position_embeddings", 4096, true);
+  c.yarn.beta_fast = r.Double("beta_fast", 32.0, false);
+  c.yarn.beta_slow = r.Double("beta_slow", 1.0, false);
+  MLA_RETURN_IF_ERROR(r.error());
+  if (c.yarn.factor < 1.0) r.Fail("rope_scaling.factor", "must be >= 1");
+  if (c.yarn.original_max_position_embeddings <= 0) {
+    r.Fail("rope_scaling.original_max_position_embeddings", "must be positive");
+  }
+  return r.error();
+}
+
+Status Validate(const ModelConfig& c, FieldReader& r) {
+  auto positive = [&](const char* key, int v) {
+    if (v <= 0) r.Fail(key, "must be positive, got " + std::to_string(v));
+  };
+  positive("vocab_size", c.vocab_size);
+  positive("hidden_size", c.hidden_size);
+  positive("num_hidden_layers", c.num_hidden_layers);
+  positive("num_attention_heads", c.num_attention_heads);
+  positive("kv_lora_rank", c.kv_lora_rank);
+  positive("qk_nope_head_dim", c.qk_nope_head_dim);
+  positive("qk_rope_head_dim", c.qk_rope_head_dim);
+  positive("v_head_dim", c.v_head_dim);
+  positive("max_position_embeddings", c.max_position_embeddings);
+  if (c.q_lora_rank < 0) r.Fail("q_lora_rank", "must be positive or null");
+  if (c.qk_rope_head_dim % 2 != 0) r.Fail("qk_rope_head_dim", "must be even");
+  if (c.moe_layer_freq <= 0) r.Fail("moe_layer_freq", "must be positive");
+  bool has_moe_layer = false, has_dense_layer = false;
+  for (int layer = 0; c.moe_layer_freq > 0 && layer < c.num_hidden_layers; ++layer) {
+    (c.IsMoeLayer(layer) ? has_moe_layer : has_dense_layer) = true;
+  }
+  if (has_moe_layer) {
+    positive("moe_intermediate_size", c.moe_intermediate_size);
+    positive("num_experts_per_tok", c.num_experts_per_tok);
+    positive("n_group", c.n_group);
+    if (c.num_experts_per_tok > c.n_routed_experts) {
+      r.Fail("num_experts_per_tok", "exceeds n_routed_experts");
+    }
+    if (c.n_group > 0 && c.n_routed_experts % c.n_group != 0) {
+      r.Fail("n_group", "must divide n_routed_experts");
+    }
+    if (c.topk_group <= 0 || c.topk_group > c.n_group) {
+      r.Fail("topk_group", "must be between 1 and n_group");
+    }
+    if (c.topk_method == TopkMethod::kNoauxTc && c.n_group > 0 &&
+        c.n_routed_experts / c.n_group < 2) {
+      r.Fail("n_group", "noaux_tc needs at least 2 experts per group");
+    }
+    if (c.n_group > 0 && c.topk_method != TopkMethod::kGreedy &&
+        c.topk_group * (c.n_routed_experts / c.n_group) < c.num_experts_per_tok) {
+      r.Fail("topk_group", "leaves fewer experts than num_experts_per_tok");
+    }
+  }
+  if (has_dense_layer) positive("intermediate_size", c.intermediate_size);
+  if (c.n_shared_experts < 0) r.Fail("n_shared_experts", "must be >= 0");
+  if (c.rms_norm_eps <= 0) r.Fail("rms_norm_eps", "must be positive");
+  if (c.rope_theta <= 0) r.Fail("rope_theta", "must be positive");
+  return r.error();
+}
+
+}  // namespace
+
+Result<ModelConfig> ParseModelConfig(std::string_view json_text, const std::string& source) {
+  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status::Error(source + ": not valid JSON");
+
+  ModelConfig c;
+  FieldReader r(j, source);
+  c.model_type = r.String("model_type", "");
+  std::string arch;
+  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
+      j["architectures"][0].is_string()) {
+    arch = j["architectures"][0].get<std::string>();
+  }
+  if (arch == "DeepseekV2ForCausalLM" || (arch.empty() && c.model_type == "deepseek_v2")) {
+    c.family = ModelFamily::kDeepSeekV2;
+  } else if (arch == "DeepseekV3ForCausalLM" ||
+             (arch.empty() && (c.model_type == "deepseek_v3" || c.model_type == "kimi_k2"))) {
+    c.family = ModelFamily::kDeepSeekV3;
+  } else {
+    return Status::Error(source + ": architectures '" + arch + "' (model_type '" + c.model_type +
+                         "') is not supported (supported: DeepseekV2ForCausalLM, "
+                         "DeepseekV3ForCausalLM with model_type deepseek_v2, deepseek_v3, kimi_k2)");
+  }
+  if (!c.model_type.empty() && c.model_type != "deepseek_v2" && c.model_type != "deepseek_v3" &&
+      c.model_type != "kimi_k2") {
+    return Status::Error(source + ": model_type '" + c.model_type +
+                         "' is not supported (supported: deepseek_v2, deepseek_v3, kimi_k2)");
+  }
+
+  c.vocab_size = r.Int("vocab_size", 0, true);
+  c.hidden_size = r.Int("hidden_size", 0, true);
+  c.intermediate_size = r.Int("intermediate_size", 0, false);
+  c.moe_intermediate_size = r.Int("moe_intermediate_size", 0, false);
+  c.num_hidden_layers = r.Int("num_hidden_layers", 0, true);
+  c.num_attention_heads = r.Int("num_attention_heads", 0, true);
+  int num_kv_heads = r.Int("num_key_value_heads", c.num_attention_heads, false);
+  if (num_kv_heads != c.num_attention_heads) {
+    r.Fail("num_key_value_heads", "must equal num_attention_heads for MLA checkpoints");
+  }
+  c.q_lora_rank = r.NullableInt("q_lora_rank", 0);
+  c.kv_lora_rank = r.Int("kv_lora_rank", 0, true);
+  c.qk_nope_head_dim = r.Int("qk_nope_head_dim", 0, true);
+  c.qk_rope_head_dim = r.Int("qk_rope_head_dim", 0, true);
+  c.v_head_dim = r.Int("v_head_dim", 0, true);
+
+  c.n_routed_experts = r.NullableInt("n_routed_experts", 0);
+  c.n_shared_experts = r.NullableInt("n_shared_experts", 0);
+  c.num_experts_per_tok = r.NullableInt("num_experts_per_tok", 0);
+  c.n_group = r.NullableInt("n_group", 1);
+  c.topk_group = r.NullableInt("topk_group", 1);
+  c.first_k_dense_replace = r.Int("first_k_dense_replace", 0, false);
+  c.moe_layer_freq = r.Int("moe_layer_freq", 1, false);
+  c.norm_topk_prob = r.Bool("norm_topk_prob", false);
+  c.routed_scaling_factor = r.Double("routed_scaling_factor", 1.0, false);
+
+  const std::string topk = r.String("topk_method", "greedy");
+  if (topk == "greedy") c.topk_method = TopkMethod::kGreedy;
+  else if (topk == "group_limited_greedy") c.topk_method = TopkMethod::kGroupLimitedGreedy;
+  else if (topk == "noaux_tc") c.topk_method = TopkMethod::kNoauxTc;
+  else r.Fail("topk_method", "'" + topk + "' is not supported (greedy, group_limited_greedy, noaux_tc)");
+
+  const std::string scoring = r.String("scoring_func", "softmax");
+  if (scoring == "softmax") c.scoring_func = ScoringFunc::kSoftmax;
+  else if (scoring == "sigmoid") c.scoring_func = ScoringFunc::kSigmoid;
+  else r.Fail("scoring_func", "'" + scoring + "' is not supported (softmax, sigmoid)");
+
+  const std::string act = r.String("hidden_act", "silu");
+  if (act != "silu") r.Fail("hidden_act", "'" + act + "' is not supported (silu)");
+  if (r.Bool("attention_bias", false)) r.Fail("attention_bias", "true is not supported");
+
+  c.rope_theta = r.Double("rope_theta", 10000.0, false);
+  c.rope_interleave = r.Bool("rope_interleave", true);
+  c.max_position_embeddings = r.Int("max_position_embeddings", 0, true);
+  c.rms_norm_eps = r.Double("rms_norm_eps", 1e-6, false);
+  c.tie_word_embeddings = r.Bool("tie_word_embeddings", false);
+  if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) {
+    c.bos_token_id = j["bos_token_id"].get<int>();
+  }
+  if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer()) {
+    c.eos_token_id = j["eos_token_id"].get<int>();
+  }
+  MLA_RETURN_IF_ERROR(r.error());
+  MLA_RETURN_IF_ERROR(ParseRopeScaling(j, source, c));
+  MLA_RETURN_IF_ERROR(Validate(c, r));
+  return c;
+}
+
+Result<ModelConfig> LoadModelConfig(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path file = fs::is_directory(path, ec) ? fs::path(path) / "config.json" : fs::path(path);
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return Status::Error(file.string() + ": cannot open (is --model-path a model directory?)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseModelConfig(ss.str(), file.string());
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,82 @@
+// The model's shape and every config.json field that changes the math, validated once.
+// Parsed from Hugging Face config.json for DeepseekV2ForCausalLM / DeepseekV3ForCausalLM
+// (model_type deepseek_v2, deepseek_v3, kimi_k2).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace mlaserve {
+
+enum class ModelFamily { kDeepSeekV2, kDeepSeekV3 };
+enum class TopkMethod { kGreedy, kGroupLimitedGreedy, kNoauxTc };
+enum class ScoringFunc { kSoftmax, kSigmoid };
+
+struct YarnScaling {
+  bool enabled = false;
+  double factor = 1.0;
+  double mscale = 1.0;
+  double mscale_all_dim = 0.0;  // 0: not set
+  int original_max_position_embeddings = 4096;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+};
+
+struct ModelConfig {
+  std::string model_type;  // as written in config.json
+  ModelFamily family = ModelFamily::kDeepSeekV3;
+
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;      // dense MLP width
+  int moe_intermediate_size = 0;  // per routed expert
+  int num_hidden_layers = 0;
+  int num_attention_heads = 0;
+
+  int q_lora_rank = 0;  // 0: plain q_proj
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
+
+  int n_routed_experts = 0;  // 0: every layer dense
+  int n_shared_experts = 0;
+  int num_experts_per_tok = 0;
+  int n_group = 1;
+  int topk_group = 1;
+  TopkMethod topk_method = TopkMethod::kGreedy;
+  ScoringFunc scoring_func = ScoringFunc::kSoftmax;
+  bool norm_topk_prob = false;
+  double routed_scaling_factor = 1.0;
+  int first_k_dense_replace = 0;
+  int moe_layer_freq = 1;
+
+  double rope_theta = 10000.0;
+  YarnScaling yarn;
+  bool rope_interleave = true;
+  int max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  int bos_token_id = -1;
+  int eos_token_id = -1;
+
+  int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  // Values cached per token per layer by absorbed MLA: latent + rope key.
+  int kv_cache_dim() const { return kv_lora_rank + qk_rope_head_dim; }
+  bool IsMoeLayer(int layer) const {
+    return n_routed_experts > 0 && layer >= first_k_dense_replace && layer % moe_layer_freq == 0;
+  }
+  // (nope + rope)^-0.5, times mscale^2 for yarn with mscale_all_dim.
+  double SoftmaxScale() const;
+};
+
+double YarnGetMscale(double factor, double mscale);
+
+// Parses config.json text. `source` names the file in error messages.
+Result<ModelConfig> ParseModelConfig(std::string_view json_text, const std::string& source);
+// Reads DIR/config.json, or the file itself when `path` is a file.
+Result<ModelConfig> LoadModelConfig(const std::string& path);
+
+}  // namespace mlaserve

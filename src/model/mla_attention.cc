@@ -1,0 +1,109 @@
+// Multi-head latent attention in the absorbed form. Per token:
+//   q        = q_b(norm(q_a(x)))  or q_proj(x)          [heads, nope + rope]
+//   c_kv|k_pe = kv_a(x);  c_kv = norm(c_kv);  k_pe = rope(k_pe)   -> the cache row [L + R]
+//   q_lat[h] = [q_nope[h] @ W_UK[h] | rope(q_pe[h])]    [heads, L + R]
+//   score    = q_lat[h] . row_t * softmax_scale,  o_lat[h] = sum_t p_t * c_kv_t   [heads, L]
+//   out[h]   = W_UV[h] @ o_lat[h];  proj = o_proj(out)
+// so the cache holds only [c_kv | k_pe] per token per layer, shared by every head.
+#include <algorithm>
+#include <cmath>
+
+#include "model/model.h"
+
+namespace mlaserve {
+
+void Model::Attention(const ComputeContext& ctx, int layer_index, int n,
+                      std::span<const ForwardSegment> segments) {
+  const ModelConfig& c = config_;
+  const AttentionWeights& w = weights_.layers[size_t(layer_index)].attn;
+  Workspace& ws = workspace_;
+  const KernelSet& k = *ctx.kernels;
+  const int heads = c.num_attention_heads, nope = c.qk_nope_head_dim;
+  const int L = c.kv_lora_rank, row_dim = c.kv_cache_dim(), v_dim = c.v_head_dim;
+  const int qk_dim = c.qk_head_dim();
+
+  // Queries.
+  if (c.q_lora_rank > 0) {
+    MatMul(ctx, ws.normed.data(), n, w.q_a, ws.q_a.data());
+    for (int t = 0; t < n; ++t) {
+      float* r = ws.q_a.data() + int64_t(t) * c.q_lora_rank;
+      RmsNorm(r, w.q_a_norm.data(), c.q_lora_rank, c.rms_norm_eps, r);
+    }
+    MatMul(ctx, ws.q_a.data(), n, w.q_b, ws.q.data());
+  } else {
+    MatMul(ctx, ws.normed.data(), n, w.q_proj, ws.q.data());
+  }
+
+  // The new tokens' cache rows: normalised latent and rotated rope key, written once.
+  MatMul(ctx, ws.normed.data(), n, w.kv_a, ws.kv_a.data());
+  for (int t = 0; t < n; ++t) {
+    const ForwardSegment& seg = segments[size_t(token_segments_[size_t(t)])];
+    const int pos = token_positions_[size_t(t)];
+    const float* src = ws.kv_a.data() + int64_t(t) * row_dim;
+    float* row = seg.kv->layer_rows(layer_index) + int64_t(pos) * row_dim;
+    RmsNorm(src, w.kv_a_norm.data(), L, c.rms_norm_eps, row);
+    std::copy(src + L, src + row_dim, row + L);
+    rope_.Apply(row + L, pos);
+  }
+
+  // Absorbed queries: q_nope[h] @ W_UK[h] (rows of kv_b), then the rotated q_pe.
+  const int64_t kv_b_rows_per_head = nope + v_dim;
+  pool_.ParallelFor(int64_t(n) * heads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int t = int(item / heads), h = int(item % heads);
+      const float* q_head = ws.q.data() + (int64_t(t) * heads + h) * qk_dim;
+      float* q_lat = ws.q_lat.data() + (int64_t(t) * heads + h) * row_dim;
+      std::fill(q_lat, q_lat + L, 0.0f);
+      for (int d = 0; d < nope; ++d) {
+        k.axpy_row(q_head[d], w.kv_b, h * kv_b_rows_per_head + d, q_lat);
+      }
+      std::copy(q_head + nope, q_head + qk_dim, q_lat + L);
+      rope_.Apply(q_lat + L, token_positions_[size_t(t)]);
+    }
+  });
+
+  // Scores and latent outputs. One row of the cache serves every head, so positions are the
+  // outer loop and heads the inner one.
+  const float scale = float(c.SoftmaxScale());
+  const int num_threads = pool_.num_threads();
+  const int64_t scores_per_thread = int64_t(heads) * ws.max_context;
+  pool_.RunOnAll([&](int thread) {
+    float* scores = ws.scores.data() + thread * scores_per_thread;  // [heads, max_context]
+    for (int t = thread; t < n; t += num_threads) {
+      const ForwardSegment& seg = segments[size_t(token_segments_[size_t(t)])];
+      const int context = token_positions_[size_t(t)] + 1;
+      const float* rows = seg.kv->layer_rows(layer_index);
+      const float* q_lat = ws.q_lat.data() + int64_t(t) * heads * row_dim;
+      for (int p = 0; p < context; ++p) {
+        const float* row = rows + int64_t(p) * row_dim;
+        for (int h = 0; h < heads; ++h) {
+          scores[int64_t(h) * ws.max_context + p] = k.dot_f32(q_lat + h * row_dim, row, row_dim) * scale;
+        }
+      }
+      for (int h = 0; h < heads; ++h) {
+        Softmax(std::span<float>(scores + int64_t(h) * ws.max_context, size_t(context)));
+        float* o = ws.o_lat.data() + (int64_t(h) * ws.max_tokens + t) * L;
+        std::fill(o, o + L, 0.0f);
+      }
+      for (int p = 0; p < context; ++p) {
+        const float* latent = rows + int64_t(p) * row_dim;
+        for (int h = 0; h < heads; ++h) {
+          float* o = ws.o_lat.data() + (int64_t(h) * ws.max_tokens + t) * L;
+          k.axpy_f32(scores[int64_t(h) * ws.max_context + p], latent, o, L);
+        }
+      }
+    }
+  });
+
+  // out[t, h, :] = W_UV[h] @ o_lat[h, t, :], one head per work item.
+  pool_.ParallelFor(heads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t h = begin; h < end; ++h) {
+      const WeightMatrix w_uv = w.kv_b.Slice(h * kv_b_rows_per_head + nope, v_dim);
+      k.matmul_rows(ws.o_lat.data() + h * ws.max_tokens * L, n, w_uv, 0, v_dim,
+                    ws.attn_out.data() + h * v_dim, int64_t(heads) * v_dim);
+    }
+  });
+  MatMul(ctx, ws.attn_out.data(), n, w.o_proj, ws.proj.data());
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,141 @@
+// Model loading and the layer loop. Attention lives in mla_attention.cc, MoE in moe.cc.
+#include "model/model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/float16.h"
+
+namespace mlaserve {
+
+Model::Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWeights weights,
+             const ModelOptions& options, int max_context, int num_threads)
+    : config_(std::move(config)),
+      checkpoint_(std::move(checkpoint)),
+      weights_(std::move(weights)),
+      pool_(num_threads),
+      rope_(config_, max_context),
+      workspace_(config_, options.max_batch_tokens, max_context, num_threads),
+      token_positions_(size_t(options.max_batch_tokens)),
+      token_segments_(size_t(options.max_batch_tokens)) {}
+
+Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
+                                           const ModelOptions& options) {
+  auto config = LoadModelConfig(model_dir);
+  if (!config.ok()) return config.status();
+  auto checkpoint = Checkpoint::Open(model_dir);
+  if (!checkpoint.ok()) return checkpoint.status();
+  auto weights = BindWeights(*config, **checkpoint);
+  if (!weights.ok()) return weights.status();
+  if (options.max_batch_tokens <= 0) return Status::Error("max_batch_tokens must be positive");
+  int max_context = options.max_context > 0
+                        ? options.max_context
+                        : std::min(config->max_position_embeddings, 4096);
+  if (max_context > config->max_position_embeddings) {
+    return Status::Error("context length " + std::to_string(max_context) +
+                         " exceeds the model's max_position_embeddings " +
+                         std::to_string(config->max_position_embeddings));
+  }
+  int threads = options.num_threads > 0 ? options.num_threads : ThreadPool::DefaultThreadCount();
+  return std::unique_ptr<Model>(new Model(std::move(config).value(), std::move(checkpoint).value(),
+                                          std::move(weights).value(), options, max_context,
+                                          threads));
+}
+
+std::unique_ptr<SequenceKv> Model::NewSequenceKv() const {
+  return std::make_unique<SequenceKv>(config_.num_hidden_layers, max_context(),
+                                      config_.kv_cache_dim());
+}
+
+void Model::DenseMlp(const ComputeContext& ctx, const MlpWeights& w, int n, float* out) {
+  Workspace& ws = workspace_;
+  const int64_t inter = w.gate.rows;
+  MatMul(ctx, ws.normed.data(), n, w.gate, ws.gate.data());
+  MatMul(ctx, ws.normed.data(), n, w.up, ws.up.data());
+  for (int t = 0; t < n; ++t) {
+    SiluMul(ws.gate.data() + t * inter, ws.up.data() + t * inter, inter, ws.gate.data() + t * inter);
+  }
+  MatMul(ctx, ws.gate.data(), n, w.down, out);
+}
+
+Status Model::Forward(const KernelSet& kernels, std::span<const TokenId> tokens,
+                      std::span<const ForwardSegment> segments, LogitsMode mode, float* logits) {
+  const ComputeContext ctx{&kernels, &pool_};
+  const ModelConfig& c = config_;
+  Workspace& ws = workspace_;
+  const int n = int(tokens.size());
+  const int64_t H = c.hidden_size;
+  if (n == 0) return Status::Ok();
+  if (n > ws.max_tokens) {
+    return Status::Error("forward of " + std::to_string(n) + " tokens exceeds max_batch_tokens " +
+                         std::to_string(ws.max_tokens));
+  }
+  // Validate everything before touching any KV.
+  int covered = 0;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const ForwardSegment& seg = segments[s];
+    if (seg.num_tokens <= 0) return Status::Error("a forward segment has no tokens");
+    if (seg.kv->num_tokens() + seg.num_tokens > seg.kv->capacity_tokens()) {
+      return Status::Error("sequence of " + std::to_string(seg.kv->num_tokens() + seg.num_tokens) +
+                           " tokens exceeds the context length " +
+                           std::to_string(seg.kv->capacity_tokens()));
+    }
+    for (int i = 0; i < seg.num_tokens; ++i) {
+      token_positions_[size_t(covered + i)] = seg.kv->num_tokens() + i;
+      token_segments_[size_t(covered + i)] = int32_t(s);
+    }
+    covered += seg.num_tokens;
+  }
+  if (covered != n) return Status::Error("forward segments do not cover the tokens");
+  for (TokenId id : tokens) {
+    if (id < 0 || id >= c.vocab_size) {
+      return Status::Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                           std::to_string(c.vocab_size) + ")");
+    }
+  }
+
+  // Embedding lookup: one row per token, converted to fp32.
+  for (int t = 0; t < n; ++t) {
+    float* row = ws.hidden.data() + t * H;
+    std::fill(row, row + H, 0.0f);
+    ctx.kernels->axpy_row(1.0f, weights_.embed, tokens[size_t(t)], row);
+  }
+
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& layer = weights_.layers[size_t(l)];
+    for (int t = 0; t < n; ++t) {
+      RmsNorm(ws.hidden.data() + t * H, layer.input_norm.data(), H, c.rms_norm_eps,
+              ws.normed.data() + t * H);
+    }
+    Attention(ctx, l, n, segments);
+    for (int64_t i = 0; i < n * H; ++i) ws.hidden[size_t(i)] += ws.proj[size_t(i)];
+
+    for (int t = 0; t < n; ++t) {
+      RmsNorm(ws.hidden.data() + t * H, layer.post_attn_norm.data(), H, c.rms_norm_eps,
+              ws.normed.data() + t * H);
+    }
+    if (layer.is_moe) {
+      Moe(ctx, layer.moe, n);
+    } else {
+      DenseMlp(ctx, layer.mlp, n, ws.proj.data());
+    }
+    for (int64_t i = 0; i < n * H; ++i) ws.hidden[size_t(i)] += ws.proj[size_t(i)];
+  }
+  for (const ForwardSegment& seg : segments) seg.kv->set_num_tokens(seg.kv->num_tokens() + seg.num_tokens);
+
+  // Final norm and lm_head, only for the rows whose logits are wanted.
+  int num_out = 0;
+  for (int t = 0; t < n; ++t) {
+    const bool last_of_segment =
+        t + 1 == n || token_segments_[size_t(t + 1)] != token_segments_[size_t(t)];
+    if (mode == LogitsMode::kAllTokens || last_of_segment) {
+      RmsNorm(ws.hidden.data() + t * H, weights_.final_norm.data(), H, c.rms_norm_eps,
+              ws.last_hidden.data() + num_out * H);
+      ++num_out;
+    }
+  }
+  MatMul(ctx, ws.last_hidden.data(), num_out, weights_.lm_head, logits);
+  return Status::Ok();
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,72 @@
+// Read-only, memory-mapped access to safetensors checkpoints: one file, a sharded set listed by
+// model.safetensors.index.json, or every *.safetensors in a directory.
+// Ownership: a Checkpoint owns its mappings; every TensorView it hands out points into them and
+// stays valid for the Checkpoint's lifetime. Nothing is copied at load.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/types.h"
+
+namespace mlaserve {
+
+struct TensorView {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const std::byte* data = nullptr;  // little-endian elements, row-major, possibly unaligned
+  size_t num_bytes = 0;
+  std::string file;                 // the file it lives in, for error messages
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  std::string ShapeString() const;
+};
+
+// One mmapped file.
+class MappedFile {
+ public:
+  static Result<std::unique_ptr<MappedFile>> Open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const std::byte* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  MappedFile() = default;
+  const std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+class Checkpoint {
+ public:
+  // `path` is a model directory or a single .safetensors file.
+  static Result<std::unique_ptr<Checkpoint>> Open(const std::string& path);
+
+  // nullptr when absent.
+  const TensorView* Find(const std::string& name) const;
+  const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+  // Metadata of the first file ("__metadata__"), string values only.
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  size_t total_tensor_bytes() const { return total_tensor_bytes_; }
+
+ private:
+  Status AddFile(const std::string& path, const std::vector<std::string>* expected_names);
+
+  std::vector<std::unique_ptr<MappedFile>> files_;
+  std::map<std::string, TensorView> tensors_;
+  std::map<std::string, std::string> metadata_;
+  size_t total_tensor_bytes_ = 0;
+};
+
+}  // namespace mlaserve

@@ -1,0 +1,72 @@
+// The model's weights, bound by name from a Checkpoint and checked against the config: every
+// tensor present, in a supported dtype, with the exact shape the config implies.
+// Ownership: matrices are views into the Checkpoint's mappings (the Checkpoint must outlive
+// ModelWeights); small vectors (norms, router bias) are converted to fp32 copies at load.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/weight_matrix.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+
+namespace mlaserve {
+
+struct MlpWeights {
+  WeightMatrix gate;  // [inter, hidden]
+  WeightMatrix up;    // [inter, hidden]
+  WeightMatrix down;  // [hidden, inter]
+};
+
+struct AttentionWeights {
+  // q_lora_rank > 0: q_a -> q_a_norm -> q_b. Otherwise q_proj.
+  WeightMatrix q_a;                 // [q_lora, hidden]
+  std::vector<float> q_a_norm;      // [q_lora]
+  WeightMatrix q_b;                 // [heads * (nope + rope), q_lora]
+  WeightMatrix q_proj;              // [heads * (nope + rope), hidden]
+  WeightMatrix kv_a;                // [kv_lora + rope, hidden]
+  std::vector<float> kv_a_norm;     // [kv_lora]
+  WeightMatrix kv_b;                // [heads * (nope + v), kv_lora]: per head W_UK rows, then W_UV
+  WeightMatrix o_proj;              // [hidden, heads * v]
+};
+
+struct MoeWeights {
+  WeightMatrix router;                   // [n_routed_experts, hidden]
+  std::vector<float> correction_bias;    // [n_routed_experts], noaux_tc only
+  std::vector<MlpWeights> experts;       // n_routed_experts, each moe_intermediate wide
+  bool has_shared = false;
+  MlpWeights shared;                     // n_shared_experts * moe_intermediate wide
+};
+
+struct LayerWeights {
+  std::vector<float> input_norm;      // [hidden]
+  std::vector<float> post_attn_norm;  // [hidden]
+  AttentionWeights attn;
+  bool is_moe = false;
+  MlpWeights mlp;  // dense layers
+  MoeWeights moe;  // MoE layers
+};
+
+struct ModelWeights {
+  WeightMatrix embed;    // [vocab, hidden]
+  WeightMatrix lm_head;  // [vocab, hidden] (the embedding when tie_word_embeddings)
+  std::vector<float> final_norm;  // [hidden]
+  std::vector<LayerWeights> layers;
+};
+
+Result<ModelWeights> BindWeights(const ModelConfig& config, const Checkpoint& checkpoint);
+
+// Every tensor BindWeights reads for `config`, with its shape (for writing checkpoints).
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+std::vector<TensorSpec> ListWeightTensors(const ModelConfig& config);
+
+// Converts a 1-D tensor (any float dtype) to fp32.
+std::vector<float> TensorToF32(const TensorView& t);
+
+}  // namespace mlaserve

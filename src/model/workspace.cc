@@ -1,0 +1,40 @@
+#include "model/workspace.h"
+
+#include <algorithm>
+
+namespace mlaserve {
+
+Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads)
+    : max_tokens(n), max_context(context) {
+  const size_t N = size_t(n), H = size_t(c.hidden_size), heads = size_t(c.num_attention_heads);
+  const size_t L = size_t(c.kv_lora_rank), row = size_t(c.kv_cache_dim());
+  const size_t experts = size_t(std::max(0, c.n_routed_experts));
+  const size_t top_k = size_t(std::max(0, c.num_experts_per_tok));
+  const size_t max_inter = size_t(std::max(
+      {c.intermediate_size, c.moe_intermediate_size * std::max(1, c.n_shared_experts), 1}));
+  hidden.resize(N * H);
+  normed.resize(N * H);
+  q_a.resize(N * size_t(std::max(0, c.q_lora_rank)));
+  q.resize(N * heads * size_t(c.qk_head_dim()));
+  kv_a.resize(N * row);
+  q_lat.resize(N * heads * row);
+  o_lat.resize(heads * N * L);
+  attn_out.resize(N * heads * size_t(c.v_head_dim));
+  proj.resize(N * H);
+  gate.resize(N * max_inter);
+  up.resize(N * max_inter);
+  expert_in.resize(N * H);
+  expert_out.resize(N * H);
+  router_logits.resize(N * experts);
+  topk_ids.resize(N * top_k);
+  topk_weights.resize(N * top_k);
+  expert_offsets.resize(experts + 1);
+  expert_cursor.resize(experts);
+  expert_tokens.resize(N * top_k);
+  expert_token_weights.resize(N * top_k);
+  last_hidden.resize(N * H);
+  scores.resize(size_t(num_threads) * heads * size_t(context));
+  router_scratch.resize(size_t(num_threads) * (2 * experts + size_t(std::max(1, c.n_group))));
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,61 @@
+// PCRE2 compile/match with the options every tokenizer pattern needs.
+#include "tokenizer/regex.h"
+
+#include <utility>
+
+namespace mlaserve {
+namespace {
+
+std::string Pcre2ErrorMessage(int error_code) {
+  PCRE2_UCHAR buffer[256];
+  const int length = pcre2_get_error_message(error_code, buffer, sizeof(buffer));
+  if (length < 0) return "PCRE2 error " + std::to_string(error_code);
+  return std::string(reinterpret_cast<const char*>(buffer), static_cast<size_t>(length));
+}
+
+}  // namespace
+
+RegexMatchData::RegexMatchData() : data_(pcre2_match_data_create(1, nullptr)) {}
+
+Result<Regex> Regex::Compile(std::string_view pattern, Syntax syntax) {
+  // UCP makes \s, \w, \d and POSIX classes Unicode-aware, as Oniguruma and Rust's regex are.
+  uint32_t options = PCRE2_UTF | PCRE2_UCP;
+  if (syntax == Syntax::kLiteral) options |= PCRE2_LITERAL;
+  int error_code = 0;
+  PCRE2_SIZE error_offset = 0;
+  pcre2_code* raw = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                  options, &error_code, &error_offset, nullptr);
+  if (raw == nullptr) {
+    return Status::Error("regex does not compile: " + Pcre2ErrorMessage(error_code) +
+                         " at offset " + std::to_string(error_offset) + " in \"" +
+                         std::string(pattern) + "\"");
+  }
+  std::unique_ptr<pcre2_code, Deleter> code(raw);
+  // JIT is an optimisation only: when this PCRE2 build lacks it the interpreter runs instead.
+  (void)pcre2_jit_compile(code.get(), PCRE2_JIT_COMPLETE);
+  return Regex(std::move(code), std::string(pattern));
+}
+
+Result<bool> Regex::Find(std::string_view text, size_t start, const RegexMatchData& scratch,
+                         RegexMatch* match) const {
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  // The caller validated the whole text once; checking it again per call would be O(n^2).
+  int rc = pcre2_match(code_.get(), subject, text.size(), start, PCRE2_NO_UTF_CHECK, scratch.get(),
+                       nullptr);
+  if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+    // A pathological input outgrew the JIT's machine stack; the interpreter uses the heap.
+    rc = pcre2_match(code_.get(), subject, text.size(), start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
+                     scratch.get(), nullptr);
+  }
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  if (rc < 0) {
+    return Status::Error("regex match failed: " + Pcre2ErrorMessage(rc) + " (pattern \"" +
+                         pattern_ + "\")");
+  }
+  const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(scratch.get());
+  match->begin = ovector[0];
+  match->end = ovector[1];
+  return true;
+}
+
+}  // namespace mlaserve

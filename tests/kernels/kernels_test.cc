@@ -1,0 +1,105 @@
+// Every SIMD kernel table against the portable reference, for every weight dtype and for
+// shapes that exercise the register blocks and the scalar tails.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/float16.h"
+#include "kernels/kernels.h"
+#include "kernels/ops.h"
+
+namespace mlaserve {
+namespace {
+
+std::vector<const KernelSet*> SimdTables() {
+  std::vector<const KernelSet*> out;
+  if (CpuSupports(KernelIsa::kAvx2)) out.push_back(Avx2Kernels());
+  if (CpuSupports(KernelIsa::kAvx512)) out.push_back(Avx512Kernels());
+  return out;
+}
+
+struct Weights {
+  std::vector<std::byte> bytes;
+  WeightMatrix matrix;
+};
+
+Weights RandomWeights(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  Weights w;
+  w.bytes.resize(size_t(rows * cols) * size_t(DTypeBytes(dtype)));
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const float v = dist(rng);
+    if (dtype == DType::kF32) {
+      std::memcpy(w.bytes.data() + 4 * i, &v, 4);
+    } else {
+      const uint16_t h = dtype == DType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
+      std::memcpy(w.bytes.data() + 2 * i, &h, 2);
+    }
+  }
+  w.matrix = WeightMatrix{dtype, rows, cols, w.bytes.data()};
+  return w;
+}
+
+TEST(Kernels, SimdMatchesPortable) {
+  std::mt19937 rng(42);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const auto tables = SimdTables();
+  if (tables.empty()) GTEST_SKIP() << "no SIMD kernels on this CPU";
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int64_t cols : {1, 7, 16, 33, 64, 200}) {
+      for (int64_t n : {1, 2, 3, 4, 5, 9, 37}) {
+        const int64_t rows = 11;
+        Weights w = RandomWeights(dtype, rows, cols, rng);
+        std::vector<float> x(size_t(n * cols));
+        for (float& v : x) v = dist(rng);
+        std::vector<float> expected(size_t(n * rows), -1.0f);
+        PortableKernels().matmul_rows(x.data(), n, w.matrix, 0, rows, expected.data(), rows);
+        for (const KernelSet* k : tables) {
+          std::vector<float> got(size_t(n * rows), -1.0f);
+          // Two row ranges, as the thread pool would split them.
+          k->matmul_rows(x.data(), n, w.matrix, 0, 5, got.data(), rows);
+          k->matmul_rows(x.data(), n, w.matrix, 5, rows, got.data(), rows);
+          for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_NEAR(got[i], expected[i], 1e-4 * (1 + std::sqrt(double(cols))))
+                << k->name << " " << DTypeName(dtype) << " cols=" << cols << " n=" << n;
+          }
+          std::vector<float> y_ref(size_t(cols), 0.5f), y(size_t(cols), 0.5f);
+          PortableKernels().axpy_row(0.75f, w.matrix, 3, y_ref.data());
+          k->axpy_row(0.75f, w.matrix, 3, y.data());
+          for (int64_t i = 0; i < cols; ++i) ASSERT_NEAR(y[size_t(i)], y_ref[size_t(i)], 1e-5);
+          EXPECT_NEAR(k->dot_f32(x.data(), x.data() + 1, cols - 1 + (cols == 1)),
+                      PortableKernels().dot_f32(x.data(), x.data() + 1, cols - 1 + (cols == 1)),
+                      1e-3);
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, ByNameRejectsUnknown) {
+  auto k = KernelsByName("sse9");
+  ASSERT_FALSE(k.ok());
+  EXPECT_NE(k.error().find("sse9"), std::string::npos);
+  EXPECT_TRUE(KernelsByName("portable").ok());
+}
+
+TEST(Float16, ConversionsRoundTrip) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const uint16_t bits = uint16_t(h);
+    const float f = F16ToF32(bits);
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(F16ToF32(F32ToF16(f))));
+      continue;
+    }
+    ASSERT_EQ(F32ToF16(f), bits) << std::hex << h;
+    ASSERT_EQ(Bf16ToF32(F32ToBf16(Bf16ToF32(bits))), Bf16ToF32(bits));
+  }
+  EXPECT_EQ(F32ToBf16(1.0f + 1.0f / 256.0f), F32ToBf16(1.0f));  // tie to even
+  EXPECT_EQ(F32ToF16(1e6f), 0x7c00);                            // overflow to infinity
+}
+
+}  // namespace
+}  // namespace mlaserve
