@@ -47,20 +47,21 @@ int RunScore(Args& args) {
   if (text.has_value() == input_ids.has_value()) {
     return Fail("score", "give exactly one of --text or --input-ids", 2);
   }
+  std::vector<TokenId> ids;
+  if (input_ids) {
+    auto parsed = ParseIdList(*input_ids);
+    if (!parsed.ok()) return Fail("score", parsed.error(), 2);
+    ids = std::move(parsed).value();
+  }
   auto loaded = LoadModel(model_flags, /*need_tokenizer=*/text.has_value());
   if (!loaded.ok()) return Fail("score", loaded.error());
   Model& model = *loaded->model;
   const int vocab = model.config().vocab_size;
 
-  std::vector<TokenId> ids;
   if (text) {
     auto encoded = loaded->tokenizer->Encode(*text, loaded->tokenizer->add_bos() && !no_bos);
     if (!encoded.ok()) return Fail("score", encoded.error());
     ids = std::move(encoded).value();
-  } else {
-    auto parsed = ParseIdList(*input_ids);
-    if (!parsed.ok()) return Fail("score", parsed.error(), 2);
-    ids = std::move(parsed).value();
   }
   if (ids.empty()) return Fail("score", "nothing to score: no tokens", 2);
 

@@ -63,31 +63,37 @@ void Model::Attention(const ComputeContext& ctx, int layer_index, int n,
   });
 
   // Scores and latent outputs. One row of the cache serves every head, so positions are the
-  // outer loop and heads the inner one.
+  // outer loop and heads the inner one. Work items are (query token, group of heads): with
+  // fewer tokens than threads (decode), the heads are split so every thread has work.
   const float scale = float(c.SoftmaxScale());
   const int num_threads = pool_.num_threads();
+  const int head_groups = n >= num_threads ? 1 : std::min(heads, (num_threads + n - 1) / n);
+  const int heads_per_group = (heads + head_groups - 1) / head_groups;
   const int64_t scores_per_thread = int64_t(heads) * ws.max_context;
   pool_.RunOnAll([&](int thread) {
     float* scores = ws.scores.data() + thread * scores_per_thread;  // [heads, max_context]
-    for (int t = thread; t < n; t += num_threads) {
+    for (int item = thread; item < n * head_groups; item += num_threads) {
+      const int t = item / head_groups;
+      const int h_begin = (item % head_groups) * heads_per_group;
+      const int h_end = std::min(heads, h_begin + heads_per_group);
       const ForwardSegment& seg = segments[size_t(token_segments_[size_t(t)])];
       const int context = token_positions_[size_t(t)] + 1;
       const float* rows = seg.kv->layer_rows(layer_index);
       const float* q_lat = ws.q_lat.data() + int64_t(t) * heads * row_dim;
       for (int p = 0; p < context; ++p) {
         const float* row = rows + int64_t(p) * row_dim;
-        for (int h = 0; h < heads; ++h) {
+        for (int h = h_begin; h < h_end; ++h) {
           scores[int64_t(h) * ws.max_context + p] = k.dot_f32(q_lat + h * row_dim, row, row_dim) * scale;
         }
       }
-      for (int h = 0; h < heads; ++h) {
+      for (int h = h_begin; h < h_end; ++h) {
         Softmax(std::span<float>(scores + int64_t(h) * ws.max_context, size_t(context)));
         float* o = ws.o_lat.data() + (int64_t(h) * ws.max_tokens + t) * L;
         std::fill(o, o + L, 0.0f);
       }
       for (int p = 0; p < context; ++p) {
         const float* latent = rows + int64_t(p) * row_dim;
-        for (int h = 0; h < heads; ++h) {
+        for (int h = h_begin; h < h_end; ++h) {
           float* o = ws.o_lat.data() + (int64_t(h) * ws.max_tokens + t) * L;
           k.axpy_f32(scores[int64_t(h) * ws.max_context + p], latent, o, L);
         }

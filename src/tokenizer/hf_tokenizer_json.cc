@@ -139,7 +139,10 @@ Status ReadVocab(const json& model_spec, const std::string& where, bool keep_id_
   std::string raw;
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
     TokenId id = 0;
-    MLA_RETURN_IF_ERROR(ReadTokenId(it.value(), where + ".vocab[\"" + it.key() + "\"]", &id));
+    if (!TryReadTokenId(it.value(), &id)) {
+      // Not an id: let ReadTokenId say why, naming the entry.
+      MLA_RETURN_IF_ERROR(ReadTokenId(it.value(), where + ".vocab[\"" + it.key() + "\"]", &id));
+    }
     raw.clear();
     // Entries outside the byte alphabet (special tokens listed in the vocab) are literal text.
     if (!ByteLevelSpellingToBytes(it.key(), &raw)) raw = it.key();
@@ -153,14 +156,14 @@ Status ReadVocab(const json& model_spec, const std::string& where, bool keep_id_
   return Status::Ok();
 }
 
-// One merge, as "left right" or ["left", "right"].
-Status SplitMerge(const json& entry, const std::string& where, std::string_view* left,
-                  std::string_view* right) {
+// One merge, as "left right" or ["left", "right"]. The error message continues the caller's
+// "...merges[N]" prefix.
+Status SplitMerge(const json& entry, std::string_view* left, std::string_view* right) {
   if (entry.is_string()) {
     const std::string& text = entry.get_ref<const std::string&>();
     const size_t space = text.find(' ');
     if (space == std::string::npos || text.find(' ', space + 1) != std::string::npos) {
-      return Status::Error(where + " \"" + text + "\" is not two tokens separated by a space");
+      return Status::Error(" \"" + text + "\" is not two tokens separated by a space");
     }
     *left = std::string_view(text).substr(0, space);
     *right = std::string_view(text).substr(space + 1);
@@ -171,7 +174,7 @@ Status SplitMerge(const json& entry, const std::string& where, std::string_view*
     *right = entry[1].get_ref<const std::string&>();
     return Status::Ok();
   }
-  return Status::Error(where + " must be \"a b\" or [\"a\", \"b\"]");
+  return Status::Error(" must be \"a b\" or [\"a\", \"b\"]");
 }
 
 Status ReadMerges(const json& model_spec, const std::string& where, const TokenizerModel& model,
@@ -182,18 +185,21 @@ Status ReadMerges(const json& model_spec, const std::string& where, const Tokeni
   }
   merges->reserve(list->size());
   std::string joined;
+  // Messages are built only on error: real files have 100K+ merges.
+  auto entry_where = [&](size_t rank) { return where + ".merges[" + std::to_string(rank) + "]"; };
   for (size_t rank = 0; rank < list->size(); ++rank) {
-    const std::string entry_where = where + ".merges[" + std::to_string(rank) + "]";
     std::string_view left;
     std::string_view right;
-    MLA_RETURN_IF_ERROR(SplitMerge((*list)[rank], entry_where, &left, &right));
+    if (Status split = SplitMerge((*list)[rank], &left, &right); !split.ok()) {
+      return Status::Error(entry_where(rank) + split.message());
+    }
     joined.assign(left).append(right);
     auto left_id = model.id_by_spelling.find(left);
     auto right_id = model.id_by_spelling.find(right);
     auto merged_id = model.id_by_spelling.find(std::string_view(joined));
     if (left_id == model.id_by_spelling.end() || right_id == model.id_by_spelling.end() ||
         merged_id == model.id_by_spelling.end()) {
-      return Status::Error(entry_where + " (\"" + std::string(left) + "\", \"" +
+      return Status::Error(entry_where(rank) + " (\"" + std::string(left) + "\", \"" +
                            std::string(right) + "\") uses a token missing from the vocab");
     }
     // Like Hugging Face, a repeated pair keeps its last rank.

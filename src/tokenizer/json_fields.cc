@@ -42,6 +42,14 @@ Status ReadOptionalString(const nlohmann::json& object, std::string_view key,
   return Status::Ok();
 }
 
+bool TryReadTokenId(const nlohmann::json& value, int32_t* out) {
+  if (!value.is_number_integer()) return false;
+  const auto id = value.get<int64_t>();
+  if (id < 0 || id >= kMaxTokenIdExclusive) return false;
+  *out = static_cast<int32_t>(id);
+  return true;
+}
+
 Status ReadTokenId(const nlohmann::json& value, const std::string& where, int32_t* out) {
   if (!value.is_number_integer()) return Status::Error(where + " must be an integer token id");
   const auto id = value.get<int64_t>();

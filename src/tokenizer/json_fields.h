@@ -24,5 +24,7 @@ Status ReadOptionalString(const nlohmann::json& object, std::string_view key,
                           const std::string& where, std::optional<std::string>* out);
 // An integer id in [0, 2^24): vocabularies are far smaller, and this bounds table sizes.
 Status ReadTokenId(const nlohmann::json& value, const std::string& where, int32_t* out);
+// The same check without building an error message, for loops over 100K+ entries.
+bool TryReadTokenId(const nlohmann::json& value, int32_t* out);
 
 }  // namespace mlaserve

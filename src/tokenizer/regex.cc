@@ -19,8 +19,9 @@ RegexMatchData::RegexMatchData() : data_(pcre2_match_data_create(1, nullptr)) {}
 
 Result<Regex> Regex::Compile(std::string_view pattern, Syntax syntax) {
   // UCP makes \s, \w, \d and POSIX classes Unicode-aware, as Oniguruma and Rust's regex are.
-  uint32_t options = PCRE2_UTF | PCRE2_UCP;
-  if (syntax == Syntax::kLiteral) options |= PCRE2_LITERAL;
+  // A literal has no classes, and PCRE2 refuses UCP together with LITERAL.
+  const uint32_t options =
+      syntax == Syntax::kLiteral ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP;
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
   pcre2_code* raw = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),

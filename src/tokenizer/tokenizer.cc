@@ -49,7 +49,8 @@ Result<std::unique_ptr<TokenizerModel>> LoadModel(const std::string& model_dir) 
     Result<std::unique_ptr<TokenizerModel>> model =
         ParseKimiTiktoken(model_text.value(), tiktoken_path, config_text, config_path);
     if (!model.ok()) return model.status();
-    MLA_RETURN_IF_ERROR(ApplyTokenizerConfig(config_text, config_path, model->get()));
+    MLA_RETURN_IF_ERROR(ApplyTokenizerConfig(config_text, config_path,
+                                             /*add_bos_by_default=*/false, model->get()));
     return model;
   }
 
@@ -61,7 +62,8 @@ Result<std::unique_ptr<TokenizerModel>> LoadModel(const std::string& model_dir) 
   Result<std::unique_ptr<TokenizerModel>> model = ParseHfTokenizerJson(json_text.value(), json_path);
   if (!model.ok()) return model.status();
   if (has_config) {
-    MLA_RETURN_IF_ERROR(ApplyTokenizerConfig(config_text, config_path, model->get()));
+    MLA_RETURN_IF_ERROR(ApplyTokenizerConfig(config_text, config_path,
+                                             /*add_bos_by_default=*/true, model->get()));
   }
   return model;
 }
@@ -85,8 +87,8 @@ Result<Tokenizer> Tokenizer::FromJsonText(std::string_view tokenizer_json,
       ParseHfTokenizerJson(tokenizer_json, "tokenizer.json");
   if (!model.ok()) return model.status();
   if (!tokenizer_config_json.empty()) {
-    MLA_RETURN_IF_ERROR(
-        ApplyTokenizerConfig(tokenizer_config_json, "tokenizer_config.json", model->get()));
+    MLA_RETURN_IF_ERROR(ApplyTokenizerConfig(tokenizer_config_json, "tokenizer_config.json",
+                                             /*add_bos_by_default=*/true, model->get()));
   }
   return Tokenizer(std::move(model).value());
 }

@@ -30,14 +30,15 @@ Status ResolveToken(const nlohmann::json& root, std::string_view key, const std:
 }  // namespace
 
 Status ApplyTokenizerConfig(std::string_view json_text, const std::string& source,
-                            TokenizerModel* model) {
+                            bool add_bos_by_default, TokenizerModel* model) {
   Result<nlohmann::json> root = ParseJsonText(json_text, source);
   if (!root.ok()) return root.status();
   if (!root->is_object()) return Status::Error(source + ": top level must be an object");
   MLA_RETURN_IF_ERROR(ResolveToken(*root, "bos_token", source, *model, &model->bos_id));
   MLA_RETURN_IF_ERROR(ResolveToken(*root, "eos_token", source, *model, &model->eos_id));
   MLA_RETURN_IF_ERROR(ReadOptionalBool(*root, "add_bos_token", source + ": ",
-                                       model->bos_id.has_value(), &model->add_bos));
+                                       add_bos_by_default && model->bos_id.has_value(),
+                                       &model->add_bos));
   // add_bos_token without a bos_token has nothing to add; such configs exist, so no error.
   if (!model->bos_id) model->add_bos = false;
   return Status::Ok();

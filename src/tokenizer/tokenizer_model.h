@@ -50,8 +50,10 @@ Result<std::unique_ptr<TokenizerModel>> ParseKimiTiktoken(std::string_view model
                                                           const std::string& config_source);
 
 // tokenizer_config.json: bos_token / eos_token (a string or {"content": ...}) and
-// add_bos_token (default: true when there is a BOS token).
+// add_bos_token. Without add_bos_token, BOS is added when there is a BOS token and
+// `add_bos_by_default` (true for Hugging Face tokenizers; false for Kimi's tiktoken tokenizer
+// class, which never adds one).
 Status ApplyTokenizerConfig(std::string_view json_text, const std::string& source,
-                            TokenizerModel* model);
+                            bool add_bos_by_default, TokenizerModel* model);
 
 }  // namespace mlaserve
