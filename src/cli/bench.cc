@@ -103,7 +103,9 @@ int RunBench(Args& args) {
   for (int i = 0; i < prompt_len; ++i) {
     prompt[size_t(i)] = TokenId(CounterUniform(7, uint64_t(i)) * c.vocab_size);
   }
-  SequenceRunner runner(model, *loaded->kernels);
+  auto created = SequenceRunner::Create(model, *loaded->kernels, loaded->runner_options);
+  if (!created.ok()) return Fail("bench", created.error());
+  SequenceRunner& runner = **created;
   // Warm-up: touch every weight page once so the first timed step does not page-fault.
   if (Status s = runner.Append(std::span(prompt).first(std::min(prompt_len, 8))); !s.ok()) {
     return Fail("bench", s.message());

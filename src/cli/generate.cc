@@ -53,7 +53,9 @@ int RunGenerate(Args& args) {
                                 std::to_string(model.max_context()), 2);
   }
 
-  SequenceRunner runner(model, *loaded->kernels);
+  auto created = SequenceRunner::Create(model, *loaded->kernels, loaded->runner_options);
+  if (!created.ok()) return Fail("generate", created.error());
+  SequenceRunner& runner = **created;
   Sampler sampler(model.config().vocab_size);
   StreamDecoder decoder(tokenizer);
   using Clock = std::chrono::steady_clock;

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "cli/kv_scales.h"
+
 namespace mlaserve::cli {
 
 ModelFlags ReadModelFlags(Args& args) {
@@ -11,6 +13,9 @@ ModelFlags ReadModelFlags(Args& args) {
   f.options.num_threads = args.Int("threads", 0);
   f.options.max_context = args.Int("context-length", 0);
   f.options.max_batch_tokens = args.Int("max-batch-tokens", 512);
+  f.kv_cache_dtype = args.Str("kv-cache-dtype", "auto");
+  f.kv_scales = args.Str("kv-scales", "");
+  f.page_size = args.Int("page-size", 16);
   return f;
 }
 
@@ -23,6 +28,17 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
   auto model = Model::Load(flags.model_path, flags.options);
   if (!model.ok()) return model.status();
   loaded.model = std::move(model).value();
+  const ModelConfig& config = loaded.model->config();
+  auto format = ParseKvCacheDtype(flags.kv_cache_dtype, config.torch_dtype);
+  if (!format.ok()) return format.status();
+  MLA_RETURN_IF_ERROR(ValidateKvFormatDims(*format, config.kv_lora_rank, config.qk_rope_head_dim));
+  loaded.runner_options.kv_format = *format;
+  loaded.runner_options.page_size = flags.page_size;
+  if (!flags.kv_scales.empty()) {
+    auto scales = LoadKvScales(flags.kv_scales, config, *format);
+    if (!scales.ok()) return scales.status();
+    loaded.runner_options.kv_tensor_scales = std::move(scales).value();
+  }
   if (need_tokenizer) {
     auto tokenizer = Tokenizer::FromDirectory(flags.model_path);
     if (!tokenizer.ok()) return tokenizer.status();

@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "kernels/kernels.h"
+#include "engine/sequence_runner.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -15,16 +16,21 @@ namespace mlaserve::cli {
 struct ModelFlags {
   std::string model_path;
   std::string kernels = "auto";
+  std::string kv_cache_dtype = "auto";
+  std::string kv_scales;  // calibration file from kv-calibrate; empty: 1.0
+  int page_size = 16;
   ModelOptions options;
 };
 
-// Reads --model-path, --threads, --kernels, --context-length, --max-batch-tokens.
+// Reads --model-path, --threads, --kernels, --context-length, --max-batch-tokens,
+// --kv-cache-dtype, --kv-scales, --page-size.
 ModelFlags ReadModelFlags(Args& args);
 
 struct LoadedModel {
   std::unique_ptr<Model> model;
   std::optional<Tokenizer> tokenizer;
   const KernelSet* kernels = nullptr;
+  SequenceRunnerOptions runner_options;  // the KV format, scales and page size asked for
 };
 
 Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer);

@@ -66,7 +66,9 @@ int RunScore(Args& args) {
   if (ids.empty()) return Fail("score", "nothing to score: no tokens", 2);
 
   std::vector<double> logprobs(ids.size(), 0.0);
-  SequenceRunner runner(model, *loaded->kernels);
+  auto created = SequenceRunner::Create(model, *loaded->kernels, loaded->runner_options);
+  if (!created.ok()) return Fail("score", created.error());
+  SequenceRunner& runner = **created;
   auto sink = [&](int first, int count, const float* logits) {
     for (int i = 0; i < count; ++i) {
       const size_t next = size_t(first + i + 1);

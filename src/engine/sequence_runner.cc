@@ -4,20 +4,32 @@
 
 namespace mlaserve {
 
-SequenceRunner::SequenceRunner(Model& model, const KernelSet& kernels)
+SequenceRunner::SequenceRunner(Model& model, const KernelSet& kernels, std::unique_ptr<KvPool> pool)
     : model_(model),
       kernels_(kernels),
-      kv_(model.NewSequenceKv()),
+      pool_(std::move(pool)),
+      kv_(std::make_unique<SequenceKv>(*pool_, model.max_context())),
       chunk_logits_(size_t(model.max_batch_tokens()) * size_t(model.config().vocab_size)),
       last_logits_(size_t(model.config().vocab_size)) {}
 
+Result<std::unique_ptr<SequenceRunner>> SequenceRunner::Create(Model& model, const KernelSet& kernels,
+                                                               const SequenceRunnerOptions& o) {
+  const ModelConfig& c = model.config();
+  const int64_t pages = (model.max_context() + o.page_size - 1) / std::max(1, o.page_size);
+  auto pool = KvPool::Create(KvPoolOptions{.format = o.kv_format,
+                                           .num_layers = c.num_hidden_layers,
+                                           .latent_dim = c.kv_lora_rank,
+                                           .rope_dim = c.qk_rope_head_dim,
+                                           .page_size = o.page_size,
+                                           .num_pages = pages});
+  if (!pool.ok()) return pool.status();
+  if (!o.kv_tensor_scales.empty()) MLA_RETURN_IF_ERROR((*pool)->SetTensorScales(o.kv_tensor_scales));
+  return std::unique_ptr<SequenceRunner>(new SequenceRunner(model, kernels, std::move(pool).value()));
+}
+
 Status SequenceRunner::Append(std::span<const TokenId> tokens, LogitsSink* sink) {
   const int vocab = model_.config().vocab_size;
-  if (kv_->num_tokens() + int64_t(tokens.size()) > kv_->capacity_tokens()) {
-    return Status::Error("sequence of " + std::to_string(kv_->num_tokens() + tokens.size()) +
-                         " tokens exceeds the context length " +
-                         std::to_string(kv_->capacity_tokens()));
-  }
+  MLA_RETURN_IF_ERROR(kv_->Reserve(int(tokens.size())));
   const LogitsMode mode = sink != nullptr ? LogitsMode::kAllTokens : LogitsMode::kLastPerSegment;
   for (size_t begin = 0; begin < tokens.size();) {
     const int count = int(std::min<size_t>(size_t(model_.max_batch_tokens()), tokens.size() - begin));

@@ -1,6 +1,7 @@
 // Runs one sequence through a Model without the batching engine: appends tokens (chunked to the
-// model's max_batch_tokens) and keeps the last token's logits. Used by generate, score, bench
-// and the reference tests. Owns its KV and logits buffers, allocated once.
+// model's max_batch_tokens) and keeps the last token's logits. Used by generate, score, bench,
+// kv-eval and the reference tests. Owns a KV pool sized for one full-context sequence in the
+// chosen format, and its logits buffers, all allocated once.
 #pragma once
 
 #include <memory>
@@ -8,14 +9,23 @@
 #include <vector>
 
 #include "core/function_ref.h"
+#include "kvcache/kv_pool.h"
+#include "kvcache/sequence_kv.h"
 #include "model/model.h"
 
 namespace mlaserve {
 
+struct SequenceRunnerOptions {
+  KvFormat kv_format = KvFormat::kBF16;
+  std::vector<float> kv_tensor_scales;  // per layer; empty: 1.0 (or the checkpoint's)
+  int page_size = 16;
+};
+
 class SequenceRunner {
  public:
   // model and kernels must outlive the runner.
-  SequenceRunner(Model& model, const KernelSet& kernels);
+  static Result<std::unique_ptr<SequenceRunner>> Create(Model& model, const KernelSet& kernels,
+                                                        const SequenceRunnerOptions& options);
 
   // Called with (index of the chunk's first token in `tokens`, count, logits [count, vocab]).
   using LogitsSink = FunctionRef<void(int, int, const float*)>;
@@ -26,11 +36,16 @@ class SequenceRunner {
 
   std::span<const float> last_logits() const { return last_logits_; }
   int num_tokens() const { return kv_->num_tokens(); }
-  void Reset() { kv_->set_num_tokens(0); }
+  void Reset() { kv_->Release(); }
+  const SequenceKv& kv() const { return *kv_; }
+  const KvPool& pool() const { return *pool_; }
 
  private:
+  SequenceRunner(Model& model, const KernelSet& kernels, std::unique_ptr<KvPool> pool);
+
   Model& model_;
   const KernelSet& kernels_;
+  std::unique_ptr<KvPool> pool_;
   std::unique_ptr<SequenceKv> kv_;
   std::vector<float> chunk_logits_;  // [max_batch_tokens, vocab]
   std::vector<float> last_logits_;   // [vocab]

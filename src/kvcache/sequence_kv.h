@@ -1,42 +1,53 @@
-// The absorbed-MLA cache of one sequence: per layer, per position, the normalised latent c_kv
-// (kv_lora_rank) followed by the rotated rope key k_pe (qk_rope_head_dim). Nothing per head.
-// Storage is allocated once for `capacity_tokens`; the forward pass writes a position's row
-// exactly once, when that token is computed, and attention reads rows [0, position].
-// Owned by whoever runs the sequence; the forward pass borrows it for one call.
+// One sequence's view of the paged KV pool: its page table and how many positions are written.
+// Position p of layer l lives in row (p % page_size) of page pages()[p / page_size].
+// Ownership: a SequenceKv owns its pages (returns them to the pool on Release or destruction);
+// the pool must outlive it. The forward pass borrows it for one call: it writes rows for the new
+// positions (which Reserve must have covered) and then advances num_tokens.
 #pragma once
 
-#include <cstdint>
+#include <span>
 #include <vector>
+
+#include "core/status.h"
+#include "kvcache/kv_pool.h"
 
 namespace mlaserve {
 
 class SequenceKv {
  public:
-  SequenceKv(int num_layers, int capacity_tokens, int row_dim)
-      : num_layers_(num_layers),
-        capacity_tokens_(capacity_tokens),
-        row_dim_(row_dim),
-        data_(size_t(num_layers) * size_t(capacity_tokens) * size_t(row_dim)) {}
+  // max_tokens bounds the page table, reserved here so Reserve never allocates.
+  SequenceKv(KvPool& pool, int max_tokens);
+  ~SequenceKv() { Release(); }
+  SequenceKv(const SequenceKv&) = delete;
+  SequenceKv& operator=(const SequenceKv&) = delete;
 
-  int capacity_tokens() const { return capacity_tokens_; }
-  int row_dim() const { return row_dim_; }
+  // Makes room for `additional_tokens` past num_tokens(), taking pages from the pool. On error
+  // (pool exhausted, or past max_tokens) nothing changes.
+  Status Reserve(int additional_tokens);
+  // Returns every page to the pool; the sequence becomes empty.
+  void Release();
+  // Forgets positions past n (keeps the pages).
+  void Truncate(int n);
+
   int num_tokens() const { return num_tokens_; }
-  // Tokens whose rows are written in every layer; set by the forward pass after a step.
   void set_num_tokens(int n) { num_tokens_ = n; }
+  int reserved_tokens() const { return int(pages_.size()) * pool_.page_size(); }
+  int max_tokens() const { return max_tokens_; }
+  std::span<const PageId> pages() const { return pages_; }
+  KvPool& pool() const { return pool_; }
 
-  // [capacity_tokens, row_dim] for one layer; row t at layer_rows(l) + t * row_dim.
-  float* layer_rows(int layer) { return data_.data() + size_t(layer) * capacity_tokens_ * row_dim_; }
-  const float* layer_rows(int layer) const {
-    return data_.data() + size_t(layer) * capacity_tokens_ * row_dim_;
+  // The row of `position` in `layer`.
+  std::byte* Row(int layer, int position) const {
+    const int page_size = pool_.page_size();
+    return pool_.PageRows(layer, pages_[size_t(position / page_size)]) +
+           size_t(position % page_size) * pool_.row_bytes();
   }
-  size_t bytes() const { return data_.size() * sizeof(float); }
 
  private:
-  int num_layers_;
-  int capacity_tokens_;
-  int row_dim_;
+  KvPool& pool_;
+  int max_tokens_;
   int num_tokens_ = 0;
-  std::vector<float> data_;  // [num_layers, capacity_tokens, row_dim]
+  std::vector<PageId> pages_;
 };
 
 }  // namespace mlaserve

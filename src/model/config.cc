@@ -182,6 +182,7 @@ Result<ModelConfig> ParseModelConfig(std::string_view json_text, const std::stri
                          "' is not supported (supported: deepseek_v2, deepseek_v3, kimi_k2)");
   }
 
+  c.torch_dtype = r.String("torch_dtype", "");
   c.vocab_size = r.Int("vocab_size", 0, true);
   c.hidden_size = r.Int("hidden_size", 0, true);
   c.intermediate_size = r.Int("intermediate_size", 0, false);

@@ -26,6 +26,7 @@ struct YarnScaling {
 
 struct ModelConfig {
   std::string model_type;  // as written in config.json
+  std::string torch_dtype;  // the checkpoint's activation dtype ("bfloat16"); may be empty
   ModelFamily family = ModelFamily::kDeepSeekV3;
 
   int vocab_size = 0;

@@ -7,7 +7,9 @@
 // so the cache holds only [c_kv | k_pe] per token per layer, shared by every head.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
+#include "kvcache/kv_format.h"
 #include "model/model.h"
 
 namespace mlaserve {
@@ -34,16 +36,18 @@ void Model::Attention(const ComputeContext& ctx, int layer_index, int n,
     MatMul(ctx, ws.normed.data(), n, w.q_proj, ws.q.data());
   }
 
-  // The new tokens' cache rows: normalised latent and rotated rope key, written once.
+  // The new tokens' cache rows: normalised latent and rotated rope key, quantized once into the
+  // pool's format as they are written.
   MatMul(ctx, ws.normed.data(), n, w.kv_a, ws.kv_a.data());
   for (int t = 0; t < n; ++t) {
     const ForwardSegment& seg = segments[size_t(token_segments_[size_t(t)])];
     const int pos = token_positions_[size_t(t)];
-    const float* src = ws.kv_a.data() + int64_t(t) * row_dim;
-    float* row = seg.kv->layer_rows(layer_index) + int64_t(pos) * row_dim;
-    RmsNorm(src, w.kv_a_norm.data(), L, c.rms_norm_eps, row);
-    std::copy(src + L, src + row_dim, row + L);
+    float* row = ws.kv_a.data() + int64_t(t) * row_dim;  // [L + R], normalised in place
+    RmsNorm(row, w.kv_a_norm.data(), L, c.rms_norm_eps, row);
     rope_.Apply(row + L, pos);
+    const KvPool& pool = seg.kv->pool();
+    QuantizeKvRow(pool.format(), row, L, c.qk_rope_head_dim, pool.tensor_scale(layer_index),
+                  seg.kv->Row(layer_index, pos));
   }
 
   // Absorbed queries: q_nope[h] @ W_UK[h] (rows of kv_b), then the rotated q_pe.
@@ -62,41 +66,67 @@ void Model::Attention(const ComputeContext& ctx, int layer_index, int n,
     }
   });
 
-  // Scores and latent outputs. One row of the cache serves every head, so positions are the
-  // outer loop and heads the inner one. Work items are (query token, group of heads): with
+  // Scores and latent outputs, reading the cache in its stored format: rows are dequantized a
+  // tile (at most kKvTileRows rows of one page) at a time into per-thread scratch, and a
+  // running (online) softmax folds each tile in, so no full-precision copy of a context ever
+  // exists. One tile serves every head. Work items are (query token, group of heads): with
   // fewer tokens than threads (decode), the heads are split so every thread has work.
   const float scale = float(c.SoftmaxScale());
   const int num_threads = pool_.num_threads();
   const int head_groups = n >= num_threads ? 1 : std::min(heads, (num_threads + n - 1) / n);
   const int heads_per_group = (heads + head_groups - 1) / head_groups;
-  const int64_t scores_per_thread = int64_t(heads) * ws.max_context;
   pool_.RunOnAll([&](int thread) {
-    float* scores = ws.scores.data() + thread * scores_per_thread;  // [heads, max_context]
+    float* tile = ws.kv_tile.data() + int64_t(thread) * kKvTileRows * row_dim;  // [tile, L + R]
+    float* running_max = ws.softmax_state.data() + int64_t(thread) * 2 * heads;  // [heads]
+    float* running_sum = running_max + heads;                                   // [heads]
     for (int item = thread; item < n * head_groups; item += num_threads) {
       const int t = item / head_groups;
       const int h_begin = (item % head_groups) * heads_per_group;
       const int h_end = std::min(heads, h_begin + heads_per_group);
-      const ForwardSegment& seg = segments[size_t(token_segments_[size_t(t)])];
+      const SequenceKv& kv = *segments[size_t(token_segments_[size_t(t)])].kv;
+      const KvPool& pool = kv.pool();
+      const float tensor_scale = pool.tensor_scale(layer_index);
       const int context = token_positions_[size_t(t)] + 1;
-      const float* rows = seg.kv->layer_rows(layer_index);
       const float* q_lat = ws.q_lat.data() + int64_t(t) * heads * row_dim;
-      for (int p = 0; p < context; ++p) {
-        const float* row = rows + int64_t(p) * row_dim;
-        for (int h = h_begin; h < h_end; ++h) {
-          scores[int64_t(h) * ws.max_context + p] = k.dot_f32(q_lat + h * row_dim, row, row_dim) * scale;
-        }
-      }
       for (int h = h_begin; h < h_end; ++h) {
-        Softmax(std::span<float>(scores + int64_t(h) * ws.max_context, size_t(context)));
+        running_max[h] = -std::numeric_limits<float>::infinity();
+        running_sum[h] = 0.0f;
         float* o = ws.o_lat.data() + (int64_t(h) * ws.max_tokens + t) * L;
         std::fill(o, o + L, 0.0f);
       }
-      for (int p = 0; p < context; ++p) {
-        const float* latent = rows + int64_t(p) * row_dim;
+      for (int p0 = 0; p0 < context; p0 += kKvTileRows) {
+        // Tiles never cross a page: kKvTileRows divides nothing in general, so clip at the page.
+        const int page_end = (p0 / pool.page_size() + 1) * pool.page_size();
+        const int rows = std::min({kKvTileRows, context - p0, page_end - p0});
+        DequantizeKvRows(pool.format(), kv.Row(layer_index, p0), rows, pool.row_bytes(), L,
+                         c.qk_rope_head_dim, tensor_scale, tile);
         for (int h = h_begin; h < h_end; ++h) {
+          float scores[kKvTileRows];
+          float tile_max = -std::numeric_limits<float>::infinity();
+          for (int r = 0; r < rows; ++r) {
+            scores[r] = k.dot_f32(q_lat + h * row_dim, tile + int64_t(r) * row_dim, row_dim) * scale;
+            tile_max = std::max(tile_max, scores[r]);
+          }
           float* o = ws.o_lat.data() + (int64_t(h) * ws.max_tokens + t) * L;
-          k.axpy_f32(scores[int64_t(h) * ws.max_context + p], latent, o, L);
+          const float new_max = std::max(running_max[h], tile_max);
+          const float correction = std::exp(running_max[h] - new_max);  // 0 on the first tile
+          if (correction != 1.0f) {
+            for (int i = 0; i < L; ++i) o[i] *= correction;
+          }
+          float sum = running_sum[h] * correction;
+          for (int r = 0; r < rows; ++r) {
+            const float weight = std::exp(scores[r] - new_max);
+            sum += weight;
+            k.axpy_f32(weight, tile + int64_t(r) * row_dim, o, L);
+          }
+          running_max[h] = new_max;
+          running_sum[h] = sum;
         }
+      }
+      for (int h = h_begin; h < h_end; ++h) {
+        float* o = ws.o_lat.data() + (int64_t(h) * ws.max_tokens + t) * L;
+        const float inv = 1.0f / running_sum[h];
+        for (int i = 0; i < L; ++i) o[i] *= inv;
       }
     }
   });

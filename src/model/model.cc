@@ -42,11 +42,6 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
                                           threads));
 }
 
-std::unique_ptr<SequenceKv> Model::NewSequenceKv() const {
-  return std::make_unique<SequenceKv>(config_.num_hidden_layers, max_context(),
-                                      config_.kv_cache_dim());
-}
-
 void Model::DenseMlp(const ComputeContext& ctx, const MlpWeights& w, int n, float* out) {
   Workspace& ws = workspace_;
   const int64_t inter = w.gate.rows;
@@ -75,10 +70,18 @@ Status Model::Forward(const KernelSet& kernels, std::span<const TokenId> tokens,
   for (size_t s = 0; s < segments.size(); ++s) {
     const ForwardSegment& seg = segments[s];
     if (seg.num_tokens <= 0) return Status::Error("a forward segment has no tokens");
-    if (seg.kv->num_tokens() + seg.num_tokens > seg.kv->capacity_tokens()) {
-      return Status::Error("sequence of " + std::to_string(seg.kv->num_tokens() + seg.num_tokens) +
-                           " tokens exceeds the context length " +
-                           std::to_string(seg.kv->capacity_tokens()));
+    const int end = seg.kv->num_tokens() + seg.num_tokens;
+    if (end > max_context()) {
+      return Status::Error("sequence of " + std::to_string(end) +
+                           " tokens exceeds the context length " + std::to_string(max_context()));
+    }
+    if (end > seg.kv->reserved_tokens()) {
+      return Status::Error("forward segment is not covered by reserved KV pages");
+    }
+    const KvPoolOptions& po = seg.kv->pool().options();
+    if (po.num_layers != c.num_hidden_layers || po.latent_dim != c.kv_lora_rank ||
+        po.rope_dim != c.qk_rope_head_dim) {
+      return Status::Error("KV pool shape does not match the model");
     }
     for (int i = 0; i < seg.num_tokens; ++i) {
       token_positions_[size_t(covered + i)] = seg.kv->num_tokens() + i;

@@ -26,7 +26,8 @@ struct ModelOptions {
 };
 
 // One sequence's share of a Forward call: its tokens occupy positions
-// [kv->num_tokens(), kv->num_tokens() + num_tokens) and are appended to *kv.
+// [kv->num_tokens(), kv->num_tokens() + num_tokens) and are appended to *kv, whose pages must
+// already cover them (SequenceKv::Reserve). Every segment's pool must have the model's shape.
 struct ForwardSegment {
   SequenceKv* kv;
   int num_tokens;
@@ -45,9 +46,6 @@ class Model {
   ThreadPool& pool() { return pool_; }
   const ModelWeights& weights() const { return weights_; }
   size_t weight_bytes() const { return checkpoint_->total_tensor_bytes(); }
-
-  // A KV store sized for max_context tokens.
-  std::unique_ptr<SequenceKv> NewSequenceKv() const;
 
   // tokens: the segments' tokens concatenated (at most max_batch_tokens). logits receives
   // [num_segments, vocab] (kLastPerSegment) or [tokens.size(), vocab] (kAllTokens).

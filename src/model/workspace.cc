@@ -33,7 +33,8 @@ Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads)
   expert_tokens.resize(N * top_k);
   expert_token_weights.resize(N * top_k);
   last_hidden.resize(N * H);
-  scores.resize(size_t(num_threads) * heads * size_t(context));
+  kv_tile.resize(size_t(num_threads) * kKvTileRows * row);
+  softmax_state.resize(size_t(num_threads) * 2 * heads);
   router_scratch.resize(size_t(num_threads) * (2 * experts + size_t(std::max(1, c.n_group))));
 }
 

@@ -10,6 +10,9 @@
 
 namespace mlaserve {
 
+// Rows of KV cache attention dequantizes at a time (never across a page).
+inline constexpr int kKvTileRows = 16;
+
 struct Workspace {
   Workspace(const ModelConfig& c, int max_tokens, int max_context, int num_threads);
 
@@ -37,7 +40,8 @@ struct Workspace {
   std::vector<int32_t> expert_tokens;   // [N * top_k] token index, grouped by expert
   std::vector<float> expert_token_weights;  // [N * top_k]
   std::vector<float> last_hidden;   // [N, H] rows whose logits are wanted
-  std::vector<float> scores;        // [threads, heads, max_context] attention scratch
+  std::vector<float> kv_tile;       // [threads, kKvTileRows, L + R] dequantized cache rows
+  std::vector<float> softmax_state;  // [threads, 2, heads] running max and sum
   std::vector<float> router_scratch;  // [threads, 2 * n_routed_experts + n_group]
 };
 

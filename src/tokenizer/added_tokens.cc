@@ -49,8 +49,8 @@ AddedTokenMatcher::AddedTokenMatcher(std::vector<AddedToken> tokens) : tokens_(s
 
 int32_t AddedTokenMatcher::Child(int32_t node, uint8_t byte) const {
   const auto& children = nodes_[node].children;
-  auto it = std::lower_bound(children.begin(), children.end(),
-                             std::pair<uint8_t, int32_t>(byte, -1));
+  auto it =
+      std::lower_bound(children.begin(), children.end(), std::pair<uint8_t, int32_t>(byte, -1));
   return (it != children.end() && it->first == byte) ? it->second : -1;
 }
 

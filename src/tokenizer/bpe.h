@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,8 +17,8 @@
 namespace mlaserve {
 
 struct MergeRule {
-  int32_t rank;     // lower merges first (the line number in the merges list)
-  TokenId merged;   // the token the pair becomes
+  int32_t rank;    // lower merges first (the line number in the merges list)
+  TokenId merged;  // the token the pair becomes
 };
 
 // Transparent hashing so maps keyed by std::string can be searched with a string_view.
@@ -59,9 +60,8 @@ class BpeModel {
   BpeModel() = default;
   // byte_token_ids[b]: the token for the single byte b, or -1 if the vocabulary lacks it.
   // whole_tokens: raw bytes -> id of every vocabulary token (used only for ignore_merges).
-  BpeModel(std::array<TokenId, 256> byte_token_ids,
-           std::unordered_map<uint64_t, MergeRule> merges, TokenIdByBytes whole_tokens,
-           BpeOptions options)
+  BpeModel(std::array<TokenId, 256> byte_token_ids, std::unordered_map<uint64_t, MergeRule> merges,
+           TokenIdByBytes whole_tokens, BpeOptions options)
       : byte_token_ids_(byte_token_ids),
         merges_(std::move(merges)),
         whole_tokens_(std::move(whole_tokens)),

@@ -61,7 +61,8 @@ bool ByteLevelSpellingToBytes(std::string_view spelling, std::string* out) {
     if (step.kind != Utf8Kind::kValid || step.length > 2) return false;
     char32_t code_point = static_cast<unsigned char>(spelling[pos]);
     if (step.length == 2) {
-      code_point = ((code_point & 0x1F) << 6) | (static_cast<unsigned char>(spelling[pos + 1]) & 0x3F);
+      code_point =
+          ((code_point & 0x1F) << 6) | (static_cast<unsigned char>(spelling[pos + 1]) & 0x3F);
     }
     if (code_point > kMaxMappedCodePoint) return false;
     const int16_t byte = tables.code_point_to_byte[code_point];

@@ -42,8 +42,7 @@ Status ParseSplit(const json& spec, const std::string& where, ParsedPreTokenizer
   std::optional<std::string> regex_text;
   std::optional<std::string> literal_text;
   MLA_RETURN_IF_ERROR(ReadOptionalString(*pattern_it, "Regex", where + ".pattern", &regex_text));
-  MLA_RETURN_IF_ERROR(
-      ReadOptionalString(*pattern_it, "String", where + ".pattern", &literal_text));
+  MLA_RETURN_IF_ERROR(ReadOptionalString(*pattern_it, "String", where + ".pattern", &literal_text));
   if (regex_text.has_value() == literal_text.has_value()) {
     return Status::Error(where + ".pattern must be {\"Regex\": ...} or {\"String\": ...}");
   }
@@ -55,8 +54,8 @@ Status ParseSplit(const json& spec, const std::string& where, ParsedPreTokenizer
   if (!behavior.ok()) return behavior.status();
   bool invert = false;
   MLA_RETURN_IF_ERROR(ReadOptionalBool(spec, "invert", where, false, &invert));
-  parsed->steps.emplace_back(
-      SplitStep{.pattern = std::move(regex).value(), .behavior = behavior.value(), .invert = invert});
+  parsed->steps.emplace_back(SplitStep{
+      .pattern = std::move(regex).value(), .behavior = behavior.value(), .invert = invert});
   return Status::Ok();
 }
 
@@ -73,17 +72,16 @@ Status ParsePreTokenizer(const json& spec, const std::string& where, ParsedPreTo
       return Status::Error(where + ".pretokenizers must be an array");
     }
     for (size_t i = 0; i < list->size(); ++i) {
-      MLA_RETURN_IF_ERROR(ParsePreTokenizer((*list)[i],
-                                            where + ".pretokenizers[" + std::to_string(i) + "]",
-                                            parsed));
+      MLA_RETURN_IF_ERROR(ParsePreTokenizer(
+          (*list)[i], where + ".pretokenizers[" + std::to_string(i) + "]", parsed));
     }
     return Status::Ok();
   }
   if (*type == "Split") return ParseSplit(spec, where, parsed);
   if (*type == "ByteLevel") {
     ByteLevelStep step;
-    MLA_RETURN_IF_ERROR(ReadOptionalBool(spec, "add_prefix_space", where, true,
-                                         &step.add_prefix_space));
+    MLA_RETURN_IF_ERROR(
+        ReadOptionalBool(spec, "add_prefix_space", where, true, &step.add_prefix_space));
     MLA_RETURN_IF_ERROR(ReadOptionalBool(spec, "use_regex", where, true, &step.use_regex));
     parsed->needs_gpt2_pattern |= step.use_regex;
     parsed->steps.emplace_back(step);
@@ -288,8 +286,8 @@ Result<std::unique_ptr<TokenizerModel>> BuildModel(const json& root, const std::
   }
   PreTokenizer pre_tokenizer(std::move(parsed.steps), std::move(gpt2_pattern));
   if (!pre_tokenizer.has_byte_level_step()) {
-    return Status::Error(source +
-                         ": pre_tokenizer has no ByteLevel step (only byte-level BPE is supported)");
+    return Status::Error(
+        source + ": pre_tokenizer has no ByteLevel step (only byte-level BPE is supported)");
   }
 
   BpeOptions options;
@@ -318,8 +316,8 @@ Result<std::unique_ptr<TokenizerModel>> BuildModel(const json& root, const std::
   MLA_RETURN_IF_ERROR(ReadAddedTokens(root, source, &added));
   model->SetAddedTokens(std::move(added));
 
-  model->bpe = BpeModel(tables.byte_token_ids, std::move(merges), std::move(tables.id_by_bytes),
-                        options);
+  model->bpe =
+      BpeModel(tables.byte_token_ids, std::move(merges), std::move(tables.id_by_bytes), options);
   model->pre_tokenizer = std::move(pre_tokenizer);
   return model;
 }

@@ -19,8 +19,7 @@ std::pair<size_t, size_t> ApplyBehavior(SplitBehavior behavior, std::vector<Span
   bool previous_was_delimiter = false;
   switch (behavior) {
     case SplitBehavior::kRemoved:
-    case SplitBehavior::kIsolated:
-      return {0, count};
+    case SplitBehavior::kIsolated: return {0, count};
     case SplitBehavior::kMergedWithPrevious: {
       size_t write = 0;
       for (size_t read = 0; read < count; ++read) {
@@ -65,24 +64,9 @@ std::pair<size_t, size_t> ApplyBehavior(SplitBehavior behavior, std::vector<Span
   return {0, count};
 }
 
-}  // namespace
-
-Result<std::unique_ptr<Regex>> PreTokenizer::CompileGpt2Pattern() {
-  Result<Regex> compiled = Regex::Compile(kGpt2Pattern);
-  if (!compiled.ok()) return compiled.status();
-  return std::make_unique<Regex>(std::move(compiled).value());
-}
-
-bool PreTokenizer::has_byte_level_step() const {
-  for (const PreTokenizerStep& step : steps_) {
-    if (std::holds_alternative<ByteLevelStep>(step)) return true;
-  }
-  return false;
-}
-
-Status PreTokenizer::ApplySplit(const Regex& pattern, SplitBehavior behavior, bool invert,
-                                PreTokenizeScratch* scratch,
-                                std::vector<std::string_view>* pieces) const {
+// Re-splits every piece in *pieces with `pattern`.
+Status ApplySplit(const Regex& pattern, SplitBehavior behavior, bool invert,
+                  PreTokenizeScratch* scratch, std::vector<std::string_view>* pieces) {
   std::vector<std::string_view>& out = scratch->next_pieces;
   out.clear();
   std::vector<Span>& spans = scratch->spans;
@@ -111,6 +95,21 @@ Status PreTokenizer::ApplySplit(const Regex& pattern, SplitBehavior behavior, bo
   }
   pieces->swap(out);
   return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Regex>> PreTokenizer::CompileGpt2Pattern() {
+  Result<Regex> compiled = Regex::Compile(kGpt2Pattern);
+  if (!compiled.ok()) return compiled.status();
+  return std::make_unique<Regex>(std::move(compiled).value());
+}
+
+bool PreTokenizer::has_byte_level_step() const {
+  for (const PreTokenizerStep& step : steps_) {
+    if (std::holds_alternative<ByteLevelStep>(step)) return true;
+  }
+  return false;
 }
 
 Status PreTokenizer::Split(std::string_view text, PreTokenizeScratch* scratch,

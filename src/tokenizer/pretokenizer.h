@@ -5,6 +5,7 @@
 #pragma once
 
 #include <deque>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -69,9 +70,6 @@ class PreTokenizer {
                std::vector<std::string_view>* pieces) const;
 
  private:
-  Status ApplySplit(const Regex& pattern, SplitBehavior behavior, bool invert,
-                    PreTokenizeScratch* scratch, std::vector<std::string_view>* pieces) const;
-
   std::vector<PreTokenizerStep> steps_;
   std::unique_ptr<Regex> gpt2_pattern_;
 };

@@ -73,9 +73,8 @@ Status ReadSpecialTokens(std::string_view config_text, const std::string& config
   const bool has_decoder = decoder != config->end() && decoder->is_object();
 
   for (TokenId id = first_special_id; id < first_special_id + kNumReservedSpecialTokens; ++id) {
-    AddedToken token{.content = "<|reserved_token_" + std::to_string(id) + "|>",
-                     .id = id,
-                     .special = true};
+    AddedToken token{
+        .content = "<|reserved_token_" + std::to_string(id) + "|>", .id = id, .special = true};
     if (has_decoder) {
       auto entry = decoder->find(std::to_string(id));
       if (entry != decoder->end()) {
@@ -119,7 +118,8 @@ Result<std::unique_ptr<TokenizerModel>> ParseKimiTiktoken(std::string_view model
     TokenId rank = -1;
     const std::string_view rank_text =
         space == std::string_view::npos ? std::string_view() : line.substr(space + 1);
-    const auto parsed = std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
+    const auto parsed =
+        std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
     if (space == std::string_view::npos || parsed.ec != std::errc() ||
         parsed.ptr != rank_text.data() + rank_text.size() || rank < 0 || rank >= (1 << 24)) {
       return Status::Error(where + " is not \"base64-bytes rank\"");
@@ -156,8 +156,8 @@ Result<std::unique_ptr<TokenizerModel>> ParseKimiTiktoken(std::string_view model
 
   // Kimi numbers its special tokens right after the ranks.
   std::vector<AddedToken> specials;
-  MLA_RETURN_IF_ERROR(ReadSpecialTokens(config_text, config_source,
-                                        static_cast<TokenId>(num_ranks), &specials));
+  MLA_RETURN_IF_ERROR(
+      ReadSpecialTokens(config_text, config_source, static_cast<TokenId>(num_ranks), &specials));
   model->SetAddedTokens(std::move(specials));
 
   Result<Regex> pattern = Regex::Compile(kKimiPattern);

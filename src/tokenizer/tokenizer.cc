@@ -44,7 +44,8 @@ Result<std::unique_ptr<TokenizerModel>> LoadModel(const std::string& model_dir) 
     Result<std::string> model_text = ReadFile(tiktoken_path);
     if (!model_text.ok()) return model_text.status();
     if (!has_config) {
-      return Status::Error(config_path + ": missing (a tiktoken.model needs it for special tokens)");
+      return Status::Error(config_path +
+                           ": missing (a tiktoken.model needs it for special tokens)");
     }
     Result<std::unique_ptr<TokenizerModel>> model =
         ParseKimiTiktoken(model_text.value(), tiktoken_path, config_text, config_path);
@@ -59,7 +60,8 @@ Result<std::unique_ptr<TokenizerModel>> LoadModel(const std::string& model_dir) 
   }
   Result<std::string> json_text = ReadFile(json_path);
   if (!json_text.ok()) return json_text.status();
-  Result<std::unique_ptr<TokenizerModel>> model = ParseHfTokenizerJson(json_text.value(), json_path);
+  Result<std::unique_ptr<TokenizerModel>> model =
+      ParseHfTokenizerJson(json_text.value(), json_path);
   if (!model.ok()) return model.status();
   if (has_config) {
     MLA_RETURN_IF_ERROR(ApplyTokenizerConfig(config_text, config_path,

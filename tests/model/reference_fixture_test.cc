@@ -76,7 +76,9 @@ void CheckModelAgainstFixture(const std::string& model_dir, const std::string& f
     for (size_t pi = 0; pi < prompts.size(); ++pi) {
       SCOPED_TRACE("prompt " + std::to_string(pi));
       const FixturePrompt& fp = prompts[pi];
-      SequenceRunner runner(**model, *kernels);
+      auto created = SequenceRunner::Create(**model, *kernels, {.kv_format = KvFormat::kF32});
+      ASSERT_TRUE(created.ok()) << created.error();
+      SequenceRunner& runner = **created;
       double max_diff = 0.0;
       auto sink = [&](int first, int count, const float* logits) {
         for (size_t i = 0; i < size_t(count) * vocab; ++i) {

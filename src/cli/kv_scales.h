@@ -1,0 +1,20 @@
+// Per-tensor KV scales for the plain fp8 formats (and nvfp4's global scale): the calibration
+// file that `mlaserve kv-calibrate` writes (per-layer absolute maxima of the cached rows) and
+// the per-layer scales a format derives from it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "kvcache/kv_format.h"
+#include "model/config.h"
+
+namespace mlaserve::cli {
+
+// Reads FILE (JSON: model_type, num_hidden_layers, kv_lora_rank, qk_rope_head_dim, kv_amax[])
+// and returns one scale per layer for `format`. A file made for another shape is an error.
+Result<std::vector<float>> LoadKvScales(const std::string& path, const ModelConfig& config,
+                                        KvFormat format);
+
+}  // namespace mlaserve::cli

@@ -1,0 +1,133 @@
+// Kimi-K2 style directories: tiktoken.model + tokenizer_config.json.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_model.h"
+
+namespace mlaserve {
+namespace {
+
+std::string Base64(std::string_view bytes) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  uint32_t buffer = 0;
+  int bits = 0;
+  for (char c : bytes) {
+    buffer = (buffer << 8) | static_cast<unsigned char>(c);
+    bits += 8;
+    while (bits >= 6) {
+      bits -= 6;
+      out.push_back(kAlphabet[(buffer >> bits) & 0x3F]);
+    }
+  }
+  if (bits > 0) out.push_back(kAlphabet[(buffer << (6 - bits)) & 0x3F]);
+  while (out.size() % 4 != 0) out.push_back('=');
+  return out;
+}
+
+// Ranks 0..255 are the bytes; then "ab", "abc", "ab" + "ab", " x" (ranks 256..259).
+std::string TiktokenModel() {
+  std::string text;
+  TokenId rank = 0;
+  for (int byte = 0; byte < 256; ++byte) {
+    text += Base64(std::string(1, static_cast<char>(byte))) + " " + std::to_string(rank++) + "\n";
+  }
+  for (const char* token : {"ab", "abc", "abab", " x"}) {
+    text += Base64(token) + " " + std::to_string(rank++) + "\n";
+  }
+  return text;
+}
+
+constexpr TokenId kFirstSpecial = 260;
+
+const char* kConfig = R"({
+  "bos_token": "[BOS]",
+  "eos_token": "[EOS]",
+  "added_tokens_decoder": {
+    "260": {"content": "[BOS]", "special": true},
+    "261": {"content": "[EOS]", "special": true},
+    "263": {"content": "<|im_end|>", "special": true}
+  }
+})";
+
+class TokenizerTiktoken : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("mlaserve_tiktoken_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    std::ofstream(dir_ / "tiktoken.model") << TiktokenModel();
+    std::ofstream(dir_ / "tokenizer_config.json") << kConfig;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(TokenizerTiktoken, LoadsRanksAndSpecialTokens) {
+  Result<Tokenizer> tokenizer = Tokenizer::FromDirectory(dir_.string());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.error();
+  EXPECT_EQ(tokenizer->vocab_size(), 260u + 256u);
+  EXPECT_EQ(tokenizer->bos_id(), kFirstSpecial);
+  EXPECT_EQ(tokenizer->eos_id(), kFirstSpecial + 1);
+  EXPECT_FALSE(tokenizer->add_bos());  // Kimi's tokenizer class never prepends BOS
+  EXPECT_EQ(tokenizer->IdToToken(kFirstSpecial + 3), "<|im_end|>");
+  EXPECT_EQ(tokenizer->IdToToken(kFirstSpecial + 2), "<|reserved_token_262|>");
+  EXPECT_EQ(tokenizer->IdToToken(259), "Ġx");  // byte-level spelling of the ranks' bytes
+  EXPECT_TRUE(tokenizer->IsSpecial(kFirstSpecial + 2));
+
+  Result<std::vector<TokenId>> ids = tokenizer->Encode("[BOS]abab ab abc abcab x<|im_end|>", false);
+  ASSERT_TRUE(ids.ok()) << ids.error();
+  // Pieces: "abab" (a whole token), " ab", " abc", " abcab", " x" (a whole token). In
+  // " abcab" both "ab" merge (rank 256) before "abc" (257) forms; "abcab" is no token.
+  EXPECT_EQ(ids.value(), (std::vector<TokenId>{kFirstSpecial, 258, ' ', 256, ' ', 257, ' ', 257,
+                                               256, 259, kFirstSpecial + 3}));
+  EXPECT_EQ(tokenizer->Decode(ids.value()), "[BOS]abab ab abc abcab x<|im_end|>");
+}
+
+TEST_F(TokenizerTiktoken, KimiPatternSplits) {
+  std::ifstream model_file(dir_ / "tiktoken.model");
+  const std::string model_text((std::istreambuf_iterator<char>(model_file)),
+                               std::istreambuf_iterator<char>());
+  Result<std::unique_ptr<TokenizerModel>> model =
+      ParseKimiTiktoken(model_text, "tiktoken.model", kConfig, "tokenizer_config.json");
+  ASSERT_TRUE(model.ok()) << model.error();
+  auto pieces = [&](std::string_view text) {
+    PreTokenizeScratch scratch;
+    std::vector<std::string_view> views;
+    EXPECT_TRUE(model.value()->pre_tokenizer.Split(text, &scratch, &views).ok());
+    return std::vector<std::string>(views.begin(), views.end());
+  };
+  using Strings = std::vector<std::string>;
+  // Expected pieces from the original pattern under Python's `regex` module (V1 syntax).
+  EXPECT_EQ(pieces("HelloWorld's 中文abc"), (Strings{"Hello", "World's", " ", "中文", "abc"}));
+  EXPECT_EQ(pieces("ABCdef GHI'S 12345 ...\n\n  x"),
+            (Strings{"ABCdef", " GHI'S", " ", "123", "45", " ...\n\n", " ", " x"}));
+  EXPECT_EQ(pieces("日本語のテキスト、カタカナ"), (Strings{"日本語", "のテキスト", "、カタカナ"}));
+}
+
+TEST_F(TokenizerTiktoken, ErrorsNameTheFile) {
+  std::ofstream(dir_ / "tiktoken.model") << "not-base64! 1\n";
+  Result<Tokenizer> tokenizer = Tokenizer::FromDirectory(dir_.string());
+  ASSERT_FALSE(tokenizer.ok());
+  EXPECT_NE(tokenizer.error().find("tiktoken.model: line 1"), std::string::npos)
+      << tokenizer.error();
+
+  std::filesystem::remove(dir_ / "tokenizer_config.json");
+  std::ofstream(dir_ / "tiktoken.model") << TiktokenModel();
+  tokenizer = Tokenizer::FromDirectory(dir_.string());
+  ASSERT_FALSE(tokenizer.ok());
+  EXPECT_NE(tokenizer.error().find("tokenizer_config.json: missing"), std::string::npos)
+      << tokenizer.error();
+}
+
+}  // namespace
+}  // namespace mlaserve
