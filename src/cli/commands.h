@@ -10,6 +10,9 @@ int RunGenerate(Args& args);
 int RunScore(Args& args);
 int RunBench(Args& args);
 int RunInitRandom(Args& args);
+int RunKvEval(Args& args);
+int RunKvCalibrate(Args& args);
+int RunPlan(Args& args);
 
 struct Command {
   const char* name;
@@ -21,6 +24,9 @@ inline constexpr Command kCommands[] = {
     {"score", RunScore},
     {"bench", RunBench},
     {"init-random", RunInitRandom},
+    {"kv-eval", RunKvEval},
+    {"kv-calibrate", RunKvCalibrate},
+    {"plan", RunPlan},
 };
 
 inline constexpr const char* kUsage =
@@ -33,10 +39,19 @@ inline constexpr const char* kUsage =
     "               per-token log-probabilities and perplexity, as JSON\n"
     "  bench        --model-path DIR [--prompt-len N] [--decode-tokens N]\n"
     "               prefill/decode tokens/s and achieved memory bandwidth\n"
+    "  kv-eval      --model-path DIR [--data FILE] [--formats all|a,b] [--json OUT]\n"
+    "               quality cost of each KV cache format against the bf16 cache\n"
+    "  kv-calibrate --model-path DIR [--data FILE] --out FILE\n"
+    "               per-layer KV maxima, for --kv-scales (plain fp8, nvfp4)\n"
+    "  plan         --model-path DIR|config.json [--device-memory GB] [--mem-fraction-static F]\n"
+    "               [--tp-size N] [--weights-gb GB] [--kv-budget-gb GB] [--avg-seq-len N]\n"
+    "               KV bytes per token per format, tokens that fit, requests decoding at once\n"
     "  init-random  --out DIR [--preset reference|tiny] [--config FILE] [--dtype bf16|f16|f32]\n"
     "               writes a randomly initialised checkpoint of any shape\n"
     "\n"
-    "model flags (generate, score, bench): --threads N, --kernels auto|portable|avx2|avx512,\n"
-    "  --context-length N, --max-batch-tokens N\n";
+    "model flags (generate, score, bench, kv-eval, kv-calibrate): --threads N,\n"
+    "  --kernels auto|portable|avx2|avx512, --context-length N, --max-batch-tokens N,\n"
+    "  --kv-cache-dtype auto|bf16|fp16|fp32|fp8_e4m3|fp8_e5m2|fp8_ds_mla|fp4_e2m1|mxfp4|nvfp4,\n"
+    "  --kv-scales FILE, --page-size N\n";
 
 }  // namespace mlaserve::cli

@@ -56,6 +56,11 @@ enum class KvFormat {
   kNVFP4,     // NVFP4: 16-value blocks, UE4M3 scales, per-tensor fp32 scale
 };
 
+// Every format, in the order tables list them (kv-eval, plan).
+inline constexpr KvFormat kAllKvFormats[] = {
+    KvFormat::kF32,     KvFormat::kBF16,     KvFormat::kFP16,  KvFormat::kFP8E4M3, KvFormat::kFP8E5M2,
+    KvFormat::kFP8DsMla, KvFormat::kFP4E2M1, KvFormat::kMXFP4, KvFormat::kNVFP4};
+
 // Parses a --kv-cache-dtype value. Accepted (case-insensitive): auto, bf16, bfloat16, fp16,
 // float16, fp32, float32, fp8 (= fp8_e4m3, as in vLLM), fp8_e4m3, fp8_e5m2, fp8_ds_mla (alias
 // fp8_flashmla), fp4_e2m1, mxfp4, nvfp4. `auto` resolves to the model's activation dtype

@@ -1,0 +1,252 @@
+// mlaserve kv-eval: what each KV cache format costs in quality, against the bf16 cache.
+// Teacher-forced over held-out text (the bundled model's heldout.txt by default): perplexity and
+// its change, mean and p99 per-token KL(bf16 || format), top-1 agreement; from many prompts,
+// the mean length of greedy continuation identical to bf16's; and what each format costs in
+// bytes per token and buys in tokens for a given budget. Prints a table, writes JSON.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/kv_scales.h"
+#include "cli/model_setup.h"
+#include "engine/sampler.h"
+#include "engine/sequence_runner.h"
+
+namespace mlaserve::cli {
+namespace {
+
+struct FormatStats {
+  KvFormat format;
+  double nll_sum = 0.0;
+  std::vector<double> kl;  // per scored token
+  int64_t top1_agree = 0;
+  int64_t scored = 0;
+  double continuation_sum = 0.0;
+  int continuations = 0;
+};
+
+// log-softmax of one row into out.
+void LogSoftmax(const float* logits, int vocab, std::vector<double>& out) {
+  const float max = *std::max_element(logits, logits + vocab);
+  double sum = 0.0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - max);
+  const double log_sum = std::log(sum) + max;
+  for (int i = 0; i < vocab; ++i) out[size_t(i)] = double(logits[i]) - log_sum;
+}
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(q * double(v.size() - 1) + 0.5))];
+}
+
+Result<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::Error(path + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+int RunKvEval(Args& args) {
+  ModelFlags model_flags = ReadModelFlags(args);
+  const std::string data_arg = args.Str("data", "");
+  const std::string formats_arg = args.Str("formats", "all");
+  const int max_tokens = args.Int("max-tokens", 8192);
+  const int window = args.Int("window", 512);
+  const int num_prompts = args.Int("num-prompts", 32);
+  const int prompt_len = args.Int("prompt-len", 64);
+  const int continuation_len = args.Int("continuation-len", 32);
+  const double budget_gb = args.Double("budget-gb", 10.0);
+  const std::string json_path = args.Str("json", "");
+  const std::string scales_path = args.Str("kv-scales", "");
+  if (Status s = args.Finish("kv-eval"); !s.ok()) return Fail("kv-eval", s.message(), 2);
+  if (window < 2 || max_tokens < window || num_prompts < 0 || prompt_len < 1 || continuation_len < 1) {
+    return Fail("kv-eval", "need --window >= 2, --max-tokens >= --window, positive prompt sizes", 2);
+  }
+  std::vector<KvFormat> formats;
+  if (formats_arg == "all") {
+    for (KvFormat f : kAllKvFormats) {
+      if (f != KvFormat::kBF16 && f != KvFormat::kF32) formats.push_back(f);
+    }
+  } else {
+    std::stringstream ss(formats_arg);
+    std::string name;
+    while (std::getline(ss, name, ',')) {
+      auto f = ParseKvCacheDtype(name, "bf16");
+      if (!f.ok()) return Fail("kv-eval", f.error(), 2);
+      formats.push_back(*f);
+    }
+  }
+
+  auto loaded = LoadModel(model_flags, /*need_tokenizer=*/true);
+  if (!loaded.ok()) return Fail("kv-eval", loaded.error());
+  Model& model = *loaded->model;
+  const ModelConfig& c = model.config();
+  const int vocab = c.vocab_size;
+  if (window + 1 > model.max_context() || prompt_len + continuation_len > model.max_context()) {
+    return Fail("kv-eval", "--window or --prompt-len + --continuation-len exceeds the context length", 2);
+  }
+  const std::string data_path =
+      data_arg.empty() ? (std::filesystem::path(model_flags.model_path) / "heldout.txt").string() : data_arg;
+  auto text = ReadText(data_path);
+  if (!text.ok()) return Fail("kv-eval", text.error() + " (give held-out text with --data)");
+  auto encoded = loaded->tokenizer->Encode(*text, /*add_bos=*/false);
+  if (!encoded.ok()) return Fail("kv-eval", encoded.error());
+  const std::vector<TokenId>& ids = *encoded;
+  const std::optional<TokenId> bos = loaded->tokenizer->bos_id();
+  if (int(ids.size()) < window) return Fail("kv-eval", data_path + ": fewer tokens than --window");
+
+  auto make_runner = [&](KvFormat f) -> Result<std::unique_ptr<SequenceRunner>> {
+    SequenceRunnerOptions o{.kv_format = f};
+    if (!scales_path.empty()) {
+      auto scales = LoadKvScales(scales_path, c, f);
+      if (!scales.ok()) return scales.status();
+      o.kv_tensor_scales = *scales;
+    }
+    return SequenceRunner::Create(model, *loaded->kernels, o);
+  };
+  auto reference = make_runner(KvFormat::kBF16);
+  if (!reference.ok()) return Fail("kv-eval", reference.error());
+  std::vector<FormatStats> stats;
+  std::vector<std::unique_ptr<SequenceRunner>> runners;
+  for (KvFormat f : formats) {
+    auto r = make_runner(f);
+    if (!r.ok()) return Fail("kv-eval", std::string(KvFormatName(f)) + ": " + r.error());
+    runners.push_back(std::move(r).value());
+    stats.push_back(FormatStats{.format = f});
+  }
+  FormatStats ref_stats{.format = KvFormat::kBF16};
+
+  // Teacher-forced windows: [bos] + window tokens; every token after the first is scored.
+  std::vector<float> ref_logits(size_t(window + 1) * vocab);
+  std::vector<double> ref_lp(static_cast<size_t>(vocab)), cand_lp(static_cast<size_t>(vocab));
+  std::vector<TokenId> input;
+  const int num_windows = std::min(max_tokens, int(ids.size())) / window;
+  for (int w = 0; w < num_windows; ++w) {
+    input.clear();
+    if (bos) input.push_back(*bos);
+    input.insert(input.end(), ids.begin() + int64_t(w) * window, ids.begin() + int64_t(w + 1) * window);
+    const int n = int(input.size());
+    auto keep_ref = [&](int first, int count, const float* logits) {
+      std::copy(logits, logits + size_t(count) * vocab, ref_logits.begin() + size_t(first) * vocab);
+    };
+    SequenceRunner::LogitsSink ref_sink(keep_ref);
+    (*reference)->Reset();
+    if (Status s = (*reference)->Append(input, &ref_sink); !s.ok()) return Fail("kv-eval", s.message());
+    for (int i = 0; i + 1 < n; ++i) {
+      LogSoftmax(ref_logits.data() + size_t(i) * vocab, vocab, ref_lp);
+      ref_stats.nll_sum -= ref_lp[size_t(input[size_t(i + 1)])];
+      ref_stats.scored++;
+    }
+    for (size_t fi = 0; fi < formats.size(); ++fi) {
+      FormatStats& st = stats[fi];
+      auto compare = [&](int first, int count, const float* logits) {
+        for (int j = 0; j < count; ++j) {
+          const int i = first + j;
+          if (i + 1 >= n) continue;
+          const float* ref_row = ref_logits.data() + size_t(i) * vocab;
+          const float* row = logits + size_t(j) * vocab;
+          LogSoftmax(ref_row, vocab, ref_lp);
+          LogSoftmax(row, vocab, cand_lp);
+          double kl = 0.0;
+          for (int v = 0; v < vocab; ++v) kl += std::exp(ref_lp[size_t(v)]) * (ref_lp[size_t(v)] - cand_lp[size_t(v)]);
+          st.kl.push_back(std::max(0.0, kl));
+          st.nll_sum -= cand_lp[size_t(input[size_t(i + 1)])];
+          st.top1_agree += ArgMax(std::span(ref_row, size_t(vocab))) == ArgMax(std::span(row, size_t(vocab)));
+          st.scored++;
+        }
+      };
+      SequenceRunner::LogitsSink sink(compare);
+      runners[fi]->Reset();
+      if (Status s = runners[fi]->Append(input, &sink); !s.ok()) return Fail("kv-eval", s.message());
+    }
+  }
+
+  // Greedy continuations from prompts spread over the data.
+  std::vector<TokenId> ref_tokens, tokens;
+  auto greedy = [&](SequenceRunner& r, std::span<const TokenId> prompt, std::vector<TokenId>& out) -> Status {
+    r.Reset();
+    out.clear();
+    MLA_RETURN_IF_ERROR(r.Append(prompt));
+    for (int i = 0; i < continuation_len; ++i) {
+      const TokenId next = ArgMax(r.last_logits());
+      out.push_back(next);
+      if (i + 1 < continuation_len) MLA_RETURN_IF_ERROR(r.Append(std::span(&next, 1)));
+    }
+    return Status::Ok();
+  };
+  const int64_t stride = std::max<int64_t>(1, (int64_t(ids.size()) - prompt_len) / std::max(1, num_prompts));
+  for (int p = 0; p < num_prompts; ++p) {
+    input.clear();
+    if (bos) input.push_back(*bos);
+    const int64_t start = int64_t(p) * stride;
+    if (start + prompt_len > int64_t(ids.size())) break;
+    input.insert(input.end(), ids.begin() + start, ids.begin() + start + prompt_len);
+    if (Status s = greedy(**reference, input, ref_tokens); !s.ok()) return Fail("kv-eval", s.message());
+    for (size_t fi = 0; fi < formats.size(); ++fi) {
+      if (Status s = greedy(*runners[fi], input, tokens); !s.ok()) return Fail("kv-eval", s.message());
+      size_t same = 0;
+      while (same < tokens.size() && tokens[same] == ref_tokens[same]) ++same;
+      stats[fi].continuation_sum += double(same);
+      stats[fi].continuations++;
+    }
+  }
+
+  // Report.
+  const double ref_ppl = std::exp(ref_stats.nll_sum / double(std::max<int64_t>(1, ref_stats.scored)));
+  const size_t ref_bytes = KvRowBytes(KvFormat::kBF16, c.kv_lora_rank, c.qk_rope_head_dim) * size_t(c.num_hidden_layers);
+  std::printf("kv-eval: %s, %lld teacher-forced tokens from %s (%d windows of %d), %d greedy "
+              "continuations of %d tokens; reference: bf16 KV cache\n\n",
+              model_flags.model_path.c_str(), (long long)ref_stats.scored, data_path.c_str(),
+              num_windows, window, stats.empty() ? 0 : stats[0].continuations, continuation_len);
+  std::printf("| format | bytes/token | tokens in %.0f GB | perplexity | delta ppl | mean KL | p99 KL | top-1 agree | identical greedy tokens (of %d) |\n",
+              budget_gb, continuation_len);
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| bf16 (reference) | %zu | %lld | %.4f | 0 | 0 | 0 | 100.00%% | %d |\n", ref_bytes,
+              (long long)(budget_gb * 1e9 / double(ref_bytes)), ref_ppl, continuation_len);
+  nlohmann::json out;
+  out["model"] = model_flags.model_path;
+  out["data"] = data_path;
+  out["teacher_forced_tokens"] = ref_stats.scored;
+  out["continuation_len"] = continuation_len;
+  out["budget_gb"] = budget_gb;
+  out["formats"].push_back({{"format", "bf16"}, {"bytes_per_token", ref_bytes}, {"perplexity", ref_ppl}});
+  for (const FormatStats& st : stats) {
+    const double ppl = std::exp(st.nll_sum / double(std::max<int64_t>(1, st.scored)));
+    double kl_mean = 0.0;
+    for (double k : st.kl) kl_mean += k;
+    kl_mean /= double(std::max<size_t>(1, st.kl.size()));
+    const double kl_p99 = Percentile(st.kl, 0.99);
+    const double agree = double(st.top1_agree) / double(std::max<int64_t>(1, st.scored));
+    const double mean_same = st.continuation_sum / std::max(1, st.continuations);
+    const size_t bytes = KvRowBytes(st.format, c.kv_lora_rank, c.qk_rope_head_dim) * size_t(c.num_hidden_layers);
+    const long long fit = (long long)(budget_gb * 1e9 / double(bytes));
+    std::printf("| %s | %zu | %lld | %.4f | %+.4f | %.5f | %.5f | %.2f%% | %.1f |\n", KvFormatName(st.format),
+                bytes, fit, ppl, ppl - ref_ppl, kl_mean, kl_p99, 100.0 * agree, mean_same);
+    out["formats"].push_back({{"format", KvFormatName(st.format)},
+                              {"bytes_per_token", bytes},
+                              {"tokens_in_budget", fit},
+                              {"perplexity", ppl},
+                              {"delta_perplexity", ppl - ref_ppl},
+                              {"kl_mean", kl_mean},
+                              {"kl_p99", kl_p99},
+                              {"top1_agreement", agree},
+                              {"mean_identical_greedy_tokens", mean_same}});
+  }
+  if (!json_path.empty()) {
+    std::ofstream f(json_path);
+    f << out.dump(2) << "\n";
+    if (!f) return Fail("kv-eval", json_path + ": write failed");
+  }
+  return 0;
+}
+
+}  // namespace mlaserve::cli
