@@ -56,6 +56,13 @@ int RunGenerate(Args& args) {
   auto created = SequenceRunner::Create(model, *loaded->kernels, loaded->runner_options);
   if (!created.ok()) return Fail("generate", created.error());
   SequenceRunner& runner = **created;
+  std::fprintf(stderr, "[mlaserve] model=%s, kv_cache_dtype=%s, %s\n", model_flags.model_path.c_str(),
+               KvFormatName(loaded->runner_options.kv_format), loaded->kv_budget.log_line.c_str());
+  if (runner.pool().capacity_tokens() < int64_t(ids->size()) + max_new_tokens) {
+    return Fail("generate", "the KV budget holds " + std::to_string(loaded->kv_budget.max_total_num_tokens) +
+                                " tokens, fewer than this request needs (" +
+                                std::to_string(ids->size() + size_t(max_new_tokens)) + ")", 2);
+  }
   Sampler sampler(model.config().vocab_size);
   StreamDecoder decoder(tokenizer);
   using Clock = std::chrono::steady_clock;

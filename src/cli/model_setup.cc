@@ -1,5 +1,6 @@
 #include "cli/model_setup.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/kv_scales.h"
@@ -16,6 +17,9 @@ ModelFlags ReadModelFlags(Args& args) {
   f.kv_cache_dtype = args.Str("kv-cache-dtype", "auto");
   f.kv_scales = args.Str("kv-scales", "");
   f.page_size = args.Int("page-size", 16);
+  f.device_memory_gb = args.Double("device-memory", 0.0);
+  f.mem_fraction_static = args.Double("mem-fraction-static", 0.88);
+  f.max_total_tokens = args.Int64("max-total-tokens", 0);
   return f;
 }
 
@@ -34,6 +38,18 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
   MLA_RETURN_IF_ERROR(ValidateKvFormatDims(*format, config.kv_lora_rank, config.qk_rope_head_dim));
   loaded.runner_options.kv_format = *format;
   loaded.runner_options.page_size = flags.page_size;
+  auto budget = ComputeKvBudget(KvBudgetRequest{
+      .device_memory_bytes = flags.device_memory_gb * 1e9,
+      .mem_fraction_static = flags.mem_fraction_static,
+      .weight_bytes = double(loaded.model->weight_bytes()),
+      .kv_bytes_per_token = KvRowBytes(*format, config.kv_lora_rank, config.qk_rope_head_dim) *
+                            size_t(config.num_hidden_layers),
+      .max_total_tokens = flags.max_total_tokens,
+      .page_size = flags.page_size});
+  if (!budget.ok()) return budget.status();
+  loaded.kv_budget = *budget;
+  loaded.runner_options.pool_tokens =
+      std::min<int64_t>(budget->max_total_num_tokens, loaded.model->max_context());
   if (!flags.kv_scales.empty()) {
     auto scales = LoadKvScales(flags.kv_scales, config, *format);
     if (!scales.ok()) return scales.status();

@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "kernels/kernels.h"
 #include "engine/sequence_runner.h"
+#include "kvcache/kv_budget.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -19,11 +20,15 @@ struct ModelFlags {
   std::string kv_cache_dtype = "auto";
   std::string kv_scales;  // calibration file from kv-calibrate; empty: 1.0
   int page_size = 16;
+  double device_memory_gb = 0;  // 0: physical memory
+  double mem_fraction_static = 0.88;
+  int64_t max_total_tokens = 0;
   ModelOptions options;
 };
 
 // Reads --model-path, --threads, --kernels, --context-length, --max-batch-tokens,
-// --kv-cache-dtype, --kv-scales, --page-size.
+// --kv-cache-dtype, --kv-scales, --page-size, --device-memory, --mem-fraction-static,
+// --max-total-tokens.
 ModelFlags ReadModelFlags(Args& args);
 
 struct LoadedModel {
@@ -31,6 +36,7 @@ struct LoadedModel {
   std::optional<Tokenizer> tokenizer;
   const KernelSet* kernels = nullptr;
   SequenceRunnerOptions runner_options;  // the KV format, scales and page size asked for
+  KvBudget kv_budget;                    // what the memory budget holds (SGLang's arithmetic)
 };
 
 Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer);

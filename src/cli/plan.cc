@@ -3,8 +3,6 @@
 // rank, and the requests of a given average length that can decode at once. MLA caches are
 // replicated on every tensor-parallel rank (one latent per token, not per head), so TP shrinks
 // the weights per rank but not the KV per token.
-#include <unistd.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_setup.h"
+#include "kvcache/kv_budget.h"
 #include "kvcache/kv_format.h"
 #include "model/config.h"
 #include "model/safetensors.h"
@@ -19,10 +18,6 @@
 
 namespace mlaserve::cli {
 namespace {
-
-double PhysicalMemoryGb() {
-  return double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE)) / 1e9;
-}
 
 // Weight bytes: the checkpoint's tensors when the directory has them, else the parameter count
 // the config implies at 2 bytes each.
@@ -67,7 +62,7 @@ int RunPlan(Args& args) {
 
   std::string weights_source = "given";
   const double weights_gb = weights_arg >= 0 ? weights_arg : WeightsGb(model_path, c, &weights_source);
-  const double device = device_gb > 0 ? device_gb : PhysicalMemoryGb();
+  const double device = device_gb > 0 ? device_gb : PhysicalMemoryBytes() / 1e9;
   double budget_gb;
   std::string budget_line;
   char buf[512];

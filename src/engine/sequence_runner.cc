@@ -15,7 +15,8 @@ SequenceRunner::SequenceRunner(Model& model, const KernelSet& kernels, std::uniq
 Result<std::unique_ptr<SequenceRunner>> SequenceRunner::Create(Model& model, const KernelSet& kernels,
                                                                const SequenceRunnerOptions& o) {
   const ModelConfig& c = model.config();
-  const int64_t pages = (model.max_context() + o.page_size - 1) / std::max(1, o.page_size);
+  const int64_t tokens = o.pool_tokens > 0 ? o.pool_tokens : model.max_context();
+  const int64_t pages = (tokens + o.page_size - 1) / std::max(1, o.page_size);
   auto pool = KvPool::Create(KvPoolOptions{.format = o.kv_format,
                                            .num_layers = c.num_hidden_layers,
                                            .latent_dim = c.kv_lora_rank,

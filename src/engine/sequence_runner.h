@@ -19,6 +19,7 @@ struct SequenceRunnerOptions {
   KvFormat kv_format = KvFormat::kBF16;
   std::vector<float> kv_tensor_scales;  // per layer; empty: 1.0 (or the checkpoint's)
   int page_size = 16;
+  int64_t pool_tokens = 0;  // KV pool capacity; 0: one full context
 };
 
 class SequenceRunner {
