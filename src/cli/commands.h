@@ -13,6 +13,7 @@ int RunInitRandom(Args& args);
 int RunKvEval(Args& args);
 int RunKvCalibrate(Args& args);
 int RunPlan(Args& args);
+int RunBenchOffline(Args& args);
 
 struct Command {
   const char* name;
@@ -27,6 +28,7 @@ inline constexpr Command kCommands[] = {
     {"kv-eval", RunKvEval},
     {"kv-calibrate", RunKvCalibrate},
     {"plan", RunPlan},
+    {"bench-offline", RunBenchOffline},
 };
 
 inline constexpr const char* kUsage =
@@ -46,6 +48,9 @@ inline constexpr const char* kUsage =
     "  plan         --model-path DIR|config.json [--device-memory GB] [--mem-fraction-static F]\n"
     "               [--tp-size N] [--weights-gb GB] [--kv-budget-gb GB] [--avg-seq-len N]\n"
     "               KV bytes per token per format, tokens that fit, requests decoding at once\n"
+    "  bench-offline --model-path DIR [--num-prompts N] [--random-input-len N]\n"
+    "               [--random-output-len N] [--random-range-ratio R] [--dataset-path JSONL]\n"
+    "               offline throughput of the continuous-batching engine (SGLang's flags)\n"
     "  init-random  --out DIR [--preset reference|tiny] [--config FILE] [--dtype bf16|f16|f32]\n"
     "               writes a randomly initialised checkpoint of any shape\n"
     "\n"

@@ -1,6 +1,9 @@
 #include "kvcache/sequence_kv.h"
 
 #include <algorithm>
+#include <string>
+
+#include "core/check.h"
 
 namespace mlaserve {
 
@@ -25,11 +28,40 @@ Status SequenceKv::Reserve(int additional_tokens) {
 }
 
 void SequenceKv::Release() {
-  for (PageId p : pages_) pool_.Free(p);
-  pages_.clear();
+  for (size_t i = size_t(num_borrowed_pages_); i < pages_.size(); ++i) pool_.Free(pages_[i]);
+  pages_.clear();  // keeps the capacity reserved at construction
+  num_borrowed_pages_ = 0;
   num_tokens_ = 0;
 }
 
-void SequenceKv::Truncate(int n) { num_tokens_ = std::min(num_tokens_, std::max(0, n)); }
+void SequenceKv::Truncate(int n) {
+  MLA_CHECK(num_borrowed_pages_ == 0 || n >= num_borrowed_pages_ * pool_.page_size());
+  num_tokens_ = std::min(num_tokens_, std::max(0, n));
+}
+
+Status SequenceKv::AdoptPrefix(std::span<const PageId> pages, int num_tokens) {
+  if (num_tokens_ != 0 || !pages_.empty()) {
+    return Status::Error("a cached prefix can only start an empty sequence");
+  }
+  if (int64_t(num_tokens) != int64_t(pages.size()) * pool_.page_size()) {
+    return Status::Error("a cached prefix of " + std::to_string(pages.size()) + " pages holds " +
+                         std::to_string(pages.size() * size_t(pool_.page_size())) + " tokens, not " +
+                         std::to_string(num_tokens));
+  }
+  if (num_tokens > max_tokens_) {
+    return Status::Error("cached prefix of " + std::to_string(num_tokens) +
+                         " tokens exceeds the context length " + std::to_string(max_tokens_));
+  }
+  pages_.assign(pages.begin(), pages.end());  // within the reserved capacity: no allocation
+  num_borrowed_pages_ = int(pages.size());
+  num_tokens_ = num_tokens;
+  return Status::Ok();
+}
+
+std::span<const PageId> SequenceKv::HandOverPages(int num_pages) {
+  MLA_CHECK(num_pages >= 0 && size_t(num_pages) <= pages_.size());
+  num_borrowed_pages_ = std::max(num_borrowed_pages_, num_pages);
+  return std::span<const PageId>(pages_).first(size_t(num_pages));
+}
 
 }  // namespace mlaserve

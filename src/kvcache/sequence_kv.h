@@ -1,8 +1,12 @@
 // One sequence's view of the paged KV pool: its page table and how many positions are written.
 // Position p of layer l lives in row (p % page_size) of page pages()[p / page_size].
-// Ownership: a SequenceKv owns its pages (returns them to the pool on Release or destruction);
-// the pool must outlive it. The forward pass borrows it for one call: it writes rows for the new
-// positions (which Reserve must have covered) and then advances num_tokens.
+// Ownership: a SequenceKv owns the pages it reserved (returns them to the pool on Release or
+// destruction); the pool must outlive it. It may also start from a borrowed prefix
+// (AdoptPrefix): the first num_borrowed_pages() pages belong to someone else (the radix cache,
+// locked by the engine for as long as the sequence reads them); they are full, read-only and
+// never freed here. The forward pass borrows the sequence for one call: it writes rows for the
+// new positions (which Reserve must have covered, always past the borrowed prefix) and then
+// advances num_tokens.
 #pragma once
 
 #include <span>
@@ -24,10 +28,24 @@ class SequenceKv {
   // Makes room for `additional_tokens` past num_tokens(), taking pages from the pool. On error
   // (pool exhausted, or past max_tokens) nothing changes.
   Status Reserve(int additional_tokens);
-  // Returns every page to the pool; the sequence becomes empty.
+  // Returns every page it owns to the pool (not the borrowed ones); the sequence becomes empty.
   void Release();
-  // Forgets positions past n (keeps the pages).
+  // Forgets positions past n (keeps the pages). Never below the borrowed prefix, whose rows must
+  // not be rewritten.
   void Truncate(int n);
+
+  // Starts an empty sequence from a cached prefix: `pages` are full pages holding positions
+  // [0, num_tokens), num_tokens == pages.size() * page_size. They are borrowed (see above): the
+  // lender must keep them alive until Release. On error nothing changes.
+  Status AdoptPrefix(std::span<const PageId> pages, int num_tokens);
+  // At request finish: the sequence stops owning its first num_pages pages, and ownership of the
+  // ones it owned ([num_borrowed_pages(), num_pages)) passes to the caller, typically to
+  // RadixCache::Insert, which also recognises the borrowed ones as its own. Returns the ids of
+  // all num_pages pages (borrowed and handed over), a view valid until the next Reserve,
+  // Release or AdoptPrefix. Release afterwards frees only the pages past num_pages.
+  [[nodiscard]] std::span<const PageId> HandOverPages(int num_pages);
+  // Pages at the front of pages() that this sequence does not own.
+  int num_borrowed_pages() const { return num_borrowed_pages_; }
 
   int num_tokens() const { return num_tokens_; }
   void set_num_tokens(int n) { num_tokens_ = n; }
@@ -47,6 +65,7 @@ class SequenceKv {
   KvPool& pool_;
   int max_tokens_;
   int num_tokens_ = 0;
+  int num_borrowed_pages_ = 0;  // pages_[0, num_borrowed_pages_) are not ours to free
   std::vector<PageId> pages_;
 };
 

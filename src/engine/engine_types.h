@@ -1,0 +1,77 @@
+// What clients hand the engine and what it hands back. These are values: the engine copies a
+// request in at Submit and streams RequestOutput chunks back through the request's callback.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+#include "engine/sampling_params.h"
+
+namespace mlaserve {
+
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+const char* FinishReasonName(FinishReason reason);  // "stop", "length", "abort"
+
+struct GenerateRequest {
+  std::string rid;                  // unique among live requests
+  std::vector<TokenId> input_ids;   // the prompt, already tokenized
+  SamplingParams sampling;
+};
+
+// One chunk of a request's progress, delivered in order. The last chunk has finished == true;
+// exactly one such chunk is delivered per submitted request (also on abort or rejection).
+struct RequestOutput {
+  std::string rid;
+  std::vector<TokenId> new_token_ids;  // tokens sampled since the previous chunk
+  std::vector<float> new_token_logprobs;  // with sampling.return_logprob
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string new_text;              // detokenized text since the previous chunk (with a tokenizer)
+  TokenId matched_stop_token = -1;   // the stop token id that ended it, if any
+  std::string matched_stop_string;   // the stop string that ended it, if any
+  std::string error;                 // rejected or aborted: why
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int cached_tokens = 0;             // prompt tokens served from the prefix cache
+  double queue_time_s = 0;           // submit -> first scheduled
+  double ttft_s = 0;                 // submit -> first token (set once a token exists)
+  double e2e_latency_s = 0;          // submit -> finish (on the last chunk)
+};
+
+// Called on the engine thread: must be quick and must not call back into the engine.
+using OutputCallback = std::function<void(RequestOutput&&)>;
+
+enum class SchedulePolicy { kFcfs, kLpm };
+
+struct EngineOptions {
+  int max_running_requests = 256;
+  int chunked_prefill_size = 2048;     // tokens of prefill per step; <= 0: unlimited (one chunk)
+  int max_prefill_tokens = 16384;      // prompt tokens admitted per step
+  SchedulePolicy schedule_policy = SchedulePolicy::kFcfs;
+  double schedule_conservativeness = 1.0;
+  bool disable_radix_cache = false;
+  int decode_log_interval = 40;        // decode steps between "Decode batch" log lines
+  bool log_batches = true;
+};
+
+// Counters for logs and the metrics endpoint: written by the engine thread, read by anyone.
+struct EngineStatsSnapshot {
+  int64_t num_running_reqs = 0;
+  int64_t num_queue_reqs = 0;
+  int64_t num_used_tokens = 0;
+  double token_usage = 0;             // used / capacity
+  double gen_throughput = 0;          // tokens/s over the last decode log interval
+  double cache_hit_rate = 0;          // cached / total prompt tokens admitted
+  int64_t prompt_tokens_total = 0;
+  int64_t generation_tokens_total = 0;
+  int64_t cached_tokens_total = 0;
+  int64_t num_retracted_reqs = 0;     // total retractions
+  int64_t num_finished_reqs = 0;
+  int64_t max_running_reqs_seen = 0;  // peak concurrency
+  int64_t max_total_num_tokens = 0;
+};
+
+}  // namespace mlaserve

@@ -1,0 +1,59 @@
+// A request as the engine tracks it between Submit and its last output. Owned by the engine
+// (one unique_ptr per live request); the scheduler moves those pointers between its queues.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "engine/engine_types.h"
+#include "engine/sampler.h"
+#include "engine/stop_matcher.h"
+#include "tokenizer/stream_decoder.h"
+#include "kvcache/radix_cache.h"
+#include "kvcache/sequence_kv.h"
+
+namespace mlaserve {
+
+using Clock = std::chrono::steady_clock;
+
+enum class RequestState { kWaiting, kRunning };
+
+struct Request {
+  GenerateRequest spec;
+  OutputCallback callback;
+  uint64_t seed = 0;                    // spec.sampling.seed, or one the engine drew
+
+  std::vector<TokenId> tokens;          // prompt followed by every sampled token
+  int num_output_tokens() const { return int(tokens.size() - spec.input_ids.size()); }
+  int num_streamed = 0;                 // output tokens already delivered
+  std::vector<float> pending_logprobs;  // logprobs of undelivered tokens
+  PenaltyState penalties;               // output token counts, for the penalties
+
+  // Detokenization (when the engine has a tokenizer): text streams as it becomes safe to show.
+  std::optional<StreamDecoder> decoder;
+  std::optional<StopMatcher> stop_matcher;
+  std::string pending_text;             // text not yet delivered
+  std::string matched_stop_string;
+
+  std::unique_ptr<SequenceKv> kv;       // KV for tokens[0, kv->num_tokens())
+  std::optional<RadixCache::NodeHandle> locked_prefix;  // held while borrowing cached pages
+  int cached_tokens = 0;                // prompt tokens the prefix cache served (first admission)
+  bool admitted_once = false;
+
+  RequestState state = RequestState::kWaiting;
+  FinishReason finish_reason = FinishReason::kNone;
+  TokenId matched_stop_token = -1;
+  int retractions = 0;
+
+  Clock::time_point submit_time;
+  std::optional<Clock::time_point> first_scheduled_time;
+  std::optional<Clock::time_point> first_token_time;
+
+  // Tokens still to run through the model before the next token can be sampled.
+  int pending_tokens() const { return int(tokens.size()) - kv->num_tokens(); }
+  bool decoding() const { return pending_tokens() == 1 && num_output_tokens() > 0; }
+};
+
+}  // namespace mlaserve

@@ -1,0 +1,197 @@
+// The engine against single-sequence runs: many requests of mixed lengths, more than the KV
+// pool holds, chunked prefill, prefix caching and retraction must all give every request
+// exactly the greedy tokens it gets alone (bf16 cache), exactly once.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "engine/sampler.h"
+#include "engine/sequence_runner.h"
+
+namespace mlaserve {
+namespace {
+
+const std::string kModel = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla";
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto m = Model::Load(kModel, ModelOptions{.max_batch_tokens = 256, .max_context = 512});
+    ASSERT_TRUE(m.ok()) << m.error();
+    model_ = std::move(m).value().release();
+  }
+  static void TearDownTestSuite() { delete model_; }
+
+  std::unique_ptr<KvPool> Pool(int64_t tokens, int page_size = 16) {
+    const ModelConfig& c = model_->config();
+    auto p = KvPool::Create({.format = KvFormat::kBF16, .num_layers = c.num_hidden_layers,
+                             .latent_dim = c.kv_lora_rank, .rope_dim = c.qk_rope_head_dim,
+                             .page_size = page_size, .num_pages = tokens / page_size});
+    EXPECT_TRUE(p.ok());
+    return std::move(p).value();
+  }
+
+  // Greedy tokens for a prompt, run alone.
+  std::vector<TokenId> Solo(const std::vector<TokenId>& prompt, int max_new) {
+    auto runner = SequenceRunner::Create(*model_, DefaultKernels(), {.kv_format = KvFormat::kBF16});
+    EXPECT_TRUE(runner.ok());
+    std::vector<TokenId> out;
+    EXPECT_TRUE((*runner)->Append(prompt).ok());
+    for (int i = 0; i < max_new; ++i) {
+      const TokenId t = ArgMax((*runner)->last_logits());
+      out.push_back(t);
+      if (i + 1 < max_new) {
+        EXPECT_TRUE((*runner)->Append(std::span(&t, 1)).ok());
+      }
+    }
+    return out;
+  }
+
+  static std::vector<TokenId> Prompt(int len, uint64_t seed) {
+    std::vector<TokenId> p{0};
+    for (int i = 1; i < len; ++i) p.push_back(TokenId(1 + CounterUniform(seed, uint64_t(i)) * 2000));
+    return p;
+  }
+
+  static Model* model_;
+};
+Model* EngineTest::model_ = nullptr;
+
+struct Collected {
+  std::map<std::string, std::vector<TokenId>> tokens;
+  std::map<std::string, int> finished_chunks;
+  std::map<std::string, RequestOutput> last;
+};
+
+OutputCallback Collect(Collected& c) {
+  return [&c](RequestOutput&& out) {
+    auto& t = c.tokens[out.rid];
+    t.insert(t.end(), out.new_token_ids.begin(), out.new_token_ids.end());
+    if (out.finished) {
+      c.finished_chunks[out.rid]++;
+      c.last[out.rid] = out;
+    }
+  };
+}
+
+GenerateRequest Greedy(std::string rid, std::vector<TokenId> prompt, int max_new) {
+  GenerateRequest r;
+  r.rid = std::move(rid);
+  r.input_ids = std::move(prompt);
+  r.sampling.temperature = 0.0f;
+  r.sampling.max_new_tokens = max_new;
+  r.sampling.ignore_eos = true;
+  return r;
+}
+
+TEST_F(EngineTest, BatchOfMixedLengthsMatchesSoloRunsWithRetraction) {
+  // 64 requests; the pool holds a handful at once, and a low conservativeness makes the
+  // scheduler over-admit, so decode runs out of pages and must retract.
+  auto pool = Pool(1024);
+  EngineOptions o;
+  o.chunked_prefill_size = 48;  // longer prompts are chunked
+  o.schedule_conservativeness = 0.2;
+  o.log_batches = false;
+  Engine engine(*model_, DefaultKernels(), *pool, o);
+  Collected got;
+  std::map<std::string, std::vector<TokenId>> expected;
+  for (int i = 0; i < 64; ++i) {
+    const int len = 34 + (i * 37) % 90, max_new = 40 + (i * 13) % 60;
+    const std::string rid = "r" + std::to_string(i);
+    // Even requests share a long prefix (same seed), so the prefix cache has work.
+    auto prompt = Prompt(len, i % 2 == 0 ? 1000 : uint64_t(i));
+    expected[rid] = i % 4 == 0 ? Solo(prompt, max_new) : std::vector<TokenId>{};
+    ASSERT_TRUE(engine.Submit(Greedy(rid, prompt, max_new), Collect(got)).ok());
+  }
+  int steps = 0;
+  while (engine.Step()) ASSERT_LT(++steps, 100000);
+  ASSERT_EQ(got.finished_chunks.size(), 64u);
+  for (auto& [rid, count] : got.finished_chunks) EXPECT_EQ(count, 1) << rid;
+  for (auto& [rid, tokens] : expected) {
+    const RequestOutput& last = got.last[rid];
+    EXPECT_EQ(last.finish_reason, FinishReason::kLength) << rid;
+    EXPECT_EQ(int(got.tokens[rid].size()), last.completion_tokens) << rid;
+    if (!tokens.empty()) {
+      EXPECT_EQ(got.tokens[rid], tokens) << rid;
+    }
+  }
+  const EngineStatsSnapshot s = engine.stats();
+  EXPECT_GT(s.num_retracted_reqs, 0);
+  EXPECT_GT(s.cached_tokens_total, 0);
+  EXPECT_EQ(s.num_running_reqs, 0);
+  EXPECT_EQ(s.num_queue_reqs, 0);
+  EXPECT_TRUE(engine.idle());
+}
+
+TEST_F(EngineTest, PrefixCacheServesARepeatedPromptWithTheSameOutput) {
+  auto pool = Pool(4096);
+  EngineOptions o;
+  o.log_batches = false;
+  Engine engine(*model_, DefaultKernels(), *pool, o);
+  const auto prompt = Prompt(100, 7);
+  Collected got;
+  ASSERT_TRUE(engine.Submit(Greedy("a", prompt, 20), Collect(got)).ok());
+  while (engine.Step()) {
+  }
+  ASSERT_TRUE(engine.Submit(Greedy("b", prompt, 20), Collect(got)).ok());
+  while (engine.Step()) {
+  }
+  EXPECT_EQ(got.last["a"].cached_tokens, 0);
+  EXPECT_EQ(got.last["b"].cached_tokens, 96);  // whole pages of the 99 tokens before the last
+  EXPECT_EQ(got.tokens["a"], got.tokens["b"]);
+  EXPECT_EQ(got.tokens["a"], Solo(prompt, 20));
+}
+
+TEST_F(EngineTest, RejectsWhatCanNeverFitAndAborts) {
+  auto pool = Pool(256);
+  EngineOptions o;
+  o.log_batches = false;
+  Engine engine(*model_, DefaultKernels(), *pool, o);
+  Collected got;
+  Status too_big = engine.Submit(Greedy("big", Prompt(200, 1), 100), Collect(got));
+  EXPECT_FALSE(too_big.ok());
+  EXPECT_NE(too_big.message().find("more than the whole pool holds"), std::string::npos) << too_big.message();
+  EXPECT_FALSE(engine.Submit(Greedy("ctx", Prompt(500, 1), 100), Collect(got)).ok());
+  EXPECT_FALSE(engine.Submit(Greedy("empty", {}, 10), Collect(got)).ok());
+  ASSERT_TRUE(engine.Submit(Greedy("x", Prompt(20, 1), 100), Collect(got)).ok());
+  EXPECT_FALSE(engine.Submit(Greedy("x", Prompt(20, 1), 10), Collect(got)).ok());  // duplicate rid
+  engine.Step();
+  engine.Step();
+  engine.Abort("x");
+  while (engine.Step()) {
+  }
+  EXPECT_EQ(got.finished_chunks["x"], 1);
+  EXPECT_EQ(got.last["x"].finish_reason, FinishReason::kAbort);
+  EXPECT_EQ(pool->num_free_pages() + 0, pool->num_free_pages());
+  EXPECT_TRUE(engine.idle());
+}
+
+TEST_F(EngineTest, ThreadedEngineAcceptsRequestsWhileRunning) {
+  auto pool = Pool(2048);
+  EngineOptions o;
+  o.log_batches = false;
+  Engine engine(*model_, DefaultKernels(), *pool, o);
+  engine.Start();
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(engine.Submit(Greedy("t" + std::to_string(i), Prompt(10 + i, uint64_t(i)), 30),
+                              [&](RequestOutput&& out) {
+                                if (!out.finished) return;
+                                std::lock_guard<std::mutex> lock(mu);
+                                ++done;
+                                cv.notify_all();
+                              })
+                    .ok());
+  }
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == 20; }));
+  lock.unlock();
+  engine.Stop();
+}
+
+}  // namespace
+}  // namespace mlaserve
