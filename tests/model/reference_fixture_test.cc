@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -89,6 +90,8 @@ void CheckModelAgainstFixture(const std::string& model_dir, const std::string& f
       SequenceRunner::LogitsSink sink_ref(sink);
       ASSERT_TRUE(runner.Append(fp.input_ids, &sink_ref).ok());
       EXPECT_LT(max_diff, tolerance);
+      std::printf("[fixture] %s prompt %zu (%zu tokens): max |logit diff| %.3g\n", kernels->name, pi,
+                  fp.input_ids.size(), max_diff);
 
       // Greedy continuation, one decode step at a time.
       std::vector<TokenId> generated;
@@ -104,12 +107,12 @@ void CheckModelAgainstFixture(const std::string& model_dir, const std::string& f
 
 TEST(ReferenceFixture, BundledShakespeareModel) {
   CheckModelAgainstFixture(kSource + "/models/shakespeare-mla",
-                           kSource + "/tests/fixtures/shakespeare-mla/fixture.safetensors", 2e-3);
+                           kSource + "/tests/fixtures/shakespeare-mla/fixture.safetensors", 5e-4);
 }
 
 TEST(ReferenceFixture, TinyDeepSeekV2Random) {
   CheckModelAgainstFixture(kSource + "/tests/fixtures/tiny-v2",
-                           kSource + "/tests/fixtures/tiny-v2/fixture.safetensors", 2e-3);
+                           kSource + "/tests/fixtures/tiny-v2/fixture.safetensors", 5e-4);
 }
 
 }  // namespace
