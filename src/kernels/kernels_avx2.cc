@@ -11,7 +11,8 @@ namespace {
 
 struct Avx2 {
   static constexpr int kLanes = 8;
-  static constexpr int kMaxTokens = 3;  // 3 tokens x 4 rows = 12 accumulators of 16 ymm
+  static constexpr int kMaxTokens = 2;  // tokens x rows x 4 accumulators stay in registers
+  static constexpr int kRowBlock = 1;
   using Reg = __m256;
   static Reg Zero() { return _mm256_setzero_ps(); }
   static Reg Broadcast(float a) { return _mm256_set1_ps(a); }

@@ -13,7 +13,8 @@ namespace {
 
 struct Avx512 {
   static constexpr int kLanes = 16;
-  static constexpr int kMaxTokens = 4;  // 4 tokens x 4 rows = 16 accumulators of 32 zmm
+  static constexpr int kMaxTokens = 3;  // tokens x rows x 4 accumulators stay in registers
+  static constexpr int kRowBlock = 2;
   using Reg = __m512;
   static Reg Zero() { return _mm512_setzero_ps(); }
   static Reg Broadcast(float a) { return _mm512_set1_ps(a); }

@@ -14,6 +14,25 @@ void MatMul(const ComputeContext& ctx, const float* x, int64_t n, const WeightMa
   });
 }
 
+void MatMulPair(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w1,
+                const WeightMatrix& w2, float* y1, float* y2) {
+  const KernelSet& k = *ctx.kernels;
+  const int64_t grain = std::max<int64_t>(4, (64 << 10) / std::max<int64_t>(1, w1.row_bytes()));
+  // Rows [0, w1.rows) are w1's, the rest w2's; a chunk never straddles the two.
+  const int64_t chunk = (grain + 3) / 4 * 4;
+  const int64_t chunks1 = (w1.rows + chunk - 1) / chunk, chunks2 = (w2.rows + chunk - 1) / chunk;
+  ctx.pool->ParallelFor(chunks1 + chunks2, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      if (c < chunks1) {
+        k.matmul_rows(x, n, w1, c * chunk, std::min(w1.rows, (c + 1) * chunk), y1, w1.rows);
+      } else {
+        const int64_t c2 = c - chunks1;
+        k.matmul_rows(x, n, w2, c2 * chunk, std::min(w2.rows, (c2 + 1) * chunk), y2, w2.rows);
+      }
+    }
+  });
+}
+
 void RmsNorm(const float* x, const float* weight, int64_t dim, double eps, float* out) {
   double sum_sq = 0.0;
   for (int64_t i = 0; i < dim; ++i) sum_sq += double(x[i]) * x[i];

@@ -20,6 +20,11 @@ struct ComputeContext {
 // y[n, w.rows] = x[n, w.cols] @ W^T, split over the pool by output rows.
 void MatMul(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w, float* y);
 
+// y1 = x @ w1^T and y2 = x @ w2^T in one pass over the pool (an MLP's gate and up projections:
+// one dispatch instead of two). w1 and w2 have the same cols.
+void MatMulPair(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w1,
+                const WeightMatrix& w2, float* y1, float* y2);
+
 // out[i] = x[i] / rms(x) * weight[i], i < dim. x and out may alias.
 void RmsNorm(const float* x, const float* weight, int64_t dim, double eps, float* out);
 

@@ -37,26 +37,42 @@ inline float ScalarWeight(const std::byte* p) {
 template <DType D>
 constexpr int kWeightBytes = D == DType::kF32 ? 4 : 2;
 
-// y[t*ldy + r] for T tokens x R rows: R weight rows are loaded once per column chunk and used
-// for all T tokens (T*R accumulators stay in registers).
+// y[t*ldy + r] for T tokens x R rows: each weight chunk is loaded once and used for all T
+// tokens. Every (t, r) dot product is summed in the same order whatever T and R are (four
+// accumulators over 4-vector column chunks, the remainder into the first, combined as
+// (a0 + a1) + (a2 + a3), then the scalar tail), so a token's result never depends on how many
+// other tokens share its batch: the forward pass is batch-invariant.
 template <class V, DType D, int T, int R>
 inline void MatMulBlock(const float* x, int64_t cols, const std::byte* const* rows, float* y,
                         int64_t ldy) {
-  typename V::Reg acc[T][R];
+  typename V::Reg acc[T][R][4];
   for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) acc[t][r] = V::Zero();
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 4; ++j) acc[t][r][j] = V::Zero();
+  constexpr int64_t kStep = 4 * V::kLanes;
   int64_t c = 0;
+  for (; c + kStep <= cols; c += kStep) {
+    for (int j = 0; j < 4; ++j) {
+      const int64_t cj = c + j * V::kLanes;
+      typename V::Reg w[R];
+      for (int r = 0; r < R; ++r) w[r] = V::template LoadW<D>(rows[r] + cj * kWeightBytes<D>);
+      for (int t = 0; t < T; ++t) {
+        const typename V::Reg xv = V::LoadF32(x + t * cols + cj);
+        for (int r = 0; r < R; ++r) acc[t][r][j] = V::Fma(xv, w[r], acc[t][r][j]);
+      }
+    }
+  }
   for (; c + V::kLanes <= cols; c += V::kLanes) {
     typename V::Reg w[R];
     for (int r = 0; r < R; ++r) w[r] = V::template LoadW<D>(rows[r] + c * kWeightBytes<D>);
     for (int t = 0; t < T; ++t) {
-      typename V::Reg xv = V::LoadF32(x + t * cols + c);
-      for (int r = 0; r < R; ++r) acc[t][r] = V::Fma(xv, w[r], acc[t][r]);
+      const typename V::Reg xv = V::LoadF32(x + t * cols + c);
+      for (int r = 0; r < R; ++r) acc[t][r][0] = V::Fma(xv, w[r], acc[t][r][0]);
     }
   }
   for (int t = 0; t < T; ++t) {
     for (int r = 0; r < R; ++r) {
-      float sum = V::Sum(acc[t][r]);
+      float sum = V::Sum(V::Add(V::Add(acc[t][r][0], acc[t][r][1]), V::Add(acc[t][r][2], acc[t][r][3])));
       for (int64_t cc = c; cc < cols; ++cc) {
         sum += x[t * cols + cc] * ScalarWeight<D>(rows[r] + cc * kWeightBytes<D>);
       }
@@ -86,9 +102,18 @@ inline void MatMulRowBlock(const float* x, int64_t n, int64_t cols, const std::b
 template <class V, DType D>
 void MatMulRowsTyped(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin,
                      int64_t row_end, float* y, int64_t ldy) {
+  if (n == 1) {
+    // Decode: one row after another, so the matrix is read as one sequential stream, which the
+    // hardware prefetchers follow better than several interleaved row streams.
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const std::byte* row = w.row(r);
+      MatMulBlock<V, D, 1, 1>(x, w.cols, &row, y + r, ldy);
+    }
+    return;
+  }
   // Token tiles keep the activations in L2 while the tile's weight rows stream past.
   constexpr int64_t kTokenTile = 32;
-  constexpr int kR = 4;
+  constexpr int kR = V::kRowBlock;
   for (int64_t t0 = 0; t0 < n; t0 += kTokenTile) {
     const int64_t nt = std::min(kTokenTile, n - t0);
     const float* xt = x + t0 * w.cols;

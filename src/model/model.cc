@@ -45,8 +45,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
 void Model::DenseMlp(const ComputeContext& ctx, const MlpWeights& w, int n, float* out) {
   Workspace& ws = workspace_;
   const int64_t inter = w.gate.rows;
-  MatMul(ctx, ws.normed.data(), n, w.gate, ws.gate.data());
-  MatMul(ctx, ws.normed.data(), n, w.up, ws.up.data());
+  MatMulPair(ctx, ws.normed.data(), n, w.gate, w.up, ws.gate.data(), ws.up.data());
   for (int t = 0; t < n; ++t) {
     SiluMul(ws.gate.data() + t * inter, ws.up.data() + t * inter, inter, ws.gate.data() + t * inter);
   }

@@ -118,8 +118,7 @@ void Model::Moe(const ComputeContext& ctx, const MoeWeights& w, int n) {
       const float* src = ws.normed.data() + int64_t(ws.expert_tokens[size_t(begin + i)]) * H;
       std::copy(src, src + H, ws.expert_in.data() + int64_t(i) * H);
     }
-    MatMul(ctx, ws.expert_in.data(), count, expert.gate, ws.gate.data());
-    MatMul(ctx, ws.expert_in.data(), count, expert.up, ws.up.data());
+    MatMulPair(ctx, ws.expert_in.data(), count, expert.gate, expert.up, ws.gate.data(), ws.up.data());
     for (int i = 0; i < count; ++i) {
       SiluMul(ws.gate.data() + i * inter, ws.up.data() + i * inter, inter, ws.gate.data() + i * inter);
     }

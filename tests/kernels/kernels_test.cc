@@ -79,6 +79,34 @@ TEST(Kernels, SimdMatchesPortable) {
   }
 }
 
+// A token's result must not depend on what else is in the batch (bitwise), for every table:
+// the engine's batch-invariance rests on this.
+TEST(Kernels, MatMulIsBatchInvariant) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<const KernelSet*> tables = SimdTables();
+  tables.push_back(&PortableKernels());
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int64_t cols : {5, 64, 100, 2048}) {
+      const int64_t rows = 9, n = 37;
+      Weights w = RandomWeights(dtype, rows, cols, rng);
+      std::vector<float> x(size_t(n * cols));
+      for (float& v : x) v = dist(rng);
+      for (const KernelSet* k : tables) {
+        std::vector<float> batched(size_t(n * rows));
+        k->matmul_rows(x.data(), n, w.matrix, 0, rows, batched.data(), rows);
+        for (int64_t t = 0; t < n; ++t) {
+          std::vector<float> alone(static_cast<size_t>(rows));
+          k->matmul_rows(x.data() + t * cols, 1, w.matrix, 0, rows, alone.data(), rows);
+          for (int64_t r = 0; r < rows; ++r) {
+            ASSERT_EQ(alone[size_t(r)], batched[size_t(t * rows + r)]) << k->name << " t=" << t;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Kernels, ByNameRejectsUnknown) {
   auto k = KernelsByName("sse9");
   ASSERT_FALSE(k.ok());
