@@ -81,22 +81,23 @@ inline void MatMulBlock(const float* x, int64_t cols, const std::byte* const* ro
   }
 }
 
+// The last `left` (< kMaxTokens) tokens of a tile, with a block of exactly that many.
+template <class V, DType D, int R, int T>
+inline void MatMulTail(int left, const float* x, int64_t cols, const std::byte* const* rows, float* y,
+                       int64_t ldy) {
+  if constexpr (T > 0) {
+    if (left == T) return MatMulBlock<V, D, T, R>(x, cols, rows, y, ldy);
+    MatMulTail<V, D, R, T - 1>(left, x, cols, rows, y, ldy);
+  }
+}
+
 template <class V, DType D, int R>
 inline void MatMulRowBlock(const float* x, int64_t n, int64_t cols, const std::byte* const* rows,
                            float* y, int64_t ldy) {
   constexpr int kT = V::kMaxTokens;
   int64_t t = 0;
   for (; t + kT <= n; t += kT) MatMulBlock<V, D, kT, R>(x + t * cols, cols, rows, y + t * ldy, ldy);
-  switch (n - t) {
-    case 0: break;
-    case 1: MatMulBlock<V, D, 1, R>(x + t * cols, cols, rows, y + t * ldy, ldy); break;
-    case 2: MatMulBlock<V, D, 2, R>(x + t * cols, cols, rows, y + t * ldy, ldy); break;
-    default:
-      if constexpr (kT > 3) {
-        MatMulBlock<V, D, 3, R>(x + t * cols, cols, rows, y + t * ldy, ldy);
-      }
-      break;
-  }
+  MatMulTail<V, D, R, kT - 1>(int(n - t), x + t * cols, cols, rows, y + t * ldy, ldy);
 }
 
 template <class V, DType D>
