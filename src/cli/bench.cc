@@ -86,6 +86,7 @@ int RunBench(Args& args) {
   const int prompt_len = args.Int("prompt-len", 256);
   const int decode_tokens = args.Int("decode-tokens", 32);
   const int bandwidth_mb = args.Int("bandwidth-buffer-mb", 1024);
+  const bool matmul_sweep = args.Switch("matmul-sweep");
   if (Status s = args.Finish("bench"); !s.ok()) return Fail("bench", s.message(), 2);
   if (prompt_len <= 0 || decode_tokens <= 0) {
     return Fail("bench", "--prompt-len and --decode-tokens must be positive", 2);
@@ -142,6 +143,24 @@ int RunBench(Args& args) {
   std::printf("weights read per decode step: %.1f MB\n", double(decode_bytes) / 1e6);
   std::printf("decode bandwidth: %.2f GB/s achieved, machine read bandwidth %.2f GB/s (%.0f%%)\n",
               achieved / 1e9, machine / 1e9, 100.0 * achieved / machine);
+  if (matmul_sweep) {
+    // The matmul kernel alone on the lm_head matrix, for batches of n tokens: where decode turns
+    // from bandwidth-bound to compute-bound.
+    const WeightMatrix& w = model.weights().lm_head;
+    const ComputeContext ctx{loaded->kernels, &model.pool()};
+    for (int n : {1, 8, 32, 64}) {
+      std::vector<float> x(static_cast<size_t>(n) * size_t(w.cols), 0.01f);
+      std::vector<float> y(static_cast<size_t>(n) * size_t(w.rows));
+      MatMul(ctx, x.data(), n, w, y.data());
+      const auto m0 = Clock::now();
+      constexpr int kReps = 5;
+      for (int rep = 0; rep < kReps; ++rep) MatMul(ctx, x.data(), n, w, y.data());
+      const double s = Seconds(m0, Clock::now()) / kReps;
+      std::printf("matmul [%d x %lld] x [%lld x %lld]^T: %.1f GFLOP/s, %.1f GB/s of weights\n", n,
+                  (long long)w.cols, (long long)w.rows, (long long)w.cols,
+                  2.0 * n * double(w.rows) * double(w.cols) / s / 1e9, double(w.total_bytes()) / s / 1e9);
+    }
+  }
   return 0;
 }
 
