@@ -467,18 +467,21 @@ void Engine::RunBatch(const std::vector<Request*>& decodes, const std::vector<Re
     LogprobResult logprob;
     const TokenId token = sampler_.Sample(std::span(logits, size_t(vocab)), r.spec.sampling, context,
                                           r.spec.sampling.return_logprob ? &logprob : nullptr);
-    AfterToken(r, token, logprob.chosen.logprob);
+    AfterToken(r, token, r.spec.sampling.return_logprob ? &logprob : nullptr);
   }
 }
 
-void Engine::AfterToken(Request& r, TokenId token, float logprob) {
+void Engine::AfterToken(Request& r, TokenId token, LogprobResult* logprob) {
   const SamplingParams& p = r.spec.sampling;
   r.tokens.push_back(token);
   r.penalties.Add(token);
   ++generation_tokens_total_;
   ++tokens_since_log_;
   if (!r.first_token_time) r.first_token_time = Clock::now();
-  if (p.return_logprob) r.pending_logprobs.push_back(logprob);
+  if (logprob != nullptr) {
+    r.pending_logprobs.push_back(logprob->chosen.logprob);
+    if (p.top_logprobs_num > 0) r.pending_top_logprobs.push_back(std::move(logprob->top));
+  }
   const int out = r.num_output_tokens();
   if (out >= p.min_new_tokens && IsStopToken(p, eos_token_ids_, token)) {
     r.matched_stop_token = token;
@@ -539,6 +542,8 @@ void Engine::Stream(Request& r, bool finished, const std::string& error) {
   out.new_token_ids.assign(r.tokens.begin() + int64_t(r.spec.input_ids.size()) + r.num_streamed, r.tokens.end());
   out.new_token_logprobs = std::move(r.pending_logprobs);
   r.pending_logprobs.clear();
+  out.new_top_logprobs = std::move(r.pending_top_logprobs);
+  r.pending_top_logprobs.clear();
   r.num_streamed = r.num_output_tokens();
   out.finished = finished;
   out.finish_reason = r.finish_reason;

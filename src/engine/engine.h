@@ -79,7 +79,7 @@ class Engine {
   // Batch step and after.
   void RunBatch(const std::vector<Request*>& decodes, const std::vector<Request*>& prefills,
                 const std::vector<int>& prefill_lengths);
-  void AfterToken(Request& r, TokenId token, float logprob);
+  void AfterToken(Request& r, TokenId token, LogprobResult* logprob);
   bool AppendText(Request& r, std::string_view piece);  // true when a stop string matched
   void Finish(Request& r, FinishReason reason, const std::string& error = "");
   void ReleaseKv(Request& r, bool cache_prefix);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/types.h"
+#include "engine/logprobs.h"
 #include "engine/sampling_params.h"
 
 namespace mlaserve {
@@ -27,6 +28,8 @@ struct RequestOutput {
   std::string rid;
   std::vector<TokenId> new_token_ids;  // tokens sampled since the previous chunk
   std::vector<float> new_token_logprobs;  // with sampling.return_logprob
+  // With return_logprob and top_logprobs_num > 0: per new token, the most likely tokens.
+  std::vector<std::vector<TokenLogprob>> new_top_logprobs;
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string new_text;              // detokenized text since the previous chunk (with a tokenizer)

@@ -29,6 +29,7 @@ struct Request {
   int num_output_tokens() const { return int(tokens.size() - spec.input_ids.size()); }
   int num_streamed = 0;                 // output tokens already delivered
   std::vector<float> pending_logprobs;  // logprobs of undelivered tokens
+  std::vector<std::vector<TokenLogprob>> pending_top_logprobs;
   PenaltyState penalties;               // output token counts, for the penalties
 
   // Detokenization (when the engine has a tokenizer): text streams as it becomes safe to show.

@@ -9,6 +9,7 @@
 
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
+#include "tokenizer/tokenizer.h"
 
 namespace mlaserve {
 namespace {
@@ -123,6 +124,77 @@ TEST_F(EngineTest, BatchOfMixedLengthsMatchesSoloRunsWithRetraction) {
   EXPECT_EQ(s.num_running_reqs, 0);
   EXPECT_EQ(s.num_queue_reqs, 0);
   EXPECT_TRUE(engine.idle());
+}
+
+TEST_F(EngineTest, SeededSamplingIsTheSameAloneAndInABusyBatch) {
+  auto sampled = [](std::string rid, std::vector<TokenId> prompt) {
+    GenerateRequest r = Greedy(std::move(rid), std::move(prompt), 40);
+    r.sampling.temperature = 0.9f;
+    r.sampling.top_p = 0.95f;
+    r.sampling.seed = 1234;
+    r.sampling.return_logprob = true;
+    r.sampling.top_logprobs_num = 3;
+    return r;
+  };
+  const auto prompt = Prompt(30, 99);
+  Collected alone, busy;
+  {
+    auto pool = Pool(2048);
+    EngineOptions o;
+    o.log_batches = false;
+    Engine engine(*model_, DefaultKernels(), *pool, o);
+    ASSERT_TRUE(engine.Submit(sampled("s", prompt), Collect(alone)).ok());
+    while (engine.Step()) {
+    }
+  }
+  {
+    // A small pool and many neighbours: the seeded request is batched, maybe retracted.
+    auto pool = Pool(512);
+    EngineOptions o;
+    o.log_batches = false;
+    o.schedule_conservativeness = 0.2;
+    Engine engine(*model_, DefaultKernels(), *pool, o);
+    for (int i = 0; i < 12; ++i) {
+      ASSERT_TRUE(engine.Submit(Greedy("n" + std::to_string(i), Prompt(20 + i, uint64_t(i)), 60), Collect(busy)).ok());
+    }
+    ASSERT_TRUE(engine.Submit(sampled("s", prompt), Collect(busy)).ok());
+    while (engine.Step()) {
+    }
+  }
+  ASSERT_EQ(alone.tokens["s"].size(), 40u);
+  EXPECT_EQ(alone.tokens["s"], busy.tokens["s"]);
+}
+
+TEST_F(EngineTest, StopStringsEndTheRequestAndAreTrimmed) {
+  auto tokenizer = Tokenizer::FromDirectory(kModel);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.error();
+  auto pool = Pool(2048);
+  EngineOptions o;
+  o.log_batches = false;
+  Engine engine(*model_, DefaultKernels(), *pool, o, &*tokenizer);
+  auto prompt = tokenizer->Encode("ROMEO:\n", /*add_bos=*/true);
+  ASSERT_TRUE(prompt.ok());
+  std::map<std::string, std::string> text;
+  std::map<std::string, RequestOutput> last;
+  auto collect = [&](RequestOutput&& out) {
+    text[out.rid] += out.new_text;
+    if (out.finished) last[out.rid] = out;
+  };
+  ASSERT_TRUE(engine.Submit(Greedy("free", *prompt, 60), collect).ok());
+  while (engine.Step()) {
+  }
+  const std::string full = text["free"];
+  ASSERT_GT(full.size(), 40u);
+  const std::string stop = full.substr(25, 4);
+  GenerateRequest r = Greedy("stopped", *prompt, 60);
+  r.sampling.ignore_eos = false;
+  r.sampling.stop = {stop};
+  ASSERT_TRUE(engine.Submit(std::move(r), collect).ok());
+  while (engine.Step()) {
+  }
+  EXPECT_EQ(last["stopped"].finish_reason, FinishReason::kStop);
+  EXPECT_EQ(last["stopped"].matched_stop_string, stop);
+  EXPECT_EQ(text["stopped"], full.substr(0, full.find(stop)));
 }
 
 TEST_F(EngineTest, PrefixCacheServesARepeatedPromptWithTheSameOutput) {
