@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_setup.h"
+#include "core/read_file.h"
 #include "core/float16.h"
 #include "model/safetensors_writer.h"
 #include "model/weights.h"
@@ -111,11 +112,10 @@ int RunInitRandom(Args& args) {
 
   json config;
   if (config_path) {
-    std::ifstream in(*config_path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    config = json::parse(ss.str(), nullptr, false);
-    if (!in || config.is_discarded()) return Fail("init-random", *config_path + ": not valid JSON", 2);
+    auto text = ReadWholeFile(*config_path);
+    if (!text.ok()) return Fail("init-random", text.error(), 2);
+    config = json::parse(*text, nullptr, false);
+    if (config.is_discarded()) return Fail("init-random", *config_path + ": not valid JSON", 2);
   } else if (preset == "reference") {
     config = ReferencePreset();
   } else if (preset == "tiny") {

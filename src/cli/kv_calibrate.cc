@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "core/read_file.h"
 #include "cli/model_setup.h"
 #include "engine/sequence_runner.h"
 
@@ -30,11 +31,9 @@ int RunKvCalibrate(Args& args) {
   const ModelConfig& c = model.config();
   const std::string data_path =
       data_arg.empty() ? (std::filesystem::path(model_flags.model_path) / "heldout.txt").string() : data_arg;
-  std::ifstream in(data_path, std::ios::binary);
-  if (!in) return Fail("kv-calibrate", data_path + ": cannot open (give sample text with --data)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto ids = loaded->tokenizer->Encode(ss.str(), /*add_bos=*/false);
+  auto text = ReadWholeFile(data_path);
+  if (!text.ok()) return Fail("kv-calibrate", text.error() + " (give sample text with --data)");
+  auto ids = loaded->tokenizer->Encode(*text, /*add_bos=*/false);
   if (!ids.ok()) return Fail("kv-calibrate", ids.error());
   auto runner = SequenceRunner::Create(model, *loaded->kernels, {.kv_format = KvFormat::kF32});
   if (!runner.ok()) return Fail("kv-calibrate", runner.error());

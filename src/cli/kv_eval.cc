@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "core/read_file.h"
 #include "cli/kv_scales.h"
 #include "cli/model_setup.h"
 #include "engine/sampler.h"
@@ -43,14 +44,6 @@ double Percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, size_t(q * double(v.size() - 1) + 0.5))];
-}
-
-Result<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::Error(path + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 }  // namespace
@@ -96,7 +89,7 @@ int RunKvEval(Args& args) {
   }
   const std::string data_path =
       data_arg.empty() ? (std::filesystem::path(model_flags.model_path) / "heldout.txt").string() : data_arg;
-  auto text = ReadText(data_path);
+  auto text = ReadWholeFile(data_path);
   if (!text.ok()) return Fail("kv-eval", text.error() + " (give held-out text with --data)");
   auto encoded = loaded->tokenizer->Encode(*text, /*add_bos=*/false);
   if (!encoded.ok()) return Fail("kv-eval", encoded.error());

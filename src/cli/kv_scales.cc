@@ -1,5 +1,7 @@
 #include "cli/kv_scales.h"
 
+#include "core/read_file.h"
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -7,11 +9,9 @@
 namespace mlaserve::cli {
 
 Result<std::vector<float>> LoadKvScales(const std::string& path, const ModelConfig& c, KvFormat format) {
-  std::ifstream in(path);
-  if (!in) return Status::Error(path + ": cannot open KV scales file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  auto text = ReadWholeFile(path);
+  if (!text.ok()) return Status::Error(text.error() + " (KV scales file)");
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("kv_amax") || !j["kv_amax"].is_array()) {
     return Status::Error(path + ": not a KV scales file (JSON with a kv_amax array, from mlaserve kv-calibrate)");
   }

@@ -62,6 +62,10 @@ Engine::Engine(Model& model, const KernelSet& kernels, KvPool& pool, const Engin
   options_.max_running_requests =
       std::max(1, std::min(options_.max_running_requests, model.max_batch_tokens()));
   batch_segments_.reserve(size_t(options_.max_running_requests));
+  scratch_order_.reserve(size_t(options_.max_running_requests));
+  step_decodes_.reserve(size_t(options_.max_running_requests));
+  step_prefills_.reserve(size_t(options_.max_running_requests));
+  step_prefill_lengths_.reserve(size_t(options_.max_running_requests));
   if (!options_.disable_radix_cache) radix_ = std::make_unique<RadixCache>(pool_);
   const double c = std::max(0.0, options_.schedule_conservativeness);
   new_token_ratio_ = std::min(1.0, 0.7 * c);
@@ -366,8 +370,12 @@ bool Engine::Step() {
 
   // Batch step: every decoding request contributes one token; prefill chunks share the rest of
   // the token budget (--chunked-prefill-size), running prefills first, then new admissions.
-  std::vector<Request*> decodes, prefills;
-  std::vector<int> prefill_lengths;
+  std::vector<Request*>& decodes = step_decodes_;
+  std::vector<Request*>& prefills = step_prefills_;
+  std::vector<int>& prefill_lengths = step_prefill_lengths_;
+  decodes.clear();
+  prefills.clear();
+  prefill_lengths.clear();
   int budget = model_.max_batch_tokens();
   for (auto& r : running_) {
     if (r->decoding()) {

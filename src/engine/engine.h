@@ -111,6 +111,9 @@ class Engine {
   std::vector<ForwardSegment> batch_segments_;
   std::vector<float> batch_logits_;            // [max_running_requests, vocab]
   std::vector<Request*> scratch_order_;        // the batch's requests, in segment order
+  std::vector<Request*> step_decodes_;         // this step's decoding requests
+  std::vector<Request*> step_prefills_;        // this step's prefill chunks...
+  std::vector<int> step_prefill_lengths_;      // ...and their lengths
 
   // Intake, shared with Submit/Abort.
   mutable std::mutex intake_mutex_;

@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include "core/read_file.h"
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -245,11 +247,9 @@ Result<ModelConfig> LoadModelConfig(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::path file = fs::is_directory(path, ec) ? fs::path(path) / "config.json" : fs::path(path);
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return Status::Error(file.string() + ": cannot open (is --model-path a model directory?)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseModelConfig(ss.str(), file.string());
+  auto text = ReadWholeFile(file.string());
+  if (!text.ok()) return Status::Error(text.error() + " (is --model-path a model directory?)");
+  return ParseModelConfig(*text, file.string());
 }
 
 }  // namespace mlaserve

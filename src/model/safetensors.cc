@@ -1,5 +1,7 @@
 #include "model/safetensors.h"
 
+#include "core/read_file.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -61,14 +63,6 @@ Result<DType> ParseDType(const std::string& s) {
   if (s == "I32") return DType::kI32;
   if (s == "I64") return DType::kI64;
   return Status::Error("dtype " + s + " is not supported (supported: F32, BF16, F16, I32, I64)");
-}
-
-Result<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::Error(path + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 }  // namespace
@@ -159,7 +153,7 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& path) {
   const fs::path dir(path);
   const fs::path index_path = dir / "model.safetensors.index.json";
   if (fs::exists(index_path, ec)) {
-    auto text = ReadTextFile(index_path.string());
+    auto text = ReadWholeFile(index_path.string());
     if (!text.ok()) return text.status();
     json index = json::parse(*text, nullptr, false);
     if (index.is_discarded() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
