@@ -13,3 +13,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
 fi
+
+# The openai npm package, for the test that drives the server with a real third-party client.
+node_tests="$(cd "$(dirname "$0")/.." && pwd)/tests/node"
+if command -v npm >/dev/null 2>&1 && [ ! -d "$node_tests/node_modules/openai" ]; then
+  (cd "$node_tests" && npm install --no-audit --no-fund --silent) ||
+    echo "setup: npm install in tests/node failed; the openai client test will be skipped"
+fi

@@ -6,6 +6,7 @@
 
 namespace mlaserve::cli {
 
+int RunServe(Args& args);
 int RunGenerate(Args& args);
 int RunScore(Args& args);
 int RunBench(Args& args);
@@ -14,6 +15,7 @@ int RunKvEval(Args& args);
 int RunKvCalibrate(Args& args);
 int RunPlan(Args& args);
 int RunBenchOffline(Args& args);
+int RunBenchServing(Args& args);
 
 struct Command {
   const char* name;
@@ -21,6 +23,7 @@ struct Command {
 };
 
 inline constexpr Command kCommands[] = {
+    {"serve", RunServe},
     {"generate", RunGenerate},
     {"score", RunScore},
     {"bench", RunBench},
@@ -29,12 +32,16 @@ inline constexpr Command kCommands[] = {
     {"kv-calibrate", RunKvCalibrate},
     {"plan", RunPlan},
     {"bench-offline", RunBenchOffline},
+    {"bench-serving", RunBenchServing},
 };
 
 inline constexpr const char* kUsage =
     "usage: mlaserve COMMAND [--flag value ...]\n"
     "\n"
     "commands:\n"
+    "  serve        --model-path DIR [--host H] [--port 30000] [--kv-cache-dtype F] [--api-key K]\n"
+    "               [--enable-metrics] [--served-model-name N] [--drain-timeout S] and SGLang's\n"
+    "               scheduler flags: the OpenAI + SGLang-native HTTP server\n"
     "  generate     --model-path DIR --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
     "               [--top-p P] [--top-k K] [--seed S] [--chat] [--ignore-eos]\n"
     "  score        --model-path DIR (--text TEXT | --input-ids 1,2,3)\n"
@@ -51,6 +58,13 @@ inline constexpr const char* kUsage =
     "  bench-offline --model-path DIR [--num-prompts N] [--random-input-len N]\n"
     "               [--random-output-len N] [--random-range-ratio R] [--dataset-path JSONL]\n"
     "               offline throughput of the continuous-batching engine (SGLang's flags)\n"
+    "  bench-serving [--backend sglang|openai|openai-chat] [--base-url URL | --host H --port P]\n"
+    "               [--model NAME] [--dataset-name random|jsonl] [--dataset-path JSONL]\n"
+    "               [--num-prompts N] [--random-input-len N] [--random-output-len N]\n"
+    "               [--random-range-ratio R] [--request-rate R|inf] [--max-concurrency C]\n"
+    "               [--vocab-size N] [--warmup-requests N] [--seed S] [--output-file JSONL]\n"
+    "               [--disable-ignore-eos] [--disable-progress]\n"
+    "               TTFT, TPOT, ITL and throughput of a running server (SGLang's bench_serving)\n"
     "  init-random  --out DIR [--preset reference|tiny] [--config FILE] [--dtype bf16|f16|f32]\n"
     "               writes a randomly initialised checkpoint of any shape\n"
     "\n"

@@ -38,7 +38,7 @@ int RunGenerate(Args& args) {
   bool add_bos = tokenizer.add_bos();
   if (chat) {
     const ChatMessage message{"user", *prompt};
-    auto formatted = ApplyChatTemplate(ChatFormatForModelType(model.config().model_type),
+    auto formatted = ApplyChatTemplate(ChatFormatFor(tokenizer, model.config().model_type),
                                        std::span(&message, 1), /*add_generation_prompt=*/true);
     if (!formatted.ok()) return Fail("generate", formatted.error());
     text = *formatted;

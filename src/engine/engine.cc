@@ -97,9 +97,9 @@ void Engine::Stop() {
   while (!waiting_.empty()) {
     std::unique_ptr<Request> r = std::move(waiting_.front());
     waiting_.pop_front();
-    Finish(*r, FinishReason::kAbort, "the engine stopped");
+    Finish(*r, FinishReason::kAbort, "the server is shutting down");
   }
-  for (auto& r : running_) Finish(*r, FinishReason::kAbort, "the engine stopped");
+  for (auto& r : running_) Finish(*r, FinishReason::kAbort, "the server is shutting down");
   running_.clear();
   PublishStats();
 }

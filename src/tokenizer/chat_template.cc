@@ -131,4 +131,11 @@ ChatFormat ChatFormatForModelType(std::string_view model_type) {
   return ChatFormat::kMlaserve;
 }
 
+ChatFormat ChatFormatFor(const Tokenizer& tokenizer, std::string_view model_type) {
+  if (tokenizer.TokenToId("<\xef\xbd\x9cUser\xef\xbd\x9c>")) return ChatFormat::kDeepSeekV3;  // <｜User｜>
+  if (tokenizer.TokenToId("<|im_user|>")) return ChatFormat::kKimiK2;
+  if (tokenizer.TokenToId("<|user|>")) return ChatFormat::kMlaserve;
+  return ChatFormatForModelType(model_type);
+}
+
 }  // namespace mlaserve

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "core/status.h"
+#include "tokenizer/tokenizer.h"
 
 namespace mlaserve {
 
@@ -39,5 +40,10 @@ std::string_view ChatFormatName(ChatFormat format);
 // From config.json's model_type: deepseek_v2 / deepseek_v3 -> kDeepSeekV3, kimi_k2 -> kKimiK2,
 // anything else -> kMlaserve.
 ChatFormat ChatFormatForModelType(std::string_view model_type);
+
+// The format whose role tokens this tokenizer actually has (a small model may reuse the
+// DeepSeek-V3 architecture with its own chat tokens, as the bundled model does); falls back to
+// ChatFormatForModelType.
+ChatFormat ChatFormatFor(const Tokenizer& tokenizer, std::string_view model_type);
 
 }  // namespace mlaserve

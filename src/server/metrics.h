@@ -1,0 +1,47 @@
+// Prometheus metrics in SGLang's names (prefix "sglang:"), served at GET /metrics with
+// --enable-metrics: the engine's gauges and counters, read from its stats snapshot, and the
+// per-request latency histograms that the API layer observes as requests finish.
+// Thread-safe: Observe* may be called from any handler thread.
+#pragma once
+
+#include <array>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/engine_types.h"
+
+namespace mlaserve {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds_s);
+  void Observe(double value_s);
+  // Appends the Prometheus text (_bucket, _sum, _count) for `name` with `labels`.
+  void Render(const std::string& name, const std::string& help, const std::string& labels,
+              std::string& out) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // cumulative at render time; per-bucket here
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+class ServerMetrics {
+ public:
+  explicit ServerMetrics(std::string model_name);
+
+  // One finished request: its latencies in seconds (ttft 0 when it produced no token).
+  void ObserveRequest(double queue_s, double ttft_s, double e2e_s, int completion_tokens);
+  void ObserveInterTokenLatency(double seconds);
+
+  std::string Render(const EngineStatsSnapshot& stats) const;
+
+ private:
+  std::string labels_;
+  mutable std::mutex mu_;
+  Histogram ttft_, e2e_, tpot_, itl_, queue_;
+};
+
+}  // namespace mlaserve

@@ -1,0 +1,334 @@
+// The real server binary on the bundled model, over loopback: every endpoint, streaming, bad
+// inputs, disconnects, API keys and graceful drain.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "server/http_client.h"
+#include "server/sse.h"
+#include "support/run_binary.h"
+
+namespace mlaserve {
+namespace {
+
+using nlohmann::json;
+using testing::TempDir;
+
+const std::string kModel = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla";
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// `mlaserve serve` on an ephemeral port; stops it (SIGTERM) on destruction.
+class ServerProcess {
+ public:
+  explicit ServerProcess(std::vector<std::string> extra = {}) {
+    log_ = dir_.path() + "/server.log";
+    std::vector<std::string> args = {MLASERVE_BINARY, "serve", "--model-path", kModel, "--port", "0",
+                                     "--max-total-tokens", "8192", "--served-model-name", "bard"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      FILE* f = std::freopen(log_.c_str(), "w", stderr);
+      (void)f;
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    std::smatch m;
+    const std::regex listening("listening on http://[^:]+:([0-9]+)");
+    while (std::chrono::steady_clock::now() < deadline) {
+      const std::string log = ReadAll(log_);
+      if (log.find("ready to roll") != std::string::npos && std::regex_search(log, m, listening)) {
+        port_ = std::stoi(m[1]);
+        return;
+      }
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        exit_status_ = status;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  ~ServerProcess() {
+    if (!exited_) {
+      kill(pid_, SIGTERM);
+      Wait();
+    }
+  }
+  int Wait() {
+    if (!exited_) {
+      waitpid(pid_, &exit_status_, 0);
+      exited_ = true;
+    }
+    return WIFEXITED(exit_status_) ? WEXITSTATUS(exit_status_) : 128 + WTERMSIG(exit_status_);
+  }
+  void Signal(int sig) { kill(pid_, sig); }
+  int port() const { return port_; }
+  bool running() const { return port_ > 0 && !exited_; }
+  std::string log() const { return ReadAll(log_); }
+  std::string Url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+
+ private:
+  TempDir dir_;
+  std::string log_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  bool exited_ = false;
+  int exit_status_ = 0;
+};
+
+HttpResponse Post(const ServerProcess& s, const std::string& path, const std::string& body,
+                  const HttpHeaders& headers = {}) {
+  auto r = HttpClient().Request("POST", s.Url(path), body, headers, 30000);
+  EXPECT_TRUE(r.ok()) << r.error();
+  return r.ok() ? *r : HttpResponse{};
+}
+
+HttpResponse Get(const ServerProcess& s, const std::string& path, const HttpHeaders& headers = {}) {
+  auto r = HttpClient().Request("GET", s.Url(path), "", headers, 30000);
+  EXPECT_TRUE(r.ok()) << r.error();
+  return r.ok() ? *r : HttpResponse{};
+}
+
+// Streams a POST and returns the SSE data payloads.
+std::vector<std::string> StreamEvents(const ServerProcess& s, const std::string& path, const std::string& body) {
+  SseParser parser;
+  std::vector<std::string> events;
+  Status st = HttpClient().Stream("POST", s.Url(path), body, {}, 30000, [&](std::string_view piece) {
+    parser.Feed(piece, [&](const SseEvent& e) { events.push_back(e.data); });
+    return true;
+  });
+  EXPECT_TRUE(st.ok()) << st.message();
+  return events;
+}
+
+class ServeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new ServerProcess({"--enable-metrics"}); }
+  static void TearDownTestSuite() { delete server_; }
+  static ServerProcess* server_;
+};
+ServerProcess* ServeTest::server_ = nullptr;
+
+TEST_F(ServeTest, StartsAndLogsLikeSglang) {
+  ASSERT_TRUE(server_->running()) << server_->log();
+  const std::string log = server_->log();
+  EXPECT_NE(log.find("max_total_num_tokens=8192"), std::string::npos) << log;
+  EXPECT_NE(log.find("kv_cache_dtype=bf16"), std::string::npos) << log;
+  EXPECT_NE(log.find("context_len="), std::string::npos) << log;
+  EXPECT_EQ(Get(*server_, "/health").status_code, 200);
+  auto models = json::parse(Get(*server_, "/v1/models").body);
+  EXPECT_EQ(models["data"][0]["id"], "bard");
+  auto info = json::parse(Get(*server_, "/get_model_info").body);
+  EXPECT_EQ(info["is_generation"], true);
+  auto server_info = json::parse(Get(*server_, "/get_server_info").body);
+  EXPECT_EQ(server_info["max_total_num_tokens"], 8192);
+}
+
+TEST_F(ServeTest, NativeGenerateMatchesTheCli) {
+  auto r = Post(*server_, "/generate",
+                R"({"text": "ROMEO:", "sampling_params": {"max_new_tokens": 24, "temperature": 0}})");
+  ASSERT_EQ(r.status_code, 200) << r.body;
+  auto j = json::parse(r.body);
+  EXPECT_EQ(j["output_ids"].size(), 24u);
+  EXPECT_EQ(j["meta_info"]["completion_tokens"], 24);
+  EXPECT_EQ(j["meta_info"]["finish_reason"]["type"], "length");
+  EXPECT_GT(j["meta_info"]["prompt_tokens"].get<int>(), 1);
+  // The CLI runs the same model alone: greedy text must be identical (batch invariance).
+  auto cli = testing::RunMlaserve("generate --model-path " + testing::ShellQuote(kModel) +
+                                  " --prompt 'ROMEO:' --max-new-tokens 24");
+  ASSERT_EQ(cli.exit_code, 0) << cli.err;
+  EXPECT_EQ("ROMEO:" + j["text"].get<std::string>() + "\n", cli.out);
+
+  auto events = StreamEvents(*server_, "/generate",
+                             R"({"text": "ROMEO:", "stream": true, "sampling_params": {"max_new_tokens": 24, "temperature": 0}})");
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  auto last = json::parse(events[events.size() - 2]);
+  EXPECT_EQ(last["text"], j["text"]);
+  EXPECT_EQ(last["meta_info"]["finish_reason"]["type"], "length");
+}
+
+TEST_F(ServeTest, OpenAiCompletionsAndChat) {
+  auto r = Post(*server_, "/v1/completions",
+                R"({"model": "bard", "prompt": "JULIET:", "max_tokens": 12, "temperature": 0, "logprobs": 2})");
+  ASSERT_EQ(r.status_code, 200) << r.body;
+  auto j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(j["choices"][0]["logprobs"]["token_logprobs"].size(), 12u);
+  EXPECT_EQ(j["choices"][0]["logprobs"]["top_logprobs"][0].size(), 2u);
+
+  auto events = StreamEvents(*server_, "/v1/chat/completions",
+                             R"({"model": "bard", "messages": [{"role": "user", "content": "Speak."}],
+                                 "max_tokens": 10, "stream": true, "stream_options": {"include_usage": true}})");
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  auto usage = json::parse(events[events.size() - 2]);
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 10);
+  auto first = json::parse(events[0]);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+}
+
+TEST_F(ServeTest, BadInputsGetJsonErrorsAndTheServerCarriesOn) {
+  struct Case {
+    std::string path, body;
+    int status;
+    std::string needle;
+  };
+  const std::string long_prompt(20000, 'a');
+  const std::vector<Case> cases = {
+      {"/v1/completions", "{not json", 400, "not valid JSON"},
+      {"/v1/completions", "[1,2]", 400, "must be a JSON object"},
+      {"/v1/completions", R"({"model": "gpt-9", "prompt": "x"})", 404, "does not exist"},
+      {"/v1/completions", R"({"model": "bard"})", 400, "'prompt' is required"},
+      {"/v1/completions", R"({"prompt": ""})", 400, "empty"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": -5})", 400, "max_new_tokens"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": "many"})", 400, "'max_tokens' must be an integer"},
+      {"/v1/completions", R"({"prompt": "x", "temperature": -1})", 400, "temperature"},
+      {"/v1/completions", R"({"prompt": "x", "top_p": 7})", 400, "top_p"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": 100000000})", 400, "context length"},
+      {"/v1/completions", "{\"prompt\": \"" + long_prompt + "\"}", 400, "context length"},
+      {"/v1/completions", "{\"prompt\": \"\xff\xfe\"}", 400, "not valid JSON"},
+      {"/v1/chat/completions", R"({"messages": []})", 400, "'messages'"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "x"}]})", 400, "wizard"},
+      {"/generate", R"({"input_ids": [1, 999999]})", 400, "outside the vocabulary"},
+      {"/generate", R"({})", 400, "exactly one of"},
+      {"/nope", "{}", 404, "no route"},
+  };
+  for (const Case& c : cases) {
+    auto r = Post(*server_, c.path, c.body);
+    EXPECT_EQ(r.status_code, c.status) << c.path << " " << c.body.substr(0, 80) << " -> " << r.body;
+    auto j = json::parse(r.body, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << r.body;
+    ASSERT_TRUE(j.contains("error")) << r.body;
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(c.needle), std::string::npos) << r.body;
+  }
+  auto big = Post(*server_, "/v1/completions", std::string(20 << 20, ' '));
+  EXPECT_EQ(big.status_code, 413);
+  EXPECT_EQ(Get(*server_, "/health").status_code, 200);
+}
+
+TEST_F(ServeTest, DisconnectMidStreamAbortsAndFreesKv) {
+  int chunks = 0;
+  Status s = HttpClient().Stream("POST", server_->Url("/generate"),
+                                 R"({"text": "KING:", "stream": true, "sampling_params": {"max_new_tokens": 1500, "ignore_eos": true}})",
+                                 {}, 30000, [&](std::string_view) { return ++chunks < 3; });
+  EXPECT_TRUE(s.ok()) << s.message();
+  // The server notices, aborts the request and frees its KV.
+  json metrics_ok;
+  for (int i = 0; i < 100; ++i) {
+    const std::string m = Get(*server_, "/metrics").body;
+    if (m.find("sglang:num_running_reqs{model_name=\"bard\"} 0") != std::string::npos) {
+      metrics_ok = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(metrics_ok.is_boolean()) << Get(*server_, "/metrics").body;
+  const std::string m = Get(*server_, "/metrics").body;
+  EXPECT_NE(m.find("sglang:time_to_first_token_seconds_bucket"), std::string::npos);
+  EXPECT_NE(m.find("sglang:e2e_request_latency_seconds_count"), std::string::npos);
+}
+
+TEST_F(ServeTest, OfficialOpenAiNodeClient) {
+  const std::string dir = std::string(MLASERVE_SOURCE_DIR) + "/tests/node";
+  if (std::system("command -v node >/dev/null 2>&1") != 0 ||
+      std::system(("test -d " + testing::ShellQuote(dir + "/node_modules/openai")).c_str()) != 0) {
+    GTEST_SKIP() << "node or the openai package is missing (scripts/setup.sh installs them)";
+  }
+  const std::string cmd = "node " + testing::ShellQuote(dir + "/openai_client.mjs") + " " +
+                          testing::ShellQuote(server_->Url("")) + " bard 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int status = pclose(p);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  EXPECT_NE(out.find("OK:"), std::string::npos) << out;
+}
+
+TEST(Serve, ApiKeyGuardsEverythingButHealth) {
+  ServerProcess s({"--api-key", "sesame"});
+  ASSERT_TRUE(s.running()) << s.log();
+  EXPECT_EQ(Get(s, "/health").status_code, 200);
+  EXPECT_EQ(Get(s, "/v1/models").status_code, 401);
+  EXPECT_EQ(Get(s, "/v1/models", {{"Authorization", "Bearer wrong"}}).status_code, 401);
+  EXPECT_EQ(Get(s, "/v1/models", {{"Authorization", "Bearer sesame"}}).status_code, 200);
+}
+
+TEST(Serve, UnimplementedFlagsAreRefused) {
+  for (const char* flag : {"--enable-hierarchical-cache", "--hicache-size 8", "--tp-size 8", "--radix-eviction-policy lfu"}) {
+    auto r = testing::RunMlaserve("serve --model-path " + testing::ShellQuote(kModel) + " --port 0 " + flag);
+    EXPECT_EQ(r.exit_code, 2) << flag;
+    EXPECT_NE(r.err.find("not supported"), std::string::npos) << flag << " -> " << r.err;
+  }
+}
+
+TEST(Serve, SigtermDrainsInFlightAndRefusesNewWork) {
+  ServerProcess s({"--drain-timeout", "60"});
+  ASSERT_TRUE(s.running()) << s.log();
+  json result;
+  std::thread client([&] {
+    auto r = HttpClient().Request("POST", s.Url("/generate"),
+                                  R"({"text": "KING:", "sampling_params": {"max_new_tokens": 400, "ignore_eos": true}})",
+                                  {}, 60000);
+    if (r.ok() && r->status_code == 200) result = json::parse(r->body);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  s.Signal(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto refused = HttpClient().Request("POST", s.Url("/generate"), R"({"text": "x"})", {}, 5000);
+  if (refused.ok()) {
+    EXPECT_EQ(refused->status_code, 503) << refused->body;
+  }
+  client.join();
+  EXPECT_EQ(s.Wait(), 0) << s.log();
+  ASSERT_TRUE(result.is_object());
+  EXPECT_EQ(result["meta_info"]["completion_tokens"], 400);  // finished, not cut
+  EXPECT_NE(s.log().find("draining"), std::string::npos);
+}
+
+TEST(Serve, DrainTimeoutAbortsWithAClearReason) {
+  ServerProcess s({"--drain-timeout", "0.1"});
+  ASSERT_TRUE(s.running()) << s.log();
+  json result;
+  std::thread client([&] {
+    auto r = HttpClient().Request("POST", s.Url("/generate"),
+                                  R"({"text": "KING:", "sampling_params": {"max_new_tokens": 1900, "ignore_eos": true}})",
+                                  {}, 60000);
+    if (r.ok()) result = json::parse(r->body, nullptr, false);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  s.Signal(SIGTERM);
+  client.join();
+  EXPECT_EQ(s.Wait(), 0) << s.log();
+  ASSERT_TRUE(result.is_object()) << s.log();
+  EXPECT_EQ(result["meta_info"]["finish_reason"]["type"], "abort") << result.dump();
+  EXPECT_NE(result["meta_info"]["finish_reason"]["message"].get<std::string>().find("shutting down"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mlaserve
