@@ -499,6 +499,167 @@ void RaiseOpenFileLimit(int num_sockets) {
   ::setrlimit(RLIMIT_NOFILE, &limit);
 }
 
+// Sends every request at its arrival time, at most max_concurrency at once, and waits for all.
+// results[i] belongs to requests[i]; *duration_s spans the first send to the last answer.
+std::vector<RequestResult> RunAll(const HttpClient& client, const std::string& url, const HttpHeaders& headers,
+                                  const ServingFlags& f, const std::string& model,
+                                  const std::vector<BenchRequest>& requests, double* duration_s) {
+  const int num_requests = int(requests.size());
+  const std::vector<double> arrival_s = ArrivalTimes(num_requests, f.request_rate, f.seed);
+  std::vector<RequestResult> results(static_cast<size_t>(num_requests));
+  std::atomic<int> next{0};
+  std::mutex mu;
+  std::condition_variable finished_cv;
+  int num_done = 0, num_failed = 0;  // guarded by mu
+  const Clock::time_point t0 = Clock::now();
+  auto worker = [&] {
+    for (int i = next.fetch_add(1); i < num_requests; i = next.fetch_add(1)) {
+      std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(arrival_s[size_t(i)])));
+      results[size_t(i)] = RunRequest(client, url, headers, f, model, requests[size_t(i)]);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ++num_done;
+        if (!results[size_t(i)].success) ++num_failed;
+      }
+      finished_cv.notify_one();
+    }
+  };
+  const int num_workers = f.max_concurrency > 0 ? std::min(f.max_concurrency, num_requests) : num_requests;
+  RaiseOpenFileLimit(num_workers);
+  std::vector<std::thread> workers;
+  workers.reserve(size_t(num_workers));
+  try {
+    for (int w = 0; w < num_workers; ++w) workers.emplace_back(worker);
+  } catch (const std::system_error& e) {
+    // Fewer workers only lower the concurrency reached; every request is still sent.
+    std::fprintf(stderr, "bench-serving: started %zu of %d request threads (%s)\n", workers.size(), num_workers,
+                 e.what());
+  }
+  if (workers.empty()) worker();  // not even one thread: send them from here, one by one
+  Progress progress(num_requests, !f.disable_progress);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      const bool all_done = num_done == num_requests;
+      progress.Update(num_done, num_failed, all_done);
+      if (all_done) break;
+      finished_cv.wait_for(lock, std::chrono::milliseconds(200));
+    }
+  }
+  for (std::thread& t : workers) t.join();
+  *duration_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return results;
+}
+
+// SGLang's calculate_metrics, over the successful requests.
+struct Metrics {
+  int completed = 0;
+  long long total_input = 0, total_output = 0;  // tokens
+  double duration_s = 0;
+  double concurrency = 0;  // sum of E2E latencies / duration
+  Summary ttft, tpot, itl, e2e;
+};
+
+Metrics ComputeMetrics(const std::vector<RequestResult>& results, double duration_s) {
+  Metrics m{.duration_s = duration_s};
+  std::vector<double> ttfts_s, tpots_s, itls_s, e2e_s;
+  double e2e_sum_s = 0;
+  for (const RequestResult& r : results) {
+    if (!r.success) continue;
+    ++m.completed;
+    m.total_input += r.prompt_len;
+    m.total_output += r.output_len;
+    if (r.output_len > 1) tpots_s.push_back((r.latency_s - r.ttft_s) / (r.output_len - 1));
+    itls_s.insert(itls_s.end(), r.itl_s.begin(), r.itl_s.end());
+    ttfts_s.push_back(r.ttft_s);
+    e2e_s.push_back(r.latency_s);
+    e2e_sum_s += r.latency_s;
+  }
+  m.ttft = Summarize(ttfts_s);
+  m.tpot = Summarize(tpots_s);
+  m.itl = Summarize(itls_s);
+  m.e2e = Summarize(e2e_s);
+  m.concurrency = e2e_sum_s / duration_s;
+  return m;
+}
+
+void PrintMetrics(const ServingFlags& f, const Metrics& m) {
+  const double d = m.duration_s;
+  std::printf("\n============ Serving Benchmark Result ============\n");
+  Row("Backend:", f.backend_name);
+  Row("Traffic request rate:", PythonFloat(f.request_rate));
+  Row("Max request concurrency:", f.max_concurrency > 0 ? std::to_string(f.max_concurrency) : "not set");
+  Row("Successful requests:", (long long)m.completed);
+  Row("Benchmark duration (s):", d);
+  Row("Total input tokens:", m.total_input);
+  Row("Total generated tokens:", m.total_output);
+  Row("Request throughput (req/s):", m.completed / d);
+  Row("Input token throughput (tok/s):", m.total_input / d);
+  Row("Output token throughput (tok/s):", m.total_output / d);
+  Row("Total token throughput (tok/s):", (m.total_input + m.total_output) / d);
+  Row("Concurrency:", m.concurrency);
+  std::printf("----------------End-to-End Latency----------------\n");
+  Row("Mean E2E Latency (ms):", m.e2e.mean);
+  Row("Median E2E Latency (ms):", m.e2e.median);
+  std::printf("---------------Time to First Token----------------\n");
+  Row("Mean TTFT (ms):", m.ttft.mean);
+  Row("Median TTFT (ms):", m.ttft.median);
+  Row("P99 TTFT (ms):", m.ttft.p99);
+  std::printf("-----Time per Output Token (excl. 1st token)------\n");
+  Row("Mean TPOT (ms):", m.tpot.mean);
+  Row("Median TPOT (ms):", m.tpot.median);
+  Row("P99 TPOT (ms):", m.tpot.p99);
+  std::printf("---------------Inter-Token Latency----------------\n");
+  Row("Mean ITL (ms):", m.itl.mean);
+  Row("Median ITL (ms):", m.itl.median);
+  Row("P95 ITL (ms):", m.itl.p95);
+  Row("P99 ITL (ms):", m.itl.p99);
+  Row("Max ITL (ms):", m.itl.max);
+  std::printf("==================================================\n");
+  std::fflush(stdout);
+}
+
+// One run as one JSON object, with SGLang's key names (plus "failed").
+json MetricsJson(const ServingFlags& f, const Metrics& m, int num_requests) {
+  const double d = m.duration_s;
+  return json{{"backend", f.backend_name},
+              {"dataset_name", f.dataset_name},
+              {"request_rate", std::isinf(f.request_rate) ? json("inf") : json(f.request_rate)},
+              {"max_concurrency", f.max_concurrency > 0 ? json(f.max_concurrency) : json(nullptr)},
+              {"random_input_len", f.random_input_len},
+              {"random_output_len", f.random_output_len},
+              {"random_range_ratio", f.random_range_ratio},
+              {"duration", d},
+              {"completed", m.completed},
+              {"failed", num_requests - m.completed},
+              {"total_input_tokens", m.total_input},
+              {"total_output_tokens", m.total_output},
+              {"request_throughput", m.completed / d},
+              {"input_throughput", m.total_input / d},
+              {"output_throughput", m.total_output / d},
+              {"total_throughput", (m.total_input + m.total_output) / d},
+              {"mean_e2e_latency_ms", m.e2e.mean},
+              {"median_e2e_latency_ms", m.e2e.median},
+              {"std_e2e_latency_ms", m.e2e.std},
+              {"p99_e2e_latency_ms", m.e2e.p99},
+              {"mean_ttft_ms", m.ttft.mean},
+              {"median_ttft_ms", m.ttft.median},
+              {"std_ttft_ms", m.ttft.std},
+              {"p99_ttft_ms", m.ttft.p99},
+              {"mean_tpot_ms", m.tpot.mean},
+              {"median_tpot_ms", m.tpot.median},
+              {"std_tpot_ms", m.tpot.std},
+              {"p99_tpot_ms", m.tpot.p99},
+              {"mean_itl_ms", m.itl.mean},
+              {"median_itl_ms", m.itl.median},
+              {"std_itl_ms", m.itl.std},
+              {"p95_itl_ms", m.itl.p95},
+              {"p99_itl_ms", m.itl.p99},
+              {"max_itl_ms", m.itl.max},
+              {"concurrency", m.concurrency}};
+}
+
 }  // namespace
 
 int RunBenchServing(Args& args) {
@@ -556,152 +717,22 @@ int RunBenchServing(Args& args) {
     }
   }
 
-  const std::vector<double> arrival_s = ArrivalTimes(num_requests, f.request_rate, f.seed);
-  std::vector<RequestResult> results(static_cast<size_t>(num_requests));
-  std::atomic<int> next{0};
-  std::mutex mu;
-  std::condition_variable finished_cv;
-  int num_done = 0, num_failed = 0;
-  const Clock::time_point t0 = Clock::now();
-  auto worker = [&] {
-    for (int i = next.fetch_add(1); i < num_requests; i = next.fetch_add(1)) {
-      std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(arrival_s[size_t(i)])));
-      results[size_t(i)] = RunRequest(client, url, headers, f, model, requests[size_t(i)]);
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        ++num_done;
-        if (!results[size_t(i)].success) ++num_failed;
-      }
-      finished_cv.notify_one();
-    }
-  };
-  const int num_workers = f.max_concurrency > 0 ? std::min(f.max_concurrency, num_requests) : num_requests;
-  RaiseOpenFileLimit(num_workers);
-  std::vector<std::thread> workers;
-  workers.reserve(size_t(num_workers));
-  try {
-    for (int w = 0; w < num_workers; ++w) workers.emplace_back(worker);
-  } catch (const std::system_error& e) {
-    // Fewer workers only lowers the concurrency reached; every request is still sent.
-    std::fprintf(stderr, "bench-serving: started %zu of %d request threads (%s)\n", workers.size(), num_workers,
-                 e.what());
-    if (workers.empty()) return Fail("bench-serving", "cannot start a request thread");
-  }
-  Progress progress(num_requests, !f.disable_progress);
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    for (;;) {
-      const bool all_done = num_done == num_requests;
-      progress.Update(num_done, num_failed, all_done);
-      if (all_done) break;
-      finished_cv.wait_for(lock, std::chrono::milliseconds(200));
-    }
-  }
-  for (std::thread& t : workers) t.join();
-  const double duration_s = std::chrono::duration<double>(Clock::now() - t0).count();
-
-  // SGLang's calculate_metrics, over the successful requests.
-  int completed = 0;
-  long long total_input = 0, total_output = 0;
-  std::vector<double> ttfts_s, tpots_s, itls_s, e2e_s;
-  const RequestResult* first_failure = nullptr;
-  for (const RequestResult& r : results) {
-    if (!r.success) {
-      if (first_failure == nullptr) first_failure = &r;
-      continue;
-    }
-    ++completed;
-    total_input += r.prompt_len;
-    total_output += r.output_len;
-    if (r.output_len > 1) tpots_s.push_back((r.latency_s - r.ttft_s) / (r.output_len - 1));
-    itls_s.insert(itls_s.end(), r.itl_s.begin(), r.itl_s.end());
-    ttfts_s.push_back(r.ttft_s);
-    e2e_s.push_back(r.latency_s);
-  }
-  if (first_failure != nullptr) {
-    std::fprintf(stderr, "bench-serving: %d of %d requests failed; first error: %s\n", num_requests - completed,
+  double duration_s = 0;
+  const std::vector<RequestResult> results = RunAll(client, url, headers, f, model, requests, &duration_s);
+  const Metrics metrics = ComputeMetrics(results, duration_s);
+  const auto first_failure = std::find_if(results.begin(), results.end(), [](const RequestResult& r) { return !r.success; });
+  if (first_failure != results.end()) {
+    std::fprintf(stderr, "bench-serving: %d of %d requests failed; first error: %s\n", num_requests - metrics.completed,
                  num_requests, first_failure->error.c_str());
   }
-  const Summary ttft = Summarize(ttfts_s), tpot = Summarize(tpots_s), itl = Summarize(itls_s), e2e = Summarize(e2e_s);
-  double e2e_sum_s = 0;
-  for (double x : e2e_s) e2e_sum_s += x;
-  const double concurrency = e2e_sum_s / duration_s;
-
-  std::printf("\n============ Serving Benchmark Result ============\n");
-  Row("Backend:", f.backend_name);
-  Row("Traffic request rate:", PythonFloat(f.request_rate));
-  Row("Max request concurrency:", f.max_concurrency > 0 ? std::to_string(f.max_concurrency) : "not set");
-  Row("Successful requests:", (long long)completed);
-  Row("Benchmark duration (s):", duration_s);
-  Row("Total input tokens:", total_input);
-  Row("Total generated tokens:", total_output);
-  Row("Request throughput (req/s):", completed / duration_s);
-  Row("Input token throughput (tok/s):", total_input / duration_s);
-  Row("Output token throughput (tok/s):", total_output / duration_s);
-  Row("Total token throughput (tok/s):", (total_input + total_output) / duration_s);
-  Row("Concurrency:", concurrency);
-  std::printf("----------------End-to-End Latency----------------\n");
-  Row("Mean E2E Latency (ms):", e2e.mean);
-  Row("Median E2E Latency (ms):", e2e.median);
-  std::printf("---------------Time to First Token----------------\n");
-  Row("Mean TTFT (ms):", ttft.mean);
-  Row("Median TTFT (ms):", ttft.median);
-  Row("P99 TTFT (ms):", ttft.p99);
-  std::printf("-----Time per Output Token (excl. 1st token)------\n");
-  Row("Mean TPOT (ms):", tpot.mean);
-  Row("Median TPOT (ms):", tpot.median);
-  Row("P99 TPOT (ms):", tpot.p99);
-  std::printf("---------------Inter-Token Latency----------------\n");
-  Row("Mean ITL (ms):", itl.mean);
-  Row("Median ITL (ms):", itl.median);
-  Row("P95 ITL (ms):", itl.p95);
-  Row("P99 ITL (ms):", itl.p99);
-  Row("Max ITL (ms):", itl.max);
-  std::printf("==================================================\n");
-  std::fflush(stdout);
-
+  PrintMetrics(f, metrics);
   if (!f.output_file.empty()) {
-    // One JSON object per run, appended (SGLang's JSONL), with SGLang's key names.
-    json j{{"backend", f.backend_name},
-           {"dataset_name", f.dataset_name},
-           {"request_rate", std::isinf(f.request_rate) ? json("inf") : json(f.request_rate)},
-           {"max_concurrency", f.max_concurrency > 0 ? json(f.max_concurrency) : json(nullptr)},
-           {"random_input_len", f.random_input_len},
-           {"random_output_len", f.random_output_len},
-           {"random_range_ratio", f.random_range_ratio},
-           {"duration", duration_s},
-           {"completed", completed},
-           {"failed", num_requests - completed},
-           {"total_input_tokens", total_input},
-           {"total_output_tokens", total_output},
-           {"request_throughput", completed / duration_s},
-           {"input_throughput", total_input / duration_s},
-           {"output_throughput", total_output / duration_s},
-           {"total_throughput", (total_input + total_output) / duration_s},
-           {"mean_e2e_latency_ms", e2e.mean},
-           {"median_e2e_latency_ms", e2e.median},
-           {"std_e2e_latency_ms", e2e.std},
-           {"p99_e2e_latency_ms", e2e.p99},
-           {"mean_ttft_ms", ttft.mean},
-           {"median_ttft_ms", ttft.median},
-           {"std_ttft_ms", ttft.std},
-           {"p99_ttft_ms", ttft.p99},
-           {"mean_tpot_ms", tpot.mean},
-           {"median_tpot_ms", tpot.median},
-           {"std_tpot_ms", tpot.std},
-           {"p99_tpot_ms", tpot.p99},
-           {"mean_itl_ms", itl.mean},
-           {"median_itl_ms", itl.median},
-           {"std_itl_ms", itl.std},
-           {"p95_itl_ms", itl.p95},
-           {"p99_itl_ms", itl.p99},
-           {"max_itl_ms", itl.max},
-           {"concurrency", concurrency}};
-    std::ofstream out(f.output_file, std::ios::app);
-    if (!(out << j.dump() << "\n")) return Fail("bench-serving", f.output_file + ": cannot write");
+    std::ofstream out(f.output_file, std::ios::app);  // one line per run: SGLang's JSONL
+    if (!(out << MetricsJson(f, metrics, num_requests).dump() << "\n")) {
+      return Fail("bench-serving", f.output_file + ": cannot write");
+    }
   }
-  return completed == num_requests ? 0 : 1;
+  return metrics.completed == num_requests ? 0 : 1;
 }
 
 }  // namespace mlaserve::cli

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -268,6 +269,66 @@ TEST_F(ServeTest, OfficialOpenAiNodeClient) {
   const int status = pclose(p);
   EXPECT_EQ(WEXITSTATUS(status), 0) << out;
   EXPECT_NE(out.find("OK:"), std::string::npos) << out;
+}
+
+TEST_F(ServeTest, HealthGenerateFlushAndAbort) {
+  EXPECT_EQ(Get(*server_, "/health_generate").status_code, 200);
+  // A cached prefix is reused, then flushed.
+  const std::string body = R"({"text": "To be, or not to be, that is the question: whether 'tis nobler in the mind",
+                               "sampling_params": {"max_new_tokens": 4, "temperature": 0}})";
+  ASSERT_EQ(Post(*server_, "/generate", body).status_code, 200);
+  auto again = json::parse(Post(*server_, "/generate", body).body);
+  EXPECT_GT(again["meta_info"]["cached_tokens"].get<int>(), 0);
+  EXPECT_EQ(Post(*server_, "/flush_cache", "").status_code, 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto flushed = json::parse(Post(*server_, "/generate", body).body);
+  EXPECT_EQ(flushed["meta_info"]["cached_tokens"], 0);
+
+  // /abort_request ends a running request with finish_reason abort.
+  json result;
+  std::thread client([&] {
+    auto r = HttpClient().Request("POST", server_->Url("/generate"),
+                                  R"({"rid": "victim", "text": "KING:", "sampling_params": {"max_new_tokens": 1900, "ignore_eos": true}})",
+                                  {}, 30000);
+    if (r.ok()) result = json::parse(r->body, nullptr, false);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(Post(*server_, "/abort_request", R"({"rid": "victim"})").status_code, 200);
+  client.join();
+  ASSERT_TRUE(result.is_object());
+  EXPECT_EQ(result["meta_info"]["finish_reason"]["type"], "abort");
+  EXPECT_LT(result["meta_info"]["completion_tokens"].get<int>(), 1900);
+}
+
+TEST_F(ServeTest, FuzzedRequestsLeaveItUpAndLeakFree) {
+  std::mt19937 rng(5);
+  const std::vector<std::string> seeds = {
+      R"({"prompt": "x", "max_tokens": 3})", R"({"text": "y", "sampling_params": {"max_new_tokens": 2}})",
+      R"({"messages": [{"role": "user", "content": "z"}], "max_tokens": 2, "stream": true})"};
+  const std::vector<std::string> paths = {"/v1/completions", "/generate", "/v1/chat/completions"};
+  int ok = 0, client_errors = 0;
+  for (int i = 0; i < 150; ++i) {
+    std::string body = seeds[size_t(i) % seeds.size()];
+    // Mutate: truncate, flip bytes, insert junk, or swap types.
+    switch (rng() % 4) {
+      case 0: body = body.substr(0, rng() % body.size()); break;
+      case 1: body[rng() % body.size()] = char(rng() % 256); break;
+      case 2: body.insert(rng() % body.size(), std::string(1 + rng() % 8, char(rng() % 256))); break;
+      default: break;
+    }
+    auto r = HttpClient().Request("POST", server_->Url(paths[rng() % paths.size()]), body, {}, 30000);
+    ASSERT_TRUE(r.ok()) << r.error();
+    if (r->status_code == 200) ++ok;
+    else if (r->status_code >= 400 && r->status_code < 500) ++client_errors;
+    else ADD_FAILURE() << r->status_code << " for " << body;
+  }
+  EXPECT_GT(ok + client_errors, 0);
+  EXPECT_EQ(Get(*server_, "/health").status_code, 200);
+  // Nothing left running; used tokens are only what the prefix cache keeps.
+  const std::string m = Get(*server_, "/metrics").body;
+  EXPECT_NE(m.find("sglang:num_running_reqs{model_name=\"bard\"} 0"), std::string::npos) << m;
+  EXPECT_NE(m.find("sglang:num_queue_reqs{model_name=\"bard\"} 0"), std::string::npos) << m;
+  EXPECT_NE(m.find("sglang:num_used_tokens{model_name=\"bard\"} 0"), std::string::npos) << m;
 }
 
 TEST(Serve, ApiKeyGuardsEverythingButHealth) {
