@@ -94,6 +94,7 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponseWriter& w) {
                              {"is_generation", true},
                              {"served_model_name", options_.served_model_name},
                              {"model_type", model_.config().model_type},
+                             {"vocab_size", model_.config().vocab_size},
                              {"max_context_length", model_.max_context()}});
   }
   if (p == "/get_server_info") {
