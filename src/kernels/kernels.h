@@ -24,6 +24,10 @@ struct KernelSet {
   // x: [n, w.cols] fp32. y: [n, ldy] fp32. Writes only the named rows' columns of y.
   void (*matmul_rows)(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin,
                       int64_t row_end, float* y, int64_t ldy);
+  // The same product for a packed matrix, over panels [panel_begin, panel_end): writes rows
+  // [panel_begin * 16, min(rows, panel_end * 16)).
+  void (*matmul_panels)(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin,
+                        int64_t panel_end, float* y, int64_t ldy);
   // y[0, w.cols) += a * W[row, :]
   void (*axpy_row)(float a, const WeightMatrix& w, int64_t row, float* y);
   // sum a[i] * b[i]

@@ -1,4 +1,5 @@
 // The reference kernel table: plain loops, no intrinsics. Every SIMD table must agree with it.
+#include <algorithm>
 #include <cstring>
 
 #include "core/float16.h"
@@ -42,6 +43,25 @@ void MatMulRows(const float* x, int64_t n, const WeightMatrix& w, int64_t row_be
   }
 }
 
+void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin,
+                  int64_t panel_end, float* y, int64_t ldy) {
+  for (int64_t p = panel_begin; p < panel_end; ++p) {
+    const std::byte* panel = w.panel(p);
+    const int64_t rows = std::min<int64_t>(kPanelRows, w.rows - p * kPanelRows);
+    for (int64_t t = 0; t < n; ++t) {
+      const float* xt = x + t * w.cols;
+      for (int64_t i = 0; i < rows; ++i) {
+        float sum = 0.0f;
+        for (int64_t c = 0; c < w.cols; ++c) {
+          // Element (row p*16+i, col c) sits at panel + (c * 16 + i) values.
+          sum += xt[c] * LoadWeight(w, panel, c * kPanelRows + i);
+        }
+        y[t * ldy + p * kPanelRows + i] = sum;
+      }
+    }
+  }
+}
+
 void AxpyRow(float a, const WeightMatrix& w, int64_t r, float* y) {
   const std::byte* row = w.row(r);
   for (int64_t c = 0; c < w.cols; ++c) y[c] += a * LoadWeight(w, row, c);
@@ -60,8 +80,8 @@ void AxpyF32(float a, const float* x, float* y, int64_t n) {
 }  // namespace
 
 const KernelSet& PortableKernels() {
-  static const KernelSet kSet{KernelIsa::kPortable, "portable", MatMulRows, AxpyRow, DotF32,
-                              AxpyF32};
+  static const KernelSet kSet{KernelIsa::kPortable, "portable", MatMulRows, MatMulPanels, AxpyRow,
+                              DotF32, AxpyF32};
   return kSet;
 }
 

@@ -5,8 +5,27 @@
 
 namespace mlaserve {
 
+namespace {
+
+// Products of packed matrices split by pairs of panels (an AVX-512 block), at least ~64 KB of
+// weights a chunk.
+int64_t PanelGrain(const WeightMatrix& w) {
+  const int64_t panels = std::max<int64_t>(2, (64 << 10) / std::max<size_t>(1, w.panel_bytes()));
+  return (panels + 1) / 2 * 2;
+}
+
+}  // namespace
+
 void MatMul(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w, float* y) {
   const KernelSet& k = *ctx.kernels;
+  if (w.packed) {
+    const int64_t grain = PanelGrain(w);
+    const int64_t chunks = (w.num_panels() + grain - 1) / grain;
+    ctx.pool->ParallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
+      k.matmul_panels(x, n, w, begin * grain, std::min(w.num_panels(), end * grain), y, w.rows);
+    });
+    return;
+  }
   // Each chunk should move at least ~64 KB of weights so that the dispatch cost stays small.
   const int64_t grain = std::max<int64_t>(4, (64 << 10) / std::max<int64_t>(1, w.row_bytes()));
   ctx.pool->ParallelFor(w.rows, (grain + 3) / 4 * 4, [&](int64_t begin, int64_t end) {
@@ -17,6 +36,20 @@ void MatMul(const ComputeContext& ctx, const float* x, int64_t n, const WeightMa
 void MatMulPair(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w1,
                 const WeightMatrix& w2, float* y1, float* y2) {
   const KernelSet& k = *ctx.kernels;
+  if (w1.packed && w2.packed) {
+    const int64_t grain = PanelGrain(w1);
+    const int64_t chunks1 = (w1.num_panels() + grain - 1) / grain;
+    const int64_t chunks2 = (w2.num_panels() + grain - 1) / grain;
+    ctx.pool->ParallelFor(chunks1 + chunks2, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        const bool first = c < chunks1;
+        const WeightMatrix& w = first ? w1 : w2;
+        const int64_t cc = first ? c : c - chunks1;
+        k.matmul_panels(x, n, w, cc * grain, std::min(w.num_panels(), (cc + 1) * grain), first ? y1 : y2, w.rows);
+      }
+    });
+    return;
+  }
   const int64_t grain = std::max<int64_t>(4, (64 << 10) / std::max<int64_t>(1, w1.row_bytes()));
   // Rows [0, w1.rows) are w1's, the rest w2's; a chunk never straddles the two.
   const int64_t chunk = (grain + 3) / 4 * 4;

@@ -143,6 +143,85 @@ void MatMulRows(const float* x, int64_t n, const WeightMatrix& w, int64_t row_be
   }
 }
 
+// Packed panels: for each column c, the 16 weights of a panel row are loaded as vectors and
+// multiplied by x[t][c] broadcast, accumulating 16 outputs per vector with no horizontal sums.
+// Each output is summed over c in order, whatever T, so results are batch-invariant.
+// A block covers 2 vectors of outputs (two panels on AVX-512, one on AVX2) for T tokens.
+template <class V, DType D, int T>
+inline void PanelBlock(const float* x, int64_t cols, const std::byte* w0, const std::byte* w1,
+                       int64_t step_bytes, float* y, int64_t ldy, int rows_valid) {
+  typename V::Reg acc[T][2];
+  for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = V::Zero();
+  for (int64_t c = 0; c < cols; ++c) {
+    const typename V::Reg a = V::template LoadW<D>(w0 + c * step_bytes);
+    const typename V::Reg b = w1 != nullptr ? V::template LoadW<D>(w1 + c * step_bytes) : V::Zero();
+    for (int t = 0; t < T; ++t) {
+      const typename V::Reg xv = V::Broadcast(x[t * cols + c]);
+      acc[t][0] = V::Fma(xv, a, acc[t][0]);
+      acc[t][1] = V::Fma(xv, b, acc[t][1]);
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    if (rows_valid == 2 * V::kLanes) {
+      V::StoreF32(y + t * ldy, acc[t][0]);
+      V::StoreF32(y + t * ldy + V::kLanes, acc[t][1]);
+    } else {
+      float out[2 * V::kLanes];
+      V::StoreF32(out, acc[t][0]);
+      V::StoreF32(out + V::kLanes, acc[t][1]);
+      for (int i = 0; i < rows_valid; ++i) y[t * ldy + i] = out[i];
+    }
+  }
+}
+
+template <class V, DType D, int T>
+inline void PanelTail(int left, const float* x, int64_t cols, const std::byte* w0, const std::byte* w1,
+                      int64_t step_bytes, float* y, int64_t ldy, int rows_valid) {
+  if constexpr (T > 0) {
+    if (left == T) return PanelBlock<V, D, T>(x, cols, w0, w1, step_bytes, y, ldy, rows_valid);
+    PanelTail<V, D, T - 1>(left, x, cols, w0, w1, step_bytes, y, ldy, rows_valid);
+  }
+}
+
+template <class V, DType D>
+void MatMulPanelsTyped(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin,
+                       int64_t panel_end, float* y, int64_t ldy) {
+  constexpr int kT = V::kPanelTokens;
+  constexpr int64_t kValueBytes = kWeightBytes<D>;
+  // Rows a block covers: two vectors of outputs.
+  constexpr int kBlockRows = 2 * V::kLanes;
+  constexpr int kPanelsPerBlock = kBlockRows / kPanelRows;  // 2 (AVX-512) or 1 (AVX2)
+  for (int64_t p = panel_begin; p < panel_end; p += kPanelsPerBlock) {
+    const std::byte* w0 = w.panel(p);
+    const std::byte* w1;
+    if constexpr (kPanelsPerBlock == 2) {
+      w1 = p + 1 < panel_end ? w.panel(p + 1) : nullptr;
+    } else {
+      w1 = w0 + V::kLanes * kValueBytes;  // the panel row's second vector
+    }
+    const int64_t row0 = p * kPanelRows;
+    const int rows_valid = int(std::min<int64_t>(w1 != nullptr ? kBlockRows : kPanelRows, w.rows - row0));
+    const int64_t step = kPanelRows * kValueBytes;
+    int64_t t = 0;
+    for (; t + kT <= n; t += kT) {
+      PanelBlock<V, D, kT>(x + t * w.cols, w.cols, w0, w1, step, y + t * ldy + row0, ldy, rows_valid);
+    }
+    PanelTail<V, D, kT - 1>(int(n - t), x + t * w.cols, w.cols, w0, w1, step, y + t * ldy + row0, ldy,
+                            rows_valid);
+  }
+}
+
+template <class V>
+void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin,
+                  int64_t panel_end, float* y, int64_t ldy) {
+  switch (w.dtype) {
+    case DType::kF32: return MatMulPanelsTyped<V, DType::kF32>(x, n, w, panel_begin, panel_end, y, ldy);
+    case DType::kBF16: return MatMulPanelsTyped<V, DType::kBF16>(x, n, w, panel_begin, panel_end, y, ldy);
+    case DType::kF16: return MatMulPanelsTyped<V, DType::kF16>(x, n, w, panel_begin, panel_end, y, ldy);
+    default: return;
+  }
+}
+
 template <class V, DType D>
 void AxpyRowTyped(float a, const std::byte* row, int64_t cols, float* y) {
   const typename V::Reg av = V::Broadcast(a);

@@ -37,9 +37,10 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
                          std::to_string(config->max_position_embeddings));
   }
   int threads = options.num_threads > 0 ? options.num_threads : ThreadPool::DefaultThreadCount();
-  return std::unique_ptr<Model>(new Model(std::move(config).value(), std::move(checkpoint).value(),
-                                          std::move(weights).value(), options, max_context,
-                                          threads));
+  std::unique_ptr<Model> model(new Model(std::move(config).value(), std::move(checkpoint).value(),
+                                         std::move(weights).value(), options, max_context, threads));
+  PackWeights(model->weights_, model->pool_);
+  return model;
 }
 
 void Model::DenseMlp(const ComputeContext& ctx, const MlpWeights& w, int n, float* out) {

@@ -1,9 +1,11 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "core/float16.h"
+#include "kernels/pack.h"
 
 namespace mlaserve {
 
@@ -158,6 +160,46 @@ Result<ModelWeights> BindWeights(const ModelConfig& c, const Checkpoint& checkpo
   ModelWeights w = BindAll(b, c);
   if (!b.status().ok()) return b.status();
   return w;
+}
+
+namespace {
+
+// Every matrix MatMul reads, in a fixed order.
+template <typename Visit>
+void ForEachMatMulMatrix(ModelWeights& w, Visit&& visit) {
+  visit(w.lm_head);
+  for (LayerWeights& layer : w.layers) {
+    AttentionWeights& a = layer.attn;
+    for (WeightMatrix* m : {&a.q_a, &a.q_b, &a.q_proj, &a.kv_a, &a.o_proj}) {
+      if (m->data != nullptr) visit(*m);
+    }
+    auto mlp = [&](MlpWeights& m) {
+      visit(m.gate);
+      visit(m.up);
+      visit(m.down);
+    };
+    if (layer.is_moe) {
+      visit(layer.moe.router);
+      for (MlpWeights& e : layer.moe.experts) mlp(e);
+      if (layer.moe.has_shared) mlp(layer.moe.shared);
+    } else {
+      mlp(layer.mlp);
+    }
+  }
+}
+
+}  // namespace
+
+void PackWeights(ModelWeights& w, ThreadPool& pool) {
+  size_t total = 0;
+  ForEachMatMulMatrix(w, [&](WeightMatrix& m) { total += PackedBytes(m); });
+  w.packed_storage.assign(total, std::byte{0});
+  size_t offset = 0;
+  ForEachMatMulMatrix(w, [&](WeightMatrix& m) {
+    const size_t bytes = PackedBytes(m);
+    m = PackPanels(m, w.packed_storage.data() + offset, pool);
+    offset += bytes;
+  });
 }
 
 std::vector<TensorSpec> ListWeightTensors(const ModelConfig& c) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/thread_pool.h"
 #include "kernels/weight_matrix.h"
 #include "model/config.h"
 #include "model/safetensors.h"
@@ -51,6 +52,8 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
+  // Owns the packed copies of every matrix the matmul kernels read (see PackWeights).
+  std::vector<std::byte> packed_storage;
   WeightMatrix embed;    // [vocab, hidden]
   WeightMatrix lm_head;  // [vocab, hidden] (the embedding when tie_word_embeddings)
   std::vector<float> final_norm;  // [hidden]
@@ -58,6 +61,11 @@ struct ModelWeights {
 };
 
 Result<ModelWeights> BindWeights(const ModelConfig& config, const Checkpoint& checkpoint);
+
+// Copies every matrix that goes through MatMul (all but the embedding and kv_b_proj, which are
+// read by rows) into panels of kPanelRows rows, in their dtype, owned by weights.packed_storage,
+// and points the views at the copies. Done once at load; uses `pool` to copy in parallel.
+void PackWeights(ModelWeights& weights, ThreadPool& pool);
 
 // Every tensor BindWeights reads for `config`, with its shape (for writing checkpoints).
 struct TensorSpec {

@@ -1,0 +1,18 @@
+// Packing a row-major weight into panels of kPanelRows rows (kernels/weight_matrix.h).
+#pragma once
+
+#include <cstddef>
+
+#include "core/thread_pool.h"
+#include "kernels/weight_matrix.h"
+
+namespace mlaserve {
+
+// Bytes the packed copy of `src` takes (the last panel is padded with zeros).
+size_t PackedBytes(const WeightMatrix& src);
+
+// Writes `src` (row-major) into dst[PackedBytes(src)], which must be zero-filled, and returns
+// the packed view of dst. Panel p, column c, lane i holds row p*16+i, column c.
+WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& pool);
+
+}  // namespace mlaserve
