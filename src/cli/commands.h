@@ -16,6 +16,7 @@ int RunKvCalibrate(Args& args);
 int RunPlan(Args& args);
 int RunBenchOffline(Args& args);
 int RunBenchServing(Args& args);
+int RunBatch(Args& args);
 
 struct Command {
   const char* name;
@@ -33,6 +34,7 @@ inline constexpr Command kCommands[] = {
     {"plan", RunPlan},
     {"bench-offline", RunBenchOffline},
     {"bench-serving", RunBenchServing},
+    {"batch", RunBatch},
 };
 
 inline constexpr const char* kUsage =
@@ -65,6 +67,9 @@ inline constexpr const char* kUsage =
     "               [--vocab-size N] [--warmup-requests N] [--seed S] [--output-file JSONL]\n"
     "               [--disable-ignore-eos] [--disable-progress]\n"
     "               TTFT, TPOT, ITL and throughput of a running server (SGLang's bench_serving)\n"
+    "  batch        --input IN.jsonl --output OUT.jsonl (--endpoint URL ... | --model-path DIR)\n"
+    "               [--concurrency N] [--max-new-tokens N] [--temperature T] [--seed S] [--unordered]\n"
+    "               [--dry-run] [--errors FILE]: exactly-once, resumable generation (docs/batch.md)\n"
     "  init-random  --out DIR [--preset reference|tiny] [--config FILE] [--dtype bf16|f16|f32]\n"
     "               writes a randomly initialised checkpoint of any shape\n"
     "\n"

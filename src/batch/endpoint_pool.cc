@@ -1,0 +1,112 @@
+#include "batch/endpoint_pool.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+namespace mlaserve::batch {
+
+using nlohmann::json;
+
+EndpointPool::EndpointPool(std::vector<std::string> base_urls, HttpHeaders headers, int control_timeout_ms)
+    : headers_(std::move(headers)), control_timeout_ms_(control_timeout_ms) {
+  for (std::string& url : base_urls) {
+    while (!url.empty() && url.back() == '/') url.pop_back();
+    endpoints_.push_back({.info = {.base_url = url}});
+  }
+}
+
+bool EndpointPool::Probe(size_t index) {
+  const std::string base = info(index).base_url;
+  auto health = client_.Request("GET", base + "/health", "", headers_, control_timeout_ms_);
+  if (!health.ok() || health->status_code != 200) {
+    std::lock_guard<std::mutex> lock(mu_);
+    endpoints_[index].up = false;
+    return false;
+  }
+  EndpointInfo fresh{.base_url = base, .kv_format = "unknown"};
+  if (auto r = client_.Request("GET", base + "/get_model_info", "", headers_, control_timeout_ms_);
+      r.ok() && r->status_code == 200) {
+    const json j = json::parse(r->body, nullptr, false);
+    if (j.is_object()) {
+      fresh.model_path = j.value("model_path", "");
+      fresh.model_type = j.value("model_type", "");
+      fresh.served_model_name = j.value("served_model_name", "");
+    }
+  }
+  if (auto r = client_.Request("GET", base + "/get_server_info", "", headers_, control_timeout_ms_);
+      r.ok() && r->status_code == 200) {
+    const json j = json::parse(r->body, nullptr, false);
+    if (j.is_object()) fresh.kv_format = j.value("kv_cache_dtype", "unknown");
+  }
+  // A server without SGLang's native API answers 404 (no route); ours answers 400 to "{}".
+  auto gen = client_.Request("POST", base + "/generate", "{}", headers_, control_timeout_ms_);
+  if (!gen.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    endpoints_[index].up = false;
+    return false;
+  }
+  fresh.native = gen->status_code != 404;
+  std::lock_guard<std::mutex> lock(mu_);
+  endpoints_[index].info = fresh;
+  endpoints_[index].up = true;
+  return true;
+}
+
+Status EndpointPool::Discover(std::chrono::steady_clock::time_point deadline) {
+  if (endpoints_.empty()) return Status::Error("no endpoint");
+  if (WaitHealthy(deadline)) {
+    for (size_t i = 0; i < endpoints_.size(); ++i) {
+      if (!endpoints_[i].up) (void)Probe(i);
+    }
+    return Status::Ok();
+  }
+  std::string names;
+  for (const Endpoint& e : endpoints_) names += (names.empty() ? "" : ", ") + e.info.base_url;
+  return Status::Error("no endpoint answered /health in time (" + names + ")");
+}
+
+size_t EndpointPool::Acquire() {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t best = 0;
+  for (size_t i = 1; i < endpoints_.size(); ++i) {
+    const Endpoint& a = endpoints_[i];
+    const Endpoint& b = endpoints_[best];
+    if (a.up != b.up ? a.up : a.outstanding < b.outstanding) best = i;
+  }
+  ++endpoints_[best].outstanding;
+  return best;
+}
+
+void EndpointPool::Release(size_t index, bool healthy) {
+  std::lock_guard<std::mutex> lock(mu_);
+  --endpoints_[index].outstanding;
+  if (!healthy) endpoints_[index].up = false;
+}
+
+EndpointInfo EndpointPool::info(size_t index) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return endpoints_[index].info;
+}
+
+EndpointInfo EndpointPool::first_healthy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Endpoint& e : endpoints_) {
+    if (e.up) return e.info;
+  }
+  return endpoints_.front().info;
+}
+
+bool EndpointPool::WaitHealthy(std::chrono::steady_clock::time_point deadline) {
+  auto backoff = std::chrono::milliseconds(100);
+  for (;;) {
+    bool any = false;
+    for (size_t i = 0; i < endpoints_.size(); ++i) any = Probe(i) || any;
+    if (any) return true;
+    if (std::chrono::steady_clock::now() + backoff > deadline) return false;
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+  }
+}
+
+}  // namespace mlaserve::batch

@@ -1,0 +1,60 @@
+// The servers a batch run talks to, shared by least-outstanding-requests: each request goes to
+// the healthy endpoint with the fewest requests in flight. An endpoint whose request broke is
+// marked down until a /health probe (WaitHealthy) sees it again, at which point what it serves
+// is read afresh: a server restarted with another --kv-cache-dtype reports its new format.
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "server/http_client.h"
+
+namespace mlaserve::batch {
+
+struct EndpointInfo {
+  std::string base_url;           // "http://127.0.0.1:30000", no trailing '/'
+  bool native = true;             // has SGLang's /generate (else: OpenAI chat only)
+  std::string kv_format;          // /get_server_info's kv_cache_dtype; "unknown" if not reported
+  std::string model_path;         // /get_model_info's; empty if not reported
+  std::string model_type;
+  std::string served_model_name;
+};
+
+class EndpointPool {
+ public:
+  EndpointPool(std::vector<std::string> base_urls, HttpHeaders headers, int control_timeout_ms);
+
+  // Waits (with backoff) until at least one endpoint is healthy, reading what each one serves.
+  Status Discover(std::chrono::steady_clock::time_point deadline);
+
+  // Picks an endpoint for one request and counts it in flight; Release when the request ends.
+  size_t Acquire();
+  void Release(size_t index, bool healthy);
+  EndpointInfo info(size_t index) const;
+  EndpointInfo first_healthy() const;
+
+  // Probes every endpoint's /health with backoff until one answers 200 (true) or the deadline.
+  bool WaitHealthy(std::chrono::steady_clock::time_point deadline);
+
+  const HttpHeaders& headers() const { return headers_; }
+
+ private:
+  struct Endpoint {
+    EndpointInfo info;
+    int outstanding = 0;
+    bool up = false;
+  };
+  bool Probe(size_t index);  // /health, then what it serves; updates the endpoint
+
+  HttpClient client_;
+  HttpHeaders headers_;
+  int control_timeout_ms_;
+  mutable std::mutex mu_;
+  std::vector<Endpoint> endpoints_;
+};
+
+}  // namespace mlaserve::batch

@@ -1,0 +1,72 @@
+#include "batch/engine_generator.h"
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+
+namespace mlaserve::batch {
+namespace {
+
+// What the engine thread hands the waiting worker. Shared, because the engine's callback may
+// still hold it while the worker returns.
+struct Mailbox {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<TokenId> ids;  // all tokens so far
+  size_t ids_seen = 0;       // how many the worker has reported
+  bool finished = false;
+  FinishReason reason = FinishReason::kNone;
+  std::string error;
+};
+
+}  // namespace
+
+TurnOutcome EngineGenerator::Generate(const TurnRequest& request, FunctionRef<void(std::span<const TokenId>)> on_tokens) {
+  GenerateRequest req;
+  req.rid = request.rid;
+  req.input_ids = request.input_ids;
+  req.sampling.temperature = float(request.temperature);
+  req.sampling.top_p = float(request.top_p);
+  req.sampling.max_new_tokens = request.max_new_tokens;
+  req.sampling.seed = request.seed;
+  auto box = std::make_shared<Mailbox>();
+  TurnOutcome out;
+  out.kv_format = kv_format_;
+  const Status submitted = engine_.Submit(std::move(req), [box](RequestOutput&& o) {
+    std::lock_guard<std::mutex> lock(box->mu);
+    box->ids.insert(box->ids.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    if (o.finished) {
+      box->finished = true;
+      box->reason = o.finish_reason;
+      box->error = o.error;
+    }
+    box->cv.notify_one();
+  });
+  if (!submitted.ok()) {
+    out.error = TurnError::kPermanent;
+    out.message = submitted.message();
+    return out;
+  }
+  std::unique_lock<std::mutex> lock(box->mu);
+  for (;;) {
+    box->cv.wait(lock, [&] { return box->finished || box->ids.size() > box->ids_seen; });
+    if (box->ids.size() > box->ids_seen) {
+      box->ids_seen = box->ids.size();
+      out.new_ids = box->ids;
+      lock.unlock();
+      on_tokens(out.new_ids);
+      lock.lock();
+    }
+    if (box->finished && box->ids_seen == box->ids.size()) break;
+  }
+  out.new_ids = box->ids;
+  if (box->reason == FinishReason::kAbort) {
+    out.error = TurnError::kPermanent;
+    out.message = "engine aborted the request: " + box->error;
+  } else {
+    out.finish_reason = FinishReasonName(box->reason);
+  }
+  return out;
+}
+
+}  // namespace mlaserve::batch

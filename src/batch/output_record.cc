@@ -1,0 +1,56 @@
+#include "batch/output_record.h"
+
+#include "core/check.h"
+
+namespace mlaserve::batch {
+
+using nlohmann::json;
+
+std::string RenderOutputLine(const Record& record, std::span<const Answer> answers, const OutputSettings& settings) {
+  MLA_CHECK(answers.size() == record.answer_slots.size());
+  json out = record.source;
+  out["id"] = record.id;
+  switch (record.shape) {
+    case RecordShape::kChat: {
+      json& list = out["messages"];
+      for (size_t k = 0; k < answers.size(); ++k) {
+        const size_t slot = size_t(record.answer_slots[k]);
+        if (slot < list.size()) list[slot]["content"] = answers[k].text;
+        else list.push_back({{"role", "assistant"}, {"content", answers[k].text}});
+      }
+      break;
+    }
+    case RecordShape::kShareGpt: {
+      json& list = out["conversations"];
+      for (size_t k = 0; k < answers.size(); ++k) {
+        const size_t slot = size_t(record.answer_slots[k]);
+        if (slot < list.size()) list[slot]["value"] = answers[k].text;
+        else list.push_back({{"from", "gpt"}, {"value", answers[k].text}});
+      }
+      break;
+    }
+    case RecordShape::kPrompt:
+      out["completion"] = answers.empty() ? "" : answers[0].text;
+      break;
+  }
+  json turns = json::array();
+  int64_t prompt_total = 0, completion_total = 0;
+  for (const Answer& a : answers) {
+    turns.push_back({{"prompt_tokens", a.prompt_tokens},
+                     {"completion_tokens", a.ids.size()},
+                     {"finish_reason", a.finish_reason}});
+    prompt_total += a.prompt_tokens;
+    completion_total += int64_t(a.ids.size());
+  }
+  out["turns"] = std::move(turns);
+  out["usage"] = {{"prompt_tokens", prompt_total}, {"completion_tokens", completion_total}};
+  out["settings"] = {{"model", settings.model},
+                     {"kv_cache_dtype", settings.kv_cache_dtype},
+                     {"seed", settings.seed},
+                     {"temperature", settings.temperature},
+                     {"top_p", settings.top_p},
+                     {"max_new_tokens", settings.max_new_tokens}};
+  return out.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace mlaserve::batch

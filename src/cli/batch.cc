@@ -1,0 +1,371 @@
+// mlaserve batch: regenerate the answers of a JSONL file of conversations, exactly once per
+// record, through running servers (--endpoint, repeatable) or an in-process engine
+// (--model-path). Progress lives in OUT.progress.db (batch/progress_db.h); the output is
+// written only from done records (batch/output_writer.h); kill either side at any moment and
+// rerun the same command. docs/batch.md has the design and the figures.
+// Threads: the runner's workers generate; a progress thread prints; the main thread waits.
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <unordered_map>
+
+#include "batch/batch_runner.h"
+#include "batch/endpoint_pool.h"
+#include "batch/engine_generator.h"
+#include "batch/http_generator.h"
+#include "batch/output_writer.h"
+#include "batch/progress_db.h"
+#include "batch/records.h"
+#include "cli/commands.h"
+#include "cli/engine_flags.h"
+#include "cli/model_setup.h"
+#include "core/read_file.h"
+
+namespace mlaserve::cli {
+namespace {
+
+using batch::Clock;
+using nlohmann::json;
+
+constexpr int kControlTimeoutMs = 5'000;  // /health, /get_model_info, /get_server_info
+
+struct BatchFlags {
+  std::string input, output, errors, tokenizer, model;
+  std::vector<std::string> endpoints;
+  bool ordered = true;
+  bool dry_run = false;
+  double request_timeout_s = 600;
+  double progress_interval_s = 10;
+  batch::RunnerOptions runner;
+};
+
+std::string ErrorsPathFor(const std::string& output) {
+  const std::string ext = ".jsonl";
+  if (output.size() > ext.size() && output.compare(output.size() - ext.size(), ext.size(), ext) == 0) {
+    return output.substr(0, output.size() - ext.size()) + ".errors.jsonl";
+  }
+  return output + ".errors.jsonl";
+}
+
+// What binds a progress DB to its job, besides the input: everything that changes an answer.
+std::string SettingsText(const BatchFlags& f) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "max_new_tokens=%d temperature=%g top_p=%g seed=%llu %s",
+                f.runner.max_new_tokens, f.runner.temperature, f.runner.top_p, (unsigned long long)f.runner.seed,
+                f.ordered ? "ordered" : "unordered");
+  return std::string(buf) + (f.model.empty() ? "" : " model=" + f.model);
+}
+
+// The errors file is rewritten whole each run: the input's problems, then the failed records.
+Status WriteErrors(const std::string& path, const batch::ParsedInput& input,
+                   const std::vector<batch::RecordProgress>& progress) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    for (const batch::InputProblem& p : input.problems) {
+      json j{{"line", p.line_no}, {"error", p.reason}};
+      if (!p.id.empty()) j["id"] = p.id;
+      out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+    }
+    for (const batch::RecordProgress& p : progress) {
+      if (p.state != batch::RecordState::kFailed) continue;
+      out << json{{"line", p.line_no}, {"id", p.id}, {"error", p.error}}.dump(-1, ' ', false,
+                                                                              json::error_handler_t::replace)
+          << "\n";
+    }
+    if (!out) return Status::Error(path + ": cannot write");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Status::Error(path + ": cannot replace");
+  return Status::Ok();
+}
+
+std::string Clock_(double seconds) {
+  if (seconds < 0 || seconds > 1e7) return "--:--";
+  const long s = long(seconds);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+  return buf;
+}
+
+// Prints progress until stopped: a redrawn bar on a terminal, plain lines every interval otherwise.
+class ProgressPrinter {
+ public:
+  ProgressPrinter(const batch::RunnerStats& stats, double interval_s)
+      : stats_(stats), tty_(isatty(STDERR_FILENO) != 0), interval_s_(tty_ ? 0.5 : interval_s) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~ProgressPrinter() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    if (tty_) std::fputs("\n", stderr);
+  }
+
+ private:
+  void Loop() {
+    const Clock::time_point t0 = Clock::now();
+    const int done_at_start = stats_.done;
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, std::chrono::duration<double>(interval_s_), [this] { return stop_; })) {
+      const double elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      const int done = stats_.done, total = stats_.total, failed = stats_.failed;
+      const double rate = double(done - done_at_start) / std::max(elapsed_s, 1e-9);
+      const double eta_s = rate > 0 ? double(total - done - failed) / rate : -1;
+      const double tok_s = double(stats_.new_tokens) / std::max(elapsed_s, 1e-9);
+      if (tty_) {
+        const int width = 30;
+        const int filled = total > 0 ? int(double(done + failed) / total * width) : width;
+        std::fprintf(stderr, "\r[%s%s] %d/%d done, %d running, %.1f tok/s, ETA %s, %d errors ",
+                     std::string(size_t(filled), '=').c_str(), std::string(size_t(width - filled), ' ').c_str(), done,
+                     total, int(stats_.running), tok_s, Clock_(eta_s).c_str(), failed);
+      } else {
+        std::fprintf(stderr, "batch: %d/%d done, %d running, %.1f tok/s, ETA %s, %d errors\n", done, total,
+                     int(stats_.running), tok_s, Clock_(eta_s).c_str(), failed);
+      }
+      std::fflush(stderr);
+    }
+  }
+
+  const batch::RunnerStats& stats_;
+  bool tty_;
+  double interval_s_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+Result<std::string> ModelTypeFromDir(const std::string& dir) {
+  auto text = ReadWholeFile(dir + "/config.json");
+  if (!text.ok()) return text.status();
+  const json j = json::parse(*text, nullptr, false);
+  return j.is_object() ? j.value("model_type", "") : std::string();
+}
+
+}  // namespace
+
+int RunBatch(Args& args) {
+  ModelFlags model_flags = ReadModelFlags(args);
+  auto engine_options = ReadEngineFlags(args);
+  BatchFlags f;
+  f.input = args.Str("input", "");
+  f.output = args.Str("output", "");
+  f.endpoints = args.All("endpoint");
+  f.errors = args.Str("errors", "");
+  f.tokenizer = args.Str("tokenizer", "");
+  f.model = args.Str("model", "");
+  const bool unordered = args.Switch("unordered");
+  const bool ordered_flag = args.Switch("ordered");
+  f.ordered = !unordered;
+  f.dry_run = args.Switch("dry-run");
+  f.request_timeout_s = args.Double("request-timeout", 600);
+  f.progress_interval_s = args.Double("progress-interval", 10);
+  f.runner.concurrency = args.Int("concurrency", 8);
+  f.runner.max_new_tokens = args.Int("max-new-tokens", 256);
+  f.runner.temperature = args.Double("temperature", 0.0);
+  f.runner.top_p = args.Double("top-p", 1.0);
+  f.runner.seed = uint64_t(args.Int64("seed", 0));
+  f.runner.max_retries = args.Int("max-retries", 3);
+  f.runner.server_wait_timeout_s = args.Double("server-wait-timeout", 300);
+  f.runner.checkpoint_interval_s = args.Double("checkpoint-interval", 0.2);
+  if (Status s = args.Finish("batch"); !s.ok()) return Fail("batch", s.message(), 2);
+  if (!engine_options.ok()) return Fail("batch", engine_options.error(), 2);
+  if (f.input.empty()) return Fail("batch", "--input IN.jsonl is required", 2);
+  if (f.output.empty() && !f.dry_run) return Fail("batch", "--output OUT.jsonl is required", 2);
+  if (ordered_flag && unordered) return Fail("batch", "give --ordered or --unordered, not both", 2);
+  const bool in_process = !model_flags.model_path.empty();
+  if (!f.dry_run && in_process == !f.endpoints.empty()) {
+    return Fail("batch", "give --endpoint URL (repeatable) or --model-path DIR (in-process), not both", 2);
+  }
+  if (f.runner.concurrency < 1 || f.runner.max_new_tokens < 1 || f.runner.max_retries < 0) {
+    return Fail("batch", "--concurrency and --max-new-tokens must be >= 1, --max-retries >= 0", 2);
+  }
+  if (f.runner.temperature < 0 || f.runner.top_p <= 0 || f.runner.top_p > 1) {
+    return Fail("batch", "--temperature must be >= 0 and --top-p in (0, 1]", 2);
+  }
+  if (f.request_timeout_s <= 0 || f.runner.server_wait_timeout_s < 0 || f.runner.checkpoint_interval_s < 0) {
+    return Fail("batch", "--request-timeout must be > 0; --server-wait-timeout, --checkpoint-interval >= 0", 2);
+  }
+  if (f.errors.empty()) f.errors = ErrorsPathFor(f.output);
+
+  // The input.
+  auto text = ReadWholeFile(f.input);
+  if (!text.ok()) return Fail("batch", text.error());
+  const batch::ParsedInput input = batch::ParseInput(*text);
+  int shapes[3] = {0, 0, 0};
+  int answers = 0;
+  for (const batch::Record& r : input.records) {
+    ++shapes[int(r.shape)];
+    answers += int(r.answer_slots.size());
+  }
+  std::fprintf(stderr, "batch: %s: %d lines, %zu records (%d chat, %d sharegpt, %d prompt; %d answers to generate), %zu problems\n",
+               f.input.c_str(), input.num_lines, input.records.size(), shapes[0], shapes[1], shapes[2], answers,
+               input.problems.size());
+  if (f.dry_run) {
+    for (const batch::InputProblem& p : input.problems) {
+      std::fprintf(stderr, "batch: %s:%d: %s\n", f.input.c_str(), p.line_no, p.reason.c_str());
+    }
+    std::printf("dry run: %d lines, %zu valid records, %d answers, %zu problems\n", input.num_lines,
+                input.records.size(), answers, input.problems.size());
+    return input.problems.empty() ? 0 : 1;
+  }
+
+  // The progress DB and the output, reconciled.
+  auto db = batch::ProgressDb::Open(f.output + ".progress.db");
+  if (!db.ok()) return Fail("batch", db.error());
+  const std::string settings_text = SettingsText(f);
+  if (Status s = (*db)->BindJob(batch::Hex64(input.content_hash),
+                                batch::Hex64(batch::Fnv1a64(settings_text)), settings_text);
+      !s.ok()) {
+    return Fail("batch", s.message(), 2);
+  }
+  if (Status s = (*db)->AddRecords(input.records); !s.ok()) return Fail("batch", s.message());
+  auto rows = (*db)->LoadAll();
+  if (!rows.ok()) return Fail("batch", rows.error());
+  std::unordered_map<std::string, batch::RecordProgress> by_id;
+  for (batch::RecordProgress& p : *rows) by_id.emplace(p.id, std::move(p));
+  std::vector<batch::RecordProgress> progress;
+  std::vector<std::string> ids;
+  for (const batch::Record& r : input.records) {
+    progress.push_back(std::move(by_id[r.id]));
+    ids.push_back(r.id);
+  }
+  auto writer = batch::OutputWriter::Open(f.output, f.ordered, ids);
+  if (!writer.ok()) return Fail("batch", writer.error());
+  if ((*writer)->truncated_bytes() > 0) {
+    std::fprintf(stderr, "batch: %s: cut a partial last line (%zu bytes) left by a killed run\n", f.output.c_str(),
+                 (*writer)->truncated_bytes());
+  }
+  int finished = 0, num_failed = 0, unwritten = 0;
+  for (const batch::RecordProgress& p : progress) {
+    const bool in_file = (*writer)->existing().count(p.id) > 0;
+    if (p.state == batch::RecordState::kDone || in_file) ++finished;
+    if (p.state == batch::RecordState::kFailed) ++num_failed;
+    if (p.state == batch::RecordState::kDone && !in_file) ++unwritten;
+  }
+  if (finished + num_failed == int(progress.size()) && unwritten == 0) {
+    if (Status s = WriteErrors(f.errors, input, progress); !s.ok()) return Fail("batch", s.message());
+    std::printf("batch: nothing to do: all %zu records are finished (%d in %s, %d failed; problems and failures in %s)\n",
+                progress.size(), finished, f.output.c_str(), num_failed, f.errors.c_str());
+    return num_failed == 0 ? 0 : 1;
+  }
+
+  // Who generates.
+  std::optional<LoadedModel> loaded;
+  std::unique_ptr<KvPool> pool;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<batch::EndpointPool> endpoints;
+  std::optional<Tokenizer> own_tokenizer;
+  std::unique_ptr<batch::TurnGenerator> generator;
+  const Tokenizer* tokenizer = nullptr;
+  std::string model_type;
+  f.runner.output = {.model = f.model, .seed = f.runner.seed, .temperature = f.runner.temperature,
+                     .top_p = f.runner.top_p, .max_new_tokens = f.runner.max_new_tokens};
+  if (in_process) {
+    const int chunk = engine_options->chunked_prefill_size > 0 ? engine_options->chunked_prefill_size : 2048;
+    model_flags.options.max_batch_tokens = chunk + engine_options->max_running_requests;
+    engine_options->log_batches = false;
+    auto l = LoadModel(model_flags, /*need_tokenizer=*/true);
+    if (!l.ok()) return Fail("batch", l.error());
+    loaded = std::move(l).value();
+    const ModelConfig& c = loaded->model->config();
+    auto p = KvPool::Create(KvPoolOptions{.format = loaded->runner_options.kv_format,
+                                          .num_layers = c.num_hidden_layers,
+                                          .latent_dim = c.kv_lora_rank,
+                                          .rope_dim = c.qk_rope_head_dim,
+                                          .page_size = model_flags.page_size,
+                                          .num_pages = loaded->kv_budget.max_total_num_tokens / model_flags.page_size});
+    if (!p.ok()) return Fail("batch", p.error());
+    pool = std::move(p).value();
+    if (!loaded->runner_options.kv_tensor_scales.empty()) {
+      if (Status s = pool->SetTensorScales(loaded->runner_options.kv_tensor_scales); !s.ok()) {
+        return Fail("batch", s.message());
+      }
+    }
+    engine = std::make_unique<Engine>(*loaded->model, *loaded->kernels, *pool, *engine_options, &*loaded->tokenizer);
+    engine->Start();
+    tokenizer = &*loaded->tokenizer;
+    model_type = c.model_type;
+    if (f.runner.output.model.empty()) f.runner.output.model = model_flags.model_path;
+    generator = std::make_unique<batch::EngineGenerator>(*engine, KvFormatName(loaded->runner_options.kv_format));
+    std::fprintf(stderr, "batch: in-process engine on %s, kv_cache_dtype=%s\n", model_flags.model_path.c_str(),
+                 KvFormatName(loaded->runner_options.kv_format));
+  } else {
+    HttpHeaders headers = {{"Content-Type", "application/json"}};
+    if (const char* key = std::getenv("OPENAI_API_KEY"); key != nullptr && *key != '\0') {
+      headers.emplace_back("Authorization", std::string("Bearer ") + key);
+    }
+    endpoints = std::make_unique<batch::EndpointPool>(f.endpoints, headers, kControlTimeoutMs);
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(f.runner.server_wait_timeout_s));
+    if (Status s = endpoints->Discover(deadline); !s.ok()) return Fail("batch", s.message());
+    const batch::EndpointInfo info = endpoints->first_healthy();
+    const std::string tokenizer_dir = !f.tokenizer.empty() ? f.tokenizer : info.model_path;
+    if (tokenizer_dir.empty()) return Fail("batch", "the server does not report its model_path: give --tokenizer DIR", 2);
+    auto t = Tokenizer::FromDirectory(tokenizer_dir);
+    if (!t.ok()) return Fail("batch", t.error() + " (give --tokenizer DIR: a directory with the model's tokenizer)");
+    own_tokenizer = std::move(t).value();
+    tokenizer = &*own_tokenizer;
+    model_type = info.model_type;
+    if (model_type.empty()) {
+      if (auto m = ModelTypeFromDir(tokenizer_dir); m.ok()) model_type = *m;
+    }
+    if (f.runner.output.model.empty()) {
+      f.runner.output.model = !info.served_model_name.empty() ? info.served_model_name : info.model_path;
+    }
+    if (!info.native) {
+      std::fprintf(stderr, "batch: %s has no SGLang-native /generate: using /v1/chat/completions; an interrupted "
+                           "record is restarted there, not continued\n", info.base_url.c_str());
+    }
+    generator = std::make_unique<batch::HttpGenerator>(*endpoints, *tokenizer, f.request_timeout_s, f.model);
+    std::fprintf(stderr, "batch: %zu endpoint(s), first %s (kv_cache_dtype=%s), concurrency %d\n",
+                 f.endpoints.size(), info.base_url.c_str(), info.kv_format.c_str(), f.runner.concurrency);
+  }
+  const ChatFormat chat_format = ChatFormatFor(*tokenizer, model_type);
+
+  batch::RunnerStats stats;
+  stats.total = int(input.records.size());
+  const Clock::time_point t0 = Clock::now();
+  Status run_status;
+  {
+    batch::BatchRunner runner(input.records, progress, *generator, **db, **writer, *tokenizer, chat_format, f.runner,
+                              stats);
+    ProgressPrinter printer(stats, f.progress_interval_s);
+    run_status = runner.Run();
+  }
+  if (engine) engine->Stop();
+  const double duration_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const batch::RunFigures figures{.records_done = stats.done_this_run,
+                                  .records_failed = stats.failed_this_run,
+                                  .interruptions = stats.interruptions,
+                                  .continued = stats.continued,
+                                  .restarted = stats.restarted,
+                                  .time_lost_s = double(stats.time_lost_ms) / 1000.0,
+                                  .output_tokens = stats.new_tokens,
+                                  .duration_s = duration_s};
+  if (Status s = (*db)->RecordRun(figures); !s.ok()) std::fprintf(stderr, "batch: %s\n", s.message().c_str());
+  if (Status s = WriteErrors(f.errors, input, progress); !s.ok()) std::fprintf(stderr, "batch: %s\n", s.message().c_str());
+  std::printf("batch: %d records: %d done, %d failed; %zu input problems (errors in %s)\n", int(stats.total),
+              int(stats.done), int(stats.failed), input.problems.size(), f.errors.c_str());
+  std::printf("batch: this run: %d done, %d failed, %lld tokens in %.1f s (%.1f tok/s, %.2f records/s)\n",
+              figures.records_done, figures.records_failed, (long long)figures.output_tokens, duration_s,
+              double(figures.output_tokens) / std::max(duration_s, 1e-9),
+              double(figures.records_done) / std::max(duration_s, 1e-9));
+  std::printf("batch: interruptions %d: continued %d, restarted %d; time lost waiting for a server %.1f s; "
+              "%d records resumed from a killed run's checkpoint\n",
+              figures.interruptions, figures.continued, figures.restarted, figures.time_lost_s,
+              int(stats.resumed_from_checkpoint));
+  if (!run_status.ok()) return Fail("batch", run_status.message());
+  return stats.failed == 0 ? 0 : 1;
+}
+
+}  // namespace mlaserve::cli

@@ -1,0 +1,297 @@
+// `mlaserve batch` against a real `mlaserve serve` on loopback: kill -9 the client several times
+// and rerun (exactly once, byte-identical to an uninterrupted run); kill -9 the server mid-run and
+// restart it with another KV format on the same port (every record once, interrupted ones
+// continued); malformed and duplicate input lines.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "support/run_binary.h"
+
+namespace mlaserve {
+namespace {
+
+using nlohmann::json;
+using testing::ShellQuote;
+using testing::TempDir;
+
+const std::string kModel = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla";
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A child process running the mlaserve binary with `args`, stderr (and stdout) to `log`.
+pid_t Spawn(std::vector<std::string> args, const std::string& log) {
+  args.insert(args.begin(), MLASERVE_BINARY);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (!std::freopen(log.c_str(), "a", stderr) || !std::freopen(log.c_str(), "a", stdout)) _exit(126);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int WaitExit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// `mlaserve serve` on the bundled model; port 0 picks one. Stopped (SIGTERM) on destruction.
+class Server {
+ public:
+  Server(int port, const std::string& kv_format) {
+    log_ = dir_.path() + "/server.log";
+    pid_ = Spawn({"serve", "--model-path", kModel, "--port", std::to_string(port), "--max-total-tokens", "16384",
+                  "--kv-cache-dtype", kv_format},
+                 log_);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const std::regex listening("listening on http://[^:]+:([0-9]+)");
+    std::smatch m;
+    while (std::chrono::steady_clock::now() < deadline) {
+      const std::string log = Slurp(log_);
+      if (log.find("ready to roll") != std::string::npos && std::regex_search(log, m, listening)) {
+        port_ = std::stoi(m[1]);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  ~Server() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      WaitExit(pid_);
+    }
+  }
+  void Kill9() {
+    kill(pid_, SIGKILL);
+    WaitExit(pid_);
+    pid_ = -1;
+  }
+  int port() const { return port_; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  TempDir dir_;
+  std::string log_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+// n records mixing the three shapes (ShareGPT ones with two assistant turns).
+std::string MakeInput(int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    json j;
+    j["id"] = "r" + std::to_string(i);
+    if (i % 3 == 0) {
+      j["prompt"] = "Speak of the king, number " + std::to_string(i);
+    } else if (i % 3 == 1) {
+      j["messages"] = json::array({{{"role", "user"}, {"content", "What news, good " + std::to_string(i) + "?"}}});
+    } else {
+      j["conversations"] = json::array({{{"from", "human"}, {"value", "Good morrow " + std::to_string(i)}},
+                                        {{"from", "gpt"}, {"value", "old answer"}},
+                                        {{"from", "human"}, {"value", "And then?"}},
+                                        {{"from", "gpt"}, {"value", "old answer"}}});
+    }
+    out += j.dump() + "\n";
+  }
+  return out;
+}
+
+std::vector<std::string> BatchArgs(const std::string& in, const std::string& out, const std::string& url,
+                                   int max_new_tokens, int concurrency) {
+  return {"batch", "--input", in, "--output", out, "--endpoint", url, "--max-new-tokens", std::to_string(max_new_tokens),
+          "--concurrency", std::to_string(concurrency), "--checkpoint-interval", "0.05", "--server-wait-timeout", "60",
+          "--progress-interval", "1"};
+}
+
+std::map<std::string, int> IdCounts(const std::string& output) {
+  std::map<std::string, int> counts;
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) counts[json::parse(line)["id"].get<std::string>()]++;
+  return counts;
+}
+
+int SummaryNumber(const std::string& log, const std::string& label) {
+  std::smatch m;
+  const std::regex re(label + " ([0-9]+)");
+  return std::regex_search(log, m, re) ? std::stoi(m[1]) : -1;
+}
+
+TEST(BatchKill, ClientKilledRepeatedlyEndsExactlyOnceAndByteIdentical) {
+  Server server(0, "bf16");
+  ASSERT_GT(server.port(), 0);
+  TempDir dir;
+  const std::string in = dir.path() + "/in.jsonl";
+  std::ofstream(in) << MakeInput(24);
+  const int kTokens = 160, kConcurrency = 4;
+
+  const std::string ref = dir.path() + "/ref.jsonl";
+  ASSERT_EQ(WaitExit(Spawn(BatchArgs(in, ref, server.url(), kTokens, kConcurrency), dir.path() + "/ref.log")), 0)
+      << Slurp(dir.path() + "/ref.log");
+
+  const std::string out = dir.path() + "/out.jsonl";
+  const std::string log = dir.path() + "/out.log";
+  std::mt19937 rng(12345);
+  int kills = 0;
+  for (int attempt = 0; attempt < 6 && kills < 3; ++attempt) {
+    const pid_t pid = Spawn(BatchArgs(in, out, server.url(), kTokens, kConcurrency), log);
+    // Let it do some work first: the progress DB exists and it has streamed for a while.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::ifstream(out + ".progress.db-wal").fail() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(50, 300)(rng)));
+    if (kill(pid, SIGKILL) == 0) ++kills;
+    WaitExit(pid);
+  }
+  EXPECT_GE(kills, 3);
+  const size_t lines_before_final = IdCounts(Slurp(out)).size();
+  EXPECT_LT(lines_before_final, 24u) << "the kills landed after the work was done";
+  ASSERT_EQ(WaitExit(Spawn(BatchArgs(in, out, server.url(), kTokens, kConcurrency), log)), 0) << Slurp(log);
+
+  const std::map<std::string, int> counts = IdCounts(Slurp(out));
+  EXPECT_EQ(counts.size(), 24u);
+  for (const auto& [id, n] : counts) EXPECT_EQ(n, 1) << id;
+  EXPECT_EQ(Slurp(out), Slurp(ref)) << Slurp(log);
+
+  // A rerun after completion is a no-op that says so.
+  const pid_t again = Spawn(BatchArgs(in, out, server.url(), kTokens, kConcurrency), dir.path() + "/again.log");
+  EXPECT_EQ(WaitExit(again), 0);
+  EXPECT_NE(Slurp(dir.path() + "/again.log").find("nothing to do"), std::string::npos);
+  // Other settings against the same progress DB: refused, saying why.
+  EXPECT_NE(WaitExit(Spawn(BatchArgs(in, out, server.url(), kTokens + 1, kConcurrency), dir.path() + "/bad.log")), 0);
+  EXPECT_NE(Slurp(dir.path() + "/bad.log").find("other settings"), std::string::npos);
+  std::fprintf(stderr, "[client kills] %d kills, %zu of 24 records in the output before the final run\n%s", kills,
+               lines_before_final, Slurp(log).c_str());
+}
+
+TEST(BatchKill, ServerKilledAndRestartedWithAnotherKvFormatContinues) {
+  TempDir dir;
+  const std::string in = dir.path() + "/in.jsonl";
+  std::ofstream(in) << MakeInput(16);
+  const int kTokens = 400, kConcurrency = 8;
+  auto server = std::make_unique<Server>(0, "bf16");
+  ASSERT_GT(server->port(), 0);
+  const int port = server->port();
+  const std::string url = server->url();
+
+  const std::string ref = dir.path() + "/ref.jsonl";
+  ASSERT_EQ(WaitExit(Spawn(BatchArgs(in, ref, url, kTokens, kConcurrency), dir.path() + "/ref.log")), 0);
+
+  const std::string out = dir.path() + "/out.jsonl";
+  const std::string log = dir.path() + "/out.log";
+  const pid_t client = Spawn(BatchArgs(in, out, url, kTokens, kConcurrency), log);
+  // Kill the server while streams are in flight: once the client has checkpointed something.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::ifstream(out + ".progress.db-wal").fail() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  server->Kill9();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  server = std::make_unique<Server>(port, "fp8_ds_mla");
+  ASSERT_EQ(server->port(), port);
+  ASSERT_EQ(WaitExit(client), 0) << Slurp(log);
+
+  const std::string text = Slurp(log);
+  const std::map<std::string, int> counts = IdCounts(Slurp(out));
+  EXPECT_EQ(counts.size(), 16u);
+  for (const auto& [id, n] : counts) EXPECT_EQ(n, 1) << id;
+  EXPECT_GT(SummaryNumber(text, "interruptions"), 0) << text;
+  EXPECT_GT(SummaryNumber(text, "continued"), 0) << text;
+  EXPECT_EQ(SummaryNumber(text, "restarted"), 0) << text;
+
+  // Structure matches the uninterrupted run; records finished before the kill match it exactly;
+  // records that straddled the restart say both formats.
+  std::istringstream got(Slurp(out)), want(Slurp(ref));
+  std::string g, w;
+  int straddled = 0, exact = 0;
+  while (std::getline(got, g) && std::getline(want, w)) {
+    const json gj = json::parse(g), wj = json::parse(w);
+    EXPECT_EQ(gj["id"], wj["id"]);
+    EXPECT_EQ(gj["turns"].size(), wj["turns"].size());
+    const std::string kv = gj["settings"]["kv_cache_dtype"];
+    if (kv == "bf16") {
+      EXPECT_EQ(g, w);
+      ++exact;
+    }
+    if (kv == "bf16+fp8_ds_mla") ++straddled;
+  }
+  EXPECT_GT(straddled, 0);
+  std::fprintf(stderr, "[server restart] %d records exact (bf16 only), %d straddled bf16+fp8_ds_mla\n%s", exact,
+               straddled, text.c_str());
+}
+
+TEST(BatchKill, MalformedAndDuplicateLinesAreReportedAndTheRunCompletes) {
+  Server server(0, "bf16");
+  ASSERT_GT(server.port(), 0);
+  TempDir dir;
+  const std::string in = dir.path() + "/in.jsonl";
+  std::ofstream(in) << "{\"id\":\"a\",\"prompt\":\"Hail\"}\n"
+                       "{not json\n"
+                       "{\"id\":\"b\",\"messages\":[{\"role\":\"user\",\"content\":\"Who?\"}]}\n"
+                       "{\"id\":\"a\",\"prompt\":\"again\"}\n"
+                       "{\"id\":\"c\",\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}\n"
+                       "{\"conversations\":[{\"from\":\"human\",\"value\":\"Speak\"}]}\n";
+  const std::string out = dir.path() + "/out.jsonl";
+  const int rc = WaitExit(Spawn(BatchArgs(in, out, server.url(), 16, 2), dir.path() + "/log"));
+  EXPECT_EQ(rc, 0) << Slurp(dir.path() + "/log");
+  const std::map<std::string, int> counts = IdCounts(Slurp(out));
+  EXPECT_EQ(counts.size(), 3u);  // a, b and the ShareGPT record's auto id
+  std::istringstream errors(Slurp(dir.path() + "/out.errors.jsonl"));
+  std::vector<json> lines;
+  std::string line;
+  while (std::getline(errors, line)) lines.push_back(json::parse(line));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0]["line"], 2);
+  EXPECT_EQ(lines[1]["line"], 4);
+  EXPECT_EQ(lines[1]["id"], "a");
+  EXPECT_NE(lines[1]["error"].get<std::string>().find("duplicate"), std::string::npos);
+  EXPECT_EQ(lines[2]["line"], 5);
+  // --dry-run counts without sending anything.
+  const auto dry = testing::RunMlaserve("batch --dry-run --input " + ShellQuote(in));
+  EXPECT_NE(dry.out.find("3 valid records"), std::string::npos) << dry.out << dry.err;
+}
+
+TEST(BatchKill, InProcessEngineWritesWhatTheServerWrites) {
+  Server server(0, "bf16");
+  ASSERT_GT(server.port(), 0);
+  TempDir dir;
+  const std::string in = dir.path() + "/in.jsonl";
+  std::ofstream(in) << MakeInput(6);
+  const std::string via_server = dir.path() + "/server.jsonl", in_process = dir.path() + "/local.jsonl";
+  std::vector<std::string> args = BatchArgs(in, via_server, server.url(), 24, 3);
+  args.insert(args.end(), {"--model", "bard"});
+  ASSERT_EQ(WaitExit(Spawn(args, dir.path() + "/a.log")), 0);
+  args = {"batch", "--input", in, "--output", in_process, "--model-path", kModel, "--max-new-tokens", "24",
+          "--concurrency", "3", "--checkpoint-interval", "0.05", "--server-wait-timeout", "60", "--progress-interval",
+          "1", "--model", "bard"};
+  ASSERT_EQ(WaitExit(Spawn(args, dir.path() + "/b.log")), 0) << Slurp(dir.path() + "/b.log");
+  EXPECT_EQ(IdCounts(Slurp(in_process)).size(), 6u);
+  EXPECT_EQ(Slurp(in_process), Slurp(via_server));
+}
+
+}  // namespace
+}  // namespace mlaserve
