@@ -278,19 +278,9 @@ int RunBatch(Args& args) {
     if (!l.ok()) return Fail("batch", l.error());
     loaded = std::move(l).value();
     const ModelConfig& c = loaded->model->config();
-    auto p = KvPool::Create(KvPoolOptions{.format = loaded->runner_options.kv_format,
-                                          .num_layers = c.num_hidden_layers,
-                                          .latent_dim = c.kv_lora_rank,
-                                          .rope_dim = c.qk_rope_head_dim,
-                                          .page_size = model_flags.page_size,
-                                          .num_pages = loaded->kv_budget.max_total_num_tokens / model_flags.page_size});
+    auto p = CreateEnginePool(*loaded, model_flags.page_size);
     if (!p.ok()) return Fail("batch", p.error());
     pool = std::move(p).value();
-    if (!loaded->runner_options.kv_tensor_scales.empty()) {
-      if (Status s = pool->SetTensorScales(loaded->runner_options.kv_tensor_scales); !s.ok()) {
-        return Fail("batch", s.message());
-      }
-    }
     engine = std::make_unique<Engine>(*loaded->model, *loaded->kernels, *pool, *engine_options, &*loaded->tokenizer);
     engine->Start();
     tokenizer = &*loaded->tokenizer;

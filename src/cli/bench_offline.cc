@@ -78,18 +78,8 @@ int RunBenchOffline(Args& args) {
     }
   }
 
-  auto pool = KvPool::Create(KvPoolOptions{.format = loaded->runner_options.kv_format,
-                                           .num_layers = model.config().num_hidden_layers,
-                                           .latent_dim = model.config().kv_lora_rank,
-                                           .rope_dim = model.config().qk_rope_head_dim,
-                                           .page_size = model_flags.page_size,
-                                           .num_pages = loaded->kv_budget.max_total_num_tokens / model_flags.page_size});
+  auto pool = CreateEnginePool(*loaded, model_flags.page_size);
   if (!pool.ok()) return Fail("bench-offline", pool.error());
-  if (!loaded->runner_options.kv_tensor_scales.empty()) {
-    if (Status s = (*pool)->SetTensorScales(loaded->runner_options.kv_tensor_scales); !s.ok()) {
-      return Fail("bench-offline", s.message());
-    }
-  }
   std::fprintf(stderr, "[mlaserve] kv_cache_dtype=%s, %s\n", KvFormatName(loaded->runner_options.kv_format),
                loaded->kv_budget.log_line.c_str());
   Engine engine(model, *loaded->kernels, **pool, *engine_options);

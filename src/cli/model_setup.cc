@@ -63,6 +63,21 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
   return loaded;
 }
 
+Result<std::unique_ptr<KvPool>> CreateEnginePool(const LoadedModel& loaded, int page_size) {
+  const ModelConfig& c = loaded.model->config();
+  auto pool = KvPool::Create(KvPoolOptions{.format = loaded.runner_options.kv_format,
+                                           .num_layers = c.num_hidden_layers,
+                                           .latent_dim = c.kv_lora_rank,
+                                           .rope_dim = c.qk_rope_head_dim,
+                                           .page_size = page_size,
+                                           .num_pages = loaded.kv_budget.max_total_num_tokens / page_size});
+  if (!pool.ok()) return pool.status();
+  if (!loaded.runner_options.kv_tensor_scales.empty()) {
+    MLA_RETURN_IF_ERROR((*pool)->SetTensorScales(loaded.runner_options.kv_tensor_scales));
+  }
+  return pool;
+}
+
 int Fail(const char* command, const std::string& message, int code) {
   std::fprintf(stderr, "mlaserve %s: %s\n", command, message.c_str());
   return code;

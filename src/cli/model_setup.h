@@ -41,6 +41,10 @@ struct LoadedModel {
 
 Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer);
 
+// The engine's KV pool for a loaded model: its format, scales and page size, sized to the
+// whole budget (max_total_num_tokens).
+Result<std::unique_ptr<KvPool>> CreateEnginePool(const LoadedModel& loaded, int page_size);
+
 // Prints "mlaserve COMMAND: MESSAGE" to stderr and returns `code`.
 int Fail(const char* command, const std::string& message, int code = 1);
 

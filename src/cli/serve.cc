@@ -92,18 +92,8 @@ int RunServe(Args& args) {
   const ModelConfig& c = model.config();
   const std::string served_name = served_name_flag.empty() ? model_flags.model_path : served_name_flag;
 
-  auto pool = KvPool::Create(KvPoolOptions{.format = loaded->runner_options.kv_format,
-                                           .num_layers = c.num_hidden_layers,
-                                           .latent_dim = c.kv_lora_rank,
-                                           .rope_dim = c.qk_rope_head_dim,
-                                           .page_size = model_flags.page_size,
-                                           .num_pages = loaded->kv_budget.max_total_num_tokens / model_flags.page_size});
+  auto pool = CreateEnginePool(*loaded, model_flags.page_size);
   if (!pool.ok()) return Fail("serve", pool.error());
-  if (!loaded->runner_options.kv_tensor_scales.empty()) {
-    if (Status s = (*pool)->SetTensorScales(loaded->runner_options.kv_tensor_scales); !s.ok()) {
-      return Fail("serve", s.message());
-    }
-  }
   std::fprintf(stderr, "[mlaserve] model=%s (%s, %d layers), served_model_name=%s, kernels=%s, threads=%d\n",
                model_flags.model_path.c_str(), c.model_type.c_str(), c.num_hidden_layers, served_name.c_str(),
                loaded->kernels->name, model.pool().num_threads());
