@@ -69,6 +69,11 @@ Result<Answer> BatchRunner::RunTurn(const Record& record, RecordProgress& p, siz
       ++stats_.restarted;
       MLA_RETURN_IF_ERROR(db_.SaveProgress(p));
     }
+    // A checkpoint can hold the stop token of a turn that finished just before a kill: that
+    // turn is done (continuing would write past it).
+    if (!p.partial.empty() && tokenizer_.eos_id() && p.partial.back() == *tokenizer_.eos_id()) {
+      return Answer{.ids = p.partial, .finish_reason = "stop", .prompt_tokens = int(prompt->size())};
+    }
     const int remaining = options_.max_new_tokens - int(p.partial.size());
     if (remaining <= 0) return Answer{.ids = p.partial, .finish_reason = "length", .prompt_tokens = int(prompt->size())};
     TurnRequest request{.rid = record.id + "#" + std::to_string(turn) + "." + std::to_string(attempt) + "." + run_nonce_,

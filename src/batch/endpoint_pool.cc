@@ -89,6 +89,14 @@ EndpointInfo EndpointPool::info(size_t index) const {
   return endpoints_[index].info;
 }
 
+bool EndpointPool::all_native() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Endpoint& e : endpoints_) {
+    if (!e.info.native) return false;
+  }
+  return true;
+}
+
 EndpointInfo EndpointPool::first_healthy() const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const Endpoint& e : endpoints_) {

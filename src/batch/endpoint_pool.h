@@ -36,6 +36,8 @@ class EndpointPool {
   void Release(size_t index, bool healthy);
   EndpointInfo info(size_t index) const;
   EndpointInfo first_healthy() const;
+  // Whether every endpoint speaks SGLang's /generate (so any Acquire can continue a partial).
+  bool all_native() const;
 
   // Probes every endpoint's /health with backoff until one answers 200 (true) or the deadline.
   bool WaitHealthy(std::chrono::steady_clock::time_point deadline);

@@ -38,7 +38,9 @@ HttpGenerator::HttpGenerator(EndpointPool& pool, const Tokenizer& tokenizer, dou
                              std::string model)
     : pool_(pool), tokenizer_(tokenizer), request_timeout_s_(request_timeout_s), model_(std::move(model)) {}
 
-bool HttpGenerator::continues_partial() const { return pool_.first_healthy().native; }
+// Only when every endpoint can continue: a request may land on any of them, and an
+// OpenAI-only one would answer from scratch, which must not be glued onto the partial.
+bool HttpGenerator::continues_partial() const { return pool_.all_native(); }
 
 TurnOutcome HttpGenerator::Generate(const TurnRequest& request, FunctionRef<void(std::span<const TokenId>)> on_tokens) {
   const size_t index = pool_.Acquire();

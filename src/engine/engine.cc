@@ -88,11 +88,14 @@ void Engine::Start() {
 }
 
 void Engine::Stop() {
-  if (thread_.joinable()) {
+  {
+    // Under the intake lock: the loop cannot miss the wake-up, and Submit refuses from now on.
+    std::lock_guard<std::mutex> lock(intake_mutex_);
     stop_.store(true);
-    intake_cv_.notify_all();
-    thread_.join();
+    stopped_ = true;
   }
+  intake_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
   TakeIntake();
   while (!waiting_.empty()) {
     std::unique_ptr<Request> r = std::move(waiting_.front());
@@ -143,6 +146,7 @@ Status Engine::Submit(GenerateRequest request, OutputCallback callback) {
   r->submit_time = Clock::now();
   {
     std::lock_guard<std::mutex> lock(intake_mutex_);
+    if (stopped_) return Status::Error("the server is shutting down");
     if (r->spec.rid.empty()) r->spec.rid = "req-" + std::to_string(next_seed_++);
     if (live_rids_.count(r->spec.rid)) {
       return Status::Error("request id '" + r->spec.rid + "' is already in flight");
@@ -158,6 +162,8 @@ Status Engine::Submit(GenerateRequest request, OutputCallback callback) {
 void Engine::Abort(const std::string& rid) {
   {
     std::lock_guard<std::mutex> lock(intake_mutex_);
+    // Only a live request: a stale abort must not hit a later request that reuses the id.
+    if (!live_rids_.count(rid)) return;
     intake_.aborts.push_back(rid);
   }
   intake_cv_.notify_one();
@@ -467,6 +473,10 @@ void Engine::RunBatch(const std::vector<Request*>& decodes, const std::vector<Re
   for (size_t i = 0; i < order.size(); ++i) {
     Request& r = *order[i];
     if (r.pending_tokens() != 0) continue;  // a prefill chunk that is not the prompt's last
+    if (r.spec.sampling.max_new_tokens == 0) {
+      Finish(r, FinishReason::kLength);  // prefill only (e.g. to warm the prefix cache)
+      continue;
+    }
     const float* logits = batch_logits_.data() + i * size_t(vocab);
     const SampleContext context{.position = int64_t(r.tokens.size()),
                                 .seed = r.seed,

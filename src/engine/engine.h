@@ -120,6 +120,7 @@ class Engine {
   std::condition_variable intake_cv_;
   Intake intake_;
   std::unordered_map<std::string, bool> live_rids_;  // under intake_mutex_
+  bool stopped_ = false;                              // under intake_mutex_: Submit refuses
 
   // Published counters.
   mutable std::mutex stats_mutex_;

@@ -94,10 +94,11 @@ void Model::Attention(const ComputeContext& ctx, int layer_index, int n,
         float* o = ws.o_lat.data() + (int64_t(h) * ws.max_tokens + t) * L;
         std::fill(o, o + L, 0.0f);
       }
-      for (int p0 = 0; p0 < context; p0 += kKvTileRows) {
-        // Tiles never cross a page: kKvTileRows divides nothing in general, so clip at the page.
+      for (int p0 = 0, rows = 0; p0 < context; p0 += rows) {
+        // Tiles never cross a page: clip at the page end (any page size), then move on by what
+        // was read.
         const int page_end = (p0 / pool.page_size() + 1) * pool.page_size();
-        const int rows = std::min({kKvTileRows, context - p0, page_end - p0});
+        rows = std::min({kKvTileRows, context - p0, page_end - p0});
         DequantizeKvRows(pool.format(), kv.Row(layer_index, p0), rows, pool.row_bytes(), L,
                          c.qk_rope_head_dim, tensor_scale, tile);
         for (int h = h_begin; h < h_end; ++h) {

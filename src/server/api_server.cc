@@ -126,6 +126,12 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponseWriter& w) {
     engine_.Abort(body["rid"].get<std::string>());
     return w.Send(200, "application/json", "{}");
   }
+  // Counted before the draining check, so shutdown never misses a request between the two.
+  in_flight_.fetch_add(1);
+  struct Done {
+    std::atomic<int>& n;
+    ~Done() { n.fetch_sub(1); }
+  } done{in_flight_};
   if (draining_.load()) return SendError(w, 503, "the server is shutting down", "service_unavailable");
   if (p == "/generate") return HandleGenerate(body, w);
   return HandleCompletions(body, w, /*chat=*/p == "/v1/chat/completions");
@@ -135,25 +141,24 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponseWriter& w) {
 
 Status ApiServer::Drive(GenerateRequest request, HttpResponseWriter& w,
                         const std::function<bool(const RequestOutput&)>& on_output) {
-  in_flight_.fetch_add(1);
-  struct Done {
-    std::atomic<int>& n;
-    ~Done() { n.fetch_sub(1); }
-  } done{in_flight_};
   const std::string rid = request.rid;
   auto channel = std::make_shared<OutputChannel>();
   MLA_RETURN_IF_ERROR(engine_.Submit(std::move(request), [channel](RequestOutput&& o) { channel->Push(std::move(o)); }));
   bool aborted = false;
   std::optional<Clock::time_point> last_token;
+  Clock::time_point next_client_check = Clock::now();
   for (;;) {
     std::optional<RequestOutput> o = channel->Pop(std::chrono::milliseconds(50));
-    if (!o) {
-      if (!aborted && w.ClientGone()) {
+    // Poll the client every 50 ms whether or not outputs keep coming (fast steps would
+    // otherwise never leave time to notice a client that left a non-streaming request).
+    if (!aborted && Clock::now() >= next_client_check) {
+      next_client_check = Clock::now() + std::chrono::milliseconds(50);
+      if (w.ClientGone()) {
         engine_.Abort(rid);  // the client left: free its KV now; keep reading until the last chunk
         aborted = true;
       }
-      continue;
     }
+    if (!o) continue;
     if (!o->new_token_ids.empty()) {
       const Clock::time_point now = Clock::now();
       if (last_token) metrics_.ObserveInterTokenLatency(std::chrono::duration<double>(now - *last_token).count());
@@ -250,7 +255,9 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
     }
     return client_ok;
   });
-  if (!s.ok()) return SendError(w, 400, s.message());
+  if (!s.ok()) {
+    return draining_.load() ? SendError(w, 503, s.message(), "service_unavailable") : SendError(w, 400, s.message());
+  }
 }
 
 // ---- OpenAI /v1/completions and /v1/chat/completions -------------------------------------------
@@ -376,10 +383,13 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
   bool started = false;
   json all_lp = chat ? json::array() : json{{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()}};
   const bool want_lp = req.sampling.return_logprob;
+  // Streaming: logprobs of tokens whose text is still held back (a split UTF-8 character, a
+  // possible stop string) wait for the next event that carries text.
+  RequestOutput held_lp;
   const Status s = Drive(std::move(req), w, [&](const RequestOutput& o) {
     if (!stream) {
       text += o.new_text;
-      if (want_lp) add_logprobs(o, chat ? all_lp : all_lp);
+      if (want_lp) add_logprobs(o, all_lp);
       if (!o.finished) return true;
       json choice{{"index", 0}, {"finish_reason", FinishReasonOpenAi(o)}};
       if (chat) {
@@ -404,9 +414,17 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
         }
       }
     }
+    if (want_lp) {
+      held_lp.new_token_ids.insert(held_lp.new_token_ids.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      held_lp.new_token_logprobs.insert(held_lp.new_token_logprobs.end(), o.new_token_logprobs.begin(), o.new_token_logprobs.end());
+      held_lp.new_top_logprobs.insert(held_lp.new_top_logprobs.end(), o.new_top_logprobs.begin(), o.new_top_logprobs.end());
+    }
     if (!o.new_text.empty() || o.finished) {
       json chunk_lp = chat ? json::array() : json{{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()}};
-      if (want_lp) add_logprobs(o, chunk_lp);
+      if (want_lp) {
+        add_logprobs(held_lp, chunk_lp);
+        held_lp = RequestOutput{};
+      }
       json choice{{"index", 0}, {"finish_reason", FinishReasonOpenAi(o)}};
       if (chat) {
         choice["delta"] = o.new_text.empty() ? json::object() : json{{"content", o.new_text}};
@@ -431,7 +449,9 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
     }
     return true;
   });
-  if (!s.ok()) return SendError(w, 400, s.message());
+  if (!s.ok()) {
+    return draining_.load() ? SendError(w, 503, s.message(), "service_unavailable") : SendError(w, 400, s.message());
+  }
 }
 
 void ApiServer::HandleHealthGenerate(HttpResponseWriter& w) {

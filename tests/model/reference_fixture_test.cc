@@ -105,6 +105,25 @@ void CheckModelAgainstFixture(const std::string& model_dir, const std::string& f
   }
 }
 
+// Attention tiles stop at page ends: every page size must read every row (same logits as 16).
+TEST(ReferenceFixture, EveryPageSizeReadsEveryRow) {
+  const auto prompts = LoadFixture(kSource + "/tests/fixtures/shakespeare-mla/fixture.safetensors");
+  ASSERT_FALSE(prompts.empty());
+  auto model = Model::Load(kSource + "/models/shakespeare-mla", ModelOptions{.max_batch_tokens = 64, .max_context = 512});
+  ASSERT_TRUE(model.ok()) << model.error();
+  const int vocab = (*model)->config().vocab_size;
+  const FixturePrompt& fp = prompts.back();  // the long prompt
+  for (int page_size : {1, 3, 8, 16, 24, 40}) {
+    auto runner = SequenceRunner::Create(**model, DefaultKernels(), {.kv_format = KvFormat::kF32, .page_size = page_size});
+    ASSERT_TRUE(runner.ok()) << runner.error();
+    ASSERT_TRUE((*runner)->Append(fp.input_ids).ok());
+    const float* expected = fp.logits.data() + (fp.input_ids.size() - 1) * size_t(vocab);
+    double max_diff = 0;
+    for (int v = 0; v < vocab; ++v) max_diff = std::max(max_diff, std::abs(double((*runner)->last_logits()[size_t(v)]) - expected[v]));
+    EXPECT_LT(max_diff, 5e-4) << "page size " << page_size;
+  }
+}
+
 TEST(ReferenceFixture, BundledShakespeareModel) {
   CheckModelAgainstFixture(kSource + "/models/shakespeare-mla",
                            kSource + "/tests/fixtures/shakespeare-mla/fixture.safetensors", 5e-4);
