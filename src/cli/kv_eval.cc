@@ -99,6 +99,11 @@ int RunKvEval(Args& args) {
 
   auto make_runner = [&](KvFormat f) -> Result<std::unique_ptr<SequenceRunner>> {
     SequenceRunnerOptions o{.kv_format = f};
+    if (KvFormatUsesTensorScale(f)) {
+      auto from_checkpoint = CheckpointKvScales(model.checkpoint(), c);
+      if (!from_checkpoint.ok()) return from_checkpoint.status();
+      o.kv_tensor_scales = std::move(from_checkpoint).value();
+    }
     if (!scales_path.empty()) {
       auto scales = LoadKvScales(scales_path, c, f);
       if (!scales.ok()) return scales.status();

@@ -1,6 +1,9 @@
 #include "cli/kv_scales.h"
 
 #include "core/read_file.h"
+#include "model/weights.h"
+
+#include <cmath>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -28,6 +31,35 @@ Result<std::vector<float>> LoadKvScales(const std::string& path, const ModelConf
   for (const auto& v : j["kv_amax"]) {
     if (!v.is_number() || !(v.get<double>() > 0)) return Status::Error(path + ": kv_amax values must be positive numbers");
     scales.push_back(KvTensorScaleFor(format, v.get<float>()));
+  }
+  return scales;
+}
+
+Result<std::vector<float>> CheckpointKvScales(const Checkpoint& checkpoint, const ModelConfig& c) {
+  std::vector<float> scales;
+  int found = 0;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+    const TensorView* t = nullptr;
+    for (const char* name : {"k_scale", "kv_scale", "attn.k_scale"}) {
+      if ((t = checkpoint.Find(p + name)) != nullptr) break;
+    }
+    if (t == nullptr) {
+      scales.push_back(1.0f);
+      continue;
+    }
+    if (t->numel() != 1) return Status::Error(t->file + ": tensor '" + t->name + "' must be a scalar KV scale");
+    const float v = TensorToF32(*t)[0];
+    if (!(v > 0.0f) || !std::isfinite(v)) {
+      return Status::Error(t->file + ": tensor '" + t->name + "' is not a positive finite KV scale");
+    }
+    scales.push_back(v);
+    ++found;
+  }
+  if (found == 0) return std::vector<float>{};
+  if (found != c.num_hidden_layers) {
+    return Status::Error("the checkpoint has KV scales (self_attn.k_scale) for " + std::to_string(found) + " of " +
+                         std::to_string(c.num_hidden_layers) + " layers");
   }
   return scales;
 }

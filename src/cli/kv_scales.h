@@ -9,6 +9,7 @@
 #include "core/status.h"
 #include "kvcache/kv_format.h"
 #include "model/config.h"
+#include "model/safetensors.h"
 
 namespace mlaserve::cli {
 
@@ -16,5 +17,11 @@ namespace mlaserve::cli {
 // and returns one scale per layer for `format`. A file made for another shape is an error.
 Result<std::vector<float>> LoadKvScales(const std::string& path, const ModelConfig& config,
                                         KvFormat format);
+
+// Per-layer KV scales stored in the checkpoint, as fp8 checkpoints for SGLang/vLLM carry them:
+// a scalar `model.layers.{i}.self_attn.k_scale` (or `.kv_scale`, or `.attn.k_scale`) per
+// layer, already in the dequantize-multiplier convention. Empty when the checkpoint has none;
+// an error when only some layers have one.
+Result<std::vector<float>> CheckpointKvScales(const Checkpoint& checkpoint, const ModelConfig& config);
 
 }  // namespace mlaserve::cli

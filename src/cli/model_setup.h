@@ -36,6 +36,7 @@ struct LoadedModel {
   std::optional<Tokenizer> tokenizer;
   const KernelSet* kernels = nullptr;
   SequenceRunnerOptions runner_options;  // the KV format, scales and page size asked for
+  std::string kv_scales_source;          // "file PATH", "checkpoint", or "1.0 (none)"
   KvBudget kv_budget;                    // what the memory budget holds (SGLang's arithmetic)
 };
 

@@ -97,6 +97,9 @@ int RunServe(Args& args) {
   std::fprintf(stderr, "[mlaserve] model=%s (%s, %d layers), served_model_name=%s, kernels=%s, threads=%d\n",
                model_flags.model_path.c_str(), c.model_type.c_str(), c.num_hidden_layers, served_name.c_str(),
                loaded->kernels->name, model.pool().num_threads());
+  if (KvFormatUsesTensorScale(loaded->runner_options.kv_format)) {
+    std::fprintf(stderr, "[mlaserve] kv scales: %s\n", loaded->kv_scales_source.c_str());
+  }
   std::fprintf(stderr, "[mlaserve] kv_cache_dtype=%s, %s\n", KvFormatName(loaded->runner_options.kv_format),
                loaded->kv_budget.log_line.c_str());
   const double available_gb =

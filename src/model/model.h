@@ -46,6 +46,7 @@ class Model {
   ThreadPool& pool() { return pool_; }
   const ModelWeights& weights() const { return weights_; }
   size_t weight_bytes() const { return checkpoint_->total_tensor_bytes(); }
+  const Checkpoint& checkpoint() const { return *checkpoint_; }
 
   // tokens: the segments' tokens concatenated (at most max_batch_tokens). logits receives
   // [num_segments, vocab] (kLastPerSegment) or [tokens.size(), vocab] (kAllTokens).
