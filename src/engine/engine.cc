@@ -5,6 +5,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <ctime>
+#include <limits>
 
 #include "core/check.h"
 #include "core/function_ref.h"
@@ -26,6 +27,9 @@ namespace {
 // SGLang's constants: admission reserves at most this many future tokens per request, and a
 // retraction leaves room for this many more decode steps per remaining request.
 constexpr int kMaxReservedNewTokens = 4096;
+// Prompt tokens a request that wants prompt logprobs prefills per step (each needs a row of
+// logits; the buffer is sized for this many beyond one row per running request).
+constexpr int kLogprobChunkTokens = 64;
 constexpr int kRetractDecodeSteps = 20;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
@@ -58,7 +62,8 @@ Engine::Engine(Model& model, const KernelSet& kernels, KvPool& pool, const Engin
       sampler_(model.config().vocab_size),
       tokenizer_(tokenizer),
       batch_tokens_(size_t(model.max_batch_tokens())),
-      batch_logits_(size_t(std::max(1, options.max_running_requests)) * size_t(model.config().vocab_size)) {
+      batch_logits_(size_t(std::max(1, options.max_running_requests) + kLogprobChunkTokens) *
+                    size_t(model.config().vocab_size)) {
   options_.max_running_requests =
       std::max(1, std::min(options_.max_running_requests, model.max_batch_tokens()));
   batch_segments_.reserve(size_t(options_.max_running_requests));
@@ -117,6 +122,10 @@ Status Engine::Submit(GenerateRequest request, OutputCallback callback) {
     }
   }
   MLA_RETURN_IF_ERROR(Validate(request.sampling, c.vocab_size));
+  if (request.logprob_start_len >= int(request.input_ids.size())) {
+    return Status::Error("logprob_start_len " + std::to_string(request.logprob_start_len) +
+                         " must be below the prompt length " + std::to_string(request.input_ids.size()));
+  }
   const int64_t total = int64_t(request.input_ids.size()) + request.sampling.max_new_tokens;
   if (total > model_.max_context()) {
     return Status::Error("the prompt (" + std::to_string(request.input_ids.size()) +
@@ -135,6 +144,10 @@ Status Engine::Submit(GenerateRequest request, OutputCallback callback) {
   r->tokens.reserve(size_t(total));
   r->kv = std::make_unique<SequenceKv>(pool_, model_.max_context());
   r->penalties = PenaltyState(r->spec.sampling.max_new_tokens);
+  if (r->spec.logprob_start_len == 0) {
+    r->input_logprobs.push_back(std::numeric_limits<float>::quiet_NaN());  // no context
+    r->input_top_logprobs.emplace_back();
+  }
   if (tokenizer_) {
     r->decoder.emplace(*tokenizer_, r->spec.sampling.skip_special_tokens);
     if (!r->spec.sampling.stop.empty()) {
@@ -298,7 +311,7 @@ void Engine::RetractUntil(FunctionRef<bool()> fits) {
 }
 
 void Engine::MatchPrefix(Request& r) {
-  if (!radix_ || r.kv->num_tokens() > 0) return;
+  if (!radix_ || r.kv->num_tokens() > 0 || r.wants_input_logprobs()) return;
   // At least one token must run through the model to produce logits.
   auto match = radix_->MatchPrefix(r.tokens, int(r.tokens.size()) - 1);
   if (match.num_tokens == 0) return;
@@ -307,8 +320,20 @@ void Engine::MatchPrefix(Request& r) {
   MLA_CHECK(r.kv->AdoptPrefix(match.pages, int(match.num_tokens)).ok());
 }
 
-std::vector<Request*> Engine::AdmitWaiting(int token_budget) {
+int Engine::ChunkFor(const Request& r, int budget, bool& logprob_segment_used) const {
+  int chunk = std::min(r.pending_tokens(), budget);
+  if (r.wants_input_logprobs() && r.kv->num_tokens() < int(r.spec.input_ids.size())) {
+    if (logprob_segment_used) return 0;
+    logprob_segment_used = true;
+    chunk = std::min(chunk, kLogprobChunkTokens);
+  }
+  return chunk;
+}
+
+std::vector<Request*> Engine::AdmitWaiting(int token_budget, bool& logprob_segment_used,
+                                           std::vector<int>& chunks) {
   std::vector<Request*> admitted;
+  chunks.clear();
   if (waiting_.empty()) return admitted;
   if (options_.schedule_policy == SchedulePolicy::kLpm && radix_) {
     // Longest cached prefix first (stable: FCFS among equals).
@@ -332,10 +357,10 @@ std::vector<Request*> Engine::AdmitWaiting(int token_budget) {
     const int extend = r.pending_tokens();
     const int remaining_new = r.spec.sampling.max_new_tokens - r.num_output_tokens();
     const int64_t need = extend + int64_t(std::min(remaining_new, kMaxReservedNewTokens) * new_token_ratio_);
-    const int chunk = std::min(extend, token_budget);
+    const int chunk = ChunkFor(r, token_budget, logprob_segment_used);
     const int64_t chunk_pages =
         (r.kv->num_tokens() + chunk + page_size - 1) / page_size - int64_t(r.kv->pages().size());
-    if ((need > available && !running_.empty()) || !EnsureFreePages(chunk_pages)) {
+    if (chunk == 0 || (need > available && !running_.empty()) || !EnsureFreePages(chunk_pages)) {
       // Does not fit now: give back the prefix lock and wait.
       if (r.locked_prefix) {
         r.kv->Release();
@@ -357,6 +382,7 @@ std::vector<Request*> Engine::AdmitWaiting(int token_budget) {
     token_budget -= chunk;
     prefill_tokens += extend;
     admitted.push_back(&r);
+    chunks.push_back(chunk);
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     if (chunk < extend) break;  // the chunked request ends this step's admissions
@@ -391,9 +417,11 @@ bool Engine::Step() {
   }
   if (options_.chunked_prefill_size > 0) budget = std::min(budget, options_.chunked_prefill_size);
   const int page_size = pool_.page_size();
+  bool logprob_segment_used = false;
   for (auto& r : running_) {
     if (r->decoding() || budget <= 0) continue;
-    const int chunk = std::min(r->pending_tokens(), budget);
+    const int chunk = ChunkFor(*r, budget, logprob_segment_used);
+    if (chunk == 0) continue;
     const int64_t pages = (r->kv->num_tokens() + chunk + page_size - 1) / page_size - int64_t(r->kv->pages().size());
     if (!EnsureFreePages(pages)) continue;
     MLA_CHECK(r->kv->Reserve(chunk).ok());
@@ -402,8 +430,11 @@ bool Engine::Step() {
     budget -= chunk;
   }
   int new_seqs = 0, new_tokens = 0, cached = 0;
-  for (Request* r : AdmitWaiting(budget)) {
-    const int chunk = std::min(r->pending_tokens(), budget);
+  std::vector<int>& admitted_chunks = step_admitted_chunks_;
+  const std::vector<Request*> admitted = AdmitWaiting(budget, logprob_segment_used, admitted_chunks);
+  for (size_t i = 0; i < admitted.size(); ++i) {
+    Request* r = admitted[i];
+    const int chunk = admitted_chunks[i];
     prefills.push_back(r);
     prefill_lengths.push_back(chunk);
     budget -= chunk;
@@ -450,14 +481,24 @@ void Engine::RunBatch(const std::vector<Request*>& decodes, const std::vector<Re
                       const std::vector<int>& prefill_lengths) {
   batch_segments_.clear();
   std::vector<Request*>& order = scratch_order_;
+  std::vector<int>& first_row = scratch_rows_;  // each segment's first logits row
+  std::vector<int>& from = scratch_from_;       // each segment's first position
   order.clear();
+  first_row.clear();
+  from.clear();
   size_t n = 0;
+  int rows = 0;
   auto add = [&](Request* r, int count) {
-    const int from = r->kv->num_tokens();
-    std::copy(r->tokens.begin() + from, r->tokens.begin() + from + count, batch_tokens_.begin() + int64_t(n));
+    const int start = r->kv->num_tokens();
+    std::copy(r->tokens.begin() + start, r->tokens.begin() + start + count, batch_tokens_.begin() + int64_t(n));
     n += size_t(count);
-    batch_segments_.push_back(ForwardSegment{r->kv.get(), count});
+    // Prompt logprobs need a row for every prompt token of the chunk (ChunkFor capped it).
+    const bool all_logits = r->wants_input_logprobs() && start < int(r->spec.input_ids.size());
+    batch_segments_.push_back(ForwardSegment{r->kv.get(), count, all_logits});
     order.push_back(r);
+    first_row.push_back(rows);
+    from.push_back(start);
+    rows += all_logits ? count : 1;
   };
   for (Request* r : decodes) add(r, 1);
   for (size_t i = 0; i < prefills.size(); ++i) add(prefills[i], prefill_lengths[i]);
@@ -472,12 +513,15 @@ void Engine::RunBatch(const std::vector<Request*>& decodes, const std::vector<Re
   const int vocab = model_.config().vocab_size;
   for (size_t i = 0; i < order.size(); ++i) {
     Request& r = *order[i];
+    const ForwardSegment& seg = batch_segments_[i];
+    if (seg.all_logits) CollectInputLogprobs(r, from[i], seg.num_tokens, batch_logits_.data() + size_t(first_row[i]) * vocab);
     if (r.pending_tokens() != 0) continue;  // a prefill chunk that is not the prompt's last
     if (r.spec.sampling.max_new_tokens == 0) {
       Finish(r, FinishReason::kLength);  // prefill only (e.g. to warm the prefix cache)
       continue;
     }
-    const float* logits = batch_logits_.data() + i * size_t(vocab);
+    const int last_row = first_row[i] + (seg.all_logits ? seg.num_tokens - 1 : 0);
+    const float* logits = batch_logits_.data() + size_t(last_row) * vocab;
     const SampleContext context{.position = int64_t(r.tokens.size()),
                                 .seed = r.seed,
                                 .output_history = &r.penalties,
@@ -486,6 +530,24 @@ void Engine::RunBatch(const std::vector<Request*>& decodes, const std::vector<Re
     const TokenId token = sampler_.Sample(std::span(logits, size_t(vocab)), r.spec.sampling, context,
                                           r.spec.sampling.return_logprob ? &logprob : nullptr);
     AfterToken(r, token, r.spec.sampling.return_logprob ? &logprob : nullptr);
+  }
+}
+
+void Engine::CollectInputLogprobs(Request& r, int first_position, int count, const float* logits) {
+  const int vocab = model_.config().vocab_size;
+  const int prompt_len = int(r.spec.input_ids.size());
+  for (int j = 0; j < count; ++j) {
+    // The row at position p predicts the token at p + 1.
+    const int next = first_position + j + 1;
+    if (next >= prompt_len || next < std::max(1, r.spec.logprob_start_len)) continue;
+    // Entry k is the token at logprob_start_len + k; a recomputation after retraction must not
+    // append what is already there.
+    if (size_t(next - r.spec.logprob_start_len) != r.input_logprobs.size()) continue;
+    LogprobResult lp;
+    ComputeLogprobs(std::span(logits + size_t(j) * vocab, size_t(vocab)), 1.0f, r.spec.input_ids[size_t(next)],
+                    r.spec.sampling.top_logprobs_num, lp);
+    r.input_logprobs.push_back(lp.chosen.logprob);
+    r.input_top_logprobs.push_back(std::move(lp.top));
   }
 }
 
@@ -562,6 +624,14 @@ void Engine::Stream(Request& r, bool finished, const std::string& error) {
   r.pending_logprobs.clear();
   out.new_top_logprobs = std::move(r.pending_top_logprobs);
   r.pending_top_logprobs.clear();
+  const size_t expected_input = r.spec.logprob_start_len >= 0
+                                    ? r.spec.input_ids.size() - size_t(r.spec.logprob_start_len) : 0;
+  if (!r.input_logprobs_sent && expected_input > 0 && (r.input_logprobs.size() == expected_input || finished)) {
+    out.input_token_ids.assign(r.spec.input_ids.begin() + r.spec.logprob_start_len, r.spec.input_ids.end());
+    out.input_token_logprobs = std::move(r.input_logprobs);
+    out.input_top_logprobs = std::move(r.input_top_logprobs);
+    r.input_logprobs_sent = true;
+  }
   r.num_streamed = r.num_output_tokens();
   out.finished = finished;
   out.finish_reason = r.finish_reason;

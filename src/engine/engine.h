@@ -72,14 +72,19 @@ class Engine {
   void ReserveDecodeSlots();
   int64_t DecodePagesNeeded() const;
   void RetractUntil(FunctionRef<bool()> fits);
-  std::vector<Request*> AdmitWaiting(int token_budget);
+  // Admits from the queue; `chunks` receives each admitted request's prefill chunk this step.
+  std::vector<Request*> AdmitWaiting(int token_budget, bool& logprob_segment_used, std::vector<int>& chunks);
   int64_t ReservedFutureTokens() const;
+  // The prefill chunk `r` takes from `budget` this step: capped for prompt logprobs, which need
+  // a logits row per token (one such segment per step, kLogprobChunkTokens rows at most).
+  int ChunkFor(const Request& r, int budget, bool& logprob_segment_used) const;
   void MatchPrefix(Request& r);
 
   // Batch step and after.
   void RunBatch(const std::vector<Request*>& decodes, const std::vector<Request*>& prefills,
                 const std::vector<int>& prefill_lengths);
   void AfterToken(Request& r, TokenId token, LogprobResult* logprob);
+  void CollectInputLogprobs(Request& r, int first_position, int count, const float* logits);
   bool AppendText(Request& r, std::string_view piece);  // true when a stop string matched
   void Finish(Request& r, FinishReason reason, const std::string& error = "");
   void ReleaseKv(Request& r, bool cache_prefix);
@@ -111,6 +116,9 @@ class Engine {
   std::vector<ForwardSegment> batch_segments_;
   std::vector<float> batch_logits_;            // [max_running_requests, vocab]
   std::vector<Request*> scratch_order_;        // the batch's requests, in segment order
+  std::vector<int> scratch_rows_;              // each segment's first logits row
+  std::vector<int> scratch_from_;              // each segment's first position
+  std::vector<int> step_admitted_chunks_;      // this step's admissions' prefill chunks
   std::vector<Request*> step_decodes_;         // this step's decoding requests
   std::vector<Request*> step_prefills_;        // this step's prefill chunks...
   std::vector<int> step_prefill_lengths_;      // ...and their lengths

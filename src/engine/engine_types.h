@@ -20,6 +20,9 @@ struct GenerateRequest {
   std::string rid;                  // unique among live requests
   std::vector<TokenId> input_ids;   // the prompt, already tokenized
   SamplingParams sampling;
+  // >= 0: also the logprob of every prompt token from this position on (SGLang's
+  // logprob_start_len); the prefix cache is then not used for this request.
+  int logprob_start_len = -1;
 };
 
 // One chunk of a request's progress, delivered in order. The last chunk has finished == true;
@@ -30,6 +33,12 @@ struct RequestOutput {
   std::vector<float> new_token_logprobs;  // with sampling.return_logprob
   // With return_logprob and top_logprobs_num > 0: per new token, the most likely tokens.
   std::vector<std::vector<TokenLogprob>> new_top_logprobs;
+  // With logprob_start_len >= 0, once (in the chunk that carries the first token): the prompt
+  // tokens from that position and each one's logprob given the ones before it (NaN for the
+  // first token of the prompt, which has no context), and the top-N alternatives.
+  std::vector<TokenId> input_token_ids;
+  std::vector<float> input_token_logprobs;
+  std::vector<std::vector<TokenLogprob>> input_top_logprobs;
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string new_text;              // detokenized text since the previous chunk (with a tokenizer)

@@ -31,6 +31,10 @@ struct Request {
   std::vector<float> pending_logprobs;  // logprobs of undelivered tokens
   std::vector<std::vector<TokenLogprob>> pending_top_logprobs;
   PenaltyState penalties;               // output token counts, for the penalties
+  std::vector<float> input_logprobs;    // prompt logprobs computed so far (logprob_start_len)
+  std::vector<std::vector<TokenLogprob>> input_top_logprobs;
+  bool input_logprobs_sent = false;
+  bool wants_input_logprobs() const { return spec.logprob_start_len >= 0 && !input_logprobs_sent; }
 
   // Detokenization (when the engine has a tokenizer): text streams as it becomes safe to show.
   std::optional<StreamDecoder> decoder;

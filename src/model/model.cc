@@ -131,7 +131,8 @@ Status Model::Forward(const KernelSet& kernels, std::span<const TokenId> tokens,
   for (int t = 0; t < n; ++t) {
     const bool last_of_segment =
         t + 1 == n || token_segments_[size_t(t + 1)] != token_segments_[size_t(t)];
-    if (mode == LogitsMode::kAllTokens || last_of_segment) {
+    if (mode == LogitsMode::kAllTokens || last_of_segment ||
+        segments[size_t(token_segments_[size_t(t)])].all_logits) {
       RmsNorm(ws.hidden.data() + t * H, weights_.final_norm.data(), H, c.rms_norm_eps,
               ws.last_hidden.data() + num_out * H);
       ++num_out;

@@ -31,6 +31,7 @@ struct ModelOptions {
 struct ForwardSegment {
   SequenceKv* kv;
   int num_tokens;
+  bool all_logits = false;  // logits for every token of this segment, not just its last
 };
 
 enum class LogitsMode { kLastPerSegment, kAllTokens };
@@ -48,8 +49,9 @@ class Model {
   size_t weight_bytes() const { return checkpoint_->total_tensor_bytes(); }
   const Checkpoint& checkpoint() const { return *checkpoint_; }
 
-  // tokens: the segments' tokens concatenated (at most max_batch_tokens). logits receives
-  // [num_segments, vocab] (kLastPerSegment) or [tokens.size(), vocab] (kAllTokens).
+  // tokens: the segments' tokens concatenated (at most max_batch_tokens). logits receives, in
+  // segment order, one row per segment (kLastPerSegment) or per token (kAllTokens); a segment
+  // with all_logits gets a row for each of its tokens either way.
   // Errors (a token id out of range, a context overflow) leave every KV unchanged.
   // kernels: the table to compute with (DefaultKernels() unless a test compares tables).
   Status Forward(const KernelSet& kernels, std::span<const TokenId> tokens,

@@ -1,6 +1,7 @@
 #include "server/api_server.h"
 
 #include <chrono>
+#include <cmath>
 #include <ctime>
 
 #include "server/output_channel.h"
@@ -208,16 +209,18 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
   const bool stream = body.value("stream", false);
   req.sampling.return_logprob = body.value("return_logprob", false);
   req.sampling.top_logprobs_num = body.value("top_logprobs_num", 0);
-  if (body.contains("logprob_start_len") && body["logprob_start_len"].is_number_integer() &&
-      body["logprob_start_len"].get<int64_t>() >= 0) {
-    return SendError(w, 400, "input token logprobs (logprob_start_len >= 0) are not supported yet; "
-                             "`mlaserve score` computes them offline");
+  if (body.contains("logprob_start_len") && !body["logprob_start_len"].is_null()) {
+    if (!body["logprob_start_len"].is_number_integer()) return SendError(w, 400, "'logprob_start_len' must be an integer");
+    const int64_t start = body["logprob_start_len"].get<int64_t>();
+    if (start >= 0 && req.sampling.return_logprob) req.logprob_start_len = int(std::min<int64_t>(start, 1 << 30));
   }
   const int max_new = req.sampling.max_new_tokens;
+  const int req_top_logprobs = req.sampling.top_logprobs_num;
   const std::string rid = req.rid;
 
   std::string text;
   json output_ids = json::array(), logprobs = json::array(), top_logprobs = json::array();
+  json input_logprobs, input_top_logprobs;
   bool started = false, client_ok = true;
   auto meta = [&](const RequestOutput& o) {
     json m{{"id", rid}, {"finish_reason", FinishReasonNative(o, max_new)}, {"prompt_tokens", o.prompt_tokens},
@@ -226,11 +229,29 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
     if (body.value("return_logprob", false)) {
       m["output_token_logprobs"] = logprobs;
       if (!top_logprobs.empty()) m["output_top_logprobs"] = top_logprobs;
+      if (!input_logprobs.is_null()) m["input_token_logprobs"] = input_logprobs;
+      if (!input_top_logprobs.is_null()) m["input_top_logprobs"] = input_top_logprobs;
     }
     return m;
   };
   const Status s = Drive(std::move(req), w, [&](const RequestOutput& o) {
     text += o.new_text;
+    if (!o.input_token_ids.empty()) {
+      // SGLang's shape: [logprob or null, token id, null], from logprob_start_len on.
+      input_logprobs = json::array();
+      for (size_t i = 0; i < o.input_token_ids.size(); ++i) {
+        const float lp = i < o.input_token_logprobs.size() ? o.input_token_logprobs[i] : NAN;
+        input_logprobs.push_back(json::array({std::isnan(lp) ? json() : json(lp), o.input_token_ids[i], nullptr}));
+      }
+      if (req_top_logprobs > 0) {
+        input_top_logprobs = json::array();
+        for (const auto& top : o.input_top_logprobs) {
+          json entry = json::array();
+          for (const TokenLogprob& t : top) entry.push_back(json::array({t.logprob, t.token, nullptr}));
+          input_top_logprobs.push_back(top.empty() ? json() : entry);
+        }
+      }
+    }
     for (size_t i = 0; i < o.new_token_ids.size(); ++i) {
       output_ids.push_back(o.new_token_ids[i]);
       if (i < o.new_token_logprobs.size()) logprobs.push_back(json::array({o.new_token_logprobs[i], o.new_token_ids[i], nullptr}));

@@ -169,6 +169,49 @@ TEST_F(ServeTest, NativeGenerateMatchesTheCli) {
   EXPECT_EQ(last["meta_info"]["finish_reason"]["type"], "length");
 }
 
+TEST_F(ServeTest, InputLogprobsMatchScore) {
+  const std::vector<int> ids = {2042, 82, 77, 77, 69, 79, 58, 10, 84, 104, 111, 117, 32};
+  json body{{"input_ids", ids}, {"return_logprob", true}, {"logprob_start_len", 0}, {"top_logprobs_num", 2},
+            {"sampling_params", {{"max_new_tokens", 1}, {"temperature", 0}}}};
+  auto r = Post(*server_, "/generate", body.dump());
+  ASSERT_EQ(r.status_code, 200) << r.body;
+  auto j = json::parse(r.body);
+  const json& in = j["meta_info"]["input_token_logprobs"];
+  ASSERT_EQ(in.size(), ids.size()) << r.body;
+  EXPECT_TRUE(in[0][0].is_null());
+  EXPECT_EQ(j["meta_info"]["input_top_logprobs"][1].size(), 2u);
+  std::string list;
+  for (size_t i = 0; i < ids.size(); ++i) list += (i ? "," : "") + std::to_string(ids[i]);
+  auto score = testing::RunMlaserve("score --model-path " + testing::ShellQuote(kModel) + " --input-ids " + list);
+  ASSERT_EQ(score.exit_code, 0) << score.err;
+  auto expected = json::parse(score.out)["token_logprobs"];
+  for (size_t i = 1; i < ids.size(); ++i) {
+    EXPECT_EQ(in[i][1], ids[i]);
+    EXPECT_NEAR(in[i][0].get<double>(), expected[i].get<double>(), 1e-4) << i;
+  }
+  // A prompt longer than one logprob chunk (64 tokens) is computed over several steps.
+  std::vector<int> long_ids;
+  for (int i = 0; i < 150; ++i) long_ids.push_back(10 + (i * 37) % 1900);
+  json long_body{{"input_ids", long_ids}, {"return_logprob", true}, {"logprob_start_len", 0},
+                 {"sampling_params", {{"max_new_tokens", 2}, {"temperature", 0}}}};
+  auto long_r = json::parse(Post(*server_, "/generate", long_body.dump()).body);
+  const json& long_in = long_r["meta_info"]["input_token_logprobs"];
+  ASSERT_EQ(long_in.size(), long_ids.size());
+  std::string long_list;
+  for (size_t i = 0; i < long_ids.size(); ++i) long_list += (i ? "," : "") + std::to_string(long_ids[i]);
+  auto long_score = json::parse(testing::RunMlaserve("score --model-path " + testing::ShellQuote(kModel) +
+                                                     " --input-ids " + long_list).out)["token_logprobs"];
+  for (size_t i : {1u, 63u, 64u, 65u, 100u, 149u}) {
+    EXPECT_NEAR(long_in[i][0].get<double>(), long_score[i].get<double>(), 1e-4) << i;
+  }
+
+  // From a later start, only that suffix comes back.
+  body["logprob_start_len"] = 5;
+  auto suffix = json::parse(Post(*server_, "/generate", body.dump()).body);
+  ASSERT_EQ(suffix["meta_info"]["input_token_logprobs"].size(), ids.size() - 5);
+  EXPECT_NEAR(suffix["meta_info"]["input_token_logprobs"][0][0].get<double>(), expected[5].get<double>(), 1e-4);
+}
+
 TEST_F(ServeTest, OpenAiCompletionsAndChat) {
   auto r = Post(*server_, "/v1/completions",
                 R"({"model": "bard", "prompt": "JULIET:", "max_tokens": 12, "temperature": 0, "logprobs": 2})");
