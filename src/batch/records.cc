@@ -14,7 +14,8 @@ Result<std::string> ContentText(const json& content) {
   if (!content.is_array()) return Status::Error("content must be a string or a list of text parts");
   std::string text;
   for (const json& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+    if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+        !part["text"].is_string()) {
       return Status::Error("only text content parts are supported");
     }
     text += part["text"].get<std::string>();
@@ -121,6 +122,7 @@ Result<Record> ParseRecordLine(std::string_view line, int line_no) {
   r.line_no = line_no;
   if (j.contains("id") && !j["id"].is_null()) {
     if (j["id"].is_string()) r.id = j["id"].get<std::string>();
+    else if (j["id"].is_number_unsigned()) r.id = std::to_string(j["id"].get<uint64_t>());
     else if (j["id"].is_number_integer()) r.id = std::to_string(j["id"].get<int64_t>());
     else return Status::Error("'id' must be a string or an integer");
     if (r.id.empty()) return Status::Error("'id' is empty");

@@ -27,6 +27,29 @@ void SendError(HttpResponseWriter& w, int status, const std::string& message,
 
 bool WriteEvent(HttpResponseWriter& w, const json& j) { return w.Write("data: " + Dump(j) + "\n\n"); }
 
+// Typed optional fields of client JSON (json::value would throw on a mismatched type).
+Result<bool> BoolField(const json& j, const char* key, bool fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_boolean()) return Status::Error(std::string("'") + key + "' must be true or false");
+  return j[key].get<bool>();
+}
+
+// A JSON integer as a token id, without wrapping: anything outside int32 becomes -1, which the
+// engine rejects as outside the vocabulary.
+TokenId TokenIdFromJson(const json& id) {
+  if (id.is_number_unsigned()) return id.get<uint64_t>() > uint64_t(INT32_MAX) ? -1 : TokenId(id.get<uint64_t>());
+  const int64_t v = id.get<int64_t>();
+  return v < 0 || v > INT32_MAX ? -1 : TokenId(v);
+}
+
+Result<int> IntField(const json& j, const char* key, int fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_number_integer()) return Status::Error(std::string("'") + key + "' must be an integer");
+  const int64_t v = j[key].get<int64_t>();
+  if (v < -(int64_t(1) << 30) || v > (int64_t(1) << 30)) return Status::Error(std::string("'") + key + "' is out of range");
+  return int(v);
+}
+
 int64_t UnixTime() { return int64_t(std::time(nullptr)); }
 
 json FinishReasonNative(const RequestOutput& o, int max_new_tokens) {
@@ -146,6 +169,16 @@ Status ApiServer::Drive(GenerateRequest request, HttpResponseWriter& w,
   auto channel = std::make_shared<OutputChannel>();
   MLA_RETURN_IF_ERROR(engine_.Submit(std::move(request), [channel](RequestOutput&& o) { channel->Push(std::move(o)); }));
   bool aborted = false;
+  bool finished = false;
+  // If building a response throws, the generation must not run on without a consumer.
+  struct AbortUnlessFinished {
+    Engine& engine;
+    const std::string& rid;
+    const bool& finished;
+    ~AbortUnlessFinished() {
+      if (!finished) engine.Abort(rid);
+    }
+  } guard{engine_, rid, finished};
   std::optional<Clock::time_point> last_token;
   Clock::time_point next_client_check = Clock::now();
   for (;;) {
@@ -170,6 +203,7 @@ Status ApiServer::Drive(GenerateRequest request, HttpResponseWriter& w,
       aborted = true;
     }
     if (o->finished) {
+      finished = true;
       metrics_.ObserveRequest(o->queue_time_s, o->ttft_s, o->e2e_latency_s, o->completion_tokens);
       return Status::Ok();
     }
@@ -194,7 +228,7 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
     if (!body["input_ids"].is_array()) return SendError(w, 400, "'input_ids' must be a list of token ids");
     for (const json& id : body["input_ids"]) {
       if (!id.is_number_integer()) return SendError(w, 400, "'input_ids' must be a list of token ids");
-      req.input_ids.push_back(TokenId(id.get<int64_t>()));
+      req.input_ids.push_back(TokenIdFromJson(id));
     }
   }
   auto sampling = SamplingFromNative(body.contains("sampling_params") ? body["sampling_params"] : json());
@@ -206,9 +240,15 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
   } else {
     req.rid = "gen-" + std::to_string(next_id_.fetch_add(1));
   }
-  const bool stream = body.value("stream", false);
-  req.sampling.return_logprob = body.value("return_logprob", false);
-  req.sampling.top_logprobs_num = body.value("top_logprobs_num", 0);
+  const auto stream_field = BoolField(body, "stream", false);
+  const auto return_logprob = BoolField(body, "return_logprob", false);
+  const auto top_logprobs_num = IntField(body, "top_logprobs_num", 0);
+  for (const Status* st : {&stream_field.status(), &return_logprob.status(), &top_logprobs_num.status()}) {
+    if (!st->ok()) return SendError(w, 400, st->message());
+  }
+  const bool stream = *stream_field;
+  req.sampling.return_logprob = *return_logprob;
+  req.sampling.top_logprobs_num = *top_logprobs_num;
   if (body.contains("logprob_start_len") && !body["logprob_start_len"].is_null()) {
     if (!body["logprob_start_len"].is_number_integer()) return SendError(w, 400, "'logprob_start_len' must be an integer");
     const int64_t start = body["logprob_start_len"].get<int64_t>();
@@ -216,6 +256,7 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
   }
   const int max_new = req.sampling.max_new_tokens;
   const int req_top_logprobs = req.sampling.top_logprobs_num;
+  const bool want_logprobs = req.sampling.return_logprob;
   const std::string rid = req.rid;
 
   std::string text;
@@ -226,7 +267,7 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
     json m{{"id", rid}, {"finish_reason", FinishReasonNative(o, max_new)}, {"prompt_tokens", o.prompt_tokens},
            {"completion_tokens", o.completion_tokens}, {"cached_tokens", o.cached_tokens},
            {"e2e_latency", o.e2e_latency_s}};
-    if (body.value("return_logprob", false)) {
+    if (want_logprobs) {
       m["output_token_logprobs"] = logprobs;
       if (!top_logprobs.empty()) m["output_top_logprobs"] = top_logprobs;
       if (!input_logprobs.is_null()) m["input_token_logprobs"] = input_logprobs;
@@ -303,12 +344,13 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
         return SendError(w, 400, "each message needs a 'role' string");
       }
       ChatMessage msg{m["role"].get<std::string>(), ""};
-      const json content = m.value("content", json());
+      const json content = m.contains("content") ? m["content"] : json();
       if (content.is_string()) {
         msg.content = content.get<std::string>();
       } else if (content.is_array()) {
         for (const json& part : content) {
-          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+          if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+              !part["text"].is_string()) {
             return SendError(w, 400, "only text content parts are supported");
           }
           msg.content += part["text"].get<std::string>();
@@ -335,12 +377,14 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
     } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number_integer()) {
       for (const json& id : prompt) {
         if (!id.is_number_integer()) return SendError(w, 400, "'prompt' as token ids must be a list of integers");
-        req.input_ids.push_back(TokenId(id.get<int64_t>()));
+        req.input_ids.push_back(TokenIdFromJson(id));
       }
     } else {
       return SendError(w, 400, "'prompt' must be a string or a list of token ids (one prompt per request)");
     }
-    if (body.value("echo", false)) return SendError(w, 400, "'echo' is not supported");
+    const auto echo = BoolField(body, "echo", false);
+    if (!echo.ok()) return SendError(w, 400, echo.error());
+    if (*echo) return SendError(w, 400, "'echo' is not supported");
   }
   const int remaining = std::max(1, model_.max_context() - int(req.input_ids.size()));
   auto sampling = SamplingFromOpenAi(body, chat ? std::min(remaining, 4096) : 16);
@@ -351,20 +395,27 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
     if (body.contains("logprobs") && !body["logprobs"].is_null() && !body["logprobs"].is_boolean()) {
       return SendError(w, 400, "'logprobs' must be true or false");
     }
-    req.sampling.return_logprob = body.value("logprobs", false);
+    req.sampling.return_logprob = body.contains("logprobs") && body["logprobs"].is_boolean() && body["logprobs"].get<bool>();
     if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
-      if (!body["top_logprobs"].is_number_integer()) return SendError(w, 400, "'top_logprobs' must be an integer");
-      req.sampling.top_logprobs_num = body["top_logprobs"].get<int>();
+      const auto top = IntField(body, "top_logprobs", 0);
+      if (!top.ok()) return SendError(w, 400, top.error());
+      req.sampling.top_logprobs_num = *top;
     }
   } else if (body.contains("logprobs") && !body["logprobs"].is_null()) {
-    if (!body["logprobs"].is_number_integer()) return SendError(w, 400, "'logprobs' must be an integer");
+    const auto top = IntField(body, "logprobs", 0);
+    if (!top.ok()) return SendError(w, 400, top.error());
     req.sampling.return_logprob = true;
-    req.sampling.top_logprobs_num = body["logprobs"].get<int>();
+    req.sampling.top_logprobs_num = *top;
   }
-  const bool stream = body.value("stream", false);
-  const bool include_usage =
-      stream && body.contains("stream_options") && body["stream_options"].is_object() &&
-      body["stream_options"].value("include_usage", false);
+  const auto stream_field = BoolField(body, "stream", false);
+  if (!stream_field.ok()) return SendError(w, 400, stream_field.error());
+  const bool stream = *stream_field;
+  bool include_usage = false;
+  if (stream && body.contains("stream_options") && body["stream_options"].is_object()) {
+    const auto usage_field = BoolField(body["stream_options"], "include_usage", false);
+    if (!usage_field.ok()) return SendError(w, 400, usage_field.error());
+    include_usage = *usage_field;
+  }
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_.fetch_add(1));
   req.rid = id;
   const int64_t created = UnixTime();

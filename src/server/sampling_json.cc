@@ -61,7 +61,9 @@ class Reader {
     out.clear();
     for (const json& id : v) {
       if (!id.is_number_integer()) return Fail(key, "must be a list of token ids");
-      out.push_back(TokenId(id.get<int64_t>()));
+      const bool fits = id.is_number_unsigned() ? id.get<uint64_t>() <= uint64_t(INT32_MAX)
+                                                : id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX;
+      out.push_back(fits ? TokenId(id.get<int64_t>()) : -1);  // -1: rejected as outside the vocabulary
     }
   }
   void Fail(const char* key, const char* what) {

@@ -60,6 +60,12 @@ TEST(BatchRecords, RejectsWhatItCannotAnswer) {
   EXPECT_FALSE(ParseRecordLine(R"({"messages":[{"role":"assistant","content":"x"}]})", 1).ok());
   EXPECT_FALSE(ParseRecordLine(R"({"conversations":[{"from":"robot","value":"x"}]})", 1).ok());
   EXPECT_FALSE(ParseRecordLine(R"({"id":1.5,"prompt":"x"})", 1).ok());
+  // A content part whose type is not a string is a problem for that line, not a crash.
+  EXPECT_FALSE(ParseRecordLine(R"({"id":1,"messages":[{"role":"user","content":[{"type":5,"text":"hi"}]}]})", 1).ok());
+  // Unsigned ids beyond int64 keep their value (no wrap onto another id).
+  auto big = ParseRecordLine(R"({"id":18446744073709551615,"prompt":"x"})", 1);
+  ASSERT_TRUE(big.ok()) << big.error();
+  EXPECT_EQ(big->id, "18446744073709551615");
 }
 
 TEST(BatchRecords, ReportsBadLinesAndDuplicatesWithLineNumbers) {

@@ -258,8 +258,16 @@ TEST_F(ServeTest, BadInputsGetJsonErrorsAndTheServerCarriesOn) {
       {"/v1/chat/completions", R"({"messages": []})", 400, "'messages'"},
       {"/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "x"}]})", 400, "wizard"},
       {"/generate", R"({"input_ids": [1, 999999]})", 400, "outside the vocabulary"},
+      {"/generate", R"({"input_ids": [4294967297, 4294967298]})", 400, "outside the vocabulary"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 4294967297})", 400, "top_logprobs"},
       {"/generate", R"({})", 400, "exactly one of"},
       {"/nope", "{}", 404, "no route"},
+      {"/v1/completions", R"({"prompt": "x", "stream": "yes"})", 400, "'stream' must be true or false"},
+      {"/v1/completions", R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}})", 400, "include_usage"},
+      {"/v1/completions", R"({"prompt": "x", "echo": "no"})", 400, "'echo'"},
+      {"/generate", R"({"text": "x", "return_logprob": "y"})", 400, "'return_logprob'"},
+      {"/generate", R"({"text": "x", "top_logprobs_num": 1.5})", 400, "'top_logprobs_num'"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": [{"type": 5}]}]})", 400, "text content"},
   };
   for (const Case& c : cases) {
     auto r = Post(*server_, c.path, c.body);
