@@ -219,7 +219,13 @@ int RunBatch(Args& args) {
     return input.problems.empty() ? 0 : 1;
   }
 
-  // The progress DB and the output, reconciled.
+  // The output first: its lock refuses a second concurrent run before anything is written.
+  std::vector<std::string> ids;
+  for (const batch::Record& r : input.records) ids.push_back(r.id);
+  auto writer = batch::OutputWriter::Open(f.output, f.ordered, ids);
+  if (!writer.ok()) return Fail("batch", writer.error());
+
+  // The progress DB, reconciled with the output.
   auto db = batch::ProgressDb::Open(f.output + ".progress.db");
   if (!db.ok()) return Fail("batch", db.error());
   const std::string settings_text = SettingsText(f);
@@ -234,13 +240,7 @@ int RunBatch(Args& args) {
   std::unordered_map<std::string, batch::RecordProgress> by_id;
   for (batch::RecordProgress& p : *rows) by_id.emplace(p.id, std::move(p));
   std::vector<batch::RecordProgress> progress;
-  std::vector<std::string> ids;
-  for (const batch::Record& r : input.records) {
-    progress.push_back(std::move(by_id[r.id]));
-    ids.push_back(r.id);
-  }
-  auto writer = batch::OutputWriter::Open(f.output, f.ordered, ids);
-  if (!writer.ok()) return Fail("batch", writer.error());
+  for (const batch::Record& r : input.records) progress.push_back(std::move(by_id[r.id]));
   if ((*writer)->truncated_bytes() > 0) {
     std::fprintf(stderr, "batch: %s: cut a partial last line (%zu bytes) left by a killed run\n", f.output.c_str(),
                  (*writer)->truncated_bytes());

@@ -1,6 +1,8 @@
 #include "server/api_server.h"
 
 #include <chrono>
+#include <cstdio>
+#include <random>
 #include <cmath>
 #include <ctime>
 
@@ -77,7 +79,12 @@ ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, const Model& mo
       tokenizer_(tokenizer),
       model_(model),
       options_(std::move(options)),
-      metrics_(options_.served_model_name) {}
+      metrics_(options_.served_model_name) {
+  std::random_device random;
+  char salt[17];
+  std::snprintf(salt, sizeof salt, "%08x%08x", random(), random());
+  id_salt_ = salt;
+}
 
 // ---- routing -----------------------------------------------------------------------------------
 
@@ -238,7 +245,7 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
     if (!body["rid"].is_string()) return SendError(w, 400, "'rid' must be a string");
     req.rid = body["rid"].get<std::string>();
   } else {
-    req.rid = "gen-" + std::to_string(next_id_.fetch_add(1));
+    req.rid = "gen-" + id_salt_ + "-" + std::to_string(next_id_.fetch_add(1));
   }
   const auto stream_field = BoolField(body, "stream", false);
   const auto return_logprob = BoolField(body, "return_logprob", false);
@@ -416,7 +423,7 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
     if (!usage_field.ok()) return SendError(w, 400, usage_field.error());
     include_usage = *usage_field;
   }
-  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_.fetch_add(1));
+  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + id_salt_ + "-" + std::to_string(next_id_.fetch_add(1));
   req.rid = id;
   const int64_t created = UnixTime();
   const std::string object = chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
@@ -529,7 +536,7 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
 void ApiServer::HandleHealthGenerate(HttpResponseWriter& w) {
   if (draining_.load()) return SendError(w, 503, "the server is shutting down", "service_unavailable");
   GenerateRequest req;
-  req.rid = "health-" + std::to_string(next_id_.fetch_add(1));
+  req.rid = "health-" + id_salt_ + "-" + std::to_string(next_id_.fetch_add(1));
   req.input_ids = {tokenizer_.bos_id().value_or(0)};
   req.sampling.max_new_tokens = 1;
   req.sampling.temperature = 0;

@@ -57,6 +57,7 @@ class ApiServer {
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};
   std::atomic<uint64_t> next_id_{1};
+  std::string id_salt_;  // random per process: server-made ids are not guessable
 };
 
 }  // namespace mlaserve
