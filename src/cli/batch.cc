@@ -271,8 +271,7 @@ int RunBatch(Args& args) {
   f.runner.output = {.model = f.model, .seed = f.runner.seed, .temperature = f.runner.temperature,
                      .top_p = f.runner.top_p, .max_new_tokens = f.runner.max_new_tokens};
   if (in_process) {
-    const int chunk = engine_options->chunked_prefill_size > 0 ? engine_options->chunked_prefill_size : 2048;
-    model_flags.options.max_batch_tokens = chunk + engine_options->max_running_requests;
+    model_flags.options.max_batch_tokens = ForwardTokensFor(*engine_options);
     engine_options->log_batches = false;
     auto l = LoadModel(model_flags, /*need_tokenizer=*/true);
     if (!l.ok()) return Fail("batch", l.error());

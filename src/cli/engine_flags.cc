@@ -21,4 +21,9 @@ Result<EngineOptions> ReadEngineFlags(Args& args) {
   return o;
 }
 
+int ForwardTokensFor(const EngineOptions& o) {
+  const int chunk = o.chunked_prefill_size > 0 ? o.chunked_prefill_size : 2048;
+  return chunk + o.max_running_requests;
+}
+
 }  // namespace mlaserve::cli

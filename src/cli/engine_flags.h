@@ -11,4 +11,8 @@ namespace mlaserve::cli {
 // Bad values are reported through args.Finish() or the returned Status.
 Result<EngineOptions> ReadEngineFlags(Args& args);
 
+// Tokens one forward call must hold for these options: a prefill chunk plus one decode token
+// per running request (the model's max_batch_tokens).
+int ForwardTokensFor(const EngineOptions& options);
+
 }  // namespace mlaserve::cli

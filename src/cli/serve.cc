@@ -84,8 +84,7 @@ int RunServe(Args& args) {
 
   // The model's per-call buffers must hold a prefill chunk plus one token per running request.
   if (model_flags.options.max_context <= 0) model_flags.options.max_context = 0;  // model default
-  const int chunk = engine_options->chunked_prefill_size > 0 ? engine_options->chunked_prefill_size : 2048;
-  model_flags.options.max_batch_tokens = chunk + engine_options->max_running_requests;
+  model_flags.options.max_batch_tokens = ForwardTokensFor(*engine_options);
   auto loaded = LoadModel(model_flags, /*need_tokenizer=*/true);
   if (!loaded.ok()) return Fail("serve", loaded.error());
   Model& model = *loaded->model;

@@ -288,8 +288,6 @@ void Engine::RetractUntil(FunctionRef<bool()> fits) {
   for (Request* victim : order) {
     if (running_.size() <= 1 || fits()) break;
     ReleaseKv(*victim, /*cache_prefix=*/true);
-    victim->state = RequestState::kWaiting;
-    victim->retractions++;
     ++retracted;
     auto it = std::find_if(running_.begin(), running_.end(), [&](auto& p) { return p.get() == victim; });
     waiting_.push_front(std::move(*it));
@@ -318,6 +316,11 @@ void Engine::MatchPrefix(Request& r) {
   radix_->Lock(match.node);
   r.locked_prefix = match.node;
   MLA_CHECK(r.kv->AdoptPrefix(match.pages, int(match.num_tokens)).ok());
+}
+
+int64_t Engine::PagesToCover(const Request& r, int chunk) const {
+  const int page_size = pool_.page_size();
+  return (r.kv->num_tokens() + chunk + page_size - 1) / page_size - int64_t(r.kv->pages().size());
 }
 
 int Engine::ChunkFor(const Request& r, int budget, bool& logprob_segment_used) const {
@@ -358,8 +361,7 @@ std::vector<Request*> Engine::AdmitWaiting(int token_budget, bool& logprob_segme
     const int remaining_new = r.spec.sampling.max_new_tokens - r.num_output_tokens();
     const int64_t need = extend + int64_t(std::min(remaining_new, kMaxReservedNewTokens) * new_token_ratio_);
     const int chunk = ChunkFor(r, token_budget, logprob_segment_used);
-    const int64_t chunk_pages =
-        (r.kv->num_tokens() + chunk + page_size - 1) / page_size - int64_t(r.kv->pages().size());
+    const int64_t chunk_pages = PagesToCover(r, chunk);
     if (chunk == 0 || (need > available && !running_.empty()) || !EnsureFreePages(chunk_pages)) {
       // Does not fit now: give back the prefix lock and wait.
       if (r.locked_prefix) {
@@ -377,7 +379,6 @@ std::vector<Request*> Engine::AdmitWaiting(int token_budget, bool& logprob_segme
       cached_tokens_total_ += r.cached_tokens;
     }
     if (!r.first_scheduled_time) r.first_scheduled_time = Clock::now();
-    r.state = RequestState::kRunning;
     available -= need;
     token_budget -= chunk;
     prefill_tokens += extend;
@@ -416,14 +417,12 @@ bool Engine::Step() {
     }
   }
   if (options_.chunked_prefill_size > 0) budget = std::min(budget, options_.chunked_prefill_size);
-  const int page_size = pool_.page_size();
   bool logprob_segment_used = false;
   for (auto& r : running_) {
     if (r->decoding() || budget <= 0) continue;
     const int chunk = ChunkFor(*r, budget, logprob_segment_used);
     if (chunk == 0) continue;
-    const int64_t pages = (r->kv->num_tokens() + chunk + page_size - 1) / page_size - int64_t(r->kv->pages().size());
-    if (!EnsureFreePages(pages)) continue;
+    if (!EnsureFreePages(PagesToCover(*r, chunk))) continue;
     MLA_CHECK(r->kv->Reserve(chunk).ok());
     prefills.push_back(r.get());
     prefill_lengths.push_back(chunk);
@@ -454,11 +453,7 @@ bool Engine::Step() {
     const int chunk = std::min(head->pending_tokens(), std::max(1, options_.chunked_prefill_size > 0
                                                                       ? options_.chunked_prefill_size
                                                                       : model_.max_batch_tokens()));
-    RetractUntil([&] {
-      const int64_t pages = (head->kv->num_tokens() + chunk + page_size - 1) / page_size -
-                            int64_t(head->kv->pages().size());
-      return EnsureFreePages(pages);
-    });
+    RetractUntil([&] { return EnsureFreePages(PagesToCover(*head, chunk)); });
     PublishStats();
     return true;
   }

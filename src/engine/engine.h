@@ -75,6 +75,8 @@ class Engine {
   // Admits from the queue; `chunks` receives each admitted request's prefill chunk this step.
   std::vector<Request*> AdmitWaiting(int token_budget, bool& logprob_segment_used, std::vector<int>& chunks);
   int64_t ReservedFutureTokens() const;
+  // Pages `r` still needs so that its next `chunk` tokens have rows.
+  int64_t PagesToCover(const Request& r, int chunk) const;
   // The prefill chunk `r` takes from `budget` this step: capped for prompt logprobs, which need
   // a logits row per token (one such segment per step, kLogprobChunkTokens rows at most).
   int ChunkFor(const Request& r, int budget, bool& logprob_segment_used) const;

@@ -18,8 +18,6 @@ namespace mlaserve {
 
 using Clock = std::chrono::steady_clock;
 
-enum class RequestState { kWaiting, kRunning };
-
 struct Request {
   GenerateRequest spec;
   OutputCallback callback;
@@ -47,10 +45,8 @@ struct Request {
   int cached_tokens = 0;                // prompt tokens the prefix cache served (first admission)
   bool admitted_once = false;
 
-  RequestState state = RequestState::kWaiting;
   FinishReason finish_reason = FinishReason::kNone;
   TokenId matched_stop_token = -1;
-  int retractions = 0;
 
   Clock::time_point submit_time;
   std::optional<Clock::time_point> first_scheduled_time;

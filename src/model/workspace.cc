@@ -35,7 +35,7 @@ Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads)
   last_hidden.resize(N * H);
   kv_tile.resize(size_t(num_threads) * kKvTileRows * row);
   softmax_state.resize(size_t(num_threads) * 2 * heads);
-  router_scratch.resize(size_t(num_threads) * (2 * experts + size_t(std::max(1, c.n_group))));
+  router_scratch.resize(2 * experts + size_t(std::max(1, c.n_group)));
 }
 
 }  // namespace mlaserve

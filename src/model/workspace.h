@@ -42,7 +42,7 @@ struct Workspace {
   std::vector<float> last_hidden;   // [N, H] rows whose logits are wanted
   std::vector<float> kv_tile;       // [threads, kKvTileRows, L + R] dequantized cache rows
   std::vector<float> softmax_state;  // [threads, 2, heads] running max and sum
-  std::vector<float> router_scratch;  // [threads, 2 * n_routed_experts + n_group]
+  std::vector<float> router_scratch;  // [2 * n_routed_experts + n_group] (routing runs on one thread)
 };
 
 }  // namespace mlaserve
