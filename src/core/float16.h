@@ -5,6 +5,9 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+
+#include "core/types.h"
 
 namespace mlaserve {
 // Internal linkage on purpose: SIMD translation units compiled with wider ISA flags include this
@@ -48,6 +51,30 @@ inline uint16_t F32ToF16(float value) {
   const uint32_t rest = magnitude & 0x1fffu;
   if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
   return uint16_t(sign | h);
+}
+
+// One stored value of a float dtype (F32, BF16, F16) as fp32; p may be unaligned.
+template <DType D>
+inline float LoadAsF32(const std::byte* p) {
+  if constexpr (D == DType::kF32) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
+  } else {
+    uint16_t b;
+    std::memcpy(&b, p, 2);
+    if constexpr (D == DType::kBF16) return Bf16ToF32(b);
+    else return F16ToF32(b);
+  }
+}
+
+inline float LoadAsF32(DType dtype, const std::byte* p) {
+  switch (dtype) {
+    case DType::kF32: return LoadAsF32<DType::kF32>(p);
+    case DType::kBF16: return LoadAsF32<DType::kBF16>(p);
+    case DType::kF16: return LoadAsF32<DType::kF16>(p);
+    default: return 0.0f;  // integer dtypes are not weights
+  }
 }
 
 }  // namespace

@@ -8,26 +8,9 @@
 namespace mlaserve {
 namespace {
 
+// Value c of a row (or of a packed panel, with c counted in values).
 float LoadWeight(const WeightMatrix& w, const std::byte* row, int64_t c) {
-  switch (w.dtype) {
-    case DType::kF32: {
-      float v;
-      std::memcpy(&v, row + c * 4, 4);
-      return v;
-    }
-    case DType::kBF16: {
-      uint16_t b;
-      std::memcpy(&b, row + c * 2, 2);
-      return Bf16ToF32(b);
-    }
-    case DType::kF16: {
-      uint16_t h;
-      std::memcpy(&h, row + c * 2, 2);
-      return F16ToF32(h);
-    }
-    default:
-      return 0.0f;
-  }
+  return LoadAsF32(w.dtype, row + c * DTypeBytes(w.dtype));
 }
 
 void MatMulRows(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin,

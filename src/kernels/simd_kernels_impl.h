@@ -10,6 +10,7 @@
 // (kLanes weights -> fp32); Fma(a, b, acc) = a*b+acc; Sum(Reg); StoreF32(float*, Reg).
 
 #include <cstring>
+#include <type_traits>
 
 #include "core/float16.h"
 #include "kernels/kernels.h"
@@ -20,17 +21,15 @@
 
 namespace mlaserve::MLASERVE_SIMD_NS {
 
-template <DType D>
-inline float ScalarWeight(const std::byte* p) {
-  if constexpr (D == DType::kF32) {
-    float v;
-    std::memcpy(&v, p, 4);
-    return v;
-  } else {
-    uint16_t b;
-    std::memcpy(&b, p, 2);
-    if constexpr (D == DType::kBF16) return Bf16ToF32(b);
-    else return F16ToF32(b);
+// Calls fn(std::integral_constant<DType, D>{}) for the weight dtype, so each kernel is
+// written once as a template over D.
+template <class Fn>
+inline void WithWeightDType(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kF32: return fn(std::integral_constant<DType, DType::kF32>{});
+    case DType::kBF16: return fn(std::integral_constant<DType, DType::kBF16>{});
+    case DType::kF16: return fn(std::integral_constant<DType, DType::kF16>{});
+    default: return;
   }
 }
 
@@ -74,7 +73,7 @@ inline void MatMulBlock(const float* x, int64_t cols, const std::byte* const* ro
     for (int r = 0; r < R; ++r) {
       float sum = V::Sum(V::Add(V::Add(acc[t][r][0], acc[t][r][1]), V::Add(acc[t][r][2], acc[t][r][3])));
       for (int64_t cc = c; cc < cols; ++cc) {
-        sum += x[t * cols + cc] * ScalarWeight<D>(rows[r] + cc * kWeightBytes<D>);
+        sum += x[t * cols + cc] * LoadAsF32<D>(rows[r] + cc * kWeightBytes<D>);
       }
       y[t * ldy + r] = sum;
     }
@@ -135,12 +134,7 @@ void MatMulRowsTyped(const float* x, int64_t n, const WeightMatrix& w, int64_t r
 template <class V>
 void MatMulRows(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin,
                 int64_t row_end, float* y, int64_t ldy) {
-  switch (w.dtype) {
-    case DType::kF32: return MatMulRowsTyped<V, DType::kF32>(x, n, w, row_begin, row_end, y, ldy);
-    case DType::kBF16: return MatMulRowsTyped<V, DType::kBF16>(x, n, w, row_begin, row_end, y, ldy);
-    case DType::kF16: return MatMulRowsTyped<V, DType::kF16>(x, n, w, row_begin, row_end, y, ldy);
-    default: return;
-  }
+  WithWeightDType(w.dtype, [&](auto d) { MatMulRowsTyped<V, decltype(d)::value>(x, n, w, row_begin, row_end, y, ldy); });
 }
 
 // Packed panels: for each column c, the 16 weights of a panel row are loaded as vectors and
@@ -214,12 +208,7 @@ void MatMulPanelsTyped(const float* x, int64_t n, const WeightMatrix& w, int64_t
 template <class V>
 void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin,
                   int64_t panel_end, float* y, int64_t ldy) {
-  switch (w.dtype) {
-    case DType::kF32: return MatMulPanelsTyped<V, DType::kF32>(x, n, w, panel_begin, panel_end, y, ldy);
-    case DType::kBF16: return MatMulPanelsTyped<V, DType::kBF16>(x, n, w, panel_begin, panel_end, y, ldy);
-    case DType::kF16: return MatMulPanelsTyped<V, DType::kF16>(x, n, w, panel_begin, panel_end, y, ldy);
-    default: return;
-  }
+  WithWeightDType(w.dtype, [&](auto d) { MatMulPanelsTyped<V, decltype(d)::value>(x, n, w, panel_begin, panel_end, y, ldy); });
 }
 
 template <class V, DType D>
@@ -229,17 +218,12 @@ void AxpyRowTyped(float a, const std::byte* row, int64_t cols, float* y) {
   for (; c + V::kLanes <= cols; c += V::kLanes) {
     V::StoreF32(y + c, V::Fma(av, V::template LoadW<D>(row + c * kWeightBytes<D>), V::LoadF32(y + c)));
   }
-  for (; c < cols; ++c) y[c] += a * ScalarWeight<D>(row + c * kWeightBytes<D>);
+  for (; c < cols; ++c) y[c] += a * LoadAsF32<D>(row + c * kWeightBytes<D>);
 }
 
 template <class V>
 void AxpyRow(float a, const WeightMatrix& w, int64_t r, float* y) {
-  switch (w.dtype) {
-    case DType::kF32: return AxpyRowTyped<V, DType::kF32>(a, w.row(r), w.cols, y);
-    case DType::kBF16: return AxpyRowTyped<V, DType::kBF16>(a, w.row(r), w.cols, y);
-    case DType::kF16: return AxpyRowTyped<V, DType::kF16>(a, w.row(r), w.cols, y);
-    default: return;
-  }
+  WithWeightDType(w.dtype, [&](auto d) { AxpyRowTyped<V, decltype(d)::value>(a, w.row(r), w.cols, y); });
 }
 
 template <class V>

@@ -11,24 +11,8 @@ namespace mlaserve {
 
 std::vector<float> TensorToF32(const TensorView& t) {
   std::vector<float> out(size_t(t.numel()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    switch (t.dtype) {
-      case DType::kF32: std::memcpy(&out[i], t.data + 4 * i, 4); break;
-      case DType::kBF16: {
-        uint16_t b;
-        std::memcpy(&b, t.data + 2 * i, 2);
-        out[i] = Bf16ToF32(b);
-        break;
-      }
-      case DType::kF16: {
-        uint16_t h;
-        std::memcpy(&h, t.data + 2 * i, 2);
-        out[i] = F16ToF32(h);
-        break;
-      }
-      default: out[i] = 0.0f; break;
-    }
-  }
+  const size_t value_bytes = size_t(DTypeBytes(t.dtype));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = LoadAsF32(t.dtype, t.data + i * value_bytes);
   return out;
 }
 
