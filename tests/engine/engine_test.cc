@@ -240,6 +240,32 @@ TEST_F(EngineTest, RejectsWhatCanNeverFitAndAborts) {
   EXPECT_TRUE(engine.idle());
 }
 
+TEST_F(EngineTest, EdgeRequests) {
+  auto pool = Pool(2048);
+  EngineOptions o;
+  o.log_batches = false;
+  Engine engine(*model_, DefaultKernels(), *pool, o);
+  Collected got;
+  // max_new_tokens 0: prefill only, no token.
+  ASSERT_TRUE(engine.Submit(Greedy("zero", Prompt(20, 3), 0), Collect(got)).ok());
+  // An abort for an id that is not live is ignored: a later request with that id runs.
+  engine.Abort("later");
+  ASSERT_TRUE(engine.Submit(Greedy("later", Prompt(12, 4), 5), Collect(got)).ok());
+  while (engine.Step()) {
+  }
+  EXPECT_EQ(got.last["zero"].finish_reason, FinishReason::kLength);
+  EXPECT_EQ(got.last["zero"].completion_tokens, 0);
+  EXPECT_TRUE(got.tokens["zero"].empty());
+  EXPECT_EQ(got.last["later"].finish_reason, FinishReason::kLength);
+  EXPECT_EQ(got.tokens["later"].size(), 5u);
+  // After Stop, Submit refuses.
+  engine.Stop();
+  Status late = engine.Submit(Greedy("late", Prompt(12, 5), 5), Collect(got));
+  EXPECT_FALSE(late.ok());
+  EXPECT_NE(late.message().find("shutting down"), std::string::npos) << late.message();
+  EXPECT_EQ(got.finished_chunks.count("late"), 0u);
+}
+
 TEST_F(EngineTest, ThreadedEngineAcceptsRequestsWhileRunning) {
   auto pool = Pool(2048);
   EngineOptions o;
