@@ -242,6 +242,7 @@ Status ProgressDb::MarkFailed(const std::string& id, const std::string& error) {
   up.Bind(1, error);
   up.Bind(2, id);
   if (up.Step() != SQLITE_DONE) return SqlError(db_, "mark failed " + id);
+  if (sqlite3_changes(db_) != 1) return Status::Error("progress DB: no record '" + id + "' to mark failed");
   return Status::Ok();
 }
 
@@ -269,11 +270,13 @@ Result<std::vector<RunFigures>> ProgressDb::Runs() {
          "duration_s FROM runs ORDER BY run");
   if (!q.ok()) return SqlError(db_, "runs");
   std::vector<RunFigures> out;
-  while (q.Step() == SQLITE_ROW) {
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) {
     out.push_back({.records_done = int(q.Int(0)), .records_failed = int(q.Int(1)), .interruptions = int(q.Int(2)),
                    .continued = int(q.Int(3)), .restarted = int(q.Int(4)), .time_lost_s = q.Real(5),
                    .output_tokens = q.Int(6), .duration_s = q.Real(7)});
   }
+  if (rc != SQLITE_DONE) return SqlError(db_, "runs");  // e.g. busy: never a silently short list
   return out;
 }
 
