@@ -91,9 +91,12 @@ std::span<const float> Sampler::Adjust(std::span<const float> logits, const Samp
   const int64_t num_generated = history != nullptr ? history->num_output_tokens() : 0;
   const bool mask_stops = num_generated < p.min_new_tokens &&
                           (!p.stop_token_ids.empty() || !context.eos_token_ids.empty());
-  if (!penalise && !mask_stops) return logits;
+  if (!penalise && !mask_stops && p.logit_bias.empty()) return logits;
 
   std::copy(logits.begin(), logits.end(), adjusted_.begin());
+  for (const LogitBias& b : p.logit_bias) {
+    if (b.token >= 0 && size_t(b.token) < vocab) adjusted_[size_t(b.token)] += b.bias;
+  }
   if (penalise) {
     // Additive penalties first, then the scaling one, as SGLang applies them; per token the
     // order within each kind does not matter.

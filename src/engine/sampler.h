@@ -1,4 +1,5 @@
 // Picks the next token from a row of logits, SGLang's way (docs/architecture.md, "Sampling"):
+//   0. logit_bias (OpenAI's) is added to the logits;
 //   1. penalties over the request's own output tokens: frequency and presence (additive), then
 //      repetition (scaling);
 //   2. while fewer than min_new_tokens have been generated, EOS and stop_token_ids get -inf;
@@ -78,7 +79,7 @@ class Sampler {
   TokenId Sample(std::span<const float> logits, const SamplingParams& params, int64_t position);
 
  private:
-  // Applies steps 1-2 into adjusted_ when they change anything; returns the logits to use.
+  // Applies steps 0-2 into adjusted_ when they change anything; returns the logits to use.
   std::span<const float> Adjust(std::span<const float> logits, const SamplingParams& params,
                                 const SampleContext& context);
   // Step 4: logits are the adjusted ones, max_logit their (finite) maximum.

@@ -58,6 +58,17 @@ Status Validate(const SamplingParams& p, int vocab_size) {
                            std::to_string(vocab_size) + "), got " + std::to_string(id));
     }
   }
+  for (size_t i = 0; i < p.logit_bias.size(); ++i) {
+    const LogitBias& b = p.logit_bias[i];
+    if (b.token < 0 || b.token >= vocab_size) {
+      return Status::Error("logit_bias token " + std::to_string(b.token) + " must be in [0, " +
+                           std::to_string(vocab_size) + ")");
+    }
+    if (!InClosed(b.bias, -kMaxLogitBias, kMaxLogitBias)) {
+      return Status::Error("logit_bias for token " + std::to_string(b.token) + " must be in [-100, 100], got " +
+                           std::to_string(b.bias));
+    }
+  }
   if (p.top_logprobs_num < 0 || p.top_logprobs_num > kMaxTopLogprobs) {
     return RangeError("top_logprobs_num", ("in [0, " + std::to_string(kMaxTopLogprobs) + "]").c_str(),
                       p.top_logprobs_num);

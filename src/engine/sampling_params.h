@@ -25,6 +25,14 @@ inline constexpr float kApiDefaultTemperature = 1.0f;  // SGLang's default for a
 inline constexpr float kGreedyTemperature = 1e-6f;     // below this: greedy (SGLang's _SAMPLING_EPS)
 inline constexpr int kMaxTopLogprobs = 20;             // as OpenAI's top_logprobs
 inline constexpr int kMaxStopStrings = 16;
+inline constexpr float kMaxLogitBias = 100.0f;         // OpenAI's range for logit_bias values
+
+// OpenAI's logit_bias entry: `bias` is added to the token's logit before anything else
+// (penalties, masks, temperature); -100 effectively bans the token, +100 forces it.
+struct LogitBias {
+  TokenId token;
+  float bias;  // [-kMaxLogitBias, kMaxLogitBias]
+};
 
 struct SamplingParams {
   // The declaration order is part of the API (callers use designated initializers): append only.
@@ -45,6 +53,7 @@ struct SamplingParams {
   std::optional<uint64_t> seed;      // unset: the engine derives one from the request
   bool return_logprob = false;       // report the chosen token's logprob
   int top_logprobs_num = 0;          // [0, kMaxTopLogprobs]; with return_logprob, the top-N too
+  std::vector<LogitBias> logit_bias;  // each token in [0, vocab); biases of a repeated token add up
 };
 
 // Checks `params` against SGLang's rules; the error names the field and the value, e.g.

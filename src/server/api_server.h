@@ -6,8 +6,10 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "nlohmann/json.hpp"
@@ -38,16 +40,20 @@ class ApiServer {
   int in_flight() const { return in_flight_.load(); }
 
  private:
-  struct Generation;  // one request being driven (api_server.cc)
-
-  void HandleGenerate(const nlohmann::json& body, HttpResponseWriter& writer);
-  void HandleCompletions(const nlohmann::json& body, HttpResponseWriter& writer, bool chat);
+  void HandleGenerate(const nlohmann::json& body, HttpResponseWriter& writer);  // native_api.cc
+  void HandleCompletions(const nlohmann::json& body, HttpResponseWriter& writer, bool chat);  // openai_api.cc
   void HandleHealthGenerate(HttpResponseWriter& writer);
 
-  // Submits `request` and calls on_output for every output until the finished one; aborts the
-  // request when the client goes or on_output returns false. The error is for the client.
-  Status Drive(GenerateRequest request, HttpResponseWriter& writer,
-               const std::function<bool(const RequestOutput&)>& on_output);
+  // Submits every request and calls on_output(index into requests, output) for each output,
+  // in each request's order, until every request has finished; aborts all of them when the
+  // client goes or on_output returns false (their last outputs are still delivered). If the
+  // engine refuses one, those already submitted are aborted and its error is returned, for the
+  // client; on_output has then not been called.
+  Status Drive(std::vector<GenerateRequest> requests, HttpResponseWriter& writer,
+               const std::function<bool(size_t, const RequestOutput&)>& on_output);
+  // For n > 1 samples of one prompt: runs the prompt once (max_new_tokens 0) so that the n
+  // requests find it in the prefix cache instead of each computing it. No-op without a cache.
+  void PrefillForSharing(const GenerateRequest& request, HttpResponseWriter& writer);
 
   Engine& engine_;
   const Tokenizer& tokenizer_;
@@ -56,8 +62,6 @@ class ApiServer {
   ServerMetrics metrics_;
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};
-  std::atomic<uint64_t> next_id_{1};
-  std::string id_salt_;  // random per process: server-made ids are not guessable
 };
 
 }  // namespace mlaserve

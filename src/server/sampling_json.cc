@@ -1,6 +1,10 @@
 #include "server/sampling_json.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+
+#include "server/client_json.h"
 
 namespace mlaserve {
 namespace {
@@ -66,6 +70,21 @@ class Reader {
       out.push_back(fits ? TokenId(id.get<int64_t>()) : -1);  // -1: rejected as outside the vocabulary
     }
   }
+  // OpenAI's {"token id as a string": bias}.
+  void LogitBiasMap(const char* key, std::vector<LogitBias>& out) {
+    if (!Has(key)) return;
+    const json& v = j_[key];
+    if (!v.is_object()) return Fail(key, "must be an object mapping token ids (as strings) to biases");
+    out.clear();
+    for (const auto& [token, bias] : v.items()) {
+      char* end = nullptr;
+      errno = 0;
+      const long long id = std::strtoll(token.c_str(), &end, 10);
+      if (token.empty() || *end != '\0' || errno != 0) return Fail(key, "keys must be token ids (integers as strings)");
+      if (!bias.is_number()) return Fail(key, "values must be numbers in [-100, 100]");
+      out.push_back({.token = id < 0 || id > INT32_MAX ? -1 : TokenId(id), .bias = bias.get<float>()});
+    }
+  }
   void Fail(const char* key, const char* what) {
     if (status_.ok()) status_ = Status::Error(std::string("'") + key + "' " + what);
   }
@@ -88,6 +107,7 @@ void ReadShared(Reader& r, SamplingParams& p) {
   r.Bool("ignore_eos", p.ignore_eos);
   r.Bool("skip_special_tokens", p.skip_special_tokens);
   r.Bool("no_stop_trim", p.no_stop_trim);
+  r.LogitBiasMap("logit_bias", p.logit_bias);
 }
 
 }  // namespace
@@ -97,6 +117,20 @@ Result<SamplingParams> SamplingFromNative(const json& j) {
   p.temperature = kApiDefaultTemperature;
   if (j.is_null()) return p;
   if (!j.is_object()) return Status::Error("'sampling_params' must be an object");
+  MLA_RETURN_IF_ERROR(CheckFields(
+      j,
+      {{"temperature"}, {"top_p"}, {"top_k"}, {"min_p"}, {"repetition_penalty"}, {"frequency_penalty"},
+       {"presence_penalty"}, {"max_new_tokens"}, {"min_new_tokens"}, {"stop"}, {"stop_token_ids"},
+       {"ignore_eos"}, {"skip_special_tokens"}, {"no_stop_trim"}, {"seed"}, {"sampling_seed"}, {"logit_bias"},
+       {"n"},
+       {"spaces_between_special_tokens", "only true (the default) is implemented", "true"},
+       {"regex", "constrained decoding is not implemented"},
+       {"json_schema", "constrained decoding is not implemented"},
+       {"ebnf", "constrained decoding is not implemented"},
+       {"structural_tag", "constrained decoding is not implemented"},
+       {"custom_params", "custom logit processors are not implemented"},
+       {"stream_interval", "streaming sends every token; only 1 is implemented", "1"}},
+      "sampling_params: "));
   Reader r(j);
   ReadShared(r, p);
   r.Int("max_new_tokens", p.max_new_tokens);
@@ -117,11 +151,6 @@ Result<SamplingParams> SamplingFromOpenAi(const json& j, int default_max_tokens)
   r.Int("max_completion_tokens", p.max_new_tokens);
   r.Int("min_tokens", p.min_new_tokens);
   r.Seed("seed", p.seed);
-  if (r.Has("n")) {
-    int n = 1;
-    r.Int("n", n);
-    if (r.status().ok() && n != 1) return Status::Error("'n' other than 1 is not supported");
-  }
   if (!r.status().ok()) return r.status();
   return p;
 }

@@ -12,13 +12,16 @@ namespace mlaserve {
 
 // SGLang's sampling_params: temperature, top_p, top_k, min_p, repetition_penalty,
 // frequency_penalty, presence_penalty, max_new_tokens, min_new_tokens, stop, stop_token_ids,
-// ignore_eos, skip_special_tokens, no_stop_trim, seed (sampling_seed).
+// ignore_eos, skip_special_tokens, no_stop_trim, seed (sampling_seed), logit_bias. `n` is allowed
+// here and read by the caller. Any other key is an error naming it (constrained decoding's
+// regex / json_schema / ebnf are refused as not implemented).
 Result<SamplingParams> SamplingFromNative(const nlohmann::json& sampling_params);
 
 // OpenAI completions / chat fields: max_tokens (max_completion_tokens), temperature, top_p,
-// stop, seed, presence_penalty, frequency_penalty, plus SGLang's top_k, min_p,
+// stop, seed, presence_penalty, frequency_penalty, logit_bias, plus SGLang's top_k, min_p,
 // repetition_penalty, min_tokens, ignore_eos, stop_token_ids, skip_special_tokens, no_stop_trim.
-// default_max_tokens applies when the request gives none.
+// default_max_tokens applies when the request gives none. Which fields a request may carry at
+// all is the handler's check (CheckFields); `n` is read there too.
 Result<SamplingParams> SamplingFromOpenAi(const nlohmann::json& request, int default_max_tokens);
 
 }  // namespace mlaserve

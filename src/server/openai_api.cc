@@ -1,0 +1,432 @@
+// OpenAI's POST /v1/completions and /v1/chat/completions over the engine: `n` samples per
+// prompt (sharing the prompt's prefix cache), a list of prompts (independent choices, index =
+// prompt * n + sample, as vLLM numbers them), `echo` (the prompt, and with `logprobs` its
+// logprobs, before the completion), logprobs with `text_offset`, `logit_bias`, streaming.
+// Every field is implemented, refused by name with a reason, or unknown (refused).
+#include <cmath>
+#include <ctime>
+#include <optional>
+
+#include "server/api_json.h"
+#include "server/api_server.h"
+#include "server/client_json.h"
+#include "server/request_id.h"
+#include "server/sampling_json.h"
+#include "tokenizer/chat_template.h"
+
+namespace mlaserve {
+namespace {
+
+using nlohmann::json;
+using api::SendError;
+using api::SendJson;
+using api::WriteEvent;
+
+constexpr int kMaxChoices = 128;  // n times the number of prompts
+
+// Fields both endpoints implement, and those both refuse.
+#define MLASERVE_OPENAI_SHARED_FIELDS                                                                \
+  {"model"}, {"max_tokens"}, {"temperature"}, {"top_p"}, {"n"}, {"stream"}, {"stream_options"},      \
+      {"logprobs"}, {"stop"}, {"presence_penalty"}, {"frequency_penalty"}, {"seed"}, {"logit_bias"}, \
+      {"user"}, {"top_k"}, {"min_p"}, {"repetition_penalty"}, {"min_tokens"}, {"ignore_eos"},        \
+      {"stop_token_ids"}, {"skip_special_tokens"}, {"no_stop_trim"},                                 \
+      {"response_format", "structured output (json_object, json_schema) is not implemented",         \
+       R"({"type":"text"})"},                                                                        \
+      {"regex", "constrained decoding is not implemented"},                                          \
+      {"json_schema", "constrained decoding is not implemented"},                                    \
+      {"ebnf", "constrained decoding is not implemented"},                                           \
+      {"lora_path", "LoRA adapters are not implemented"},                                            \
+      {"tools", "tool calling is not implemented", "[]"},                                            \
+      {"tool_choice", "tool calling is not implemented", R"("none")"},                               \
+      {"parallel_tool_calls", "tool calling is not implemented"},                                    \
+      {"functions", "function calling is not implemented"},                                          \
+      {"function_call", "function calling is not implemented"}
+
+Status CheckCompletionFields(const json& body) {
+  return CheckFields(body, {MLASERVE_OPENAI_SHARED_FIELDS, {"prompt"}, {"echo"},
+                            {"suffix", "fill-in-the-middle (suffix) is not implemented"},
+                            {"best_of", "best_of other than 1 is not implemented", "1"}});
+}
+
+Status CheckChatFields(const json& body) {
+  return CheckFields(
+      body, {MLASERVE_OPENAI_SHARED_FIELDS, {"messages"}, {"max_completion_tokens"}, {"top_logprobs"},
+             {"modalities", "only text output is implemented", R"(["text"])"},
+             {"audio", "audio output is not implemented"},
+             {"prediction", "predicted outputs are not implemented"},
+             {"reasoning_effort", "reasoning controls are not implemented"},
+             {"store", "stored completions are not implemented", "false"},
+             {"metadata", "stored completions are not implemented"},
+             {"service_tier", "service tiers are not implemented"},
+             {"web_search_options", "web search is not implemented"},
+             {"chat_template_kwargs", "chat template arguments are not implemented"},
+             {"continue_final_message", "continuing the final message is not implemented"},
+             {"separate_reasoning", "reasoning parsing is not implemented"}});
+}
+
+#undef MLASERVE_OPENAI_SHARED_FIELDS
+
+// OpenAI's finish_reason: "stop", "length", or "abort" (SGLang's extension).
+json FinishReasonOpenAi(const RequestOutput& o) {
+  if (!o.finished) return nullptr;
+  return FinishReasonName(o.finish_reason);
+}
+
+// Characters (code points) of valid UTF-8, as Python clients count text_offset.
+int64_t CodePoints(std::string_view text) {
+  int64_t n = 0;
+  for (const char c : text) n += (uint8_t(c) & 0xC0) != 0x80;
+  return n;
+}
+
+Result<std::vector<ChatMessage>> ReadMessages(const json& body) {
+  if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty()) {
+    return Status::Error("'messages' must be a non-empty list");
+  }
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < body["messages"].size(); ++i) {
+    const json& m = body["messages"][i];
+    const std::string where = "messages[" + std::to_string(i) + "]: ";
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      return Status::Error(where + "each message needs a 'role' string");
+    }
+    MLA_RETURN_IF_ERROR(CheckFields(m, {{"role"}, {"content"},
+                                        {"name", "participant names are not passed to the chat template"},
+                                        {"tool_calls", "tool calling is not implemented"},
+                                        {"tool_call_id", "tool calling is not implemented"},
+                                        {"reasoning_content", "reasoning content is not implemented"}},
+                                    where));
+    ChatMessage msg{m["role"].get<std::string>(), ""};
+    const json& c = m.contains("content") ? m["content"] : m["role"];
+    if (!m.contains("content") || c.is_null()) {
+      messages.push_back(std::move(msg));
+      continue;
+    }
+    if (c.is_string()) {
+      msg.content = c.get<std::string>();
+    } else if (c.is_array()) {
+      for (const json& part : c) {
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+          return Status::Error(where + "only text content parts are supported");
+        }
+        msg.content += part["text"].get<std::string>();
+      }
+    } else {
+      return Status::Error(where + "message 'content' must be a string or a list of text parts");
+    }
+    messages.push_back(std::move(msg));
+  }
+  return messages;
+}
+
+// One prompt of a completions request: its ids and, for echo, its text.
+struct Prompt {
+  std::vector<TokenId> input_ids;
+  std::string text;
+};
+
+Result<std::vector<Prompt>> ReadCompletionPrompts(const json& body, const Tokenizer& tokenizer) {
+  if (!body.contains("prompt") || body["prompt"].is_null()) return Status::Error("'prompt' is required");
+  const json& prompt = body["prompt"];
+  std::vector<Prompt> prompts;
+  auto from_text = [&](const json& text, const std::string& name) -> Status {
+    if (text.get_ref<const std::string&>().empty()) return Status::Error("'" + name + "' is empty");
+    auto ids = tokenizer.Encode(text.get<std::string>(), tokenizer.add_bos());
+    if (!ids.ok()) return Status::Error("'" + name + "': " + ids.error());
+    prompts.push_back({std::move(ids).value(), text.get<std::string>()});
+    return Status::Ok();
+  };
+  auto from_ids = [&](const json& ids, const std::string& name) -> Status {
+    Prompt p;
+    for (const json& id : ids) {
+      if (!id.is_number_integer()) return Status::Error("'" + name + "' as token ids must be a list of integers");
+      p.input_ids.push_back(TokenIdFromJson(id));
+    }
+    if (p.input_ids.empty()) return Status::Error("'" + name + "' is empty");
+    prompts.push_back(std::move(p));
+    return Status::Ok();
+  };
+  if (prompt.is_string()) {
+    MLA_RETURN_IF_ERROR(from_text(prompt, "prompt"));
+  } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number_integer()) {
+    MLA_RETURN_IF_ERROR(from_ids(prompt, "prompt"));
+  } else if (prompt.is_array() && !prompt.empty()) {
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      const std::string name = "prompt[" + std::to_string(i) + "]";
+      if (prompt[i].is_string()) {
+        MLA_RETURN_IF_ERROR(from_text(prompt[i], name));
+      } else if (prompt[i].is_array()) {
+        MLA_RETURN_IF_ERROR(from_ids(prompt[i], name));
+      } else {
+        return Status::Error("'" + name + "' must be a string or a list of token ids");
+      }
+    }
+  } else {
+    return Status::Error("'prompt' must be a string, a list of token ids, or a list of those");
+  }
+  return prompts;
+}
+
+// One choice being generated: what it has said so far and its logprobs.
+struct Choice {
+  size_t prompt_index = 0;
+  int sample_index = 0;
+  std::string echo;            // the prompt's text, sent before the first completion text
+  bool echo_sent = false;
+  bool role_sent = false;      // chat streaming: the first {"role": "assistant"} delta
+  std::string text;
+  int64_t text_offset = 0;     // characters of this choice's text covered by logprobs so far
+  json logprobs;               // non-streaming: all of them
+  RequestOutput held;          // streaming: logprobs of tokens whose text is still held back
+  std::optional<RequestOutput> last;  // the finished output (for usage)
+};
+
+}  // namespace
+
+void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool chat) {
+  if (Status s = chat ? CheckChatFields(body) : CheckCompletionFields(body); !s.ok()) {
+    return SendError(w, 400, s.message());
+  }
+  if (body.contains("model") && !body["model"].is_null()) {
+    if (!body["model"].is_string()) return SendError(w, 400, "'model' must be a string");
+    const std::string name = body["model"].get<std::string>();
+    if (name != options_.served_model_name && name != options_.model_path) {
+      return SendError(w, 404, "The model '" + name + "' does not exist (this server serves '" +
+                                   options_.served_model_name + "')", "not_found_error");
+    }
+  }
+  std::vector<Prompt> prompts;
+  if (chat) {
+    auto messages = ReadMessages(body);
+    if (!messages.ok()) return SendError(w, 400, messages.error());
+    auto text = ApplyChatTemplate(ChatFormatFor(tokenizer_, model_.config().model_type), *messages, true);
+    if (!text.ok()) return SendError(w, 400, text.error());
+    auto ids = tokenizer_.Encode(*text, /*add_bos=*/false);
+    if (!ids.ok()) return SendError(w, 400, ids.error());
+    prompts.push_back({std::move(ids).value(), ""});
+  } else {
+    auto read = ReadCompletionPrompts(body, tokenizer_);
+    if (!read.ok()) return SendError(w, 400, read.error());
+    prompts = std::move(read).value();
+  }
+  const auto echo_field = chat ? Result<bool>(false) : BoolField(body, "echo", false);
+  const auto n_field = IntField(body, "n", 1);
+  const auto stream_field = BoolField(body, "stream", false);
+  for (const Status* st : {&echo_field.status(), &n_field.status(), &stream_field.status()}) {
+    if (!st->ok()) return SendError(w, 400, st->message());
+  }
+  const bool echo = *echo_field, stream = *stream_field;
+  const int n = *n_field;
+  if (n < 1 || int64_t(n) * int64_t(prompts.size()) > kMaxChoices) {
+    return SendError(w, 400, "'n' times the number of prompts must be in [1, " + std::to_string(kMaxChoices) + "]");
+  }
+  bool include_usage = false;
+  if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+    if (!body["stream_options"].is_object()) return SendError(w, 400, "'stream_options' must be an object");
+    if (Status s = CheckFields(body["stream_options"], {{"include_usage"}}, "stream_options: "); !s.ok()) {
+      return SendError(w, 400, s.message());
+    }
+    const auto usage_field = BoolField(body["stream_options"], "include_usage", false);
+    if (!usage_field.ok()) return SendError(w, 400, usage_field.error());
+    include_usage = stream && *usage_field;
+  }
+  // Logprobs: completions take an int (top-N); chat takes a bool plus top_logprobs.
+  bool want_lp = false;
+  int top_lp = 0;
+  if (chat) {
+    const auto lp = BoolField(body, "logprobs", false);
+    const auto top = IntField(body, "top_logprobs", 0);
+    if (!lp.ok()) return SendError(w, 400, lp.error());
+    if (!top.ok()) return SendError(w, 400, top.error());
+    want_lp = *lp;
+    top_lp = *top;
+  } else if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+    const auto top = IntField(body, "logprobs", 0);
+    if (!top.ok()) return SendError(w, 400, top.error());
+    want_lp = true;
+    top_lp = *top;
+  }
+
+  const std::string id = NewRequestId(chat ? "chatcmpl-" : "cmpl-");
+  std::vector<GenerateRequest> requests;
+  std::vector<Choice> choices;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const int remaining = std::max(1, model_.max_context() - int(prompts[p].input_ids.size()));
+    auto sampling = SamplingFromOpenAi(body, chat ? std::min(remaining, 4096) : 16);
+    if (!sampling.ok()) return SendError(w, 400, sampling.error());
+    GenerateRequest req;
+    req.input_ids = std::move(prompts[p].input_ids);
+    req.sampling = std::move(sampling).value();
+    req.sampling.return_logprob = want_lp;
+    req.sampling.top_logprobs_num = top_lp;
+    if (echo && want_lp) req.logprob_start_len = 0;  // the prompt's logprobs come back too
+    std::string echo_text;
+    if (echo) echo_text = prompts[p].text.empty() ? tokenizer_.Decode(req.input_ids) : prompts[p].text;
+    if (n > 1) PrefillForSharing(req, w);
+    for (int j = 0; j < n; ++j) {
+      GenerateRequest sample = req;
+      sample.rid = id + "-" + std::to_string(requests.size());
+      // Distinct draws per sample; sample 0 draws as the same request with n = 1 would.
+      if (j > 0 && sample.sampling.seed) sample.sampling.seed = *sample.sampling.seed + uint64_t(j) * 0x9E3779B97F4A7C15ull;
+      requests.push_back(std::move(sample));
+      choices.push_back({.prompt_index = p, .sample_index = j, .echo = echo_text});
+    }
+  }
+  const int64_t created = int64_t(std::time(nullptr));
+  const std::string object = chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  auto empty_logprobs = [&] {
+    return chat ? json::array()
+                : json{{"tokens", json::array()}, {"token_logprobs", json::array()},
+                       {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+  };
+  for (Choice& c : choices) c.logprobs = empty_logprobs();
+  // Appends tokens' logprobs to `out` (a chunk's or the whole choice's); text_offset counts the
+  // characters of the tokens' own text, from where `choice` has reached.
+  auto add_token = [&](Choice& choice, json& out, TokenId t, std::optional<float> logprob,
+                       const std::vector<TokenLogprob>* top) {
+    const std::string token = tokenizer_.Decode(std::span(&t, 1));
+    json top_map = json::object(), top_list = json::array();
+    if (top != nullptr) {
+      for (const TokenLogprob& tl : *top) {
+        const std::string s = tokenizer_.Decode(std::span(&tl.token, 1));
+        top_map[s] = tl.logprob;
+        const std::string_view b = tokenizer_.TokenBytes(tl.token);
+        top_list.push_back({{"token", s}, {"logprob", tl.logprob}, {"bytes", std::vector<uint8_t>(b.begin(), b.end())}});
+      }
+    }
+    if (chat) {
+      const std::string_view raw = tokenizer_.TokenBytes(t);
+      out.push_back({{"token", token}, {"logprob", logprob ? json(*logprob) : json()},
+                     {"bytes", std::vector<uint8_t>(raw.begin(), raw.end())}, {"top_logprobs", top_list}});
+      return;
+    }
+    out["tokens"].push_back(token);
+    out["token_logprobs"].push_back(logprob ? json(*logprob) : json());
+    out["top_logprobs"].push_back(top != nullptr ? top_map : json());
+    out["text_offset"].push_back(choice.text_offset);
+    // Offsets index the choice's text, which shows no special tokens (an echoed BOS).
+    if (!tokenizer_.IsSpecial(t)) choice.text_offset += CodePoints(token);
+  };
+  auto add_output_logprobs = [&](Choice& choice, json& out, const RequestOutput& o) {
+    for (size_t i = 0; i < o.new_token_logprobs.size() && i < o.new_token_ids.size(); ++i) {
+      add_token(choice, out, o.new_token_ids[i], o.new_token_logprobs[i],
+                i < o.new_top_logprobs.size() ? &o.new_top_logprobs[i] : nullptr);
+    }
+  };
+  // The echoed prompt's logprobs (the first token has none: null).
+  auto add_prompt_logprobs = [&](Choice& choice, json& out, const RequestOutput& o) {
+    for (size_t i = 0; i < o.input_token_ids.size(); ++i) {
+      const float lp = i < o.input_token_logprobs.size() ? o.input_token_logprobs[i] : NAN;
+      const std::vector<TokenLogprob>* top =
+          i < o.input_top_logprobs.size() && !o.input_top_logprobs[i].empty() ? &o.input_top_logprobs[i] : nullptr;
+      add_token(choice, out, o.input_token_ids[i], std::isnan(lp) ? std::nullopt : std::optional<float>(lp), top);
+    }
+  };
+  auto usage = [&] {
+    int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+    for (const Choice& c : choices) {
+      if (!c.last) continue;
+      completion_tokens += c.last->completion_tokens;
+      if (c.sample_index == 0) {  // a prompt counts once however many samples it has
+        prompt_tokens += c.last->prompt_tokens;
+        cached_tokens += c.last->cached_tokens;
+      }
+    }
+    return json{{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens},
+                {"total_tokens", prompt_tokens + completion_tokens},
+                {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+  };
+  auto envelope = [&](json choice_list) {
+    return json{{"id", id}, {"object", object}, {"created", created}, {"model", options_.served_model_name},
+                {"choices", std::move(choice_list)}};
+  };
+  size_t num_finished = 0;
+  bool started = false;
+  const Status s = Drive(std::move(requests), w, [&](size_t index, const RequestOutput& o) {
+    Choice& c = choices[index];
+    std::string new_text = o.new_text;
+    if (!c.echo_sent) {  // the first output: the prompt comes first
+      c.echo_sent = true;
+      new_text = c.echo + new_text;
+    }
+    if (o.finished) {
+      c.last = o;
+      ++num_finished;
+    }
+    const bool all_done = num_finished == choices.size();
+    if (!stream) {
+      c.text += new_text;
+      if (want_lp) {
+        add_prompt_logprobs(c, c.logprobs, o);
+        add_output_logprobs(c, c.logprobs, o);
+      }
+      if (!all_done) return true;
+      json list = json::array();
+      for (size_t i = 0; i < choices.size(); ++i) {
+        json choice{{"index", i}, {"finish_reason", FinishReasonOpenAi(*choices[i].last)}};
+        if (chat) {
+          choice["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
+          choice["logprobs"] = want_lp ? json{{"content", choices[i].logprobs}} : json();
+        } else {
+          choice["text"] = choices[i].text;
+          choice["logprobs"] = want_lp ? choices[i].logprobs : json();
+        }
+        list.push_back(std::move(choice));
+      }
+      json response = envelope(std::move(list));
+      response["usage"] = usage();
+      SendJson(w, 200, response);
+      return true;
+    }
+    if (!started) {
+      w.BeginStream(200, "text/event-stream");
+      started = true;
+    }
+    if (chat && !c.role_sent) {
+      c.role_sent = true;
+      json first{{"index", index}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+                 {"finish_reason", nullptr}};
+      if (!WriteEvent(w, envelope(json::array({first})))) return false;
+    }
+    // Logprobs of tokens whose text is still held back (a split UTF-8 character, a possible
+    // stop string) wait for the next event that carries text.
+    json chunk_lp = empty_logprobs();
+    if (want_lp) {
+      add_prompt_logprobs(c, chunk_lp, o);
+      c.held.new_token_ids.insert(c.held.new_token_ids.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      c.held.new_token_logprobs.insert(c.held.new_token_logprobs.end(), o.new_token_logprobs.begin(), o.new_token_logprobs.end());
+      c.held.new_top_logprobs.insert(c.held.new_top_logprobs.end(), o.new_top_logprobs.begin(), o.new_top_logprobs.end());
+    }
+    if (!new_text.empty() || o.finished) {
+      if (want_lp) {
+        add_output_logprobs(c, chunk_lp, c.held);
+        c.held = RequestOutput{};
+      }
+      json choice{{"index", index}, {"finish_reason", FinishReasonOpenAi(o)}};
+      if (chat) {
+        choice["delta"] = new_text.empty() ? json::object() : json{{"content", new_text}};
+        choice["logprobs"] = want_lp ? json{{"content", chunk_lp}} : json();
+      } else {
+        choice["text"] = new_text;
+        choice["logprobs"] = want_lp ? chunk_lp : json();
+      }
+      if (!WriteEvent(w, envelope(json::array({choice})))) return false;
+    }
+    if (all_done) {
+      if (include_usage) {
+        json last = envelope(json::array());
+        last["usage"] = usage();
+        if (!WriteEvent(w, last)) return false;
+      }
+      w.Write("data: [DONE]\n\n");
+      w.EndStream();
+    }
+    return true;
+  });
+  if (!s.ok()) {
+    return draining_.load() ? SendError(w, 503, s.message(), "service_unavailable") : SendError(w, 400, s.message());
+  }
+}
+
+}  // namespace mlaserve
