@@ -121,7 +121,7 @@ int RunBenchOffline(Args& args) {
   std::printf("%-40s %.2f\n", "Output token throughput (tok/s):", output_tokens / duration);
   std::printf("%-40s %.2f\n", "Total token throughput (tok/s):", (input_tokens + output_tokens) / duration);
   std::printf("%-40s %lld\n", "Peak running requests:", (long long)stats.max_running_reqs_seen);
-  std::printf("%-40s %lld\n", "Retractions:", (long long)stats.num_retracted_reqs);
+  std::printf("%-40s %lld\n", "Retractions:", (long long)stats.num_retracted_requests_total);
   std::printf("%-40s %.4f\n", "Cache hit rate:", stats.cache_hit_rate);
   std::printf("==================================================\n");
   if (!json_path.empty()) {
@@ -135,7 +135,7 @@ int RunBenchOffline(Args& args) {
                      {"output_throughput", output_tokens / duration},
                      {"total_throughput", (input_tokens + output_tokens) / duration},
                      {"peak_running_requests", stats.max_running_reqs_seen},
-                     {"retractions", stats.num_retracted_reqs},
+                     {"retractions", stats.num_retracted_requests_total},
                      {"cache_hit_rate", stats.cache_hit_rate}};
     std::ofstream(json_path) << j.dump(2) << "\n";
   }

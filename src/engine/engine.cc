@@ -89,6 +89,10 @@ Engine::~Engine() { Stop(); }
 void Engine::Start() {
   if (thread_.joinable()) return;
   stop_.store(false);
+  {
+    std::lock_guard<std::mutex> lock(intake_mutex_);
+    loop_started_ = true;
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -182,12 +186,23 @@ void Engine::Abort(const std::string& rid) {
   intake_cv_.notify_one();
 }
 
-void Engine::FlushCache() {
+Result<FlushCacheResult> Engine::FlushCache() {
+  std::future<FlushCacheResult> done;
   {
     std::lock_guard<std::mutex> lock(intake_mutex_);
-    intake_.flush_cache = true;
+    if (stopped_) return Status::Error("the server is shutting down");
+    if (loop_started_) {
+      intake_.flushes.emplace_back();
+      done = intake_.flushes.back().get_future();
+    }
+  }
+  if (!done.valid()) {  // no engine thread: the caller drives Step(), so this is its thread
+    TakeIntake();
+    return FlushCacheNow();
   }
   intake_cv_.notify_one();
+  // Stop() takes the intake after joining the loop, so every queued flush is answered.
+  return done.get();
 }
 
 bool Engine::idle() const {
@@ -202,7 +217,7 @@ void Engine::Loop() {
       std::unique_lock<std::mutex> lock(intake_mutex_);
       intake_cv_.wait(lock, [&] {
         return stop_.load() || !intake_.requests.empty() || !intake_.aborts.empty() ||
-               intake_.flush_cache;
+               !intake_.flushes.empty();
       });
     }
     if (stop_.load()) break;
@@ -218,7 +233,31 @@ void Engine::TakeIntake() {
   }
   for (auto& r : taken.requests) waiting_.push_back(std::move(r));
   for (const std::string& rid : taken.aborts) AbortRequest(rid, "aborted by the client");
-  if (taken.flush_cache && radix_) radix_->Evict(radix_->evictable_pages());
+  for (auto& flush : taken.flushes) flush.set_value(FlushCacheNow());
+}
+
+FlushCacheResult Engine::FlushCacheNow() {
+  FlushCacheResult result{.num_running_reqs = int64_t(running_.size()), .num_queue_reqs = int64_t(waiting_.size())};
+  result.flushed = running_.empty() && waiting_.empty();
+  if (radix_ && result.flushed) {
+    const int64_t before = radix_->cached_tokens();
+    // Only running requests lock cached pages (a queued one gives its match back), so this
+    // cannot be refused here.
+    MLA_CHECK(radix_->Reset().ok());
+    result.freed_tokens = before - radix_->cached_tokens();
+  }
+  if (radix_) {
+    result.cached_tokens = radix_->cached_tokens();
+    result.locked_tokens = radix_->locked_pages() * radix_->page_size();
+  }
+  if (result.flushed) {
+    LogLine("Cache flushed successfully! #freed-token: %" PRId64, result.freed_tokens);
+  } else {
+    LogLine("Cache not flushed because there are pending requests. #queue-req: %" PRId64 ", #running-req: %" PRId64,
+            result.num_queue_reqs, result.num_running_reqs);
+  }
+  PublishStats();
+  return result;
 }
 
 void Engine::AbortRequest(const std::string& rid, const std::string& why) {
@@ -302,6 +341,7 @@ void Engine::RetractUntil(FunctionRef<bool()> fits) {
   }
   if (max_new > 0) new_token_ratio_ = std::min(1.0, decoded / max_new);
   retracted_total_ += retracted;
+  retracted_in_interval_ += retracted;
   if (options_.log_batches) {
     LogLine("KV cache pool is full. Retract requests. #retracted_reqs: %d, #new_token_ratio: %.4f -> %.4f",
             retracted, old_ratio, new_token_ratio_);
@@ -462,7 +502,7 @@ bool Engine::Step() {
   if (!decodes.empty()) {
     ++decode_steps_;
     new_token_ratio_ = std::max(min_new_token_ratio_, new_token_ratio_ - new_token_ratio_decay_);
-    if (options_.log_batches && decode_steps_ % std::max(1, options_.decode_log_interval) == 0) LogDecode();
+    if (decode_steps_ % std::max(1, options_.decode_log_interval) == 0) EndDecodeInterval();
   }
   // Sweep finished requests.
   running_.erase(std::remove_if(running_.begin(), running_.end(),
@@ -587,7 +627,8 @@ void Engine::Finish(Request& r, FinishReason reason, const std::string& error) {
     if (!AppendText(r, r.decoder->Flush()) && r.stop_matcher) r.pending_text.append(r.stop_matcher->Finish());
   }
   ReleaseKv(r, /*cache_prefix=*/true);
-  ++finished_total_;
+  ++requests_total_;
+  if (reason == FinishReason::kAbort) ++aborted_total_;
   {
     std::lock_guard<std::mutex> lock(intake_mutex_);
     live_rids_.erase(r.spec.rid);
@@ -655,12 +696,15 @@ void Engine::LogPrefill(int new_seqs, int new_tokens, int cached_tokens) {
           new_seqs, new_tokens, cached_tokens, s.token_usage, running_.size(), waiting_.size());
 }
 
-void Engine::LogDecode() {
+void Engine::EndDecodeInterval() {
   const Clock::time_point now = Clock::now();
   const double elapsed = Seconds(last_decode_log_, now);
   last_gen_throughput_ = elapsed > 0 ? double(tokens_since_log_) / elapsed : 0.0;
   last_decode_log_ = now;
   tokens_since_log_ = 0;
+  retracted_last_interval_ = retracted_in_interval_;
+  retracted_in_interval_ = 0;
+  if (!options_.log_batches) return;  // Step() publishes the stats
   int64_t tokens = 0;
   for (const auto& r : running_) tokens += r->kv->num_tokens();
   PublishStats();
@@ -685,8 +729,10 @@ void Engine::PublishStats() {
   stats_.generation_tokens_total = generation_tokens_total_;
   stats_.cached_tokens_total = cached_tokens_total_;
   stats_.cache_hit_rate = prompt_tokens_total_ > 0 ? double(cached_tokens_total_) / double(prompt_tokens_total_) : 0.0;
-  stats_.num_retracted_reqs = retracted_total_;
-  stats_.num_finished_reqs = finished_total_;
+  stats_.num_requests_total = requests_total_;
+  stats_.num_aborted_requests_total = aborted_total_;
+  stats_.num_retracted_reqs = retracted_last_interval_;
+  stats_.num_retracted_requests_total = retracted_total_;
   stats_.max_running_reqs_seen = max_running_seen_;
 }
 

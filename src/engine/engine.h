@@ -3,13 +3,15 @@
 //   intake -> schedule (capacity step: KV pages, retraction; batch step: token budget)
 //          -> one Forward over decode tokens and prefill chunks together -> sample -> stream
 // over one paged KV pool and an optional radix prefix cache, both sized at start-up.
-// Threads: Submit/Abort may be called from any thread; they touch only the intake queue, whose
-// lock is never held while the engine computes. Output callbacks run on the engine thread.
+// Threads: Submit/Abort/FlushCache may be called from any thread; they touch only the intake
+// queue, whose lock is never held while the engine computes. Output callbacks run on the engine
+// thread.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -46,8 +48,11 @@ class Engine {
   // Aborts a queued or running request; its last chunk has finish_reason kAbort. Unknown ids
   // are ignored (the request may have finished already).
   void Abort(const std::string& rid);
-  // Frees every cached prefix page not in use (SGLang's /flush_cache).
-  void FlushCache();
+  // SGLang's /flush_cache: returns every cached prefix page to the pool, but only when no request
+  // is running or queued (otherwise changes nothing; the result says what stayed and why).
+  // Blocks until the engine thread has done it (at most one step). Without Start(), runs on the
+  // calling thread, which must be the one that calls Step(). An error once Stop() has begun.
+  Result<FlushCacheResult> FlushCache();
 
   // Runs one scheduling step on the calling thread (for tests and offline tools that do not
   // Start() a thread). Returns false when there was nothing to do.
@@ -60,12 +65,13 @@ class Engine {
   struct Intake {
     std::vector<std::unique_ptr<Request>> requests;
     std::vector<std::string> aborts;
-    bool flush_cache = false;
+    std::vector<std::promise<FlushCacheResult>> flushes;  // answered by TakeIntake
   };
 
   void Loop();
   void TakeIntake();
   void AbortRequest(const std::string& rid, const std::string& why);
+  FlushCacheResult FlushCacheNow();
 
   // Capacity step.
   bool EnsureFreePages(int64_t pages);
@@ -92,7 +98,9 @@ class Engine {
   void ReleaseKv(Request& r, bool cache_prefix);
   void Stream(Request& r, bool finished, const std::string& error = "");
   void LogPrefill(int new_seqs, int new_tokens, int cached_tokens);
-  void LogDecode();
+  // Every decode_log_interval decode steps: gen_throughput and retractions over the interval
+  // (SGLang's decode stats), and the "Decode batch" line when batches are logged.
+  void EndDecodeInterval();
   void PublishStats();
 
   Model& model_;
@@ -131,12 +139,14 @@ class Engine {
   Intake intake_;
   std::unordered_map<std::string, bool> live_rids_;  // under intake_mutex_
   bool stopped_ = false;                              // under intake_mutex_: Submit refuses
+  bool loop_started_ = false;                         // under intake_mutex_: Start() ran
 
   // Published counters.
   mutable std::mutex stats_mutex_;
   EngineStatsSnapshot stats_;
   int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, cached_tokens_total_ = 0;
-  int64_t retracted_total_ = 0, finished_total_ = 0, max_running_seen_ = 0;
+  int64_t requests_total_ = 0, aborted_total_ = 0, max_running_seen_ = 0;
+  int64_t retracted_total_ = 0, retracted_in_interval_ = 0, retracted_last_interval_ = 0;
   double last_gen_throughput_ = 0;
 
   std::thread thread_;

@@ -70,6 +70,7 @@ struct EngineOptions {
 };
 
 // Counters for logs and the metrics endpoint: written by the engine thread, read by anyone.
+// Names follow SGLang's Prometheus metrics (docs/server.md).
 struct EngineStatsSnapshot {
   int64_t num_running_reqs = 0;
   int64_t num_queue_reqs = 0;
@@ -80,10 +81,24 @@ struct EngineStatsSnapshot {
   int64_t prompt_tokens_total = 0;
   int64_t generation_tokens_total = 0;
   int64_t cached_tokens_total = 0;
-  int64_t num_retracted_reqs = 0;     // total retractions
-  int64_t num_finished_reqs = 0;
+  int64_t num_requests_total = 0;          // finished for any reason, aborts included
+  int64_t num_aborted_requests_total = 0;  // finished with finish_reason abort
+  int64_t num_retracted_reqs = 0;          // retracted during the last decode log interval
+  int64_t num_retracted_requests_total = 0;
   int64_t max_running_reqs_seen = 0;  // peak concurrency
   int64_t max_total_num_tokens = 0;
+};
+
+// What a cache flush did (SGLang's /flush_cache). Like SGLang, the engine flushes only when no
+// request is running or queued: a running request may borrow cached pages and a queued one is
+// about to match them, so a flush then changes nothing and says why.
+struct FlushCacheResult {
+  bool flushed = false;
+  int64_t freed_tokens = 0;      // cached tokens whose pages went back to the pool
+  int64_t num_running_reqs = 0;  // when the engine thread took the flush
+  int64_t num_queue_reqs = 0;
+  int64_t cached_tokens = 0;     // what the prefix cache holds afterwards...
+  int64_t locked_tokens = 0;     // ...of which running requests borrow
 };
 
 }  // namespace mlaserve

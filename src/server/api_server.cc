@@ -82,8 +82,18 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponseWriter& w) {
   }
   if (p == "/flush_cache") {
     if (!get && !post) return method_not_allowed();
-    engine_.FlushCache();
-    return w.Send(200, "text/plain", "Cache flushed.\n");
+    // Waits for the engine thread. SGLang's status codes and wording (200 "Cache flushed.", 400
+    // while requests are pending), with the numbers: what was freed, or what is pending and stays.
+    const Result<FlushCacheResult> r = engine_.FlushCache();
+    if (!r.ok()) return SendError(w, 503, r.error(), "service_unavailable");
+    if (r->flushed) {
+      return w.Send(200, "text/plain", "Cache flushed. Freed " + std::to_string(r->freed_tokens) + " cached tokens.\n");
+    }
+    return w.Send(400, "text/plain",
+                  "Cache not flushed because there are pending requests. #queue-req: " +
+                      std::to_string(r->num_queue_reqs) + ", #running-req: " + std::to_string(r->num_running_reqs) +
+                      ". Nothing was freed: " + std::to_string(r->cached_tokens) + " cached tokens stay, " +
+                      std::to_string(r->locked_tokens) + " of them in use by running requests.\n");
   }
   if (!post && (p == "/generate" || p == "/v1/completions" || p == "/v1/chat/completions" || p == "/abort_request")) {
     return method_not_allowed();

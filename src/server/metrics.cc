@@ -1,7 +1,7 @@
 #include "server/metrics.h"
 
-#include <cinttypes>
-#include <cstdio>
+#include <charconv>
+#include <cmath>
 
 namespace mlaserve {
 namespace {
@@ -11,10 +11,13 @@ std::vector<double> LatencyBuckets() {
           10.0, 15.0, 20.0, 30.0, 40.0, 60.0, 120.0, 300.0};
 }
 
+// The text format's float: the shortest text that reads back as v, or +Inf, -Inf, NaN.
 std::string Number(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+  return std::string(buf, end);
 }
 
 void Metric(std::string& out, const char* type, const std::string& name, const std::string& help,
@@ -24,6 +27,20 @@ void Metric(std::string& out, const char* type, const std::string& name, const s
 }
 
 }  // namespace
+
+std::string EscapeLabelValue(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '"': out += "\\\""; break;
+      case '\n': out += "\\n"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
 
 Histogram::Histogram(std::vector<double> upper_bounds_s)
     : bounds_(std::move(upper_bounds_s)), counts_(bounds_.size() + 1, 0) {}
@@ -49,8 +66,8 @@ void Histogram::Render(const std::string& name, const std::string& help, const s
   out += name + "_count{" + labels + "} " + std::to_string(count_) + "\n";
 }
 
-ServerMetrics::ServerMetrics(std::string model_name)
-    : labels_("model_name=\"" + model_name + "\""),
+ServerMetrics::ServerMetrics(const std::string& model_name)
+    : labels_("model_name=\"" + EscapeLabelValue(model_name) + "\""),
       ttft_(LatencyBuckets()),
       e2e_(LatencyBuckets()),
       tpot_(LatencyBuckets()),
@@ -73,18 +90,22 @@ void ServerMetrics::ObserveInterTokenLatency(double seconds) {
 std::string ServerMetrics::Render(const EngineStatsSnapshot& s) const {
   std::string out;
   const std::string& l = labels_;
+  // Counters (SGLang's TokenizerMetricsCollector, and the scheduler's retraction counter).
   Metric(out, "counter", "sglang:prompt_tokens_total", "Number of prefill tokens processed.", l, double(s.prompt_tokens_total));
   Metric(out, "counter", "sglang:generation_tokens_total", "Number of generation tokens processed.", l, double(s.generation_tokens_total));
-  Metric(out, "counter", "sglang:cached_tokens_total", "Number of prompt tokens served from the prefix cache.", l, double(s.cached_tokens_total));
-  Metric(out, "gauge", "sglang:token_usage", "The token usage of the KV cache.", l, s.token_usage);
-  Metric(out, "gauge", "sglang:cache_hit_rate", "The prefix cache hit rate.", l, s.cache_hit_rate);
+  Metric(out, "counter", "sglang:cached_tokens_total", "Number of cached prompt tokens.", l, double(s.cached_tokens_total));
+  Metric(out, "counter", "sglang:num_requests_total", "Number of requests processed.", l, double(s.num_requests_total));
+  Metric(out, "counter", "sglang:num_aborted_requests_total", "Number of requests aborted.", l, double(s.num_aborted_requests_total));
+  Metric(out, "counter", "sglang:num_retracted_requests_total", "Total number of retracted requests.", l, double(s.num_retracted_requests_total));
+  // Gauges (SGLang's SchedulerMetricsCollector).
   Metric(out, "gauge", "sglang:num_running_reqs", "The number of running requests.", l, double(s.num_running_reqs));
-  Metric(out, "gauge", "sglang:num_used_tokens", "The number of used KV cache tokens.", l, double(s.num_used_tokens));
-  Metric(out, "gauge", "sglang:max_total_num_tokens", "The KV cache capacity in tokens.", l, double(s.max_total_num_tokens));
+  Metric(out, "gauge", "sglang:num_used_tokens", "The number of used tokens.", l, double(s.num_used_tokens));
+  Metric(out, "gauge", "sglang:token_usage", "The token usage.", l, s.token_usage);
   Metric(out, "gauge", "sglang:gen_throughput", "The generation throughput (token/s).", l, s.gen_throughput);
   Metric(out, "gauge", "sglang:num_queue_reqs", "The number of requests in the waiting queue.", l, double(s.num_queue_reqs));
-  Metric(out, "counter", "sglang:num_retracted_reqs", "The number of retracted requests.", l, double(s.num_retracted_reqs));
-  Metric(out, "counter", "sglang:num_finished_reqs", "The number of finished requests.", l, double(s.num_finished_reqs));
+  Metric(out, "gauge", "sglang:cache_hit_rate", "The prefix cache hit rate.", l, s.cache_hit_rate);
+  Metric(out, "gauge", "sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.", l, double(s.max_total_num_tokens));
+  Metric(out, "gauge", "sglang:num_retracted_reqs", "The number of retracted requests.", l, double(s.num_retracted_reqs));
   std::lock_guard<std::mutex> lock(mu_);
   ttft_.Render("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", l, out);
   e2e_.Render("sglang:e2e_request_latency_seconds", "Histogram of end-to-end request latency in seconds.", l, out);

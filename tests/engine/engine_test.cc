@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
@@ -50,6 +53,13 @@ class EngineTest : public ::testing::Test {
     return out;
   }
 
+  // Default options without the batch log lines.
+  static EngineOptions Quiet() {
+    EngineOptions o;
+    o.log_batches = false;
+    return o;
+  }
+
   static std::vector<TokenId> Prompt(int len, uint64_t seed) {
     std::vector<TokenId> p{0};
     for (int i = 1; i < len; ++i) p.push_back(TokenId(1 + CounterUniform(seed, uint64_t(i)) * 2000));
@@ -76,6 +86,28 @@ OutputCallback Collect(Collected& c) {
     }
   };
 }
+
+// Counts finished requests of an engine running its own thread; WaitFor blocks until n have.
+class FinishedCounter {
+ public:
+  OutputCallback Callback() {
+    return [this](RequestOutput&& out) {
+      if (!out.finished) return;
+      std::lock_guard<std::mutex> lock(mu_);
+      ++finished_;
+      cv_.notify_all();
+    };
+  }
+  [[nodiscard]] bool WaitFor(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(60), [&] { return finished_ >= n; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int finished_ = 0;
+};
 
 GenerateRequest Greedy(std::string rid, std::vector<TokenId> prompt, int max_new) {
   GenerateRequest r;
@@ -119,7 +151,9 @@ TEST_F(EngineTest, BatchOfMixedLengthsMatchesSoloRunsWithRetraction) {
     }
   }
   const EngineStatsSnapshot s = engine.stats();
-  EXPECT_GT(s.num_retracted_reqs, 0);
+  EXPECT_GT(s.num_retracted_requests_total, 0);
+  EXPECT_EQ(s.num_requests_total, 64);
+  EXPECT_EQ(s.num_aborted_requests_total, 0);
   EXPECT_GT(s.cached_tokens_total, 0);
   EXPECT_EQ(s.num_running_reqs, 0);
   EXPECT_EQ(s.num_queue_reqs, 0);
@@ -216,6 +250,76 @@ TEST_F(EngineTest, PrefixCacheServesARepeatedPromptWithTheSameOutput) {
   EXPECT_EQ(got.tokens["a"], Solo(prompt, 20));
 }
 
+TEST_F(EngineTest, FlushCacheFreesCachedPrefixesOnlyWhenNothingRunsOrWaits) {
+  auto pool = Pool(2048);
+  Engine engine(*model_, DefaultKernels(), *pool, Quiet());
+  const int64_t free_at_start = pool->num_free_pages();
+  const auto prompt = Prompt(100, 11);
+  Collected got;
+  ASSERT_TRUE(engine.Submit(Greedy("a", prompt, 20), Collect(got)).ok());
+  while (engine.Step()) {
+  }
+  // a computed 119 tokens (the last sampled one never ran): 7 whole pages stay cached.
+  EXPECT_EQ(free_at_start - pool->num_free_pages(), 7);
+
+  // A refused flush frees nothing and says what is pending and what stays.
+  auto expect_refused = [&](int64_t running, int64_t queued, int64_t locked_tokens) {
+    const Result<FlushCacheResult> r = engine.FlushCache();
+    ASSERT_TRUE(r.ok()) << r.error();
+    EXPECT_FALSE(r->flushed);
+    EXPECT_EQ(r->num_running_reqs, running);
+    EXPECT_EQ(r->num_queue_reqs, queued);
+    EXPECT_EQ(r->freed_tokens, 0);
+    EXPECT_EQ(r->cached_tokens, 112);
+    EXPECT_EQ(r->locked_tokens, locked_tokens);
+  };
+  // Queued (submitted, not yet scheduled).
+  ASSERT_TRUE(engine.Submit(Greedy("b", prompt, 50), Collect(got)).ok());
+  expect_refused(/*running=*/0, /*queued=*/1, /*locked_tokens=*/0);
+  // Running, borrowing 6 cached pages: the lock covers the whole 7-page edge they sit on.
+  ASSERT_TRUE(engine.Step());
+  expect_refused(/*running=*/1, /*queued=*/0, /*locked_tokens=*/112);
+  while (engine.Step()) {
+  }
+  EXPECT_EQ(got.last["b"].cached_tokens, 96);
+  EXPECT_EQ(std::vector<TokenId>(got.tokens["b"].begin(), got.tokens["b"].begin() + 20), got.tokens["a"]);
+
+  // Idle: every cached page goes back to the pool, and the same prompt is computed afresh.
+  const int64_t cached_pages = free_at_start - pool->num_free_pages();
+  const Result<FlushCacheResult> flushed = engine.FlushCache();
+  ASSERT_TRUE(flushed.ok()) << flushed.error();
+  EXPECT_TRUE(flushed->flushed);
+  EXPECT_EQ(flushed->freed_tokens, cached_pages * 16);
+  EXPECT_EQ(flushed->cached_tokens, 0);
+  EXPECT_EQ(pool->num_free_pages(), free_at_start);
+  ASSERT_TRUE(engine.Submit(Greedy("c", prompt, 20), Collect(got)).ok());
+  while (engine.Step()) {
+  }
+  EXPECT_EQ(got.last["c"].cached_tokens, 0);
+  EXPECT_EQ(got.tokens["c"], got.tokens["a"]);
+}
+
+TEST_F(EngineTest, FlushCacheOnTheEngineThreadAnswersWhenDone) {
+  auto pool = Pool(2048);
+  Engine engine(*model_, DefaultKernels(), *pool, Quiet());
+  engine.Start();
+  FinishedCounter finished;
+  ASSERT_TRUE(engine.Submit(Greedy("a", Prompt(100, 12), 20), finished.Callback()).ok());
+  ASSERT_TRUE(finished.WaitFor(1));
+  // The engine thread has swept the request by the time it takes the flush; the answer is
+  // what it did.
+  const Result<FlushCacheResult> flushed = engine.FlushCache();
+  ASSERT_TRUE(flushed.ok()) << flushed.error();
+  EXPECT_TRUE(flushed->flushed);
+  EXPECT_EQ(flushed->freed_tokens, 112);
+  EXPECT_EQ(flushed->cached_tokens, 0);
+  EXPECT_EQ(engine.FlushCache()->freed_tokens, 0);  // nothing left
+  engine.Stop();
+  const Result<FlushCacheResult> late = engine.FlushCache();
+  ASSERT_FALSE(late.ok());
+  EXPECT_NE(late.error().find("shutting down"), std::string::npos) << late.error();
+}
+
 TEST_F(EngineTest, RejectsWhatCanNeverFitAndAborts) {
   auto pool = Pool(256);
   EngineOptions o;
@@ -268,26 +372,13 @@ TEST_F(EngineTest, EdgeRequests) {
 
 TEST_F(EngineTest, ThreadedEngineAcceptsRequestsWhileRunning) {
   auto pool = Pool(2048);
-  EngineOptions o;
-  o.log_batches = false;
-  Engine engine(*model_, DefaultKernels(), *pool, o);
+  Engine engine(*model_, DefaultKernels(), *pool, Quiet());
   engine.Start();
-  std::mutex mu;
-  std::condition_variable cv;
-  int done = 0;
+  FinishedCounter finished;
   for (int i = 0; i < 20; ++i) {
-    ASSERT_TRUE(engine.Submit(Greedy("t" + std::to_string(i), Prompt(10 + i, uint64_t(i)), 30),
-                              [&](RequestOutput&& out) {
-                                if (!out.finished) return;
-                                std::lock_guard<std::mutex> lock(mu);
-                                ++done;
-                                cv.notify_all();
-                              })
-                    .ok());
+    ASSERT_TRUE(engine.Submit(Greedy("t" + std::to_string(i), Prompt(10 + i, uint64_t(i)), 30), finished.Callback()).ok());
   }
-  std::unique_lock<std::mutex> lock(mu);
-  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == 20; }));
-  lock.unlock();
+  ASSERT_TRUE(finished.WaitFor(20));
   engine.Stop();
 }
 

@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
@@ -16,6 +19,7 @@
 
 #include "server/http_client.h"
 #include "server/sse.h"
+#include "support/prometheus_text.h"
 #include "support/run_binary.h"
 
 namespace mlaserve {
@@ -120,6 +124,32 @@ std::vector<std::string> StreamEvents(const ServerProcess& s, const std::string&
   });
   EXPECT_TRUE(st.ok()) << st.message();
   return events;
+}
+
+// Reads /metrics, strictly parsed, until `done` holds for it (30 s at most); returns the last page.
+std::vector<testing::PromFamily> WaitForMetrics(const ServerProcess& s,
+                                                const std::function<bool(const std::vector<testing::PromFamily>&)>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    const std::string page = Get(s, "/metrics").body;
+    auto families = testing::ParsePrometheusText(page);
+    EXPECT_TRUE(families.ok()) << families.error() << "\n" << page;
+    if (!families.ok()) return {};
+    if (done(*families) || std::chrono::steady_clock::now() > deadline) return std::move(families).value();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// The value of a gauge or counter, or a histogram's _count (its last sample); -1 when absent.
+double MetricValue(const std::vector<testing::PromFamily>& families, const std::string& name) {
+  const testing::PromFamily* f = testing::FindFamily(families, name);
+  return f == nullptr || f->samples.empty() ? -1 : f->samples.back().value;
+}
+
+// The number after `prefix` in `text`, or -1.
+int64_t NumberAfter(const std::string& text, const std::string& prefix) {
+  const size_t at = text.find(prefix);
+  return at == std::string::npos ? -1 : std::strtoll(text.c_str() + at + prefix.size(), nullptr, 10);
 }
 
 class ServeTest : public ::testing::Test {
@@ -329,9 +359,15 @@ TEST_F(ServeTest, HealthGenerateFlushAndAbort) {
                                "sampling_params": {"max_new_tokens": 4, "temperature": 0}})";
   ASSERT_EQ(Post(*server_, "/generate", body).status_code, 200);
   auto again = json::parse(Post(*server_, "/generate", body).body);
-  EXPECT_GT(again["meta_info"]["cached_tokens"].get<int>(), 0);
-  EXPECT_EQ(Post(*server_, "/flush_cache", "").status_code, 200);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const int cached = again["meta_info"]["cached_tokens"].get<int>();
+  EXPECT_GT(cached, 0);
+  // The answer comes once the engine has flushed, and says how much it freed: at least the
+  // prefix the second request reused, in whole 16-token pages.
+  auto flush = Post(*server_, "/flush_cache", "");
+  EXPECT_EQ(flush.status_code, 200) << flush.body;
+  const int64_t freed = NumberAfter(flush.body, "Cache flushed. Freed ");
+  EXPECT_GE(freed, cached) << flush.body;
+  EXPECT_EQ(freed % 16, 0) << flush.body;
   auto flushed = json::parse(Post(*server_, "/generate", body).body);
   EXPECT_EQ(flushed["meta_info"]["cached_tokens"], 0);
 
@@ -349,6 +385,75 @@ TEST_F(ServeTest, HealthGenerateFlushAndAbort) {
   ASSERT_TRUE(result.is_object());
   EXPECT_EQ(result["meta_info"]["finish_reason"]["type"], "abort");
   EXPECT_LT(result["meta_info"]["completion_tokens"].get<int>(), 1900);
+}
+
+TEST_F(ServeTest, FlushCacheIsRefusedWhileARequestRunsAndFreesNothing) {
+  const std::string text = "To be, or not to be, that is the question: whether 'tis nobler in the mind";
+  const json warm{{"text", text}, {"sampling_params", {{"max_new_tokens", 4}, {"temperature", 0}}}};
+  ASSERT_EQ(Post(*server_, "/generate", warm.dump()).status_code, 200);
+
+  // A long generation of the same prompt borrows the cached prefix; the client leaves when told.
+  std::mutex mu;
+  std::condition_variable cv;
+  int first_cached_tokens = -1;
+  bool leave = false;
+  std::thread client([&] {
+    const json body{{"text", text}, {"stream", true},
+                    {"sampling_params", {{"max_new_tokens", 1900}, {"ignore_eos", true}}}};
+    SseParser parser;
+    Status st = HttpClient().Stream("POST", server_->Url("/generate"), body.dump(), {}, 60000, [&](std::string_view piece) {
+      parser.Feed(piece, [&](const SseEvent& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (first_cached_tokens >= 0 || e.data == "[DONE]") return;
+        first_cached_tokens = json::parse(e.data)["meta_info"]["cached_tokens"].get<int>();
+        cv.notify_all();
+      });
+      std::lock_guard<std::mutex> lock(mu);
+      return !leave;
+    });
+    EXPECT_TRUE(st.ok()) << st.message();
+  });
+  auto leave_now = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      leave = true;
+    }
+    client.join();
+  };
+  bool started = false;
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    started = cv.wait_for(lock, std::chrono::seconds(30), [&] { return first_cached_tokens >= 0; });
+  }
+  if (!started) {
+    leave_now();
+    FAIL() << "the long generation never streamed";
+  }
+  EXPECT_GT(first_cached_tokens, 0);
+
+  // SGLang's answer (400, "Cache not flushed ..."), with the numbers; nothing is freed.
+  auto refused = Post(*server_, "/flush_cache", "");
+  EXPECT_EQ(refused.status_code, 400) << refused.body;
+  EXPECT_NE(refused.body.find("Cache not flushed because there are pending requests. #queue-req: 0, #running-req: 1."),
+            std::string::npos) << refused.body;
+  const int64_t stayed = NumberAfter(refused.body, "Nothing was freed: ");
+  const int64_t in_use = NumberAfter(refused.body, " cached tokens stay, ");
+  EXPECT_GE(in_use, first_cached_tokens) << refused.body;
+  EXPECT_GE(stayed, in_use) << refused.body;
+  auto still_cached = json::parse(Post(*server_, "/generate", warm.dump()).body);
+  EXPECT_GT(still_cached["meta_info"]["cached_tokens"].get<int>(), 0);
+
+  leave_now();
+  // Once the server has aborted the request, the flush goes through and frees the prefix.
+  const auto idle = WaitForMetrics(*server_, [](const auto& m) {
+    return MetricValue(m, "sglang:num_running_reqs") == 0 && MetricValue(m, "sglang:num_queue_reqs") == 0;
+  });
+  EXPECT_EQ(MetricValue(idle, "sglang:num_running_reqs"), 0);
+  auto flush = Post(*server_, "/flush_cache", "");
+  EXPECT_EQ(flush.status_code, 200) << flush.body;
+  EXPECT_GE(NumberAfter(flush.body, "Cache flushed. Freed "), stayed) << flush.body;
+  auto after = json::parse(Post(*server_, "/generate", warm.dump()).body);
+  EXPECT_EQ(after["meta_info"]["cached_tokens"], 0);
 }
 
 TEST_F(ServeTest, FuzzedRequestsLeaveItUpAndLeakFree) {
@@ -380,6 +485,42 @@ TEST_F(ServeTest, FuzzedRequestsLeaveItUpAndLeakFree) {
   EXPECT_NE(m.find("sglang:num_running_reqs{model_name=\"bard\"} 0"), std::string::npos) << m;
   EXPECT_NE(m.find("sglang:num_queue_reqs{model_name=\"bard\"} 0"), std::string::npos) << m;
   EXPECT_NE(m.find("sglang:num_used_tokens{model_name=\"bard\"} 0"), std::string::npos) << m;
+}
+
+TEST(Serve, MetricsAreValidPrometheusTextAndCountRequests) {
+  // A model name with every character the text format must escape.
+  const std::string name = "org/model \"v2\" \\ x\nline two";
+  ServerProcess s({"--enable-metrics", "--served-model-name", name});
+  ASSERT_TRUE(s.running()) << s.log();
+  const auto start = WaitForMetrics(s, [](const auto&) { return true; });
+  ASSERT_FALSE(start.empty());
+  for (const auto& family : start) {
+    for (const auto& sample : family.samples) {
+      ASSERT_NE(sample.Label("model_name"), nullptr) << sample.name;
+      EXPECT_EQ(*sample.Label("model_name"), name) << sample.name;
+    }
+  }
+  EXPECT_EQ(MetricValue(start, "sglang:num_requests_total"), 0);
+  EXPECT_EQ(MetricValue(start, "sglang:max_total_num_tokens"), 8192);
+  EXPECT_EQ(testing::FindFamily(start, "sglang:num_finished_reqs"), nullptr);  // not an SGLang name
+
+  // One request finishes; one is aborted when its client leaves after the first event.
+  ASSERT_EQ(Post(s, "/generate", R"({"text": "ROMEO:", "sampling_params": {"max_new_tokens": 8, "ignore_eos": true}})").status_code,
+            200);
+  Status st = HttpClient().Stream("POST", s.Url("/generate"),
+                                  R"({"text": "KING:", "stream": true, "sampling_params": {"max_new_tokens": 1900, "ignore_eos": true}})",
+                                  {}, 30000, [](std::string_view) { return false; });
+  EXPECT_TRUE(st.ok()) << st.message();
+  const auto m = WaitForMetrics(s, [](const auto& page) {
+    return MetricValue(page, "sglang:num_requests_total") == 2 &&
+           MetricValue(page, "sglang:e2e_request_latency_seconds") == 2;
+  });
+  EXPECT_EQ(MetricValue(m, "sglang:num_requests_total"), 2);
+  EXPECT_EQ(MetricValue(m, "sglang:num_aborted_requests_total"), 1);
+  EXPECT_EQ(MetricValue(m, "sglang:e2e_request_latency_seconds"), 2);
+  EXPECT_GE(MetricValue(m, "sglang:generation_tokens_total"), 8);
+  EXPECT_GT(MetricValue(m, "sglang:prompt_tokens_total"), 2);
+  EXPECT_EQ(MetricValue(m, "sglang:num_running_reqs"), 0);
 }
 
 TEST(Serve, ApiKeyGuardsEverythingButHealth) {
