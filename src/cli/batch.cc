@@ -154,47 +154,44 @@ Result<std::string> ModelTypeFromDir(const std::string& dir) {
 }  // namespace
 
 int RunBatch(Args& args) {
-  ModelFlags model_flags = ReadModelFlags(args);
-  auto engine_options = ReadEngineFlags(args);
+  ModelFlags model_flags = ReadModelFlags(args, ForwardSize::kEngineStep);
+  EngineOptions engine_options = ReadEngineFlags(args, model_flags);
   BatchFlags f;
-  f.input = args.Str("input", "");
-  f.output = args.Str("output", "");
-  f.endpoints = args.All("endpoint");
-  f.errors = args.Str("errors", "");
-  f.tokenizer = args.Str("tokenizer", "");
-  f.model = args.Str("model", "");
-  const bool unordered = args.Switch("unordered");
-  const bool ordered_flag = args.Switch("ordered");
+  f.input = args.Str("input", "", "JSONL of conversations (required)", {.value_name = "IN.jsonl"});
+  f.output = args.Str("output", "", "JSONL of answers; progress in OUT.jsonl.progress.db (required)",
+                      {.value_name = "OUT.jsonl"});
+  f.endpoints = args.All("endpoint", "a running server (or give --model-path)", {.value_name = "URL"});
+  f.errors = args.Str("errors", "", "input problems and failed records", {.value_name = "FILE",
+                                                                          .shown_default = "OUT.errors.jsonl"});
+  f.tokenizer = args.Str("tokenizer", "", "tokenizer directory for --endpoint",
+                         {.value_name = "DIR", .shown_default = "the model_path the server reports"});
+  f.model = args.Str("model", "", "the model name sent and written in settings",
+                     {.shown_default = "what the server reports"});
+  const bool unordered = args.Switch("unordered", "write lines in completion order");
+  const bool ordered_flag = args.Switch("ordered", "write lines in input order (the default)");
   f.ordered = !unordered;
-  f.dry_run = args.Switch("dry-run");
-  f.request_timeout_s = args.Double("request-timeout", 600);
-  f.progress_interval_s = args.Double("progress-interval", 10);
-  f.runner.concurrency = args.Int("concurrency", 8);
-  f.runner.max_new_tokens = args.Int("max-new-tokens", 256);
-  f.runner.temperature = args.Double("temperature", 0.0);
-  f.runner.top_p = args.Double("top-p", 1.0);
-  f.runner.seed = uint64_t(args.Int64("seed", 0));
-  f.runner.max_retries = args.Int("max-retries", 3);
-  f.runner.server_wait_timeout_s = args.Double("server-wait-timeout", 300);
-  f.runner.checkpoint_interval_s = args.Double("checkpoint-interval", 0.2);
-  if (Status s = args.Finish("batch"); !s.ok()) return Fail("batch", s.message(), 2);
-  if (!engine_options.ok()) return Fail("batch", engine_options.error(), 2);
-  if (f.input.empty()) return Fail("batch", "--input IN.jsonl is required", 2);
-  if (f.output.empty() && !f.dry_run) return Fail("batch", "--output OUT.jsonl is required", 2);
-  if (ordered_flag && unordered) return Fail("batch", "give --ordered or --unordered, not both", 2);
+  f.dry_run = args.Switch("dry-run", "validate the input and print the counts; contact no one");
+  f.request_timeout_s = args.Double("request-timeout", 600, "seconds per request", {.value_name = "S", .above = 0});
+  f.progress_interval_s = args.Double("progress-interval", 10, "seconds between progress lines off a terminal",
+                                      {.value_name = "S", .above = 0});
+  f.runner.concurrency = args.Int("concurrency", 8, "requests in flight", {.min = 1});
+  f.runner.max_new_tokens = args.Int("max-new-tokens", 256, "tokens per answer at most", {.min = 1});
+  f.runner.temperature = args.Double("temperature", 0.0, "0: greedy", {.min = 0});
+  f.runner.top_p = args.Double("top-p", 1.0, "nucleus sampling mass", {.above = 0, .max = 1});
+  f.runner.seed = uint64_t(args.Int64("seed", 0, "each record samples with a hash of this and its id"));
+  f.runner.max_retries = args.Int("max-retries", 3, "retries of a failed record", {.min = 0});
+  f.runner.server_wait_timeout_s = args.Double("server-wait-timeout", 300, "seconds to wait for a server to come back",
+                                               {.value_name = "S", .min = 0});
+  f.runner.checkpoint_interval_s = args.Double("checkpoint-interval", 0.2, "seconds between progress DB checkpoints",
+                                               {.value_name = "S", .min = 0});
+  if (f.input.empty()) args.Reject("--input IN.jsonl is required");
+  if (f.output.empty() && !f.dry_run) args.Reject("--output OUT.jsonl is required");
+  if (ordered_flag && unordered) args.Reject("give --ordered or --unordered, not both");
   const bool in_process = !model_flags.model_path.empty();
   if (!f.dry_run && in_process == !f.endpoints.empty()) {
-    return Fail("batch", "give --endpoint URL (repeatable) or --model-path DIR (in-process), not both", 2);
+    args.Reject("give --endpoint URL (repeatable) or --model-path DIR (in-process), not both");
   }
-  if (f.runner.concurrency < 1 || f.runner.max_new_tokens < 1 || f.runner.max_retries < 0) {
-    return Fail("batch", "--concurrency and --max-new-tokens must be >= 1, --max-retries >= 0", 2);
-  }
-  if (f.runner.temperature < 0 || f.runner.top_p <= 0 || f.runner.top_p > 1) {
-    return Fail("batch", "--temperature must be >= 0 and --top-p in (0, 1]", 2);
-  }
-  if (f.request_timeout_s <= 0 || f.runner.server_wait_timeout_s < 0 || f.runner.checkpoint_interval_s < 0) {
-    return Fail("batch", "--request-timeout must be > 0; --server-wait-timeout, --checkpoint-interval >= 0", 2);
-  }
+  if (auto exit_code = args.Finish()) return *exit_code;
   if (f.errors.empty()) f.errors = ErrorsPathFor(f.output);
 
   // The input.
@@ -271,8 +268,7 @@ int RunBatch(Args& args) {
   f.runner.output = {.model = f.model, .seed = f.runner.seed, .temperature = f.runner.temperature,
                      .top_p = f.runner.top_p, .max_new_tokens = f.runner.max_new_tokens};
   if (in_process) {
-    model_flags.options.max_batch_tokens = ForwardTokensFor(*engine_options);
-    engine_options->log_batches = false;
+    engine_options.log_batches = false;
     auto l = LoadModel(model_flags, /*need_tokenizer=*/true);
     if (!l.ok()) return Fail("batch", l.error());
     loaded = std::move(l).value();
@@ -280,7 +276,7 @@ int RunBatch(Args& args) {
     auto p = CreateEnginePool(*loaded, model_flags.page_size);
     if (!p.ok()) return Fail("batch", p.error());
     pool = std::move(p).value();
-    engine = std::make_unique<Engine>(*loaded->model, *loaded->kernels, *pool, *engine_options, &*loaded->tokenizer);
+    engine = std::make_unique<Engine>(*loaded->model, *loaded->kernels, *pool, engine_options, &*loaded->tokenizer);
     engine->Start();
     tokenizer = &*loaded->tokenizer;
     model_type = c.model_type;

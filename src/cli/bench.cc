@@ -83,14 +83,12 @@ size_t ExpertBytes(const Model& model) {
 
 int RunBench(Args& args) {
   ModelFlags model_flags = ReadModelFlags(args);
-  const int prompt_len = args.Int("prompt-len", 256);
-  const int decode_tokens = args.Int("decode-tokens", 32);
-  const int bandwidth_mb = args.Int("bandwidth-buffer-mb", 1024);
-  const bool matmul_sweep = args.Switch("matmul-sweep");
-  if (Status s = args.Finish("bench"); !s.ok()) return Fail("bench", s.message(), 2);
-  if (prompt_len <= 0 || decode_tokens <= 0) {
-    return Fail("bench", "--prompt-len and --decode-tokens must be positive", 2);
-  }
+  const int prompt_len = args.Int("prompt-len", 256, "prompt tokens (pseudo-random ids)", {.min = 1});
+  const int decode_tokens = args.Int("decode-tokens", 32, "tokens decoded after the prompt", {.min = 1});
+  const int bandwidth_mb = args.Int("bandwidth-buffer-mb", 1024, "buffer for the machine's read bandwidth, in MB",
+                                    {.value_name = "MB", .min = 1});
+  const bool matmul_sweep = args.Switch("matmul-sweep", "also time the lm_head matmul for batches of 1 to 64 tokens");
+  if (auto exit_code = args.Finish()) return *exit_code;
   auto loaded = LoadModel(model_flags, /*need_tokenizer=*/false);
   if (!loaded.ok()) return Fail("bench", loaded.error());
   Model& model = *loaded->model;

@@ -32,21 +32,20 @@ int RandomLen(int len, double range_ratio, uint64_t seed, uint64_t i) {
 }  // namespace
 
 int RunBenchOffline(Args& args) {
-  ModelFlags model_flags = ReadModelFlags(args);
-  auto engine_options = ReadEngineFlags(args);
-  const int num_prompts = args.Int("num-prompts", 64);
-  const int input_len = args.Int("random-input-len", 256);
-  const int output_len = args.Int("random-output-len", 256);
-  const double range_ratio = args.Double("random-range-ratio", 1.0);
-  const std::string dataset = args.Str("dataset-path", "");
-  const uint64_t seed = uint64_t(args.Int64("seed", 1));
-  const bool no_ignore_eos = args.Switch("no-ignore-eos");
-  const std::string json_path = args.Str("result-json", "");
-  if (Status s = args.Finish("bench-offline"); !s.ok()) return Fail("bench-offline", s.message(), 2);
-  if (!engine_options.ok()) return Fail("bench-offline", engine_options.error(), 2);
-  if (num_prompts <= 0 || input_len <= 0 || output_len <= 0 || range_ratio < 0 || range_ratio > 1) {
-    return Fail("bench-offline", "need positive --num-prompts and lengths, --random-range-ratio in [0, 1]", 2);
-  }
+  ModelFlags model_flags = ReadModelFlags(args, ForwardSize::kEngineStep);
+  const EngineOptions engine_options = ReadEngineFlags(args, model_flags);
+  const int num_prompts = args.Int("num-prompts", 64, "requests", {.min = 1});
+  const int input_len = args.Int("random-input-len", 256, "prompt tokens per request, at most", {.min = 1});
+  const int output_len = args.Int("random-output-len", 256, "output tokens per request, at most", {.min = 1});
+  const double range_ratio = args.Double("random-range-ratio", 1.0, "lengths are uniform in [len x ratio, len]",
+                                         {.min = 0, .max = 1});
+  const std::string dataset = args.Str("dataset-path", "",
+                                       "JSONL of {\"prompt\", \"output_len\"} instead of random ids",
+                                       {.value_name = "JSONL"});
+  const uint64_t seed = uint64_t(args.Int64("seed", 1, "seed of the random lengths and ids"));
+  const bool no_ignore_eos = args.Switch("no-ignore-eos", "stop requests at the end-of-sequence token");
+  const std::string json_path = args.Str("result-json", "", "also write the results as JSON", {.value_name = "FILE"});
+  if (auto exit_code = args.Finish()) return *exit_code;
   auto loaded = LoadModel(model_flags, /*need_tokenizer=*/!dataset.empty());
   if (!loaded.ok()) return Fail("bench-offline", loaded.error());
   Model& model = *loaded->model;
@@ -82,7 +81,7 @@ int RunBenchOffline(Args& args) {
   if (!pool.ok()) return Fail("bench-offline", pool.error());
   std::fprintf(stderr, "[mlaserve] kv_cache_dtype=%s, %s\n", KvFormatName(loaded->runner_options.kv_format),
                loaded->kv_budget.log_line.c_str());
-  Engine engine(model, *loaded->kernels, **pool, *engine_options);
+  Engine engine(model, *loaded->kernels, **pool, engine_options);
 
   std::mutex mu;
   int finished = 0, failed = 0;

@@ -28,7 +28,6 @@
 #include <thread>
 
 #include "cli/commands.h"
-#include "cli/model_setup.h"
 #include "core/read_file.h"
 #include "engine/sampler.h"
 #include "server/http_client.h"
@@ -415,49 +414,48 @@ class Progress {
   Clock::time_point last_line_ = Clock::now();
 };
 
-Result<ServingFlags> ReadServingFlags(Args& args) {
+// Reads every flag; bad values and combinations are reported through args.Finish().
+ServingFlags ReadServingFlags(Args& args) {
   ServingFlags f;
-  f.backend_name = args.Str("backend", "sglang");
-  const std::optional<std::string> base_url = args.Str("base-url");
-  const std::string host = args.Str("host", "127.0.0.1");
-  const int port = args.Int("port", 30000);
-  f.model = args.Str("model", "");
-  f.dataset_path = args.Str("dataset-path", "");
-  f.dataset_name = args.Str("dataset-name", f.dataset_path.empty() ? "random" : "jsonl");
-  f.num_prompts = args.Int("num-prompts", 64);
-  f.random_input_len = args.Int("random-input-len", 256);
-  f.random_output_len = args.Int("random-output-len", 256);
-  f.random_range_ratio = args.Double("random-range-ratio", 1.0);
-  f.vocab_size = args.Int("vocab-size", 0);
-  f.request_rate = args.Double("request-rate", std::numeric_limits<double>::infinity());
-  f.max_concurrency = args.Int("max-concurrency", 0);
-  f.warmup_requests = args.Int("warmup-requests", 1);
-  f.seed = uint64_t(args.Int64("seed", 1));
-  f.ignore_eos = !args.Switch("disable-ignore-eos");
-  f.disable_progress = args.Switch("disable-progress");
-  f.output_file = args.Str("output-file", "");
-  MLA_RETURN_IF_ERROR(args.Finish("bench-serving"));
+  f.backend_name = args.Str("backend", "sglang", "sglang: POST /generate; openai: /v1/completions; "
+                            "openai-chat: /v1/chat/completions",
+                            {.choices = {"sglang", "sglang-native", "openai", "sglang-oai", "openai-chat",
+                                         "sglang-oai-chat"}});
+  const std::optional<std::string> base_url =
+      args.OptStr("base-url", "the server", {.value_name = "URL", .shown_default = "http://HOST:PORT"});
+  const std::string host = args.Str("host", "127.0.0.1", "the server's host, without --base-url");
+  const int port = args.Int("port", 30000, "the server's port, without --base-url", {.min = 1, .max = 65535});
+  f.model = args.Str("model", "", "the model name sent", {.shown_default = "the first of /v1/models"});
+  f.dataset_path = args.Str("dataset-path", "", "JSONL of {\"prompt\", \"output_len\"}", {.value_name = "JSONL"});
+  f.dataset_name = args.Str("dataset-name", f.dataset_path.empty() ? "random" : "jsonl", "where prompts come from",
+                            {.shown_default = "jsonl with --dataset-path, else random",
+                             .choices = {"random", "jsonl"}});
+  f.num_prompts = args.Int("num-prompts", 64, "requests", {.min = 1});
+  f.random_input_len = args.Int("random-input-len", 256, "prompt tokens per request, at most", {.min = 1});
+  f.random_output_len = args.Int("random-output-len", 256, "output tokens per request, at most", {.min = 1});
+  f.random_range_ratio = args.Double("random-range-ratio", 1.0, "lengths are uniform in [len x ratio, len]",
+                                     {.min = 0, .max = 1});
+  f.vocab_size = args.Int("vocab-size", 0, "vocabulary for random token ids",
+                          {.shown_default = "what the server reports", .min = 0});
+  f.request_rate = args.Double("request-rate", std::numeric_limits<double>::infinity(),
+                               "requests per second, Poisson arrivals; inf: all at once", {.above = 0});
+  f.max_concurrency = args.Int("max-concurrency", 0, "requests in flight at most; 0: no limit", {.min = 0});
+  f.warmup_requests = args.Int("warmup-requests", 1, "requests sent before timing", {.min = 0});
+  f.seed = uint64_t(args.Int64("seed", 1, "seed of the random lengths and prompts"));
+  f.ignore_eos = !args.Switch("disable-ignore-eos", "stop requests at the end-of-sequence token");
+  f.disable_progress = args.Switch("disable-progress", "no progress display");
+  f.output_file = args.Str("output-file", "", "append the results as one JSON line", {.value_name = "JSONL"});
 
-  if (f.backend_name == "sglang" || f.backend_name == "sglang-native") f.backend = Backend::kSglang;
-  else if (f.backend_name == "openai" || f.backend_name == "sglang-oai") f.backend = Backend::kOpenAi;
+  if (f.backend_name == "openai" || f.backend_name == "sglang-oai") f.backend = Backend::kOpenAi;
   else if (f.backend_name == "openai-chat" || f.backend_name == "sglang-oai-chat") f.backend = Backend::kOpenAiChat;
-  else return Status::Error("--backend must be sglang, openai or openai-chat, got '" + f.backend_name + "'");
-  if (f.dataset_name != "random" && f.dataset_name != "jsonl") {
-    return Status::Error("--dataset-name must be random or jsonl, got '" + f.dataset_name + "'");
+  else f.backend = Backend::kSglang;
+  if (f.dataset_name == "jsonl" && f.dataset_path.empty()) {
+    args.Reject("--dataset-name jsonl needs --dataset-path FILE");
   }
-  if (f.dataset_name == "jsonl" && f.dataset_path.empty()) return Status::Error("--dataset-name jsonl needs --dataset-path FILE");
-  if (f.dataset_name == "random" && !f.dataset_path.empty()) return Status::Error("--dataset-path needs --dataset-name jsonl");
-  if (f.num_prompts <= 0 || f.random_input_len <= 0 || f.random_output_len <= 0) {
-    return Status::Error("--num-prompts, --random-input-len and --random-output-len must be positive");
-  }
-  if (!(f.random_range_ratio >= 0 && f.random_range_ratio <= 1)) return Status::Error("--random-range-ratio must be in [0, 1]");
-  if (!(f.request_rate > 0)) return Status::Error("--request-rate must be positive (inf: all at once)");
-  if (f.max_concurrency < 0 || f.warmup_requests < 0 || f.vocab_size < 0) {
-    return Status::Error("--max-concurrency, --warmup-requests and --vocab-size must not be negative");
-  }
+  if (f.dataset_name == "random" && !f.dataset_path.empty()) args.Reject("--dataset-path needs --dataset-name jsonl");
   f.base_url = base_url ? *base_url : "http://" + host + ":" + std::to_string(port);
   while (!f.base_url.empty() && f.base_url.back() == '/') f.base_url.pop_back();
-  if (auto parsed = HttpClient::ParseUrl(f.base_url); !parsed.ok()) return parsed.status();
+  if (auto parsed = HttpClient::ParseUrl(f.base_url); !parsed.ok()) args.Reject(parsed.error());
   return f;
 }
 
@@ -663,9 +661,8 @@ json MetricsJson(const ServingFlags& f, const Metrics& m, int num_requests) {
 }  // namespace
 
 int RunBenchServing(Args& args) {
-  auto flags = ReadServingFlags(args);
-  if (!flags.ok()) return Fail("bench-serving", flags.error(), 2);
-  ServingFlags& f = *flags;
+  ServingFlags f = ReadServingFlags(args);
+  if (auto exit_code = args.Finish()) return *exit_code;
   const HttpClient client;
   HttpHeaders headers = {{"Content-Type", "application/json"}};
   if (const char* key = std::getenv("OPENAI_API_KEY"); key != nullptr && *key != '\0') {

@@ -1,29 +1,46 @@
 #include "cli/engine_flags.h"
 
 namespace mlaserve::cli {
+namespace {
 
-Result<EngineOptions> ReadEngineFlags(Args& args) {
-  EngineOptions o;
-  o.max_running_requests = args.Int("max-running-requests", o.max_running_requests);
-  o.chunked_prefill_size = args.Int("chunked-prefill-size", o.chunked_prefill_size);
-  o.max_prefill_tokens = args.Int("max-prefill-tokens", o.max_prefill_tokens);
-  const std::string policy = args.Str("schedule-policy", "fcfs");
-  o.schedule_conservativeness = args.Double("schedule-conservativeness", 1.0);
-  o.disable_radix_cache = args.Switch("disable-radix-cache");
-  o.decode_log_interval = args.Int("decode-log-interval", o.decode_log_interval);
-  if (policy == "fcfs") o.schedule_policy = SchedulePolicy::kFcfs;
-  else if (policy == "lpm") o.schedule_policy = SchedulePolicy::kLpm;
-  else return Status::Error("--schedule-policy must be fcfs or lpm, got '" + policy + "'");
-  if (o.max_running_requests <= 0) return Status::Error("--max-running-requests must be positive");
-  if (o.max_prefill_tokens <= 0) return Status::Error("--max-prefill-tokens must be positive");
-  if (o.schedule_conservativeness <= 0) return Status::Error("--schedule-conservativeness must be positive");
-  if (o.decode_log_interval <= 0) return Status::Error("--decode-log-interval must be positive");
-  return o;
-}
-
+// Tokens one forward call must hold for these options: a prefill chunk plus one decode token
+// per running request.
 int ForwardTokensFor(const EngineOptions& o) {
   const int chunk = o.chunked_prefill_size > 0 ? o.chunked_prefill_size : 2048;
   return chunk + o.max_running_requests;
+}
+
+}  // namespace
+
+EngineOptions ReadEngineFlags(Args& args, ModelFlags& model_flags) {
+  EngineOptions o;
+  o.max_running_requests = args.Int("max-running-requests", o.max_running_requests, "requests decoding together",
+                                    {.min = 1, .max = 1 << 20});
+  o.chunked_prefill_size = args.Int("chunked-prefill-size", o.chunked_prefill_size,
+                                    "prefill tokens per step; <= 0: a whole prompt in one chunk",
+                                    {.max = 1 << 24});
+  o.max_prefill_tokens = args.Int("max-prefill-tokens", o.max_prefill_tokens, "prompt tokens admitted per step",
+                                  {.min = 1});
+  const std::string policy = args.Str("schedule-policy", "fcfs", "fcfs, or lpm: longest cached prefix first",
+                                      {.choices = {"fcfs", "lpm"}});
+  o.schedule_policy = policy == "lpm" ? SchedulePolicy::kLpm : SchedulePolicy::kFcfs;
+  o.schedule_conservativeness = args.Double("schedule-conservativeness", o.schedule_conservativeness,
+                                            "scales the future-token reservation at admission", {.above = 0});
+  o.disable_radix_cache = args.Switch("disable-radix-cache", "no prefix cache");
+  o.decode_log_interval = args.Int("decode-log-interval", o.decode_log_interval,
+                                   "decode steps between \"Decode batch\" log lines", {.min = 1});
+
+  const int needed = ForwardTokensFor(o);
+  model_flags.options.max_batch_tokens = model_flags.max_batch_tokens.value_or(needed);
+  if (model_flags.max_batch_tokens && *model_flags.max_batch_tokens < needed) {
+    args.Reject("--max-batch-tokens " + std::to_string(*model_flags.max_batch_tokens) +
+                " is less than one engine step may forward: a prefill chunk of " +
+                std::to_string(needed - o.max_running_requests) +
+                " (--chunked-prefill-size) plus one token for each of " + std::to_string(o.max_running_requests) +
+                " running requests (--max-running-requests) = " + std::to_string(needed) +
+                "; omit it, or lower those");
+  }
+  return o;
 }
 
 }  // namespace mlaserve::cli

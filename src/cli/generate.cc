@@ -13,21 +13,17 @@ namespace mlaserve::cli {
 
 int RunGenerate(Args& args) {
   ModelFlags model_flags = ReadModelFlags(args);
-  const auto prompt = args.Str("prompt");
-  const int max_new_tokens = args.Int("max-new-tokens", 128);
+  const auto prompt = args.OptStr("prompt", "the prompt text (required)");
+  const int max_new_tokens = args.Int("max-new-tokens", 128, "tokens to generate at most", {.min = 0});
   SamplingParams sampling;
-  sampling.temperature = float(args.Double("temperature", 0.0));
-  sampling.top_p = float(args.Double("top-p", 1.0));
-  sampling.top_k = args.Int("top-k", 0);
-  sampling.seed = uint64_t(args.Int64("seed", 0));
-  const bool chat = args.Switch("chat");
-  const bool ignore_eos = args.Switch("ignore-eos");
-  if (Status s = args.Finish("generate"); !s.ok()) return Fail("generate", s.message(), 2);
-  if (!prompt) return Fail("generate", "--prompt is required", 2);
-  if (max_new_tokens < 0) return Fail("generate", "--max-new-tokens must be >= 0", 2);
-  if (sampling.temperature < 0) return Fail("generate", "--temperature must be >= 0", 2);
-  if (sampling.top_p <= 0 || sampling.top_p > 1) return Fail("generate", "--top-p must be in (0, 1]", 2);
-  if (sampling.top_k < 0) return Fail("generate", "--top-k must be >= 0", 2);
+  sampling.temperature = float(args.Double("temperature", 0.0, "0: greedy", {.min = 0}));
+  sampling.top_p = float(args.Double("top-p", 1.0, "nucleus sampling mass", {.above = 0, .max = 1}));
+  sampling.top_k = args.Int("top-k", 0, "sample among the k likeliest tokens; 0: all", {.min = 0});
+  sampling.seed = uint64_t(args.Int64("seed", 0, "sampling seed"));
+  const bool chat = args.Switch("chat", "format the prompt as one user turn with the model's chat template");
+  const bool ignore_eos = args.Switch("ignore-eos", "keep generating past the end-of-sequence token");
+  if (!prompt) args.Reject("--prompt is required");
+  if (auto exit_code = args.Finish()) return *exit_code;
 
   auto loaded = LoadModel(model_flags, /*need_tokenizer=*/true);
   if (!loaded.ok()) return Fail("generate", loaded.error());

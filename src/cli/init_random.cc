@@ -8,7 +8,6 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "cli/model_setup.h"
 #include "core/read_file.h"
 #include "core/float16.h"
 #include "model/safetensors_writer.h"
@@ -94,21 +93,20 @@ bool IsNormOrBias(const std::string& name) {
 }  // namespace
 
 int RunInitRandom(Args& args) {
-  const std::string out_dir = args.Str("out", "");
-  const std::string preset = args.Str("preset", "reference");
-  const auto config_path = args.Str("config");
-  const std::vector<std::string> overrides = args.All("set");
-  const std::string dtype_name = args.Str("dtype", "bf16");
-  const uint64_t seed = uint64_t(args.Int64("seed", 1));
-  const double init_std = args.Double("init-std", 0.02);
-  if (Status s = args.Finish("init-random"); !s.ok()) return Fail("init-random", s.message(), 2);
-  if (out_dir.empty()) return Fail("init-random", "--out DIR is required", 2);
-
-  DType dtype;
-  if (dtype_name == "bf16") dtype = DType::kBF16;
-  else if (dtype_name == "f16") dtype = DType::kF16;
-  else if (dtype_name == "f32") dtype = DType::kF32;
-  else return Fail("init-random", "--dtype must be bf16, f16 or f32", 2);
+  const std::string out_dir = args.Str("out", "", "directory to write config.json and model.safetensors (required)",
+                                       {.value_name = "DIR"});
+  const std::string preset = args.Str("preset", "reference", "the shape: the benchmark reference or a tiny one",
+                                      {.choices = {"reference", "tiny"}});
+  const auto config_path = args.OptStr("config", "a config.json to use instead of --preset", {.value_name = "FILE"});
+  const std::vector<std::string> overrides =
+      args.All("set", "overrides one config key; the value is JSON", {.value_name = "KEY=VALUE"});
+  const std::string dtype_name = args.Str("dtype", "bf16", "weight dtype (norms stay f32)",
+                                          {.choices = {"bf16", "f16", "f32"}});
+  const uint64_t seed = uint64_t(args.Int64("seed", 1, "weight seed"));
+  const double init_std = args.Double("init-std", 0.02, "standard deviation of the weights", {.min = 0});
+  if (out_dir.empty()) args.Reject("--out DIR is required");
+  if (auto exit_code = args.Finish()) return *exit_code;
+  const DType dtype = dtype_name == "f32" ? DType::kF32 : dtype_name == "f16" ? DType::kF16 : DType::kBF16;
 
   json config;
   if (config_path) {
@@ -116,12 +114,8 @@ int RunInitRandom(Args& args) {
     if (!text.ok()) return Fail("init-random", text.error(), 2);
     config = json::parse(*text, nullptr, false);
     if (config.is_discarded()) return Fail("init-random", *config_path + ": not valid JSON", 2);
-  } else if (preset == "reference") {
-    config = ReferencePreset();
-  } else if (preset == "tiny") {
-    config = TinyPreset();
   } else {
-    return Fail("init-random", "--preset must be reference or tiny", 2);
+    config = preset == "tiny" ? TinyPreset() : ReferencePreset();
   }
   for (const std::string& kv : overrides) {
     const size_t eq = kv.find('=');

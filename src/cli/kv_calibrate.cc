@@ -18,13 +18,13 @@ namespace mlaserve::cli {
 
 int RunKvCalibrate(Args& args) {
   ModelFlags model_flags = ReadModelFlags(args);
-  const std::string data_arg = args.Str("data", "");
-  const std::string out_path = args.Str("out", "");
-  const int max_tokens = args.Int("max-tokens", 4096);
-  const int window = args.Int("window", 512);
-  if (Status s = args.Finish("kv-calibrate"); !s.ok()) return Fail("kv-calibrate", s.message(), 2);
-  if (out_path.empty()) return Fail("kv-calibrate", "--out FILE is required", 2);
-  if (window < 1 || max_tokens < 1) return Fail("kv-calibrate", "--window and --max-tokens must be positive", 2);
+  const std::string data_arg = args.Str("data", "", "sample text", {.value_name = "FILE",
+                                                                   .shown_default = "MODEL/heldout.txt"});
+  const std::string out_path = args.Str("out", "", "where to write the JSON (required)", {.value_name = "FILE"});
+  const int max_tokens = args.Int("max-tokens", 4096, "tokens of sample text to run", {.min = 1});
+  const int window = args.Int("window", 512, "tokens per sequence", {.min = 1});
+  if (out_path.empty()) args.Reject("--out FILE is required");
+  if (auto exit_code = args.Finish()) return *exit_code;
   auto loaded = LoadModel(model_flags, /*need_tokenizer=*/true);
   if (!loaded.ok()) return Fail("kv-calibrate", loaded.error());
   Model& model = *loaded->model;

@@ -50,20 +50,20 @@ double Percentile(std::vector<double> v, double q) {
 
 int RunKvEval(Args& args) {
   ModelFlags model_flags = ReadModelFlags(args);
-  const std::string data_arg = args.Str("data", "");
-  const std::string formats_arg = args.Str("formats", "all");
-  const int max_tokens = args.Int("max-tokens", 8192);
-  const int window = args.Int("window", 512);
-  const int num_prompts = args.Int("num-prompts", 32);
-  const int prompt_len = args.Int("prompt-len", 64);
-  const int continuation_len = args.Int("continuation-len", 32);
-  const double budget_gb = args.Double("budget-gb", 10.0);
-  const std::string json_path = args.Str("json", "");
-  const std::string scales_path = args.Str("kv-scales", "");
-  if (Status s = args.Finish("kv-eval"); !s.ok()) return Fail("kv-eval", s.message(), 2);
-  if (window < 2 || max_tokens < window || num_prompts < 0 || prompt_len < 1 || continuation_len < 1) {
-    return Fail("kv-eval", "need --window >= 2, --max-tokens >= --window, positive prompt sizes", 2);
-  }
+  const std::string data_arg = args.Str("data", "", "held-out text", {.value_name = "FILE",
+                                                                     .shown_default = "MODEL/heldout.txt"});
+  const std::string formats_arg = args.Str("formats", "all", "KV formats to compare with bf16, comma-separated",
+                                           {.value_name = "all|F,F,..."});
+  const int max_tokens = args.Int("max-tokens", 8192, "teacher-forced tokens at most (>= --window)", {.min = 2});
+  const int window = args.Int("window", 512, "tokens per teacher-forced sequence", {.min = 2});
+  const int num_prompts = args.Int("num-prompts", 32, "greedy continuations compared", {.min = 0});
+  const int prompt_len = args.Int("prompt-len", 64, "tokens per continuation prompt", {.min = 1});
+  const int continuation_len = args.Int("continuation-len", 32, "tokens per greedy continuation", {.min = 1});
+  const double budget_gb = args.Double("budget-gb", 10.0, "KV budget for the tokens-that-fit column",
+                                       {.value_name = "GB", .above = 0});
+  const std::string json_path = args.Str("json", "", "also write the results as JSON", {.value_name = "FILE"});
+  if (max_tokens < window) args.Reject("--max-tokens must be >= --window");
+  if (auto exit_code = args.Finish()) return *exit_code;
   std::vector<KvFormat> formats;
   if (formats_arg == "all") {
     for (KvFormat f : kAllKvFormats) {
@@ -104,8 +104,8 @@ int RunKvEval(Args& args) {
       if (!from_checkpoint.ok()) return from_checkpoint.status();
       o.kv_tensor_scales = std::move(from_checkpoint).value();
     }
-    if (!scales_path.empty()) {
-      auto scales = LoadKvScales(scales_path, c, f);
+    if (!model_flags.kv_scales.empty()) {
+      auto scales = LoadKvScales(model_flags.kv_scales, c, f);
       if (!scales.ok()) return scales.status();
       o.kv_tensor_scales = *scales;
     }

@@ -7,24 +7,48 @@
 
 namespace mlaserve::cli {
 
-ModelFlags ReadModelFlags(Args& args) {
+ModelFlags ReadModelFlags(Args& args, ForwardSize forward_size) {
   ModelFlags f;
-  f.model_path = args.Str("model-path", "");
-  f.kernels = args.Str("kernels", "auto");
-  f.options.num_threads = args.Int("threads", 0);
-  f.options.max_context = args.Int("context-length", 0);
-  f.options.max_batch_tokens = args.Int("max-batch-tokens", 512);
-  f.kv_cache_dtype = args.Str("kv-cache-dtype", "auto");
-  f.kv_scales = args.Str("kv-scales", "");
-  f.page_size = args.Int("page-size", 16);
-  f.device_memory_gb = args.Double("device-memory", 0.0);
-  f.mem_fraction_static = args.Double("mem-fraction-static", 0.88);
-  f.max_total_tokens = args.Int64("max-total-tokens", 0);
+  f.model_path = args.Str("model-path", "", "model directory: config.json, *.safetensors, tokenizer",
+                          {.value_name = "DIR"});
+  f.trust_remote_code = args.Switch(
+      "trust-remote-code", "accepted for SGLang command lines; no effect (mlaserve runs no code from the checkpoint)");
+  f.kernels = args.Str("kernels", "auto", "compute kernels: auto, portable, avx2 or avx512");
+  f.options.num_threads = args.Int("threads", 0, "worker threads; 0: one per core", {.min = 0});
+  f.options.max_context = args.OptInt("context-length", "longest sequence, prompt plus generated tokens",
+                                      {.shown_default = "min(max_position_embeddings, 4096)", .min = 1})
+                              .value_or(0);  // 0: the model's default
+  constexpr int kFixedForwardTokens = 512;
+  f.max_batch_tokens =
+      forward_size == ForwardSize::kFixed
+          ? args.OptInt("max-batch-tokens", "tokens one forward call holds; longer prompts are chunked",
+                        {.shown_default = "512", .min = 1})
+          : args.OptInt("max-batch-tokens", "tokens one forward call holds; at least the default",
+                        {.shown_default = "--chunked-prefill-size + --max-running-requests", .min = 1});
+  f.options.max_batch_tokens = f.max_batch_tokens.value_or(kFixedForwardTokens);  // kEngineStep: ReadEngineFlags
+  f.kv_cache_dtype = args.Str("kv-cache-dtype", "auto",
+                              "KV cache format: auto (the model's dtype), bf16, fp16, fp32, fp8_e4m3, fp8_e5m2, "
+                              "fp8_ds_mla, fp4_e2m1, mxfp4, nvfp4 (docs/kv-formats.md)",
+                              {.value_name = "FORMAT"});
+  if (auto format = ParseKvCacheDtype(f.kv_cache_dtype, "bf16"); !format.ok()) args.Reject(format.error());
+  f.kv_scales = args.Str("kv-scales", "", "per-layer KV scales from mlaserve kv-calibrate (plain fp8, nvfp4)",
+                         {.value_name = "FILE", .shown_default = "the checkpoint's, else 1.0"});
+  f.page_size = args.Int("page-size", 16, "tokens per KV page", {.min = 1, .max = 4096});
+  f.device_memory_gb = args.Double("device-memory", 0.0, "memory the KV budget is computed from, in GB",
+                                   {.value_name = "GB", .shown_default = "physical memory", .min = 0});
+  f.mem_fraction_static = args.Double("mem-fraction-static", 0.88, "fraction of --device-memory for weights + KV",
+                                      {.above = 0, .max = 1});
+  f.max_total_tokens = args.Int64("max-total-tokens", 0, "caps the KV pool's tokens",
+                                  {.shown_default = "what the budget holds", .min = 0});
   return f;
 }
 
 Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
   if (flags.model_path.empty()) return Status::Error("--model-path is required");
+  if (flags.trust_remote_code) {
+    std::fprintf(stderr,
+                 "[mlaserve] --trust-remote-code has no effect (mlaserve runs no model code from the checkpoint)\n");
+  }
   LoadedModel loaded;
   auto kernels = KernelsByName(flags.kernels);
   if (!kernels.ok()) return kernels.status();
@@ -84,11 +108,6 @@ Result<std::unique_ptr<KvPool>> CreateEnginePool(const LoadedModel& loaded, int 
     MLA_RETURN_IF_ERROR((*pool)->SetTensorScales(loaded.runner_options.kv_tensor_scales));
   }
   return pool;
-}
-
-int Fail(const char* command, const std::string& message, int code) {
-  std::fprintf(stderr, "mlaserve %s: %s\n", command, message.c_str());
-  return code;
 }
 
 }  // namespace mlaserve::cli

@@ -16,6 +16,7 @@ namespace mlaserve::cli {
 
 struct ModelFlags {
   std::string model_path;
+  bool trust_remote_code = false;  // accepted for SGLang command lines; nothing to trust here
   std::string kernels = "auto";
   std::string kv_cache_dtype = "auto";
   std::string kv_scales;  // calibration file from kv-calibrate; empty: 1.0
@@ -23,13 +24,19 @@ struct ModelFlags {
   double device_memory_gb = 0;  // 0: physical memory
   double mem_fraction_static = 0.88;
   int64_t max_total_tokens = 0;
+  std::optional<int> max_batch_tokens;  // as given; options.max_batch_tokens holds the one used
   ModelOptions options;
 };
 
-// Reads --model-path, --threads, --kernels, --context-length, --max-batch-tokens,
-// --kv-cache-dtype, --kv-scales, --page-size, --device-memory, --mem-fraction-static,
-// --max-total-tokens.
-ModelFlags ReadModelFlags(Args& args);
+// How a command sizes the model's forward calls: the sequence commands chunk prompts to
+// --max-batch-tokens (512 by default); the engine commands size them for one engine step
+// (ReadEngineFlags).
+enum class ForwardSize { kFixed, kEngineStep };
+
+// Reads --model-path, --trust-remote-code, --threads, --kernels, --context-length,
+// --max-batch-tokens, --kv-cache-dtype, --kv-scales, --page-size, --device-memory,
+// --mem-fraction-static, --max-total-tokens. Bad values are reported through args.Finish().
+ModelFlags ReadModelFlags(Args& args, ForwardSize forward_size = ForwardSize::kFixed);
 
 struct LoadedModel {
   std::unique_ptr<Model> model;
@@ -40,13 +47,11 @@ struct LoadedModel {
   KvBudget kv_budget;                    // what the memory budget holds (SGLang's arithmetic)
 };
 
+// Logs that --trust-remote-code has no effect when it was given.
 Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer);
 
 // The engine's KV pool for a loaded model: its format, scales and page size, sized to the
 // whole budget (max_total_num_tokens).
 Result<std::unique_ptr<KvPool>> CreateEnginePool(const LoadedModel& loaded, int page_size);
-
-// Prints "mlaserve COMMAND: MESSAGE" to stderr and returns `code`.
-int Fail(const char* command, const std::string& message, int code = 1);
 
 }  // namespace mlaserve::cli

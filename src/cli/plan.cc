@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/model_setup.h"
 #include "kvcache/kv_budget.h"
 #include "kvcache/kv_format.h"
 #include "model/config.h"
@@ -43,19 +42,25 @@ double WeightsGb(const std::string& path, const ModelConfig& config, std::string
 }  // namespace
 
 int RunPlan(Args& args) {
-  const std::string model_path = args.Str("model-path", "");
-  const double device_gb = args.Double("device-memory", 0.0);
-  const double fraction = args.Double("mem-fraction-static", 0.88);
-  const int tp = args.Int("tp-size", 1);
-  const double weights_arg = args.Double("weights-gb", -1.0);
-  const double budget_arg = args.Double("kv-budget-gb", -1.0);
-  const int avg_seq_len = args.Int("avg-seq-len", 4096);
-  const std::string json_path = args.Str("json", "");
-  if (Status s = args.Finish("plan"); !s.ok()) return Fail("plan", s.message(), 2);
-  if (model_path.empty()) return Fail("plan", "--model-path (a model directory or config.json) is required", 2);
-  if (tp <= 0) return Fail("plan", "--tp-size must be positive", 2);
-  if (fraction <= 0 || fraction > 1) return Fail("plan", "--mem-fraction-static must be in (0, 1]", 2);
-  if (avg_seq_len <= 0) return Fail("plan", "--avg-seq-len must be positive", 2);
+  const std::string model_path = args.Str("model-path", "", "a model directory or its config.json (required)",
+                                          {.value_name = "DIR|FILE"});
+  const double device_gb =
+      args.Double("device-memory", 0.0, "memory per rank, in GB",
+                  {.value_name = "GB", .shown_default = "this machine's physical memory", .min = 0});
+  const double fraction = args.Double("mem-fraction-static", 0.88, "fraction of --device-memory for weights + KV",
+                                      {.above = 0, .max = 1});
+  const int tp = args.Int("tp-size", 1, "tensor-parallel ranks the weights are split over", {.min = 1});
+  const double weights_arg = args.Double("weights-gb", -1.0, "weight bytes of the whole model, in GB",
+                                         {.value_name = "GB",
+                                          .shown_default = "the checkpoint's, else 2 bytes per parameter of the config",
+                                          .min = 0});
+  const double budget_arg = args.Double("kv-budget-gb", -1.0, "KV budget per rank, in GB",
+                                        {.value_name = "GB", .shown_default = "from the memory flags", .above = 0});
+  const int avg_seq_len = args.Int("avg-seq-len", 4096, "average tokens per request, for the requests column",
+                                   {.min = 1});
+  const std::string json_path = args.Str("json", "", "also write the table as JSON", {.value_name = "FILE"});
+  if (model_path.empty()) args.Reject("--model-path (a model directory or config.json) is required");
+  if (auto exit_code = args.Finish()) return *exit_code;
   auto config = LoadModelConfig(model_path);
   if (!config.ok()) return Fail("plan", config.error());
   const ModelConfig& c = *config;

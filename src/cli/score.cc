@@ -40,13 +40,12 @@ double LogProb(const float* logits, int vocab, TokenId target) {
 
 int RunScore(Args& args) {
   ModelFlags model_flags = ReadModelFlags(args);
-  const auto text = args.Str("text");
-  const auto input_ids = args.Str("input-ids");
-  const bool no_bos = args.Switch("no-bos");
-  if (Status s = args.Finish("score"); !s.ok()) return Fail("score", s.message(), 2);
-  if (text.has_value() == input_ids.has_value()) {
-    return Fail("score", "give exactly one of --text or --input-ids", 2);
-  }
+  const auto text = args.OptStr("text", "text to score (or --input-ids)");
+  const auto input_ids = args.OptStr("input-ids", "token ids to score, comma-separated (or --text)",
+                                     {.value_name = "ID,ID,..."});
+  const bool no_bos = args.Switch("no-bos", "do not prepend the tokenizer's BOS token to --text");
+  if (text.has_value() == input_ids.has_value()) args.Reject("give exactly one of --text or --input-ids");
+  if (auto exit_code = args.Finish()) return *exit_code;
   std::vector<TokenId> ids;
   if (input_ids) {
     auto parsed = ParseIdList(*input_ids);

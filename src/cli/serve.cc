@@ -19,33 +19,37 @@ namespace mlaserve::cli {
 namespace {
 
 // Flags SGLang users may pass that mlaserve does not implement yet: refused, never ignored.
-Status RefuseUnimplemented(Args& args) {
-  struct Refused {
+void RefuseUnimplemented(Args& args) {
+  const char* hicache = "HiCache is not implemented";
+  args.Refuse("enable-hierarchical-cache",
+              "a host-memory KV tier (HiCache) is not implemented; it would only hold reusable prefixes, not add "
+              "decode capacity (see mlaserve plan)");
+  args.Refuse("hicache-size", hicache);
+  args.Refuse("hicache-ratio", hicache);
+  args.Refuse("hicache-write-policy", hicache);
+  args.Refuse("enable-dp-attention", "data-parallel attention is not implemented");
+  args.Refuse("speculative-algorithm", "speculative decoding is not implemented");
+  struct Parallelism {
     const char* flag;
-    bool is_switch;
-    const char* why;
+    const char* alias;
+    const char* what;
   };
-  const Refused refused[] = {
-      {"enable-hierarchical-cache", true, "a host-memory KV tier (HiCache) is not implemented; it would only hold reusable prefixes, not add decode capacity (see mlaserve plan)"},
-      {"hicache-size", false, "HiCache is not implemented"},
-      {"hicache-ratio", false, "HiCache is not implemented"},
-      {"hicache-write-policy", false, "HiCache is not implemented"},
-      {"dp-size", false, "data parallelism is not implemented"},
-      {"enable-dp-attention", true, "data-parallel attention is not implemented"},
-      {"speculative-algorithm", false, "speculative decoding is not implemented"},
-  };
-  for (const Refused& r : refused) {
-    if (r.is_switch ? args.Switch(r.flag) : args.Str(r.flag).has_value()) {
-      return Status::Error(std::string("--") + r.flag + " is not supported by mlaserve yet: " + r.why);
+  for (const Parallelism& p : {Parallelism{"tp-size", "tp", "tensor parallelism"},
+                               Parallelism{"dp-size", "dp", "data parallelism"}}) {
+    for (const std::string name : {p.flag, p.alias}) {
+      const std::string help =
+          name == p.flag ? std::string(p.what) + ": only 1 (one CPU process)" : "same as --" + std::string(p.flag);
+      const int n = args.Int(name, 1, help.c_str(), {.min = 1});
+      if (n != 1) {
+        args.Reject("--" + name + " " + std::to_string(n) +
+                    " is not supported by mlaserve yet: it runs one CPU process (" + p.what + " 1)");
+      }
     }
   }
-  for (const char* tp : {"tp-size", "tp"}) {
-    const int n = args.Int(tp, 1);
-    if (n != 1) return Status::Error(std::string("--") + tp + " " + std::to_string(n) + " is not supported yet: mlaserve runs one CPU process (tensor parallelism 1)");
+  const std::string eviction = args.Str("radix-eviction-policy", "lru", "prefix-cache eviction: only lru");
+  if (eviction != "lru") {
+    args.Reject("--radix-eviction-policy " + eviction + " is not supported by mlaserve yet (lru only)");
   }
-  const std::string eviction = args.Str("radix-eviction-policy", "lru");
-  if (eviction != "lru") return Status::Error("--radix-eviction-policy " + eviction + " is not supported yet (lru only)");
-  return Status::Ok();
 }
 
 }  // namespace
@@ -60,31 +64,26 @@ int RunServe(Args& args) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  ModelFlags model_flags = ReadModelFlags(args);
-  auto engine_options = ReadEngineFlags(args);
+  ModelFlags model_flags = ReadModelFlags(args, ForwardSize::kEngineStep);
+  EngineOptions engine_options = ReadEngineFlags(args, model_flags);
   HttpServerOptions http;
-  http.host = args.Str("host", "127.0.0.1");
-  http.port = args.Int("port", 30000);
-  http.max_connections = args.Int("max-connections", 256);
-  const std::string served_name_flag = args.Str("served-model-name", "");
-  const std::string api_key = args.Str("api-key", "");
-  const bool enable_metrics = args.Switch("enable-metrics");
-  const std::string log_level = args.Str("log-level", "info");
-  const double drain_timeout_s = args.Double("drain-timeout", 30.0);
-  const Status refused = RefuseUnimplemented(args);
-  if (Status s = args.Finish("serve"); !s.ok()) return Fail("serve", s.message(), 2);
-  if (!refused.ok()) return Fail("serve", refused.message(), 2);
-  if (!engine_options.ok()) return Fail("serve", engine_options.error(), 2);
-  if (log_level != "debug" && log_level != "info" && log_level != "warning" && log_level != "error") {
-    return Fail("serve", "--log-level must be debug, info, warning or error", 2);
-  }
-  if (http.port < 0 || http.port > 65535) return Fail("serve", "--port must be in [0, 65535]", 2);
-  if (drain_timeout_s < 0) return Fail("serve", "--drain-timeout must be >= 0", 2);
-  engine_options->log_batches = log_level == "debug" || log_level == "info";
+  http.host = args.Str("host", "127.0.0.1", "address to listen on");
+  http.port = args.Int("port", 30000, "port to listen on; 0: an ephemeral port, printed in the log",
+                       {.min = 0, .max = 65535});
+  http.max_connections = args.Int("max-connections", 256, "open connections; more get 503", {.min = 1});
+  const std::string served_name_flag =
+      args.Str("served-model-name", "", "the id in /v1/models", {.shown_default = "--model-path"});
+  const std::string api_key = args.Str("api-key", "", "every endpoint but /health requires Authorization: Bearer KEY",
+                                       {.value_name = "KEY"});
+  const bool enable_metrics = args.Switch("enable-metrics", "serve Prometheus /metrics");
+  const std::string log_level = args.Str("log-level", "info", "debug and info log the batch lines",
+                                         {.choices = {"debug", "info", "warning", "error"}});
+  const double drain_timeout_s = args.Double(
+      "drain-timeout", 30.0, "seconds SIGTERM/SIGINT waits for in-flight requests", {.value_name = "S", .min = 0});
+  RefuseUnimplemented(args);
+  if (auto exit_code = args.Finish()) return *exit_code;
+  engine_options.log_batches = log_level == "debug" || log_level == "info";
 
-  // The model's per-call buffers must hold a prefill chunk plus one token per running request.
-  if (model_flags.options.max_context <= 0) model_flags.options.max_context = 0;  // model default
-  model_flags.options.max_batch_tokens = ForwardTokensFor(*engine_options);
   auto loaded = LoadModel(model_flags, /*need_tokenizer=*/true);
   if (!loaded.ok()) return Fail("serve", loaded.error());
   Model& model = *loaded->model;
@@ -106,23 +105,24 @@ int RunServe(Args& args) {
   std::fprintf(stderr,
                "[mlaserve] max_total_num_tokens=%lld, chunked_prefill_size=%d, max_prefill_tokens=%d, "
                "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB\n",
-               (long long)(*pool)->capacity_tokens(), engine_options->chunked_prefill_size,
-               engine_options->max_prefill_tokens, engine_options->max_running_requests, model.max_context(),
+               (long long)(*pool)->capacity_tokens(), engine_options.chunked_prefill_size,
+               engine_options.max_prefill_tokens, engine_options.max_running_requests, model.max_context(),
                available_gb);
 
-  Engine engine(model, *loaded->kernels, **pool, *engine_options, &*loaded->tokenizer);
+  Engine engine(model, *loaded->kernels, **pool, engine_options, &*loaded->tokenizer);
   engine.Start();
   nlohmann::json info{{"model_path", model_flags.model_path},
                       {"served_model_name", served_name},
                       {"kv_cache_dtype", KvFormatName(loaded->runner_options.kv_format)},
                       {"page_size", model_flags.page_size},
                       {"context_length", model.max_context()},
-                      {"max_running_requests", engine_options->max_running_requests},
-                      {"chunked_prefill_size", engine_options->chunked_prefill_size},
-                      {"max_prefill_tokens", engine_options->max_prefill_tokens},
-                      {"schedule_policy", engine_options->schedule_policy == SchedulePolicy::kLpm ? "lpm" : "fcfs"},
-                      {"schedule_conservativeness", engine_options->schedule_conservativeness},
-                      {"disable_radix_cache", engine_options->disable_radix_cache},
+                      {"max_batch_tokens", model.max_batch_tokens()},
+                      {"max_running_requests", engine_options.max_running_requests},
+                      {"chunked_prefill_size", engine_options.chunked_prefill_size},
+                      {"max_prefill_tokens", engine_options.max_prefill_tokens},
+                      {"schedule_policy", engine_options.schedule_policy == SchedulePolicy::kLpm ? "lpm" : "fcfs"},
+                      {"schedule_conservativeness", engine_options.schedule_conservativeness},
+                      {"disable_radix_cache", engine_options.disable_radix_cache},
                       {"enable_metrics", enable_metrics},
                       {"host", http.host},
                       {"port", http.port}};

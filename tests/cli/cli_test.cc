@@ -1,16 +1,40 @@
-// The real binary on the bundled model: generate, score, and bad arguments.
+// The real binary on the bundled model: generate, score, bad arguments, --help, and the flags
+// SGLang command lines carry.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <vector>
 
+#include "server/http_client.h"
 #include "support/run_binary.h"
+#include "support/server_process.h"
 
 namespace mlaserve {
 namespace {
 
 using testing::RunMlaserve;
 using testing::ShellQuote;
+
+int Lines(const std::string& text) { return int(std::count(text.begin(), text.end(), '\n')); }
+
+// A command line that must fail with `expected` in the one line it prints.
+struct BadCommand {
+  std::string args;
+  std::string expected;
+};
+
+// exit_code 0: any failure.
+void ExpectOneLineFailures(const std::vector<BadCommand>& commands, int exit_code) {
+  for (const BadCommand& c : commands) {
+    auto r = RunMlaserve(c.args);
+    if (exit_code == 0) EXPECT_NE(r.exit_code, 0) << c.args;
+    else EXPECT_EQ(r.exit_code, exit_code) << c.args;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.args << " -> " << r.err;
+    EXPECT_EQ(Lines(r.err), 1) << c.args << " -> " << r.err;
+  }
+}
 
 const std::string kModel = ShellQuote(std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla");
 
@@ -66,11 +90,7 @@ TEST(Cli, ScoreMatchesSglangShape) {
 }
 
 TEST(Cli, BadArgumentsGiveOneLine) {
-  struct Case {
-    std::string args;
-    std::string expected;
-  };
-  const Case cases[] = {
+  ExpectOneLineFailures({
       {"frobnicate", "unknown command 'frobnicate'"},
       {"generate --model-path " + kModel, "--prompt is required"},
       {"generate --model-path " + kModel + " --prompt hi --temperature -1", "--temperature"},
@@ -82,13 +102,7 @@ TEST(Cli, BadArgumentsGiveOneLine) {
       {"score --model-path " + kModel + " --input-ids 1,99999", "outside the vocabulary"},
       {"score --model-path " + kModel, "exactly one of --text or --input-ids"},
       {"generate --prompt hi", "--model-path is required"},
-  };
-  for (const Case& c : cases) {
-    auto r = RunMlaserve(c.args);
-    EXPECT_NE(r.exit_code, 0) << c.args;
-    EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.args << " -> " << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << " -> " << r.err;
-  }
+  }, /*exit_code=*/0);
 }
 
 TEST(Cli, InitRandomAndBenchRun) {
@@ -101,6 +115,142 @@ TEST(Cli, InitRandomAndBenchRun) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("decode: 4 tokens"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("machine read bandwidth"), std::string::npos) << r.out;
+}
+
+TEST(Cli, HelpListsEachCommandsFlagsAndExitsZero) {
+  for (const char* command : {"serve", "generate", "score", "bench", "init-random", "kv-eval", "kv-calibrate", "plan",
+                              "bench-offline", "bench-serving", "batch"}) {
+    for (const char* help : {"--help", "-h"}) {
+      auto r = RunMlaserve(std::string(command) + " " + help);
+      EXPECT_EQ(r.exit_code, 0) << command << " " << help << " -> " << r.err;
+      EXPECT_EQ(r.out.rfind("usage: mlaserve " + std::string(command) + " ", 0), 0u) << r.out;
+      EXPECT_EQ(r.err, "") << command;
+    }
+  }
+  auto serve = RunMlaserve("serve --help");
+  for (const char* flag : {"--model-path DIR", "--kv-cache-dtype", "--trust-remote-code", "--context-length",
+                           "--max-batch-tokens", "--max-running-requests", "--port", "--dp ", "--dp-size",
+                           "--tp ", "--hicache-size", "--enable-hierarchical-cache"}) {
+    EXPECT_NE(serve.out.find(flag), std::string::npos) << flag << "\n" << serve.out;
+  }
+  // Defaults and accepted values come with each flag.
+  EXPECT_NE(serve.out.find("tokens per KV page (default: 16; in [1, 4096])"), std::string::npos) << serve.out;
+  EXPECT_NE(serve.out.find("(default: 30000; in [0, 65535])"), std::string::npos) << serve.out;
+
+  auto generate = RunMlaserve("generate --help --no-such-flag");  // help wins over errors
+  EXPECT_EQ(generate.exit_code, 0) << generate.err;
+  for (const char* flag : {"--model-path", "--prompt", "--max-new-tokens", "--temperature", "--top-p", "--top-k",
+                           "--seed", "--chat", "--ignore-eos", "--page-size", "--trust-remote-code"}) {
+    EXPECT_NE(generate.out.find(flag), std::string::npos) << flag << "\n" << generate.out;
+  }
+  EXPECT_EQ(generate.out.find("--port"), std::string::npos) << generate.out;  // serve's, not generate's
+
+  auto top = RunMlaserve("--help");
+  EXPECT_EQ(top.exit_code, 0);
+  EXPECT_NE(top.out.find("mlaserve COMMAND --help"), std::string::npos) << top.out;
+}
+
+TEST(Cli, UnknownAndRefusedFlagsAreAllReportedAtOnce) {
+  // The report: each alone got the HiCache message, together only the first was named.
+  auto r = RunMlaserve("serve --enable-hierarchical-cache --hicache-size 48 --model-path " + kModel);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--enable-hierarchical-cache is not supported"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--hicache-size is not supported"), std::string::npos) << r.err;
+  EXPECT_EQ(Lines(r.err), 2) << r.err;
+
+  r = RunMlaserve("serve --model-path " + kModel +
+                  " --no-such-flag 1 --hicache-ratio 0.5 --also-unknown --speculative-algorithm EAGLE --page-size 0");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  for (const char* expected : {"unknown flag --no-such-flag", "unknown flag --also-unknown",
+                               "--hicache-ratio is not supported", "--speculative-algorithm is not supported",
+                               "--page-size must be in [1, 4096], got 0"}) {
+    EXPECT_NE(r.err.find(expected), std::string::npos) << expected << " -> " << r.err;
+  }
+  EXPECT_EQ(Lines(r.err), 5) << r.err;
+
+  r = RunMlaserve("generate --model-path " + kModel + " --bogus --top-p 2 --temperature=-1");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  for (const char* expected : {"unknown flag --bogus", "--top-p must be in (0, 1], got 2",
+                               "--temperature must be >= 0, got -1", "--prompt is required"}) {
+    EXPECT_NE(r.err.find(expected), std::string::npos) << expected << " -> " << r.err;
+  }
+  EXPECT_EQ(Lines(r.err), 4) << r.err;
+}
+
+TEST(Cli, ValuesOutsideAFlagsRangeAreRefused) {
+  const std::string generate = "generate --model-path " + kModel + " --prompt hi ";
+  const std::string serve = "serve --model-path " + kModel + " ";
+  ExpectOneLineFailures({
+      {generate + "--context-length 0", "--context-length must be >= 1, got 0"},
+      {generate + "--context-length -5", "--context-length must be >= 1, got -5"},
+      {generate + "--page-size 0", "--page-size must be in [1, 4096], got 0"},
+      {generate + "--page-size -16", "--page-size must be in [1, 4096], got -16"},
+      {generate + "--threads -1", "--threads must be >= 0, got -1"},
+      {generate + "--mem-fraction-static 0", "--mem-fraction-static must be in (0, 1], got 0"},
+      {serve + "--context-length 0", "--context-length must be >= 1, got 0"},
+      {serve + "--port 70000", "--port must be in [0, 65535], got 70000"},
+      {serve + "--max-running-requests 0", "--max-running-requests must be in [1, 1048576], got 0"},
+      {serve + "--schedule-policy lifo", "--schedule-policy must be one of fcfs, lpm; got 'lifo'"},
+      {"plan --model-path " + kModel + " --avg-seq-len 0", "--avg-seq-len must be >= 1, got 0"},
+      {"bench-serving --num-prompts 0", "--num-prompts must be >= 1, got 0"},
+  }, /*exit_code=*/2);
+  // A given context length is used; absent, the model's default holds.
+  auto r = RunMlaserve(generate + "--context-length 16 --max-new-tokens 40");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("exceeds the context length 16"), std::string::npos) << r.err;
+  r = RunMlaserve(generate + "--max-new-tokens 40");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST(Cli, ParallelismFlagsAcceptOnlyOne) {
+  // --dp is SGLang's alias of --dp-size, as --tp is of --tp-size. A bad model path makes a run
+  // whose flags pass fail later, at loading, with exit 1.
+  const std::string serve = "serve --model-path /nonexistent/model ";
+  for (const char* flag : {"--dp 2", "--dp-size 2", "--tp 4", "--tp-size 8"}) {
+    auto r = RunMlaserve(serve + flag);
+    EXPECT_EQ(r.exit_code, 2) << flag << " -> " << r.err;
+    EXPECT_NE(r.err.find(std::string(flag) + " is not supported by mlaserve yet"), std::string::npos)
+        << flag << " -> " << r.err;
+  }
+  auto r = RunMlaserve(serve + "--dp 0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--dp must be >= 1, got 0"), std::string::npos) << r.err;
+  r = RunMlaserve(serve + "--dp 1 --dp-size 1 --tp 1 --tp-size 1");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("/nonexistent/model"), std::string::npos) << r.err;
+}
+
+TEST(Cli, MaxBatchTokensBelowOneEngineStepIsRefused) {
+  // serve, batch and bench-offline size each forward call for one engine step (a prefill chunk
+  // plus a decode token per running request); a smaller --max-batch-tokens is refused, not
+  // silently overridden.
+  auto r = RunMlaserve("serve --model-path /nonexistent/model --max-batch-tokens 512");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--max-batch-tokens 512 is less than one engine step may forward"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("= 2304"), std::string::npos) << r.err;
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  r = RunMlaserve("serve --model-path /nonexistent/model --max-batch-tokens 512 --chunked-prefill-size 256 "
+                  "--max-running-requests 256");
+  EXPECT_EQ(r.exit_code, 1) << r.err;  // 512 = 256 + 256: the flags pass
+  r = RunMlaserve("bench-offline --model-path /nonexistent/model --max-batch-tokens 100");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--max-batch-tokens 100 is less than"), std::string::npos) << r.err;
+}
+
+TEST(Cli, TrustRemoteCodeIsAcceptedAndLoggedAsNoEffect) {
+  // A typical SGLang DeepSeek launch, with the no-op values of its parallelism flags.
+  testing::ServerProcess server({"--trust-remote-code", "--tp", "1", "--dp", "1", "--max-batch-tokens", "3000"});
+  ASSERT_TRUE(server.running()) << server.log();
+  const std::string log = server.log();
+  EXPECT_NE(log.find("[mlaserve] --trust-remote-code has no effect"), std::string::npos) << log;
+  EXPECT_NE(log.find("context_len=2048"), std::string::npos) << log;  // the model's default
+  auto info = HttpClient().Request("GET", server.Url("/get_server_info"), "", {}, 10000);
+  ASSERT_TRUE(info.ok()) << info.error();
+  EXPECT_EQ(nlohmann::json::parse(info->body)["max_batch_tokens"], 3000) << info->body;  // honoured
+
+  auto r = RunMlaserve("generate --model-path " + kModel + " --prompt ROMEO: --max-new-tokens 2 --trust-remote-code");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("--trust-remote-code has no effect"), std::string::npos) << r.err;
 }
 
 }  // namespace

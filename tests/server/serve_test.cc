@@ -8,19 +8,17 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <fstream>
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <regex>
-#include <sstream>
 #include <thread>
 
 #include "server/http_client.h"
 #include "server/sse.h"
 #include "support/prometheus_text.h"
 #include "support/run_binary.h"
+#include "support/server_process.h"
 
 namespace mlaserve {
 namespace {
@@ -28,103 +26,12 @@ namespace {
 using nlohmann::json;
 using testing::TempDir;
 
-const std::string kModel = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla";
+const std::string kModel = testing::BundledModelPath();
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// `mlaserve serve` on an ephemeral port; stops it (SIGTERM) on destruction.
-class ServerProcess {
- public:
-  explicit ServerProcess(std::vector<std::string> extra = {}) {
-    log_ = dir_.path() + "/server.log";
-    std::vector<std::string> args = {MLASERVE_BINARY, "serve", "--model-path", kModel, "--port", "0",
-                                     "--max-total-tokens", "8192", "--served-model-name", "bard"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    pid_ = fork();
-    if (pid_ == 0) {
-      FILE* f = std::freopen(log_.c_str(), "w", stderr);
-      (void)f;
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    std::smatch m;
-    const std::regex listening("listening on http://[^:]+:([0-9]+)");
-    while (std::chrono::steady_clock::now() < deadline) {
-      const std::string log = ReadAll(log_);
-      if (log.find("ready to roll") != std::string::npos && std::regex_search(log, m, listening)) {
-        port_ = std::stoi(m[1]);
-        return;
-      }
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        exited_ = true;
-        exit_status_ = status;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-  ~ServerProcess() {
-    if (!exited_) {
-      kill(pid_, SIGTERM);
-      Wait();
-    }
-  }
-  int Wait() {
-    if (!exited_) {
-      waitpid(pid_, &exit_status_, 0);
-      exited_ = true;
-    }
-    return WIFEXITED(exit_status_) ? WEXITSTATUS(exit_status_) : 128 + WTERMSIG(exit_status_);
-  }
-  void Signal(int sig) { kill(pid_, sig); }
-  int port() const { return port_; }
-  bool running() const { return port_ > 0 && !exited_; }
-  std::string log() const { return ReadAll(log_); }
-  std::string Url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
-
- private:
-  TempDir dir_;
-  std::string log_;
-  pid_t pid_ = -1;
-  int port_ = 0;
-  bool exited_ = false;
-  int exit_status_ = 0;
-};
-
-HttpResponse Post(const ServerProcess& s, const std::string& path, const std::string& body,
-                  const HttpHeaders& headers = {}) {
-  auto r = HttpClient().Request("POST", s.Url(path), body, headers, 30000);
-  EXPECT_TRUE(r.ok()) << r.error();
-  return r.ok() ? *r : HttpResponse{};
-}
-
-HttpResponse Get(const ServerProcess& s, const std::string& path, const HttpHeaders& headers = {}) {
-  auto r = HttpClient().Request("GET", s.Url(path), "", headers, 30000);
-  EXPECT_TRUE(r.ok()) << r.error();
-  return r.ok() ? *r : HttpResponse{};
-}
-
-// Streams a POST and returns the SSE data payloads.
-std::vector<std::string> StreamEvents(const ServerProcess& s, const std::string& path, const std::string& body) {
-  SseParser parser;
-  std::vector<std::string> events;
-  Status st = HttpClient().Stream("POST", s.Url(path), body, {}, 30000, [&](std::string_view piece) {
-    parser.Feed(piece, [&](const SseEvent& e) { events.push_back(e.data); });
-    return true;
-  });
-  EXPECT_TRUE(st.ok()) << st.message();
-  return events;
-}
+using testing::Get;
+using testing::Post;
+using testing::ServerProcess;
+using testing::StreamEvents;
 
 // Reads /metrics, strictly parsed, until `done` holds for it (30 s at most); returns the last page.
 std::vector<testing::PromFamily> WaitForMetrics(const ServerProcess& s,
