@@ -30,4 +30,16 @@ inline bool WriteEvent(HttpResponseWriter& w, const nlohmann::json& j) {
   return w.Write("data: " + Dump(j) + "\n\n");
 }
 
+// Ends an SSE stream the way OpenAI and SGLang do.
+inline void EndEvents(HttpResponseWriter& w) {
+  w.Write("data: [DONE]\n\n");
+  w.EndStream();
+}
+
+// A request the engine refused: 503 while the server drains (it refuses new work), else 400.
+inline void SendRefusal(HttpResponseWriter& w, const std::string& message, bool draining) {
+  if (draining) return SendError(w, 503, message, "service_unavailable");
+  SendError(w, 400, message);
+}
+
 }  // namespace mlaserve::api

@@ -253,14 +253,11 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
     if (list_answer) event["index"] = index;
     if (!WriteEvent(w, event)) return false;
     if (all_done) {
-      w.Write("data: [DONE]\n\n");
-      w.EndStream();
+      api::EndEvents(w);
     }
     return true;
   });
-  if (!s.ok()) {
-    return draining_.load() ? SendError(w, 503, s.message(), "service_unavailable") : SendError(w, 400, s.message());
-  }
+  if (!s.ok()) api::SendRefusal(w, s.message(), draining_.load());
 }
 
 }  // namespace mlaserve

@@ -419,14 +419,11 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
         last["usage"] = usage();
         if (!WriteEvent(w, last)) return false;
       }
-      w.Write("data: [DONE]\n\n");
-      w.EndStream();
+      api::EndEvents(w);
     }
     return true;
   });
-  if (!s.ok()) {
-    return draining_.load() ? SendError(w, 503, s.message(), "service_unavailable") : SendError(w, 400, s.message());
-  }
+  if (!s.ok()) api::SendRefusal(w, s.message(), draining_.load());
 }
 
 }  // namespace mlaserve

@@ -17,14 +17,12 @@ std::string ShellQuote(const std::string& s) {
   return out + "'";
 }
 
-namespace {
-std::string ReadFile(const std::string& path) {
+std::string ReadTextFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
 }
-}  // namespace
 
 CommandResult RunMlaserve(const std::string& args) {
   TempDir dir;
@@ -34,8 +32,8 @@ CommandResult RunMlaserve(const std::string& args) {
   const int status = std::system(command.c_str());
   CommandResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = ReadFile(out_path);
-  r.err = ReadFile(err_path);
+  r.out = ReadTextFile(out_path);
+  r.err = ReadTextFile(err_path);
   return r;
 }
 

@@ -27,4 +27,7 @@ class TempDir {
 
 std::string ShellQuote(const std::string& s);
 
+// A whole file's bytes ("" when it cannot be read).
+std::string ReadTextFile(const std::string& path);
+
 }  // namespace mlaserve::testing

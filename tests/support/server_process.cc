@@ -8,24 +8,12 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <regex>
-#include <sstream>
 #include <thread>
 
 #include "server/sse.h"
 
 namespace mlaserve::testing {
-namespace {
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
 
 std::string BundledModelPath() { return std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla"; }
 
@@ -48,7 +36,7 @@ ServerProcess::ServerProcess(std::vector<std::string> extra) {
   std::smatch m;
   const std::regex listening("listening on http://[^:]+:([0-9]+)");
   while (std::chrono::steady_clock::now() < deadline) {
-    const std::string log = ReadAll(log_);
+    const std::string log = ReadTextFile(log_);
     if (log.find("ready to roll") != std::string::npos && std::regex_search(log, m, listening)) {
       port_ = std::stoi(m[1]);
       return;
@@ -86,7 +74,7 @@ bool ServerProcess::running() const {
   return !exited_;
 }
 
-std::string ServerProcess::log() const { return ReadAll(log_); }
+std::string ServerProcess::log() const { return ReadTextFile(log_); }
 
 std::string ServerProcess::Url(const std::string& path) const {
   return "http://127.0.0.1:" + std::to_string(port_) + path;
