@@ -188,7 +188,9 @@ Status ApiServer::Drive(std::vector<GenerateRequest> requests, HttpResponseWrite
 }
 
 void ApiServer::PrefillForSharing(const GenerateRequest& request, HttpResponseWriter& w) {
-  if (options_.server_info.value("disable_radix_cache", false)) return;
+  // Without a prefix cache, or for a request that asks for prompt logprobs (which bypasses it),
+  // there is nothing to share.
+  if (options_.server_info.value("disable_radix_cache", false) || request.logprob_start_len >= 0) return;
   GenerateRequest prefill;
   prefill.rid = NewRequestId("prefill-");
   prefill.input_ids = request.input_ids;

@@ -156,6 +156,9 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
                            &text_in_logprobs.status(), &logprob_start.status()}) {
     if (!st->ok()) return SendError(w, 400, st->message());
   }
+  if (!*return_logprob && (*top_logprobs_num > 0 || *text_in_logprobs)) {
+    return SendError(w, 400, "'top_logprobs_num' and 'return_text_in_logprobs' require \"return_logprob\": true");
+  }
 
   std::vector<GenerateRequest> requests;
   for (size_t p = 0; p < num_prompts; ++p) {

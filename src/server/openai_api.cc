@@ -229,7 +229,8 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
     }
     const auto usage_field = BoolField(body["stream_options"], "include_usage", false);
     if (!usage_field.ok()) return SendError(w, 400, usage_field.error());
-    include_usage = stream && *usage_field;
+    if (!stream) return SendError(w, 400, "'stream_options' is only allowed with \"stream\": true");
+    include_usage = *usage_field;
   }
   // Logprobs: completions take an int (top-N); chat takes a bool plus top_logprobs.
   bool want_lp = false;
@@ -241,6 +242,7 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
     if (!top.ok()) return SendError(w, 400, top.error());
     want_lp = *lp;
     top_lp = *top;
+    if (top_lp > 0 && !want_lp) return SendError(w, 400, "'top_logprobs' requires \"logprobs\": true");
   } else if (body.contains("logprobs") && !body["logprobs"].is_null()) {
     const auto top = IntField(body, "logprobs", 0);
     if (!top.ok()) return SendError(w, 400, top.error());
