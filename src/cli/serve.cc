@@ -65,7 +65,7 @@ int RunServe(Args& args) {
   HttpServerOptions http;
   http.host = args.Str("host", "127.0.0.1");
   http.port = args.Int("port", 30000);
-  http.max_connections = args.Int("max-connections", 256);
+  http.max_connections = args.Int("max-connections", 4096);
   const std::string served_name_flag = args.Str("served-model-name", "");
   const std::string api_key = args.Str("api-key", "");
   const bool enable_metrics = args.Switch("enable-metrics");
