@@ -70,7 +70,10 @@ int RunServe(Args& args) {
   http.host = args.Str("host", "127.0.0.1", "address to listen on");
   http.port = args.Int("port", 30000, "port to listen on; 0: an ephemeral port, printed in the log",
                        {.min = 0, .max = 65535});
-  http.max_connections = args.Int("max-connections", 256, "open connections; more get 503", {.min = 1});
+  http.max_connections = args.Int("max-connections", 4096,
+                                  "open client sockets (idle ones cost no thread); beyond, /health and /metrics "
+                                  "are still answered and other requests get 503",
+                                  {.min = 1});
   const std::string served_name_flag =
       args.Str("served-model-name", "", "the id in /v1/models", {.shown_default = "--model-path"});
   const std::string api_key = args.Str("api-key", "", "every endpoint but /health requires Authorization: Bearer KEY",

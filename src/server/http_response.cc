@@ -170,4 +170,15 @@ std::string FormatResponseHead(const HttpResponseHead& head) {
   return out;
 }
 
+std::string ErrorResponse(int status, std::string_view message,
+                          const std::vector<std::pair<std::string, std::string>>& extra_headers) {
+  const std::string body = JsonError(status, message, JsonErrorType(status));
+  return FormatResponseHead({.status = status,
+                             .content_type = "application/json",
+                             .content_length_bytes = body.size(),
+                             .connection = "close",
+                             .extra_headers = &extra_headers}) +
+         body;
+}
+
 }  // namespace mlaserve

@@ -47,4 +47,10 @@ struct HttpResponseHead {
 // "HTTP/1.1 200 OK\r\n...fields...\r\n\r\n".
 std::string FormatResponseHead(const HttpResponseHead& head);
 
+// A whole response (head and body) for an error the server answers itself (400, 408, 413, 431,
+// 503, ...): a JsonError body of JsonErrorType(status), and "Connection: close".
+std::string ErrorResponse(
+    int status, std::string_view message,
+    const std::vector<std::pair<std::string, std::string>>& extra_headers = {});
+
 }  // namespace mlaserve

@@ -1,104 +1,54 @@
-// Lifecycle of the HTTP server: the listening socket, the accept thread, the connection threads
-// and their reaping, the 503s beyond max_connections, and the two-step stop.
+// Lifecycle of the HTTP server: the open-file limit, the listening socket, wiring the event loop
+// to the handler threads, and the two-step stop.
 #include "server/http_server.h"
 
-#include <poll.h>
-#include <sys/socket.h>
+#include <sys/resource.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
-#include <cstdint>
-#include <span>
-#include <system_error>
+#include <cstdio>
 
 #include "server/http_connection.h"
+#include "server/http_event_loop.h"
+#include "server/http_handler_threads.h"
+#include "server/socket_io.h"
 
 namespace mlaserve {
-
-struct HttpServer::Connection {
-  std::thread thread;
-  std::atomic<bool> finished{false};  // set last thing by the thread: join() will not block
-};
-
 namespace {
 
-using Clock = std::chrono::steady_clock;
+// File descriptors the process needs besides its client sockets: the listening socket, epoll,
+// eventfds, and whatever else it has open (model files, logs).
+constexpr int kSpareFds = 64;
 
-// How often the accept thread joins finished connection threads when nothing else wakes it.
-constexpr int kReapIntervalMs = 500;
-// Backoff after accept() fails for lack of fds or memory (the pending connection would
-// otherwise wake poll() in a busy loop).
-constexpr int kAcceptBackoffMs = 100;
-// Connections accepted per poll() wake-up before checking for StopAccepting().
-constexpr int kMaxAcceptsPerWake = 64;
+// The connection cap the open-file limit allows: raises the soft limit (up to the hard one) when
+// max_connections would not fit, and lowers the cap, saying so, when even the hard limit is short.
+int FitOpenFileLimit(int max_connections) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return max_connections;
+  const rlim_t needed = static_cast<rlim_t>(max_connections) +
+                        HttpEventLoop::kMaxOverCapConnections + kSpareFds;
+  if (limit.rlim_cur >= needed) return max_connections;
+  rlimit raised = limit;
+  raised.rlim_cur = std::min(needed, limit.rlim_max);
+  if (raised.rlim_cur > limit.rlim_cur && ::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  if (limit.rlim_cur >= needed) return max_connections;
+  const int fitted = std::max<int>(
+      1, static_cast<int>(limit.rlim_cur) - HttpEventLoop::kMaxOverCapConnections - kSpareFds);
+  std::fprintf(stderr,
+               "mlaserve: http max_connections lowered from %d to %d: the open-file limit is %llu "
+               "(raise it with ulimit -n)\n",
+               max_connections, fitted, static_cast<unsigned long long>(limit.rlim_cur));
+  return fitted;
+}
 
-// Connections turned away with a 503 while the server is at max_connections. The accept thread
-// sends the (small) answer, half-closes, and keeps reading and dropping what the client sends
-// until it closes or a deadline passes: closing with unread bytes would send a RST that can
-// destroy the 503 before the client reads it. Accept thread only.
-class RejectedSockets {
- public:
-  static constexpr size_t kMaxSockets = 64;  // beyond: closed at once after the answer
-  static constexpr int kLingerMs = 1000;
-
-  void Add(UniqueFd fd, std::string_view response) {
-    const std::string_view parts[] = {response};
-    // The socket is fresh, so the answer fits its send buffer; never wait on a client here.
-    if (!SendAll(fd.get(), parts, 0)) return;
-    ::shutdown(fd.get(), SHUT_WR);
-    if (sockets_.size() >= kMaxSockets) return;
-    sockets_.push_back({std::move(fd), Clock::now() + std::chrono::milliseconds(kLingerMs)});
+Status CheckOptions(const HttpServerOptions& options) {
+  if (options.max_connections < 1) return Status::Error("max_connections must be >= 1");
+  if (options.max_handler_threads < 1) return Status::Error("max_handler_threads must be >= 1");
+  if (options.probe_threads < 0) return Status::Error("probe_threads must be >= 0");
+  if (options.head_timeout_ms <= 0 || options.read_timeout_ms <= 0 ||
+      options.keep_alive_timeout_ms <= 0) {
+    return Status::Error("HTTP timeouts must be > 0 ms");
   }
-
-  void AppendPollFds(std::vector<pollfd>& fds) const {
-    for (const Socket& socket : sockets_) {
-      fds.push_back({.fd = socket.fd.get(), .events = POLLIN, .revents = 0});
-    }
-  }
-
-  // After poll(): `fds` are the entries AppendPollFds() added, in order.
-  void Serve(std::span<const pollfd> fds) {
-    char discard[4096];
-    const auto now = Clock::now();
-    for (size_t i = 0; i < sockets_.size() && i < fds.size(); ++i) {
-      bool done = now >= sockets_[i].deadline;
-      if (fds[i].revents != 0) {
-        ssize_t received = ::recv(sockets_[i].fd.get(), discard, sizeof(discard), 0);
-        if (received == 0 || (received < 0 && errno != EAGAIN && errno != EINTR)) done = true;
-      }
-      if (done) sockets_[i].fd.Reset();  // erased below, keeping indices aligned with fds
-    }
-    std::erase_if(sockets_, [](const Socket& socket) { return !socket.fd.valid(); });
-  }
-
-  // Milliseconds until the earliest deadline (>= 0), or -1 with nothing pending.
-  int NextTimeoutMs() const {
-    if (sockets_.empty()) return -1;
-    auto earliest = sockets_.front().deadline;
-    for (const Socket& socket : sockets_) earliest = std::min(earliest, socket.deadline);
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(earliest - Clock::now());
-    return static_cast<int>(std::max<int64_t>(left.count() + 1, 0));
-  }
-
- private:
-  struct Socket {
-    UniqueFd fd;
-    Clock::time_point deadline;
-  };
-  std::vector<Socket> sockets_;
-};
-
-std::string ServiceUnavailableResponse() {
-  const std::string body =
-      JsonError(503, "too many connections; retry later", JsonErrorType(503));
-  const std::vector<std::pair<std::string, std::string>> retry_after = {{"Retry-After", "1"}};
-  return FormatResponseHead({.status = 503,
-                             .content_type = "application/json",
-                             .content_length_bytes = body.size(),
-                             .connection = "close",
-                             .extra_headers = &retry_after}) +
-         body;
+  return Status::Ok();
 }
 
 }  // namespace
@@ -106,42 +56,43 @@ std::string ServiceUnavailableResponse() {
 Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options,
                                                       HttpHandler handler) {
   if (!handler) return Status::Error("HttpServer::Start: no handler");
+  if (Status valid = CheckOptions(options); !valid.ok()) return valid;
+  const int max_connections = FitOpenFileLimit(options.max_connections);
   Result<UniqueFd> listen_fd = ListenTcp(options.host, options.port);
   if (!listen_fd.ok()) return listen_fd.status();
-  Result<UniqueFd> accept_wake_fd = MakeWakeFd();
-  if (!accept_wake_fd.ok()) return accept_wake_fd.status();
-  Result<UniqueFd> stop_fd = MakeWakeFd();
-  if (!stop_fd.ok()) return stop_fd.status();
 
-  std::unique_ptr<HttpServer> server(
-      new HttpServer(options, std::move(handler), std::move(listen_fd).value(),
-                     std::move(accept_wake_fd).value(), std::move(stop_fd).value()));
-  try {
-    server->accept_thread_ = std::thread([raw = server.get()] { raw->AcceptLoop(); });
-  } catch (const std::system_error& error) {
-    return Status::Error(std::string("cannot start the HTTP accept thread: ") + error.what());
-  }
+  std::unique_ptr<HttpServer> server(new HttpServer(options, std::move(handler)));
+  server->port_ = LocalPort(listen_fd->get());
+  Result<std::unique_ptr<HttpEventLoop>> event_loop = HttpEventLoop::Create(
+      options, max_connections, std::move(listen_fd).value(), *server->handler_threads_);
+  if (!event_loop.ok()) return event_loop.status();
+  server->event_loop_ = std::move(event_loop).value();
+  if (Status started = server->event_loop_->Start(); !started.ok()) return started;
   return server;
 }
 
-HttpServer::HttpServer(const HttpServerOptions& options, HttpHandler handler, UniqueFd listen_fd,
-                       UniqueFd accept_wake_fd, UniqueFd stop_fd)
+HttpServer::HttpServer(const HttpServerOptions& options, HttpHandler handler)
     : options_(options),
       handler_(std::move(handler)),
-      port_(LocalPort(listen_fd.get())),
-      listen_fd_(std::move(listen_fd)),
-      accept_wake_fd_(std::move(accept_wake_fd)),
-      stop_fd_(std::move(stop_fd)) {}
+      handler_threads_(std::make_unique<HttpHandlerThreads>(
+          HandlerThreadLimits{.max_threads = options.max_handler_threads,
+                              .probe_threads = options.probe_threads},
+          [this](std::unique_ptr<HttpConnection> connection) {
+            Answer(std::move(connection));
+          })) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
+void HttpServer::Answer(std::unique_ptr<HttpConnection> connection) {
+  const HttpAnswerContext context = {
+      .options = &options_, .handler = &handler_, .stopping = &stopping_};
+  const bool keep_open = AnswerRequest(*connection, context);
+  event_loop_->HandBack(std::move(connection), keep_open);
+}
+
 void HttpServer::StopAccepting() {
   std::lock_guard<std::mutex> lock(lifecycle_mutex_);
-  if (accepting_stopped_) return;
-  accepting_stopped_ = true;
-  SignalWakeFd(accept_wake_fd_.get());
-  if (accept_thread_.joinable()) accept_thread_.join();
-  listen_fd_.Reset();  // new connects are refused from here on
+  if (event_loop_) event_loop_->StopAccepting();
 }
 
 void HttpServer::Stop() {
@@ -151,89 +102,13 @@ void HttpServer::Stop() {
   if (stopped_) return;
   stopped_ = true;
   stopping_.store(true, std::memory_order_relaxed);
-  SignalWakeFd(stop_fd_.get());
-  for (std::unique_ptr<Connection>& connection : connections_) connection->thread.join();
-  connections_.clear();
+  // The loop returns once every connection is closed, so no handler thread is left running.
+  if (event_loop_) event_loop_->Stop();
+  handler_threads_->Stop();
 }
 
-void HttpServer::AcceptLoop() {
-  const std::string service_unavailable = ServiceUnavailableResponse();
-  RejectedSockets rejected;
-  std::vector<pollfd> fds;
-  for (;;) {
-    fds.clear();
-    fds.push_back({.fd = listen_fd_.get(), .events = POLLIN, .revents = 0});
-    fds.push_back({.fd = accept_wake_fd_.get(), .events = POLLIN, .revents = 0});
-    rejected.AppendPollFds(fds);
-    int timeout_ms = kReapIntervalMs;
-    if (int rejected_ms = rejected.NextTimeoutMs(); rejected_ms >= 0) {
-      timeout_ms = std::min(timeout_ms, rejected_ms);
-    }
-    if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
-      // Cannot happen with valid fds; back off rather than spin.
-      if (WaitReadable(accept_wake_fd_.get(), -1, kAcceptBackoffMs) != WaitResult::kTimeout) {
-        return;
-      }
-      continue;
-    }
-    if (fds[1].revents != 0) return;  // StopAccepting()
-    rejected.Serve(std::span<const pollfd>(fds).subspan(2));
-    ReapFinishedConnections();
-    if ((fds[0].revents & POLLIN) == 0) continue;
-
-    for (int accepted = 0; accepted < kMaxAcceptsPerWake; ++accepted) {
-      int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          if (WaitReadable(accept_wake_fd_.get(), -1, kAcceptBackoffMs) != WaitResult::kTimeout) {
-            return;
-          }
-        }
-        break;  // EAGAIN: drained; ECONNABORTED and the like: try again on the next wake-up
-      }
-      SetNoDelay(fd);
-      if (!Admit(fd)) rejected.Add(UniqueFd(fd), service_unavailable);
-    }
-  }
-}
-
-bool HttpServer::Admit(int fd) {
-  if (active_connections_.load(std::memory_order_relaxed) >= options_.max_connections) {
-    return false;
-  }
-  try {
-    connections_.reserve(connections_.size() + 1);  // nothing can throw once the thread runs
-    auto connection = std::make_unique<Connection>();
-    Connection* raw = connection.get();
-    // Only this thread increments, so the check above cannot be raced past the cap.
-    active_connections_.fetch_add(1, std::memory_order_relaxed);
-    try {
-      connection->thread = std::thread([this, raw, fd] {
-        const HttpConnectionContext context = {.options = &options_,
-                                               .handler = &handler_,
-                                               .stop_fd = stop_fd_.get(),
-                                               .stopping = &stopping_};
-        ServeHttpConnection(UniqueFd(fd), context);
-        active_connections_.fetch_sub(1, std::memory_order_relaxed);
-        raw->finished.store(true, std::memory_order_release);
-      });
-    } catch (...) {
-      active_connections_.fetch_sub(1, std::memory_order_relaxed);
-      throw;
-    }
-    connections_.push_back(std::move(connection));
-    return true;
-  } catch (...) {
-    return false;  // out of threads or memory: the client gets a 503 instead
-  }
-}
-
-void HttpServer::ReapFinishedConnections() {
-  std::erase_if(connections_, [](const std::unique_ptr<Connection>& connection) {
-    if (!connection->finished.load(std::memory_order_acquire)) return false;
-    connection->thread.join();
-    return true;
-  });
+int HttpServer::active_connections() const {
+  return event_loop_ ? event_loop_->open_connections() : 0;
 }
 
 }  // namespace mlaserve

@@ -57,16 +57,6 @@ void UniqueFd::Reset() {
   fd_ = -1;
 }
 
-WaitResult WaitReadable(int fd, int wake_fd, int timeout_ms) {
-  pollfd fds[2] = {{.fd = fd, .events = POLLIN, .revents = 0},
-                   {.fd = wake_fd, .events = POLLIN, .revents = 0}};
-  int rc = PollWithDeadline(fds, wake_fd >= 0 ? 2 : 1, timeout_ms);
-  if (rc < 0) return WaitResult::kError;
-  if (rc == 0) return WaitResult::kTimeout;
-  if (wake_fd >= 0 && fds[1].revents != 0) return WaitResult::kWoken;
-  return WaitResult::kReady;
-}
-
 bool SendAll(int fd, std::span<const std::string_view> parts, int stall_timeout_ms) {
   constexpr size_t kMaxParts = 8;
   if (parts.size() > kMaxParts) return false;
@@ -123,6 +113,13 @@ void SignalWakeFd(int wake_fd) {
   // Nobody reads the counter, so it stays readable; a failed write (counter full) cannot happen
   // after fewer than 2^64-1 signals.
   ssize_t rc = ::write(wake_fd, &one, sizeof(one));
+  (void)rc;
+}
+
+void ResetWakeFd(int wake_fd) {
+  uint64_t count = 0;
+  // Non-blocking: fails with EAGAIN when nothing was signalled, which is fine.
+  ssize_t rc = ::read(wake_fd, &count, sizeof(count));
   (void)rc;
 }
 

@@ -1,5 +1,5 @@
-// POSIX socket helpers for the HTTP server (Linux): an owning fd, waits with timeouts, whole
-// writes that never raise SIGPIPE, and the listening socket. Every function is thread-safe in
+// POSIX socket helpers for the HTTP server (Linux): an owning fd, whole writes (with a stall
+// timeout) that never raise SIGPIPE, wake fds, and the listening socket. Every function is thread-safe in
 // the sense that matters here: each fd is used by one thread at a time, except wake fds, which
 // any thread may signal and poll.
 #pragma once
@@ -33,17 +33,6 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-enum class WaitResult {
-  kReady,    // fd has something: data, end of stream or an error
-  kWoken,    // wake_fd became readable first
-  kTimeout,
-  kError,
-};
-
-// Waits until `fd` is readable or `wake_fd` (ignored when < 0) is readable, for at most
-// timeout_ms (< 0: forever). Restarts after EINTR without extending the deadline.
-WaitResult WaitReadable(int fd, int wake_fd, int timeout_ms);
-
 // Sends every byte of `parts`, in order, on a non-blocking socket (MSG_NOSIGNAL: a closed peer is
 // an error, not a signal). Waits up to stall_timeout_ms each time the peer stops taking data.
 // false on an error, a timeout, or more than 8 parts.
@@ -56,6 +45,9 @@ bool PeerClosed(int fd);
 // An eventfd that stays readable once Signal()ed: a level-triggered broadcast to every poller.
 Result<UniqueFd> MakeWakeFd();
 void SignalWakeFd(int wake_fd);
+// Makes a wake fd unreadable again until the next Signal: for a doorbell with one reader, which
+// resets it before looking at what the signallers left for it (so no signal is lost).
+void ResetWakeFd(int wake_fd);
 
 // A non-blocking TCP socket bound to host:port (port 0: ephemeral) and listening, with
 // SO_REUSEADDR. Error: "cannot listen on HOST:PORT: <reason>".

@@ -6,14 +6,17 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -159,6 +162,13 @@ class TestClient {
     return response;
   }
 
+  // Waits up to timeout_ms for the server to send something (or close); true when it has.
+  bool WaitReadable(int timeout_ms) {
+    if (!buffer_.empty()) return true;
+    pollfd fds = {.fd = fd_, .events = POLLIN, .revents = 0};
+    return ::poll(&fds, 1, timeout_ms) > 0;
+  }
+
   // True when the server closes the connection (EOF or reset) with no further bytes.
   bool ServerClosed() {
     if (!buffer_.empty()) return false;
@@ -240,6 +250,16 @@ bool Eventually(Condition condition) {
     std::this_thread::sleep_for(5ms);
   }
   return true;
+}
+
+// Threads of this process now (the in-process server's included), from /proc/self/status.
+int CountThreads() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
 }
 
 // Checks that `body` is OpenAI's error shape with this code and type.
@@ -400,6 +420,71 @@ TEST(HttpServer, IdleKeepAliveConnectionIsClosedAfterTimeout) {
   EXPECT_TRUE(client.ServerClosed());
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
   EXPECT_TRUE(Eventually([&] { return server->active_connections() == 0; }));
+}
+
+TEST(HttpServer, FreshConnectionThatSendsNothingIsClosedAfterKeepAliveTimeout) {
+  HttpServerOptions options = TestOptions();  // read_timeout_ms stays long
+  options.keep_alive_timeout_ms = 100;
+  auto server = StartServer(EchoHandler, options);
+  ASSERT_NE(server, nullptr);
+  TestClient client(server->port());
+  ASSERT_TRUE(client.connected());
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(client.ServerClosed());  // quietly: no request, no response
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  EXPECT_TRUE(Eventually([&] { return server->active_connections() == 0; }));
+}
+
+TEST(HttpServer, HeadTricklingPastTheHeadDeadlineGets408) {
+  HttpServerOptions options = TestOptions();  // read_timeout_ms stays long: no line stalls
+  options.head_timeout_ms = 300;
+  auto server = StartServer(EchoHandler, options);
+  ASSERT_NE(server, nullptr);
+  TestClient client(server->port());
+  ASSERT_TRUE(client.Send("GET /slow HTTP/1.1\r\n"));
+  const auto start = std::chrono::steady_clock::now();
+  int header_lines_sent = 0;
+  // One header line every 50 ms, far inside read_timeout_ms, until the server answers.
+  while (!client.WaitReadable(50) && std::chrono::steady_clock::now() - start < 5s) {
+    (void)client.Send("X-Trickle-" + std::to_string(header_lines_sent++) + ": 1\r\n");
+  }
+  const auto answered_after = std::chrono::steady_clock::now() - start;
+  auto response = client.ReadResponse();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 408);
+  EXPECT_EQ(response->HeaderOr("connection"), "close");
+  ExpectJsonError(response->body, 408, "invalid_request_error");
+  EXPECT_TRUE(client.ServerClosed());
+  EXPECT_GE(answered_after, 300ms);
+  EXPECT_LT(answered_after, 2s);
+  EXPECT_GE(header_lines_sent, 3);  // it was trickling, not stalled
+}
+
+TEST(HttpServer, IdleConnectionsHoldNoThread) {
+  HttpServerOptions options = TestOptions();
+  options.max_connections = 1000;
+  auto server = StartServer(EchoHandler, options);
+  ASSERT_NE(server, nullptr);
+  const int threads_before = CountThreads();
+  constexpr int kNumIdle = 200;
+  std::vector<std::unique_ptr<TestClient>> idle;
+  for (int i = 0; i < kNumIdle; ++i) {
+    idle.push_back(std::make_unique<TestClient>(server->port()));
+    ASSERT_TRUE(idle.back()->connected());
+    if (i % 2 == 0) {  // half between keep-alive requests, half never asked anything
+      auto response = idle.back()->RoundTrip("GET /once HTTP/1.1\r\n\r\n");
+      ASSERT_TRUE(response);
+      EXPECT_EQ(response->status, 200);
+    }
+  }
+  ASSERT_TRUE(Eventually([&] { return server->active_connections() == kNumIdle; }));
+  // Handler threads exit once their request is done; 200 open sockets leave no thread behind.
+  EXPECT_TRUE(Eventually([&] { return CountThreads() <= threads_before + 2; }))
+      << CountThreads() << " threads, " << threads_before << " before";
+  TestClient another(server->port());
+  auto response = another.RoundTrip("GET /more HTTP/1.1\r\n\r\n");
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 200);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -599,7 +684,7 @@ TEST(HttpServer, StalledClientGets408) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
 }
 
-TEST(HttpServer, BeyondMaxConnectionsGets503) {
+TEST(HttpServer, BeyondMaxConnectionsProbesAnswerAndOthersGet503) {
   HttpServerOptions options = TestOptions();
   options.max_connections = 1;
   auto server = StartServer(EchoHandler, options);
@@ -614,8 +699,17 @@ TEST(HttpServer, BeyondMaxConnectionsGets503) {
   ASSERT_TRUE(rejected);
   EXPECT_EQ(rejected->status, 503);
   EXPECT_EQ(rejected->HeaderOr("connection"), "close");
+  EXPECT_EQ(rejected->HeaderOr("retry-after"), "1");
   ExpectJsonError(rejected->body, 503, "server_error");
   EXPECT_TRUE(turned_away.ServerClosed());
+
+  TestClient probe(server->port());  // a liveness probe is still answered, on its own socket
+  auto health = probe.RoundTrip("GET /health HTTP/1.1\r\n\r\n");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(health->body, "GET /health|");
+  EXPECT_EQ(health->HeaderOr("connection"), "close");  // beyond the cap: one request only
+  EXPECT_TRUE(probe.ServerClosed());
 
   held.reset();  // frees the slot
   ASSERT_TRUE(Eventually([&] { return server->active_connections() == 0; }));
@@ -623,6 +717,56 @@ TEST(HttpServer, BeyondMaxConnectionsGets503) {
   auto response = admitted.RoundTrip("GET /later HTTP/1.1\r\n\r\n");
   ASSERT_TRUE(response);
   EXPECT_EQ(response->status, 200);
+}
+
+TEST(HttpServer, RequestsBeyondTheHandlerThreadsWaitAndProbesStillAnswer) {
+  HttpServerOptions options = TestOptions();
+  options.max_handler_threads = 2;
+  options.probe_threads = 1;
+  std::atomic<int> running{0};
+  std::atomic<int> peak_running{0};
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  auto server = StartServer(
+      [&](const HttpRequest& request, HttpResponseWriter& writer) {
+        if (request.path == "/slow") {
+          const int now_running = ++running;
+          int peak = peak_running.load();
+          while (now_running > peak && !peak_running.compare_exchange_weak(peak, now_running)) {
+          }
+          released.wait_for(5s);
+          --running;
+        }
+        EchoHandler(request, writer);
+      },
+      options);
+  ASSERT_NE(server, nullptr);
+  std::vector<std::unique_ptr<TestClient>> slow;
+  for (int i = 0; i < 3; ++i) {
+    slow.push_back(std::make_unique<TestClient>(server->port()));
+    ASSERT_TRUE(slow.back()->Send("GET /slow HTTP/1.1\r\n\r\n"));
+  }
+  ASSERT_TRUE(Eventually([&] { return running.load() == 2; }));  // the third waits its turn
+  TestClient queued_too(server->port());
+  ASSERT_TRUE(queued_too.Send("GET /other HTTP/1.1\r\n\r\n"));
+
+  TestClient probe(server->port());  // answered now, on the probe reserve
+  auto health = probe.RoundTrip("GET /health HTTP/1.1\r\n\r\n");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(running.load(), 2);
+
+  release.set_value();
+  for (auto& client : slow) {
+    auto response = client->ReadResponse();
+    ASSERT_TRUE(response);
+    EXPECT_EQ(response->status, 200);
+    EXPECT_EQ(response->body, "GET /slow|");
+  }
+  auto other = queued_too.ReadResponse();
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 200);
+  EXPECT_EQ(peak_running.load(), 2);
 }
 
 TEST(HttpServer, HandlerThatSendsNothingGets500) {

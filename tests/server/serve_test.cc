@@ -1,13 +1,21 @@
 // The real server binary on the bundled model, over loopback: every endpoint, streaming, bad
-// inputs, disconnects, API keys and graceful drain.
+// inputs, disconnects, API keys, graceful drain, and load (hundreds of streams, a slowloris).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -51,6 +59,12 @@ std::vector<testing::PromFamily> WaitForMetrics(const ServerProcess& s,
 double MetricValue(const std::vector<testing::PromFamily>& families, const std::string& name) {
   const testing::PromFamily* f = testing::FindFamily(families, name);
   return f == nullptr || f->samples.empty() ? -1 : f->samples.back().value;
+}
+
+// Nothing running or queued. A client can hold its whole response a moment before the engine
+// retires the request, so a gauge that must fall back to 0 is waited for, not read once.
+bool NothingRunning(const std::vector<testing::PromFamily>& m) {
+  return MetricValue(m, "sglang:num_running_reqs") == 0 && MetricValue(m, "sglang:num_queue_reqs") == 0;
 }
 
 // The number after `prefix` in `text`, or -1.
@@ -226,16 +240,7 @@ TEST_F(ServeTest, DisconnectMidStreamAbortsAndFreesKv) {
                                  {}, 30000, [&](std::string_view) { return ++chunks < 3; });
   EXPECT_TRUE(s.ok()) << s.message();
   // The server notices, aborts the request and frees its KV.
-  json metrics_ok;
-  for (int i = 0; i < 100; ++i) {
-    const std::string m = Get(*server_, "/metrics").body;
-    if (m.find("sglang:num_running_reqs{model_name=\"bard\"} 0") != std::string::npos) {
-      metrics_ok = true;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_TRUE(metrics_ok.is_boolean()) << Get(*server_, "/metrics").body;
+  EXPECT_TRUE(NothingRunning(WaitForMetrics(*server_, NothingRunning))) << Get(*server_, "/metrics").body;
   const std::string m = Get(*server_, "/metrics").body;
   EXPECT_NE(m.find("sglang:time_to_first_token_seconds_bucket"), std::string::npos);
   EXPECT_NE(m.find("sglang:e2e_request_latency_seconds_count"), std::string::npos);
@@ -352,9 +357,7 @@ TEST_F(ServeTest, FlushCacheIsRefusedWhileARequestRunsAndFreesNothing) {
 
   leave_now();
   // Once the server has aborted the request, the flush goes through and frees the prefix.
-  const auto idle = WaitForMetrics(*server_, [](const auto& m) {
-    return MetricValue(m, "sglang:num_running_reqs") == 0 && MetricValue(m, "sglang:num_queue_reqs") == 0;
-  });
+  const auto idle = WaitForMetrics(*server_, NothingRunning);
   EXPECT_EQ(MetricValue(idle, "sglang:num_running_reqs"), 0);
   auto flush = Post(*server_, "/flush_cache", "");
   EXPECT_EQ(flush.status_code, 200) << flush.body;
@@ -388,6 +391,7 @@ TEST_F(ServeTest, FuzzedRequestsLeaveItUpAndLeakFree) {
   EXPECT_GT(ok + client_errors, 0);
   EXPECT_EQ(Get(*server_, "/health").status_code, 200);
   // Nothing left running; used tokens are only what the prefix cache keeps.
+  EXPECT_TRUE(NothingRunning(WaitForMetrics(*server_, NothingRunning)));
   const std::string m = Get(*server_, "/metrics").body;
   EXPECT_NE(m.find("sglang:num_running_reqs{model_name=\"bard\"} 0"), std::string::npos) << m;
   EXPECT_NE(m.find("sglang:num_queue_reqs{model_name=\"bard\"} 0"), std::string::npos) << m;
@@ -488,6 +492,119 @@ TEST(Serve, DrainTimeoutAbortsWithAClearReason) {
   ASSERT_TRUE(result.is_object()) << s.log();
   EXPECT_EQ(result["meta_info"]["finish_reason"]["type"], "abort") << result.dump();
   EXPECT_NE(result["meta_info"]["finish_reason"]["message"].get<std::string>().find("shutting down"), std::string::npos);
+}
+
+TEST_F(ServeTest, ThreeHundredConcurrentStreamsAreAllServed) {
+  constexpr int kStreams = 300;
+  const std::string body =
+      R"({"text": "ROMEO:", "stream": true, "sampling_params": {"max_new_tokens": 8, "ignore_eos": true}})";
+  std::atomic<int> completed{0};
+  std::atomic<int> unavailable{0};
+  std::vector<std::string> failures(kStreams);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kStreams; ++i) {
+    clients.emplace_back([&, i] {
+      SseParser parser;
+      bool done = false;
+      HttpResponse head;
+      Status st = HttpClient().Stream("POST", server_->Url("/generate"), body, {}, 60000,
+                                      [&](std::string_view piece) {
+                                        parser.Feed(piece, [&](const SseEvent& e) { done = done || e.data == "[DONE]"; });
+                                        return true;
+                                      },
+                                      &head);
+      if (st.ok() && head.status_code == 200 && done) {
+        ++completed;
+      } else {
+        if (st.message().rfind("HTTP 503", 0) == 0) ++unavailable;
+        failures[size_t(i)] = st.ok() ? "stream ended without [DONE]" : st.message();
+      }
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  std::printf("concurrent streams: %d opened at once, %d completed with 200, %d got 503\n", kStreams,
+              completed.load(), unavailable.load());
+  EXPECT_EQ(completed.load(), kStreams);
+  EXPECT_EQ(unavailable.load(), 0);
+  for (const std::string& failure : failures) {
+    if (!failure.empty()) {
+      ADD_FAILURE() << failure;
+      break;
+    }
+  }
+}
+
+// Raises this process's open-file soft limit to its hard limit; the soft limit after.
+rlim_t RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return 0;
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+  getrlimit(RLIMIT_NOFILE, &limit);
+  return limit.rlim_cur;
+}
+
+TEST_F(ServeTest, HealthAnswersUnderAThousandConnectionSlowloris) {
+  constexpr int kSlowClients = 1000;
+  constexpr int kProbes = 20;
+  if (RaiseOpenFileLimit() < kSlowClients + 200) GTEST_SKIP() << "the open-file hard limit is below 1200";
+  // Each slow client sends the start of a request head, then a header line every 200 ms: never
+  // a stall, so only the head deadline (10 s, longer than this test) can end it.
+  std::vector<int> slow;
+  for (int i = 0; i < kSlowClients; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    slow.push_back(fd);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(server_->port()));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0) << i;
+    const std::string start = "POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    ASSERT_EQ(send(fd, start.data(), start.size(), MSG_NOSIGNAL), ssize_t(start.size()));
+  }
+  std::mutex mutex;
+  std::condition_variable stop_cv;
+  bool stop = false;
+  std::thread trickler([&] {
+    std::unique_lock<std::mutex> lock(mutex);
+    for (int round = 0; !stop_cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop; }); ++round) {
+      const std::string line = "X-Slow-" + std::to_string(round) + ": 1\r\n";
+      for (int fd : slow) (void)send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+  });
+
+  std::vector<double> latencies_ms;
+  for (int i = 0; i < kProbes; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    auto r = HttpClient().Request("GET", server_->Url("/health"), "", {}, 5000);
+    latencies_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    ASSERT_TRUE(r.ok()) << r.error();
+    EXPECT_EQ(r->status_code, 200) << r->body;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // pacing: spread over the trickle
+  }
+  // No slow client was answered (no 503) or closed: each still holds an open, pending request.
+  int answered = 0;
+  for (int fd : slow) {
+    pollfd p = {.fd = fd, .events = POLLIN, .revents = 0};
+    if (poll(&p, 1, 0) != 0) ++answered;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    stop = true;
+  }
+  stop_cv.notify_all();
+  trickler.join();
+  for (int fd : slow) close(fd);
+
+  std::sort(latencies_ms.begin(), latencies_ms.end());
+  const double p50_ms = latencies_ms[latencies_ms.size() / 2];
+  const double max_ms = latencies_ms.back();
+  std::printf("slowloris: %d connections, /health p50 %.1f ms, max %.1f ms over %d probes\n", kSlowClients, p50_ms,
+              max_ms, kProbes);
+  EXPECT_EQ(answered, 0);
+  EXPECT_LT(max_ms, 1000.0);
+  EXPECT_EQ(Get(*server_, "/health").status_code, 200);
 }
 
 }  // namespace
