@@ -39,7 +39,7 @@ Result<std::vector<float>> CheckpointKvScales(const Checkpoint& checkpoint, cons
   std::vector<float> scales;
   int found = 0;
   for (int l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+    const std::string p = c.tensor_prefix + "model.layers." + std::to_string(l) + ".self_attn.";
     const TensorView* t = nullptr;
     for (const char* name : {"k_scale", "kv_scale", "attn.k_scale"}) {
       if ((t = checkpoint.Find(p + name)) != nullptr) break;

@@ -57,6 +57,13 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
   if (!model.ok()) return model.status();
   loaded.model = std::move(model).value();
   const ModelConfig& config = loaded.model->config();
+  if (!config.tensor_prefix.empty()) {
+    std::fprintf(stderr, "[mlaserve] %s: serving its text model (tensors %s*)%s\n", config.model_type.c_str(),
+                 config.tensor_prefix.c_str(),
+                 config.has_vision_tower
+                     ? "; the vision tower (vision_tower.*, mm_projector.*) is not loaded, so image and video inputs are refused"
+                     : "");
+  }
   auto format = ParseKvCacheDtype(flags.kv_cache_dtype, config.torch_dtype);
   if (!format.ok()) return format.status();
   MLA_RETURN_IF_ERROR(ValidateKvFormatDims(*format, config.kv_lora_rank, config.qk_rope_head_dim));

@@ -154,11 +154,54 @@ Status Validate(const ModelConfig& c, FieldReader& r) {
   return r.error();
 }
 
+// Kimi-K2.5 (KimiK25ForConditionalGeneration, model_type kimi_k25) wraps a DeepSeek-V3 text
+// model: its fields are in `text_config`, beside `vision_config`. Replaces `j` by the text
+// config; a `quantization_config` or `tie_word_embeddings` given only at the top level applies
+// to the text model too (the top level decides tie_word_embeddings, as the checkpoint has one
+// lm_head layout).
+struct MultimodalWrapper {
+  bool wrapped = false;
+  std::string model_type;  // the wrapper's
+  bool has_vision_tower = false;
+};
+
+Result<MultimodalWrapper> UnwrapMultimodal(json& j, const std::string& source) {
+  std::string arch;
+  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
+      j["architectures"][0].is_string()) {
+    arch = j["architectures"][0].get<std::string>();
+  }
+  const std::string model_type = j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
+  if (arch != "KimiK25ForConditionalGeneration" && model_type != "kimi_k25") return MultimodalWrapper{};
+  if (!j.contains("text_config") || !j["text_config"].is_object()) {
+    return Status::Error(source + ": " + (arch.empty() ? model_type : arch) + " needs a 'text_config' object (the language model's config)");
+  }
+  json text = j["text_config"];
+  for (const char* key : {"quantization_config", "tie_word_embeddings"}) {
+    const bool top_level_decides = std::string(key) == "tie_word_embeddings";
+    if (j.contains(key) && !j[key].is_null() && (top_level_decides || !text.contains(key) || text[key].is_null())) {
+      text[key] = j[key];
+    }
+  }
+  // The text model is DeepSeek-V3's architecture whatever its own model_type says.
+  if (!text.contains("architectures")) text["architectures"] = json::array({"DeepseekV3ForCausalLM"});
+  if (!text.contains("model_type") || !text["model_type"].is_string() || text["model_type"] == "kimi_k25") {
+    text["model_type"] = "kimi_k2";
+  }
+  MultimodalWrapper wrapper{.wrapped = true,
+                            .model_type = model_type.empty() ? "kimi_k25" : model_type,
+                            .has_vision_tower = j.contains("vision_config") && !j["vision_config"].is_null()};
+  j = std::move(text);
+  return wrapper;
+}
+
 }  // namespace
 
 Result<ModelConfig> ParseModelConfig(std::string_view json_text, const std::string& source) {
   json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Status::Error(source + ": not valid JSON");
+  auto wrapper = UnwrapMultimodal(j, source);
+  if (!wrapper.ok()) return wrapper.status();
 
   ModelConfig c;
   FieldReader r(j, source);
@@ -240,6 +283,11 @@ Result<ModelConfig> ParseModelConfig(std::string_view json_text, const std::stri
   MLA_RETURN_IF_ERROR(r.error());
   MLA_RETURN_IF_ERROR(ParseRopeScaling(j, source, c));
   MLA_RETURN_IF_ERROR(Validate(c, r));
+  if (wrapper->wrapped) {
+    c.model_type = wrapper->model_type;
+    c.tensor_prefix = "language_model.";
+    c.has_vision_tower = wrapper->has_vision_tower;
+  }
   return c;
 }
 

@@ -1,6 +1,9 @@
 // The model's shape and every config.json field that changes the math, validated once.
 // Parsed from Hugging Face config.json for DeepseekV2ForCausalLM / DeepseekV3ForCausalLM
-// (model_type deepseek_v2, deepseek_v3, kimi_k2).
+// (model_type deepseek_v2, deepseek_v3, kimi_k2), and for Kimi-K2.5's multimodal wrapper
+// (KimiK25ForConditionalGeneration, model_type kimi_k25), whose `text_config` is a
+// DeepSeek-V3 config and whose text tensors live under `language_model.`: mlaserve serves that
+// text model and does not load the vision tower.
 #pragma once
 
 #include <string>
@@ -25,7 +28,7 @@ struct YarnScaling {
 };
 
 struct ModelConfig {
-  std::string model_type;  // as written in config.json
+  std::string model_type;  // as written in config.json (the wrapper's, for Kimi-K2.5)
   std::string torch_dtype;  // the checkpoint's activation dtype ("bfloat16"); may be empty
   ModelFamily family = ModelFamily::kDeepSeekV3;
 
@@ -62,6 +65,12 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   int bos_token_id = -1;
   int eos_token_id = -1;
+
+  // Multimodal wrappers (Kimi-K2.5): where the text model's tensors are ("language_model."
+  // before "model.layers..." and "lm_head..."), and whether the checkpoint also has a vision
+  // tower that mlaserve leaves unloaded (so image inputs are refused).
+  std::string tensor_prefix;
+  bool has_vision_tower = false;
 
   int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   // Values cached per token per layer by absorbed MLA: latent + rope key.

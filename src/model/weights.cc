@@ -21,8 +21,9 @@ namespace {
 // Looks tensors up by name; remembers the first problem as one line naming the tensor.
 class Binder {
  public:
-  explicit Binder(const Checkpoint* ckpt, std::vector<TensorSpec>* listing = nullptr)
-      : ckpt_(ckpt), listing_(listing) {}
+  // prefix: where the text model's tensors are in a multimodal wrapper ("language_model.").
+  Binder(const Checkpoint* ckpt, std::string prefix, std::vector<TensorSpec>* listing = nullptr)
+      : ckpt_(ckpt), prefix_(std::move(prefix)), listing_(listing) {}
   const Status& status() const { return status_; }
 
   WeightMatrix Matrix(const std::string& name, int64_t rows, int64_t cols) {
@@ -42,7 +43,8 @@ class Binder {
   }
 
  private:
-  const TensorView* Get(const std::string& name, std::vector<int64_t> shape) {
+  const TensorView* Get(const std::string& unprefixed_name, std::vector<int64_t> shape) {
+    const std::string name = prefix_ + unprefixed_name;
     if (listing_ != nullptr) {
       listing_->push_back(TensorSpec{name, std::move(shape)});
       return nullptr;
@@ -69,6 +71,7 @@ class Binder {
   }
 
   const Checkpoint* ckpt_;
+  const std::string prefix_;
   std::vector<TensorSpec>* listing_;  // set: record what would be bound instead of binding
   Status status_;
 };
@@ -140,7 +143,7 @@ ModelWeights BindAll(Binder& b, const ModelConfig& c) {
 }  // namespace
 
 Result<ModelWeights> BindWeights(const ModelConfig& c, const Checkpoint& checkpoint) {
-  Binder b(&checkpoint);
+  Binder b(&checkpoint, c.tensor_prefix);
   ModelWeights w = BindAll(b, c);
   if (!b.status().ok()) return b.status();
   return w;
@@ -188,7 +191,7 @@ void PackWeights(ModelWeights& w, ThreadPool& pool) {
 
 std::vector<TensorSpec> ListWeightTensors(const ModelConfig& c) {
   std::vector<TensorSpec> specs;
-  Binder b(nullptr, &specs);
+  Binder b(nullptr, c.tensor_prefix, &specs);
   BindAll(b, c);
   return specs;
 }

@@ -106,9 +106,15 @@ Result<std::vector<ChatMessage>> ReadMessages(const json& body) {
       msg.content = c.get<std::string>();
     } else if (c.is_array()) {
       for (const json& part : c) {
-        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
-            !part["text"].is_string()) {
-          return Status::Error(where + "only text content parts are supported");
+        const json type = part.is_object() && part.contains("type") ? part["type"] : json();
+        if (type.is_string() && type != "text") {
+          // image_url, input_image, video_url, input_audio, file...
+          return Status::Error(where + "'" + type.get<std::string>() +
+                               "' content parts are not supported: mlaserve runs text models only (a "
+                               "multimodal checkpoint such as Kimi-K2.5 is served without its vision tower)");
+        }
+        if (type != "text" || !part.contains("text") || !part["text"].is_string()) {
+          return Status::Error(where + "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
         }
         msg.content += part["text"].get<std::string>();
       }

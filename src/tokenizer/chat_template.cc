@@ -127,7 +127,7 @@ std::string_view ChatFormatName(ChatFormat format) {
 
 ChatFormat ChatFormatForModelType(std::string_view model_type) {
   if (model_type == "deepseek_v3" || model_type == "deepseek_v2") return ChatFormat::kDeepSeekV3;
-  if (model_type == "kimi_k2") return ChatFormat::kKimiK2;
+  if (model_type == "kimi_k2" || model_type == "kimi_k25") return ChatFormat::kKimiK2;
   return ChatFormat::kMlaserve;
 }
 

@@ -316,6 +316,10 @@ TEST_F(ApiFieldsTest, UnimplementedFieldsAreRefusedByName) {
   ExpectRefused("/generate", {{"text", "x"}, {"lora_path", "a"}}, "lora_path");
   ExpectRefused("/generate", {{"text", "x"}, {"bogus", true}}, "bogus");
   ExpectRefused("/abort_request", {{"rid", "x"}, {"extra", 1}}, "extra");
+  // Image inputs: refused by name (a multimodal checkpoint is served without its vision tower).
+  ExpectRefused("/v1/chat/completions",
+                json::parse(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]})"),
+                "'image_url' content parts are not supported");
   // Options that would have no effect without the option they refine.
   ExpectRefused("/v1/completions", {{"prompt", "x"}, {"stream_options", {{"include_usage", true}}}}, "stream_options");
   ExpectRefused("/v1/chat/completions", chat("top_logprobs", 2), "top_logprobs");
