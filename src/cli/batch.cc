@@ -128,15 +128,16 @@ class ProgressPrinter {
       const double eta_s = rate > 0 ? double(total - done - failed) / rate : -1;
       const double tok_s = double(stats_.new_tokens) / std::max(elapsed_s, 1e-9);
       const std::string outage = OutageText();
+      const std::string eta = outage.empty() ? Clock_(eta_s) : "paused";  // no rate to project from
       if (tty_) {
         const int width = 30;
         const int filled = total > 0 ? int(double(done + failed) / total * width) : width;
         std::fprintf(stderr, "\r[%s%s] %d/%d done, %d running, %.1f tok/s, ETA %s, %d errors%s ",
                      std::string(size_t(filled), '=').c_str(), std::string(size_t(width - filled), ' ').c_str(), done,
-                     total, int(stats_.running), tok_s, Clock_(eta_s).c_str(), failed, outage.c_str());
+                     total, int(stats_.running), tok_s, eta.c_str(), failed, outage.c_str());
       } else {
         std::fprintf(stderr, "batch: %d/%d done, %d running, %.1f tok/s, ETA %s, %d errors%s\n", done, total,
-                     int(stats_.running), tok_s, Clock_(eta_s).c_str(), failed, outage.c_str());
+                     int(stats_.running), tok_s, eta.c_str(), failed, outage.c_str());
       }
       std::fflush(stderr);
     }

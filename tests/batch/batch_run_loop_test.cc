@@ -107,6 +107,47 @@ TEST(BatchOutage, LongerThanServerWaitTimeoutPausesTheRunAndFailsNothing) {
                reported_s, text.c_str());
 }
 
+TEST(BatchOutage, NoServerAtStartIsAWaitNotAnError) {
+  int port = 0;
+  {
+    ServerProcess probe;  // a port that was just free, and is free again
+    port = probe.port();
+  }
+  ASSERT_GT(port, 0);
+  TempDir dir;
+  const std::string in = dir.path() + "/in.jsonl", out = dir.path() + "/out.jsonl", log = dir.path() + "/out.log";
+  std::ofstream(in) << MakeBatchInput(4);
+  std::vector<std::string> args = BatchArgs(in, out, "http://127.0.0.1:" + std::to_string(port), 16, 2);
+  args.insert(args.end(), {"--server-wait-timeout", "1"});
+  const pid_t client = SpawnMlaserve(args, log);
+  ASSERT_TRUE(WaitFor([&] { return Contains(log, "no server answers /health"); })) << ReadTextFile(log);
+  ServerProcess server(ServerLaunch{.port = port}, {});
+  ASSERT_EQ(server.port(), port);
+  ASSERT_EQ(WaitExit(client), 0) << ReadTextFile(log);
+  EXPECT_EQ(IdCounts(ReadTextFile(out)).size(), 4u);
+}
+
+TEST(BatchOutage, OneOfTwoEndpointsDownIsSaidAndDoesNotPauseTheRun) {
+  ServerProcess a, b;
+  ASSERT_GT(a.port(), 0);
+  ASSERT_GT(b.port(), 0);
+  TempDir dir;
+  const std::string in = dir.path() + "/in.jsonl", out = dir.path() + "/out.jsonl", log = dir.path() + "/out.log";
+  std::ofstream(in) << MakeBatchInput(16);
+  std::vector<std::string> args = BatchArgs(in, out, Url(a), 200, 4);
+  args.insert(args.end(), {"--endpoint", Url(b), "--progress-interval", "0.05"});
+  const pid_t client = SpawnMlaserve(args, log);
+  ASSERT_TRUE(WaitFor([&] { return DoneSoFar(log) >= 1; })) << ReadTextFile(log);
+  b.Signal(SIGKILL);
+  b.Wait();
+  ASSERT_EQ(WaitExit(client), 0) << ReadTextFile(log);
+  const std::string text = ReadTextFile(log);
+  EXPECT_NE(text.find(Url(b) + " broke a request"), std::string::npos) << text;
+  EXPECT_EQ(text.find("no server answers /health"), std::string::npos) << text;
+  EXPECT_NE(text.find("16 done, 0 failed"), std::string::npos) << text;
+  EXPECT_EQ(IdCounts(ReadTextFile(out)).size(), 16u);
+}
+
 TEST(BatchOutage, FailedRecordsAreRetriedOnRerunUnlessNoRetryFailed) {
   ServerProcess server;
   ASSERT_GT(server.port(), 0);
