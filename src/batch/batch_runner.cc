@@ -29,7 +29,7 @@ uint64_t RecordSeed(uint64_t seed, const std::string& id) {
 
 BatchRunner::BatchRunner(const std::vector<Record>& records, std::vector<RecordProgress>& progress,
                          TurnGenerator& generator, ProgressDb& db, OutputWriter& writer, const Tokenizer& tokenizer,
-                         ChatFormat chat_format, RunnerOptions options, RunnerStats& stats)
+                         ChatFormat chat_format, RunnerOptions options, RunnerStats& stats, RunGate& gate)
     : records_(records),
       progress_(progress),
       generator_(generator),
@@ -39,6 +39,7 @@ BatchRunner::BatchRunner(const std::vector<Record>& records, std::vector<RecordP
       chat_format_(chat_format),
       options_(std::move(options)),
       stats_(stats),
+      gate_(gate),
       run_nonce_(Hex64(Fnv1a64(std::to_string(::getpid()) + "/" +
                                std::to_string(std::chrono::system_clock::now().time_since_epoch().count())))
                      .substr(0, 8)) {}
@@ -60,8 +61,7 @@ Result<Answer> BatchRunner::RunTurn(const Record& record, RecordProgress& p, siz
   std::vector<ChatMessage> messages;
   auto prompt = PromptIds(record, p.turns, turn, &messages);
   if (!prompt.ok()) return prompt.status();
-  int failures = 0;  // timeouts, 5xx, and interruptions that produced nothing
-  const int max_failures_interrupted = 2 * options_.max_retries + 5;
+  int failures = 0;  // timeouts, 5xx, and interruptions that produced nothing, while a server answered
   for (int attempt = 0;; ++attempt) {
     if (!p.partial.empty() && !generator_.continues_partial()) {
       p.partial.clear();  // a chat-only endpoint cannot take the partial answer: start over
@@ -82,7 +82,8 @@ Result<Answer> BatchRunner::RunTurn(const Record& record, RecordProgress& p, siz
                         .max_new_tokens = remaining,
                         .temperature = options_.temperature,
                         .top_p = options_.top_p,
-                        .seed = RecordSeed(options_.seed, record.id)};
+                        .seed = RecordSeed(options_.seed, record.id),
+                        .cancel = &gate_.stop_flag()};
     request.input_ids.insert(request.input_ids.end(), p.partial.begin(), p.partial.end());
     const std::vector<TokenId> base = p.partial;
     Clock::time_point last_checkpoint = Clock::now();
@@ -105,34 +106,34 @@ Result<Answer> BatchRunner::RunTurn(const Record& record, RecordProgress& p, siz
       return Answer{.ids = p.partial, .finish_reason = outcome.finish_reason, .prompt_tokens = int(prompt->size())};
     }
     MLA_RETURN_IF_ERROR(db_.SaveProgress(p));
-    if (outcome.error == TurnError::kPermanent) return Status::Error(outcome.message);
+    MLA_RETURN_IF_ERROR(Recover(outcome, p, failures));
+  }
+}
+
+Status BatchRunner::Recover(const TurnOutcome& outcome, RecordProgress& p, int& failures) {
+  if (gate_.stopping()) return Status::Error("the run is stopping");
+  if (outcome.error == TurnError::kPermanent) return Status::Error(outcome.message);
+  if (outcome.error == TurnError::kInterrupted) ++stats_.interruptions;
+  // An outage is nobody's fault: wait it out (the whole run waits) and try again uncounted.
+  const RunGate::Wait wait = gate_.AwaitServer();
+  if (wait == RunGate::Wait::kStopped) return Status::Error("the run is stopping");
+  if (wait == RunGate::Wait::kWasUp) {
+    // A server answered at once: what went wrong was this record's.
     if (outcome.error == TurnError::kRetryable) {
       if (++failures > options_.max_retries) {
         return Status::Error(outcome.message + " (after " + std::to_string(options_.max_retries) + " retries)");
       }
       const double backoff_s = std::min(10.0, 0.5 * double(1 << std::min(failures, 5)));
-      std::this_thread::sleep_for(std::chrono::duration<double>(backoff_s));
-      continue;
-    }
-    // Interrupted: the server went away. Wait for one, then continue from the partial answer.
-    ++stats_.interruptions;
-    if (outcome.new_ids.empty() && ++failures > max_failures_interrupted) {
+      if (!gate_.Sleep(backoff_s)) return Status::Error("the run is stopping");
+    } else if (outcome.new_ids.empty() && ++failures > 2 * options_.max_retries + 5) {
       return Status::Error(outcome.message + " (" + std::to_string(failures) + " interruptions without progress)");
     }
-    const Clock::time_point waited_from = Clock::now();
-    const auto deadline = waited_from + std::chrono::duration_cast<Clock::duration>(
-                                            std::chrono::duration<double>(options_.server_wait_timeout_s));
-    const bool healthy = generator_.WaitHealthy(deadline);
-    stats_.time_lost_ms += int64_t(SecondsSince(waited_from) * 1000);
-    if (!healthy) {
-      return Status::Error(outcome.message + "; no server answered /health within " +
-                           std::to_string(int(options_.server_wait_timeout_s)) + " s");
-    }
-    if (!p.partial.empty() && generator_.continues_partial()) {
-      ++p.continued;
-      ++stats_.continued;
-    }
   }
+  if (outcome.error == TurnError::kInterrupted && !p.partial.empty() && generator_.continues_partial()) {
+    ++p.continued;
+    ++stats_.continued;
+  }
+  return Status::Ok();
 }
 
 Status BatchRunner::RunRecord(size_t index) {
@@ -143,6 +144,10 @@ Status BatchRunner::RunRecord(size_t index) {
   std::string error;
   while (p.turns.size() < record.answer_slots.size()) {
     auto answer = RunTurn(record, p, p.turns.size());
+    if (!answer.ok() && gate_.stopping()) {
+      --stats_.running;  // stopped: the checkpoint stands and the record stays running for the next run
+      return Status::Ok();
+    }
     if (!answer.ok()) {
       error = answer.error();
       break;
@@ -199,15 +204,14 @@ Status BatchRunner::Run() {
   }
   std::mutex error_mu;
   Status first_error;
-  std::atomic<bool> stop{false};
   auto worker = [&] {
-    while (!stop) {
+    while (!gate_.stopping()) {
       const size_t k = next_.fetch_add(1);
       if (k >= todo_.size()) return;
       if (Status s = RunRecord(todo_[k]); !s.ok()) {
         std::lock_guard<std::mutex> lock(error_mu);
         if (first_error.ok()) first_error = s;
-        stop = true;
+        gate_.RequestStop();
       }
     }
   };

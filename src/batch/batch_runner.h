@@ -4,6 +4,10 @@
 // input messages with the model's earlier answers), continue from the checkpointed partial
 // answer, stream, checkpoint the tokens every checkpoint_interval_s, and on an interruption
 // wait for a healthy server and continue (or restart, where the endpoint cannot continue).
+// Outages are not the record's failure: the run pauses in RunGate until a server answers; only
+// what goes wrong while the server answers (a 4xx, repeated 5xx / timeouts, repeated
+// interruptions without progress) counts toward --max-retries. On a stop request the running
+// records keep their checkpoints and stay running, for the next run to continue.
 // When every answer is in: one DB transaction marks the record done with its output line, then
 // the writer appends it (in input order unless unordered).
 #pragma once
@@ -16,6 +20,7 @@
 #include "batch/output_writer.h"
 #include "batch/progress_db.h"
 #include "batch/records.h"
+#include "batch/run_gate.h"
 #include "batch/turn_generator.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -29,7 +34,6 @@ struct RunnerOptions {
   double top_p = 1;
   uint64_t seed = 0;               // each record draws with RecordSeed(seed, id)
   int max_retries = 3;             // per turn, for timeouts / 5xx / interruptions without progress
-  double server_wait_timeout_s = 300;
   double checkpoint_interval_s = 0.2;
   OutputSettings output;           // model, seed, ... (kv_cache_dtype filled per record)
 };
@@ -47,7 +51,9 @@ struct RunnerStats {
   std::atomic<int> continued{0};
   std::atomic<int> restarted{0};
   std::atomic<int> resumed_from_checkpoint{0};  // records a killed client left running, continued now
-  std::atomic<int64_t> time_lost_ms{0};
+  std::atomic<int> outages{0};          // times no server answered /health (RunGate)
+  std::atomic<int64_t> outage_ms{0};    // their wall time, once per outage
+  std::atomic<int64_t> down_since_ms{0};  // steady-clock ms when the current outage began; 0: none
 };
 
 // The sampling seed of one record: the run's seed mixed with the record id, so that records do
@@ -59,10 +65,11 @@ class BatchRunner {
   // Everything must outlive the runner. progress[i] is records[i]'s row.
   BatchRunner(const std::vector<Record>& records, std::vector<RecordProgress>& progress, TurnGenerator& generator,
               ProgressDb& db, OutputWriter& writer, const Tokenizer& tokenizer, ChatFormat chat_format,
-              RunnerOptions options, RunnerStats& stats);
+              RunnerOptions options, RunnerStats& stats, RunGate& gate);
 
-  // Offers every record already finished to the writer, then runs the rest. Returns an error
-  // only when the DB or the output cannot be written (records that fail are not errors).
+  // Offers every record already finished to the writer, then runs the rest, until done or until
+  // gate.RequestStop(). Returns an error only when the DB or the output cannot be written
+  // (records that fail are not errors).
   Status Run();
 
  private:
@@ -72,6 +79,10 @@ class BatchRunner {
   // Generates one turn into `p` (partial on input and on interruption; the answer on success).
   // Returns an error message when the turn fails for good.
   Result<Answer> RunTurn(const Record& record, RecordProgress& p, size_t turn);
+  // After a failed attempt (its tokens checkpointed in `p`): Ok to try again, once a server
+  // answers (and after a backoff, for a retryable error); else why the record fails, or the run
+  // is stopping. `failures` counts the attempts that were this record's fault.
+  Status Recover(const TurnOutcome& outcome, RecordProgress& p, int& failures);
 
   const std::vector<Record>& records_;
   std::vector<RecordProgress>& progress_;
@@ -82,6 +93,7 @@ class BatchRunner {
   ChatFormat chat_format_;
   RunnerOptions options_;
   RunnerStats& stats_;
+  RunGate& gate_;
   std::string run_nonce_;  // in request ids: a killed run's requests may still be live on the server
   std::atomic<size_t> next_{0};
   std::vector<size_t> todo_;

@@ -21,7 +21,7 @@ bool EndpointPool::Probe(size_t index) {
   auto health = client_.Request("GET", base + "/health", "", headers_, control_timeout_ms_);
   if (!health.ok() || health->status_code != 200) {
     std::lock_guard<std::mutex> lock(mu_);
-    endpoints_[index].up = false;
+    SetUp(index, false, "does not answer /health");
     return false;
   }
   EndpointInfo fresh{.base_url = base, .kv_format = "unknown"};
@@ -43,14 +43,21 @@ bool EndpointPool::Probe(size_t index) {
   auto gen = client_.Request("POST", base + "/generate", "{}", headers_, control_timeout_ms_);
   if (!gen.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
-    endpoints_[index].up = false;
+    SetUp(index, false, "does not answer /generate");
     return false;
   }
   fresh.native = gen->status_code != 404;
   std::lock_guard<std::mutex> lock(mu_);
   endpoints_[index].info = fresh;
-  endpoints_[index].up = true;
+  SetUp(index, true, "answers again");
   return true;
+}
+
+void EndpointPool::SetUp(size_t index, bool up, const char* why) {
+  Endpoint& e = endpoints_[index];
+  if (e.up != up && e.seen_up && note_ && endpoints_.size() > 1) note_(e.info.base_url + " " + why);
+  e.up = up;
+  e.seen_up = e.seen_up || up;
 }
 
 Status EndpointPool::Discover(std::chrono::steady_clock::time_point deadline) {
@@ -81,7 +88,7 @@ size_t EndpointPool::Acquire() {
 void EndpointPool::Release(size_t index, bool healthy) {
   std::lock_guard<std::mutex> lock(mu_);
   --endpoints_[index].outstanding;
-  if (!healthy) endpoints_[index].up = false;
+  if (!healthy) SetUp(index, false, "broke a request: avoided until /health answers");
 }
 
 EndpointInfo EndpointPool::info(size_t index) const {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -44,19 +45,27 @@ class EndpointPool {
 
   const HttpHeaders& headers() const { return headers_; }
 
+  // With several endpoints, says when one stops answering and when it answers again (the run
+  // as a whole pauses only when none answers: RunGate). Set before any request.
+  void set_note(std::function<void(const std::string&)> note) { note_ = std::move(note); }
+
  private:
   struct Endpoint {
     EndpointInfo info;
     int outstanding = 0;
     bool up = false;
+    bool seen_up = false;  // answered at least once (so going down is news)
   };
   bool Probe(size_t index);  // /health, then what it serves; updates the endpoint
+  // Sets endpoint `index` up or down, noting a change; mu_ held.
+  void SetUp(size_t index, bool up, const char* why);
 
   HttpClient client_;
   HttpHeaders headers_;
   int control_timeout_ms_;
   mutable std::mutex mu_;
   std::vector<Endpoint> endpoints_;
+  std::function<void(const std::string&)> note_;
 };
 
 }  // namespace mlaserve::batch

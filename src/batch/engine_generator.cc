@@ -49,7 +49,17 @@ TurnOutcome EngineGenerator::Generate(const TurnRequest& request, FunctionRef<vo
   }
   std::unique_lock<std::mutex> lock(box->mu);
   for (;;) {
-    box->cv.wait(lock, [&] { return box->finished || box->ids.size() > box->ids_seen; });
+    const bool woken = box->cv.wait_for(lock, std::chrono::milliseconds(50), [&] {
+      return box->finished || box->ids.size() > box->ids_seen;
+    });
+    if (!woken && request.cancel != nullptr && request.cancel->load()) {
+      // The run is stopping: keep what came so far (the runner checkpoints it) and let it go.
+      engine_.Abort(request.rid);
+      out.new_ids = box->ids;
+      out.error = TurnError::kInterrupted;
+      out.message = "stopped";
+      return out;
+    }
     if (box->ids.size() > box->ids_seen) {
       box->ids_seen = box->ids.size();
       out.new_ids = box->ids;

@@ -47,7 +47,8 @@ TurnOutcome HttpGenerator::Generate(const TurnRequest& request, FunctionRef<void
   const EndpointInfo endpoint = pool_.info(index);
   TurnOutcome out = endpoint.native ? Native(endpoint, request, on_tokens) : Chat(endpoint, request);
   out.kv_format = endpoint.kv_format;
-  pool_.Release(index, out.error != TurnError::kInterrupted);
+  const bool cancelled = request.cancel != nullptr && request.cancel->load();  // not the endpoint's doing
+  pool_.Release(index, out.error != TurnError::kInterrupted || cancelled);
   return out;
 }
 
@@ -92,7 +93,8 @@ TurnOutcome HttpGenerator::Native(const EndpointInfo& endpoint, const TurnReques
   auto on_data = [&](std::string_view piece) {
     parser.Feed(piece, on_event);
     if (Clock::now() > deadline) timed_out = true;
-    return !finished && stream_error.empty() && !timed_out;
+    const bool cancelled = request.cancel != nullptr && request.cancel->load();
+    return !finished && stream_error.empty() && !timed_out && !cancelled;
   };
   const int idle_ms = int(request_timeout_s_ * 1000);
   const Status s = client_.Stream("POST", endpoint.base_url + "/generate", body.dump(), pool_.headers(), idle_ms, on_data);

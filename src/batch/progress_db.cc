@@ -246,6 +246,13 @@ Status ProgressDb::MarkFailed(const std::string& id, const std::string& error) {
   return Status::Ok();
 }
 
+Result<int> ProgressDb::RetryFailed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt up(db_, "UPDATE records SET state = 'pending', error = NULL WHERE state = 'failed'");
+  if (up.Step() != SQLITE_DONE) return SqlError(db_, "retry failed records");
+  return int(sqlite3_changes(db_));
+}
+
 Status ProgressDb::RecordRun(const RunFigures& f) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt ins(db_,

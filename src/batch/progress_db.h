@@ -44,7 +44,7 @@ struct RunFigures {
   int interruptions = 0;    // streams broken by a server going away
   int continued = 0;        // of those, resumed from the partial answer
   int restarted = 0;        // of those, started over (no /generate, or nothing checkpointed)
-  double time_lost_s = 0;   // summed over records: waiting for a server after an interruption
+  double time_lost_s = 0;   // wall time during which no server answered /health (outages)
   int64_t output_tokens = 0;
   double duration_s = 0;
 };
@@ -70,6 +70,9 @@ class ProgressDb {
   // Commit point: state done with the output line, in one transaction.
   Status MarkDone(const RecordProgress& p);
   Status MarkFailed(const std::string& id, const std::string& error);
+  // Sets every failed row back to pending (its checkpointed tokens kept) for a rerun that
+  // retries them; returns how many there were.
+  Result<int> RetryFailed();
 
   Status RecordRun(const RunFigures& figures);
   Result<std::vector<RunFigures>> Runs();

@@ -2,6 +2,7 @@
 // of HTTP servers (http_generator.h) and an in-process engine (engine_generator.h).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <span>
@@ -24,6 +25,7 @@ struct TurnRequest {
   double temperature = 0;
   double top_p = 1;
   uint64_t seed = 0;
+  const std::atomic<bool>* cancel = nullptr;  // when it becomes true: give up, return the tokens so far
 };
 
 enum class TurnError {
@@ -46,7 +48,8 @@ class TurnGenerator {
   virtual ~TurnGenerator() = default;
   // Generates one turn. on_tokens receives all tokens of this call so far, after each chunk.
   virtual TurnOutcome Generate(const TurnRequest& request, FunctionRef<void(std::span<const TokenId>)> on_tokens) = 0;
-  // Blocks until some server answers /health, or the deadline passes (false).
+  // Blocks until some server answers /health, or the deadline passes (false); with a deadline
+  // already past, one round of probes.
   virtual bool WaitHealthy(Clock::time_point deadline) = 0;
   // Whether an interrupted turn can be continued from its partial answer (the SGLang-native
   // /generate takes input_ids); false: the turn must be restarted.

@@ -3,7 +3,9 @@
 // (--model-path). Progress lives in OUT.progress.db (batch/progress_db.h); the output is
 // written only from done records (batch/output_writer.h); kill either side at any moment and
 // rerun the same command. docs/batch.md has the design and the figures.
-// Threads: the runner's workers generate; a progress thread prints; the main thread waits.
+// Threads: the runner's workers generate; a progress thread prints; a signal thread turns
+// SIGINT / SIGTERM into a stop request; the main thread waits.
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -22,6 +24,8 @@
 #include "batch/output_writer.h"
 #include "batch/progress_db.h"
 #include "batch/records.h"
+#include "batch/remote_tokenizer.h"
+#include "batch/run_gate.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_setup.h"
@@ -40,6 +44,8 @@ struct BatchFlags {
   std::vector<std::string> endpoints;
   bool ordered = true;
   bool dry_run = false;
+  bool retry_failed = true;
+  double server_wait_report_s = 300;
   double request_timeout_s = 600;
   double progress_interval_s = 10;
   batch::RunnerOptions runner;
@@ -121,18 +127,29 @@ class ProgressPrinter {
       const double rate = double(done - done_at_start) / std::max(elapsed_s, 1e-9);
       const double eta_s = rate > 0 ? double(total - done - failed) / rate : -1;
       const double tok_s = double(stats_.new_tokens) / std::max(elapsed_s, 1e-9);
+      const std::string outage = OutageText();
+      const std::string eta = outage.empty() ? Clock_(eta_s) : "paused";  // no rate to project from
       if (tty_) {
         const int width = 30;
         const int filled = total > 0 ? int(double(done + failed) / total * width) : width;
-        std::fprintf(stderr, "\r[%s%s] %d/%d done, %d running, %.1f tok/s, ETA %s, %d errors ",
+        std::fprintf(stderr, "\r[%s%s] %d/%d done, %d running, %.1f tok/s, ETA %s, %d errors%s ",
                      std::string(size_t(filled), '=').c_str(), std::string(size_t(width - filled), ' ').c_str(), done,
-                     total, int(stats_.running), tok_s, Clock_(eta_s).c_str(), failed);
+                     total, int(stats_.running), tok_s, eta.c_str(), failed, outage.c_str());
       } else {
-        std::fprintf(stderr, "batch: %d/%d done, %d running, %.1f tok/s, ETA %s, %d errors\n", done, total,
-                     int(stats_.running), tok_s, Clock_(eta_s).c_str(), failed);
+        std::fprintf(stderr, "batch: %d/%d done, %d running, %.1f tok/s, ETA %s, %d errors%s\n", done, total,
+                     int(stats_.running), tok_s, eta.c_str(), failed, outage.c_str());
       }
       std::fflush(stderr);
     }
+  }
+
+  // ", paused: no server for 12 s" while the run waits for one.
+  std::string OutageText() const {
+    const int64_t since_ms = stats_.down_since_ms;
+    if (since_ms == 0) return "";
+    const int64_t now_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
+    return ", paused: no server for " + std::to_string((now_ms - since_ms) / 1000) + " s";
   }
 
   const batch::RunnerStats& stats_;
@@ -144,11 +161,81 @@ class ProgressPrinter {
   std::thread thread_;
 };
 
+// SIGINT / SIGTERM, blocked in every thread (RunBatch blocks them before any thread starts) and
+// taken here: the first stops the run (no new records; running ones are checkpointed and stay
+// running; the summary prints), a second exits at once (like kill -9: the DB's last checkpoint
+// stands).
+class StopOnSignal {
+ public:
+  explicit StopOnSignal(batch::RunGate& gate) : gate_(gate) { thread_ = std::thread([this] { Loop(); }); }
+  ~StopOnSignal() {
+    done_ = true;
+    thread_.join();
+  }
+  int signal() const { return signal_; }  // the first one taken; 0: none
+
+ private:
+  void Loop() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    const timespec tick{.tv_sec = 0, .tv_nsec = 100'000'000};  // how soon the destructor is noticed
+    while (!done_) {
+      const int sig = sigtimedwait(&set, nullptr, &tick);
+      if (sig <= 0) continue;
+      const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+      if (signal_ != 0) {
+        std::fprintf(stderr, "\nbatch: second signal (%s): exiting now; rerun the same command to resume\n", name);
+        std::_Exit(128 + sig);
+      }
+      signal_ = sig;
+      std::fprintf(stderr, "\nbatch: %s: stopping: no new records, the running ones keep their tokens "
+                           "(a second signal exits at once)\n", name);
+      gate_.RequestStop();
+    }
+  }
+
+  batch::RunGate& gate_;
+  std::atomic<bool> done_{false};
+  std::atomic<int> signal_{0};
+  std::thread thread_;
+};
+
+std::string JoinUrls(const std::vector<std::string>& urls) {
+  std::string out;
+  for (const std::string& u : urls) out += (out.empty() ? "" : ", ") + u;
+  return out;
+}
+
 Result<std::string> ModelTypeFromDir(const std::string& dir) {
   auto text = ReadWholeFile(dir + "/config.json");
   if (!text.ok()) return text.status();
   const json j = json::parse(*text, nullptr, false);
   return j.is_object() ? j.value("model_type", "") : std::string();
+}
+
+struct BatchTokenizer {
+  Tokenizer tokenizer;
+  std::string model_type;  // from the tokenizer directory's config.json, when read from disk
+};
+
+// --tokenizer DIR if given; else what the server serves (GET /tokenizer_file/..., mlaserve's);
+// else the tokenizer_path / model_path it reports, read from disk (an SGLang server on this machine).
+Result<BatchTokenizer> LoadBatchTokenizer(const std::string& flag_dir, const batch::EndpointInfo& info,
+                                          const HttpHeaders& headers) {
+  std::string dir = flag_dir;
+  if (dir.empty()) {
+    auto fetched = batch::FetchTokenizer(info.base_url, headers, kControlTimeoutMs);
+    if (fetched.ok()) return BatchTokenizer{.tokenizer = std::move(fetched).value()};
+    std::fprintf(stderr, "batch: %s; reading the tokenizer from the model_path it reports\n", fetched.error().c_str());
+    dir = info.model_path;
+  }
+  if (dir.empty()) return Status::Error("the server does not report its model_path: give --tokenizer DIR");
+  auto t = Tokenizer::FromDirectory(dir);
+  if (!t.ok()) return Status::Error(t.error() + " (give --tokenizer DIR: a directory with the model's tokenizer)");
+  auto model_type = ModelTypeFromDir(dir);
+  return BatchTokenizer{.tokenizer = std::move(t).value(), .model_type = model_type.ok() ? *model_type : ""};
 }
 
 }  // namespace
@@ -180,8 +267,11 @@ int RunBatch(Args& args) {
   f.runner.top_p = args.Double("top-p", 1.0, "nucleus sampling mass", {.above = 0, .max = 1});
   f.runner.seed = uint64_t(args.Int64("seed", 0, "each record samples with a hash of this and its id"));
   f.runner.max_retries = args.Int("max-retries", 3, "retries of a failed record", {.min = 0});
-  f.runner.server_wait_timeout_s = args.Double("server-wait-timeout", 300, "seconds to wait for a server to come back",
-                                               {.value_name = "S", .min = 0});
+  f.server_wait_report_s = args.Double(
+      "server-wait-timeout", 300,
+      "while no server answers, the run waits (however long) and says so again every S seconds",
+      {.value_name = "S", .above = 0});
+  f.retry_failed = !args.Switch("no-retry-failed", "keep records that failed in an earlier run failed");
   f.runner.checkpoint_interval_s = args.Double("checkpoint-interval", 0.2, "seconds between progress DB checkpoints",
                                                {.value_name = "S", .min = 0});
   if (f.input.empty()) args.Reject("--input IN.jsonl is required");
@@ -216,6 +306,20 @@ int RunBatch(Args& args) {
     return input.problems.empty() ? 0 : 1;
   }
 
+  // From here on SIGINT / SIGTERM stop the run cleanly (StopOnSignal); blocked before any
+  // thread starts, so that every thread inherits the mask and only the watcher takes them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::unique_ptr<batch::EndpointPool> endpoints;
+  batch::RunnerStats stats;
+  const auto note = [](const std::string& line) { std::fprintf(stderr, "batch: %s\n", line.c_str()); };
+  batch::RunGate gate([&endpoints] { return endpoints == nullptr || endpoints->WaitHealthy(Clock::now()); },
+                      JoinUrls(f.endpoints), f.server_wait_report_s, note, stats);
+  StopOnSignal stop_on_signal(gate);
+
   // The output first: its lock refuses a second concurrent run before anything is written.
   std::vector<std::string> ids;
   for (const batch::Record& r : input.records) ids.push_back(r.id);
@@ -232,6 +336,14 @@ int RunBatch(Args& args) {
     return Fail("batch", s.message(), 2);
   }
   if (Status s = (*db)->AddRecords(input.records); !s.ok()) return Fail("batch", s.message());
+  if (f.retry_failed) {
+    auto retried = (*db)->RetryFailed();
+    if (!retried.ok()) return Fail("batch", retried.error());
+    if (*retried > 0) {
+      std::fprintf(stderr, "batch: retrying %d records that failed in an earlier run (--no-retry-failed keeps them "
+                           "failed)\n", *retried);
+    }
+  }
   auto rows = (*db)->LoadAll();
   if (!rows.ok()) return Fail("batch", rows.error());
   std::unordered_map<std::string, batch::RecordProgress> by_id;
@@ -260,7 +372,6 @@ int RunBatch(Args& args) {
   std::optional<LoadedModel> loaded;
   std::unique_ptr<KvPool> pool;
   std::unique_ptr<Engine> engine;
-  std::unique_ptr<batch::EndpointPool> endpoints;
   std::optional<Tokenizer> own_tokenizer;
   std::unique_ptr<batch::TurnGenerator> generator;
   const Tokenizer* tokenizer = nullptr;
@@ -290,20 +401,18 @@ int RunBatch(Args& args) {
       headers.emplace_back("Authorization", std::string("Bearer ") + key);
     }
     endpoints = std::make_unique<batch::EndpointPool>(f.endpoints, headers, kControlTimeoutMs);
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(f.runner.server_wait_timeout_s));
-    if (Status s = endpoints->Discover(deadline); !s.ok()) return Fail("batch", s.message());
-    const batch::EndpointInfo info = endpoints->first_healthy();
-    const std::string tokenizer_dir = !f.tokenizer.empty() ? f.tokenizer : info.model_path;
-    if (tokenizer_dir.empty()) return Fail("batch", "the server does not report its model_path: give --tokenizer DIR", 2);
-    auto t = Tokenizer::FromDirectory(tokenizer_dir);
-    if (!t.ok()) return Fail("batch", t.error() + " (give --tokenizer DIR: a directory with the model's tokenizer)");
-    own_tokenizer = std::move(t).value();
-    tokenizer = &*own_tokenizer;
-    model_type = info.model_type;
-    if (model_type.empty()) {
-      if (auto m = ModelTypeFromDir(tokenizer_dir); m.ok()) model_type = *m;
+    endpoints->set_note(note);
+    if (gate.AwaitServer() == batch::RunGate::Wait::kStopped) {
+      std::printf("batch: stopped before any server answered; nothing was sent\n");
+      return 128 + stop_on_signal.signal();
     }
+    if (Status s = endpoints->Discover(Clock::now()); !s.ok()) return Fail("batch", s.message());
+    const batch::EndpointInfo info = endpoints->first_healthy();
+    auto t = LoadBatchTokenizer(f.tokenizer, info, headers);
+    if (!t.ok()) return Fail("batch", t.error(), 2);
+    own_tokenizer = std::move(t->tokenizer);
+    tokenizer = &*own_tokenizer;
+    model_type = !info.model_type.empty() ? info.model_type : t->model_type;
     if (f.runner.output.model.empty()) {
       f.runner.output.model = !info.served_model_name.empty() ? info.served_model_name : info.model_path;
     }
@@ -317,13 +426,12 @@ int RunBatch(Args& args) {
   }
   const ChatFormat chat_format = ChatFormatFor(*tokenizer, model_type);
 
-  batch::RunnerStats stats;
   stats.total = int(input.records.size());
   const Clock::time_point t0 = Clock::now();
   Status run_status;
   {
     batch::BatchRunner runner(input.records, progress, *generator, **db, **writer, *tokenizer, chat_format, f.runner,
-                              stats);
+                              stats, gate);
     ProgressPrinter printer(stats, f.progress_interval_s);
     run_status = runner.Run();
   }
@@ -334,7 +442,7 @@ int RunBatch(Args& args) {
                                   .interruptions = stats.interruptions,
                                   .continued = stats.continued,
                                   .restarted = stats.restarted,
-                                  .time_lost_s = double(stats.time_lost_ms) / 1000.0,
+                                  .time_lost_s = double(stats.outage_ms) / 1000.0,
                                   .output_tokens = stats.new_tokens,
                                   .duration_s = duration_s};
   if (Status s = (*db)->RecordRun(figures); !s.ok()) std::fprintf(stderr, "batch: %s\n", s.message().c_str());
@@ -345,11 +453,18 @@ int RunBatch(Args& args) {
               figures.records_done, figures.records_failed, (long long)figures.output_tokens, duration_s,
               double(figures.output_tokens) / std::max(duration_s, 1e-9),
               double(figures.records_done) / std::max(duration_s, 1e-9));
-  std::printf("batch: interruptions %d: continued %d, restarted %d; time lost waiting for a server %.1f s; "
-              "%d records resumed from a killed run's checkpoint\n",
-              figures.interruptions, figures.continued, figures.restarted, figures.time_lost_s,
+  std::printf("batch: interruptions %d: continued %d, restarted %d; no server answered %d times, for %.1f s "
+              "(wall time); %d records resumed from a killed run's checkpoint\n",
+              figures.interruptions, figures.continued, figures.restarted, int(stats.outages), figures.time_lost_s,
               int(stats.resumed_from_checkpoint));
   if (!run_status.ok()) return Fail("batch", run_status.message());
+  if (const int sig = stop_on_signal.signal(); sig != 0) {
+    const int unfinished = int(stats.total) - int(stats.done) - int(stats.failed);
+    std::printf("batch: stopped by %s: %d records unfinished (the interrupted ones keep their tokens); rerun the "
+                "same command to resume: done records are not sent again\n",
+                sig == SIGINT ? "SIGINT" : "SIGTERM", unfinished);
+    return 128 + sig;
+  }
   return stats.failed == 0 ? 0 : 1;
 }
 

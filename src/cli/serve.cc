@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -92,6 +93,8 @@ int RunServe(Args& args) {
   Model& model = *loaded->model;
   const ModelConfig& c = model.config();
   const std::string served_name = served_name_flag.empty() ? model_flags.model_path : served_name_flag;
+  // Reported absolute (/get_model_info, /get_server_info): a client in another directory reads it.
+  const std::string model_dir = std::filesystem::absolute(model_flags.model_path).lexically_normal().string();
 
   auto pool = CreateEnginePool(*loaded, model_flags.page_size);
   if (!pool.ok()) return Fail("serve", pool.error());
@@ -114,7 +117,7 @@ int RunServe(Args& args) {
 
   Engine engine(model, *loaded->kernels, **pool, engine_options, &*loaded->tokenizer);
   engine.Start();
-  nlohmann::json info{{"model_path", model_flags.model_path},
+  nlohmann::json info{{"model_path", model_dir},
                       {"served_model_name", served_name},
                       {"kv_cache_dtype", KvFormatName(loaded->runner_options.kv_format)},
                       {"page_size", model_flags.page_size},
@@ -131,7 +134,7 @@ int RunServe(Args& args) {
                       {"port", http.port}};
   ApiServer api(engine, *loaded->tokenizer, model,
                 ApiServerOptions{.served_model_name = served_name,
-                                 .model_path = model_flags.model_path,
+                                 .model_path = model_dir,
                                  .api_key = api_key,
                                  .enable_metrics = enable_metrics,
                                  .server_info = info});

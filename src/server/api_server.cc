@@ -1,9 +1,11 @@
 #include "server/api_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <optional>
 
+#include "core/read_file.h"
 #include "server/api_json.h"
 #include "server/client_json.h"
 #include "server/output_channel.h"
@@ -69,6 +71,18 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponseWriter& w) {
                              {"model_type", model_.config().model_type},
                              {"vocab_size", model_.config().vocab_size},
                              {"max_context_length", model_.max_context()}});
+  }
+  if (p.rfind("/tokenizer_file/", 0) == 0) {
+    // The model directory's tokenizer files, so that a client elsewhere (mlaserve batch) encodes
+    // exactly as the server does without a copy of the model.
+    if (!get) return method_not_allowed();
+    const std::string name = p.substr(std::string_view("/tokenizer_file/").size());
+    const auto& names = Tokenizer::kFileNames;
+    auto bytes = std::find(names.begin(), names.end(), name) != names.end()
+                     ? ReadWholeFile(options_.model_path + "/" + name)
+                     : Result<std::string>(Status::Error("not a tokenizer file"));
+    if (!bytes.ok()) return SendError(w, 404, "no tokenizer file " + name + " here", "not_found_error");
+    return w.Send(200, "application/octet-stream", *bytes);
   }
   if (p == "/get_server_info") {
     json info = options_.server_info;

@@ -7,6 +7,7 @@
 // outlive it or see it moved.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <span>
@@ -26,6 +27,9 @@ class Tokenizer {
   // Loads model_dir/tokenizer.json, or else model_dir/tiktoken.model (Kimi-K2), and, when
   // present, model_dir/tokenizer_config.json. Errors are one line naming the file and problem.
   static Result<Tokenizer> FromDirectory(const std::string& model_dir);
+  // The files FromDirectory may read: what a copy of the tokenizer elsewhere needs.
+  static constexpr std::array<std::string_view, 3> kFileNames = {"tokenizer.json", "tiktoken.model",
+                                                                 "tokenizer_config.json"};
 
   // The same from in-memory file contents; an empty config means "no tokenizer_config.json".
   static Result<Tokenizer> FromJsonText(std::string_view tokenizer_json,

@@ -17,14 +17,21 @@
 #include <sstream>
 #include <thread>
 
+#include "support/batch_job.h"
 #include "support/run_binary.h"
 
 namespace mlaserve {
 namespace {
 
 using nlohmann::json;
+using testing::BatchArgs;
+using testing::IdCounts;
+using testing::MakeBatchInput;
 using testing::ShellQuote;
+using testing::SpawnMlaserve;
+using testing::SummaryNumber;
 using testing::TempDir;
+using testing::WaitExit;
 
 const std::string kModel = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla";
 
@@ -35,33 +42,12 @@ std::string Slurp(const std::string& path) {
   return ss.str();
 }
 
-// A child process running the mlaserve binary with `args`, stderr (and stdout) to `log`.
-pid_t Spawn(std::vector<std::string> args, const std::string& log) {
-  args.insert(args.begin(), MLASERVE_BINARY);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    if (!std::freopen(log.c_str(), "a", stderr) || !std::freopen(log.c_str(), "a", stdout)) _exit(126);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-int WaitExit(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 // `mlaserve serve` on the bundled model; port 0 picks one. Stopped (SIGTERM) on destruction.
 class Server {
  public:
   Server(int port, const std::string& kv_format) {
     log_ = dir_.path() + "/server.log";
-    pid_ = Spawn({"serve", "--model-path", kModel, "--port", std::to_string(port), "--max-total-tokens", "16384",
+    pid_ = SpawnMlaserve({"serve", "--model-path", kModel, "--port", std::to_string(port), "--max-total-tokens", "16384",
                   "--kv-cache-dtype", kv_format},
                  log_);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -97,58 +83,16 @@ class Server {
   int port_ = 0;
 };
 
-// n records mixing the three shapes (ShareGPT ones with two assistant turns).
-std::string MakeInput(int n) {
-  std::string out;
-  for (int i = 0; i < n; ++i) {
-    json j;
-    j["id"] = "r" + std::to_string(i);
-    if (i % 3 == 0) {
-      j["prompt"] = "Speak of the king, number " + std::to_string(i);
-    } else if (i % 3 == 1) {
-      j["messages"] = json::array({{{"role", "user"}, {"content", "What news, good " + std::to_string(i) + "?"}}});
-    } else {
-      j["conversations"] = json::array({{{"from", "human"}, {"value", "Good morrow " + std::to_string(i)}},
-                                        {{"from", "gpt"}, {"value", "old answer"}},
-                                        {{"from", "human"}, {"value", "And then?"}},
-                                        {{"from", "gpt"}, {"value", "old answer"}}});
-    }
-    out += j.dump() + "\n";
-  }
-  return out;
-}
-
-std::vector<std::string> BatchArgs(const std::string& in, const std::string& out, const std::string& url,
-                                   int max_new_tokens, int concurrency) {
-  return {"batch", "--input", in, "--output", out, "--endpoint", url, "--max-new-tokens", std::to_string(max_new_tokens),
-          "--concurrency", std::to_string(concurrency), "--checkpoint-interval", "0.05", "--server-wait-timeout", "60",
-          "--progress-interval", "1"};
-}
-
-std::map<std::string, int> IdCounts(const std::string& output) {
-  std::map<std::string, int> counts;
-  std::istringstream lines(output);
-  std::string line;
-  while (std::getline(lines, line)) counts[json::parse(line)["id"].get<std::string>()]++;
-  return counts;
-}
-
-int SummaryNumber(const std::string& log, const std::string& label) {
-  std::smatch m;
-  const std::regex re(label + " ([0-9]+)");
-  return std::regex_search(log, m, re) ? std::stoi(m[1]) : -1;
-}
-
 TEST(BatchKill, ClientKilledRepeatedlyEndsExactlyOnceAndByteIdentical) {
   Server server(0, "bf16");
   ASSERT_GT(server.port(), 0);
   TempDir dir;
   const std::string in = dir.path() + "/in.jsonl";
-  std::ofstream(in) << MakeInput(24);
+  std::ofstream(in) << MakeBatchInput(24);
   const int kTokens = 160, kConcurrency = 4;
 
   const std::string ref = dir.path() + "/ref.jsonl";
-  ASSERT_EQ(WaitExit(Spawn(BatchArgs(in, ref, server.url(), kTokens, kConcurrency), dir.path() + "/ref.log")), 0)
+  ASSERT_EQ(WaitExit(SpawnMlaserve(BatchArgs(in, ref, server.url(), kTokens, kConcurrency), dir.path() + "/ref.log")), 0)
       << Slurp(dir.path() + "/ref.log");
 
   const std::string out = dir.path() + "/out.jsonl";
@@ -156,7 +100,7 @@ TEST(BatchKill, ClientKilledRepeatedlyEndsExactlyOnceAndByteIdentical) {
   std::mt19937 rng(12345);
   int kills = 0;
   for (int attempt = 0; attempt < 6 && kills < 3; ++attempt) {
-    const pid_t pid = Spawn(BatchArgs(in, out, server.url(), kTokens, kConcurrency), log);
+    const pid_t pid = SpawnMlaserve(BatchArgs(in, out, server.url(), kTokens, kConcurrency), log);
     // Let it do some work first: the progress DB exists and it has streamed for a while.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (std::ifstream(out + ".progress.db-wal").fail() && std::chrono::steady_clock::now() < deadline) {
@@ -169,7 +113,7 @@ TEST(BatchKill, ClientKilledRepeatedlyEndsExactlyOnceAndByteIdentical) {
   EXPECT_GE(kills, 3);
   const size_t lines_before_final = IdCounts(Slurp(out)).size();
   EXPECT_LT(lines_before_final, 24u) << "the kills landed after the work was done";
-  ASSERT_EQ(WaitExit(Spawn(BatchArgs(in, out, server.url(), kTokens, kConcurrency), log)), 0) << Slurp(log);
+  ASSERT_EQ(WaitExit(SpawnMlaserve(BatchArgs(in, out, server.url(), kTokens, kConcurrency), log)), 0) << Slurp(log);
 
   const std::map<std::string, int> counts = IdCounts(Slurp(out));
   EXPECT_EQ(counts.size(), 24u);
@@ -177,11 +121,11 @@ TEST(BatchKill, ClientKilledRepeatedlyEndsExactlyOnceAndByteIdentical) {
   EXPECT_EQ(Slurp(out), Slurp(ref)) << Slurp(log);
 
   // A rerun after completion is a no-op that says so.
-  const pid_t again = Spawn(BatchArgs(in, out, server.url(), kTokens, kConcurrency), dir.path() + "/again.log");
+  const pid_t again = SpawnMlaserve(BatchArgs(in, out, server.url(), kTokens, kConcurrency), dir.path() + "/again.log");
   EXPECT_EQ(WaitExit(again), 0);
   EXPECT_NE(Slurp(dir.path() + "/again.log").find("nothing to do"), std::string::npos);
   // Other settings against the same progress DB: refused, saying why.
-  EXPECT_NE(WaitExit(Spawn(BatchArgs(in, out, server.url(), kTokens + 1, kConcurrency), dir.path() + "/bad.log")), 0);
+  EXPECT_NE(WaitExit(SpawnMlaserve(BatchArgs(in, out, server.url(), kTokens + 1, kConcurrency), dir.path() + "/bad.log")), 0);
   EXPECT_NE(Slurp(dir.path() + "/bad.log").find("other settings"), std::string::npos);
   std::fprintf(stderr, "[client kills] %d kills, %zu of 24 records in the output before the final run\n%s", kills,
                lines_before_final, Slurp(log).c_str());
@@ -190,7 +134,7 @@ TEST(BatchKill, ClientKilledRepeatedlyEndsExactlyOnceAndByteIdentical) {
 TEST(BatchKill, ServerKilledAndRestartedWithAnotherKvFormatContinues) {
   TempDir dir;
   const std::string in = dir.path() + "/in.jsonl";
-  std::ofstream(in) << MakeInput(16);
+  std::ofstream(in) << MakeBatchInput(16);
   const int kTokens = 400, kConcurrency = 8;
   auto server = std::make_unique<Server>(0, "bf16");
   ASSERT_GT(server->port(), 0);
@@ -198,11 +142,11 @@ TEST(BatchKill, ServerKilledAndRestartedWithAnotherKvFormatContinues) {
   const std::string url = server->url();
 
   const std::string ref = dir.path() + "/ref.jsonl";
-  ASSERT_EQ(WaitExit(Spawn(BatchArgs(in, ref, url, kTokens, kConcurrency), dir.path() + "/ref.log")), 0);
+  ASSERT_EQ(WaitExit(SpawnMlaserve(BatchArgs(in, ref, url, kTokens, kConcurrency), dir.path() + "/ref.log")), 0);
 
   const std::string out = dir.path() + "/out.jsonl";
   const std::string log = dir.path() + "/out.log";
-  const pid_t client = Spawn(BatchArgs(in, out, url, kTokens, kConcurrency), log);
+  const pid_t client = SpawnMlaserve(BatchArgs(in, out, url, kTokens, kConcurrency), log);
   // Kill the server while streams are in flight: once the client has checkpointed something.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::ifstream(out + ".progress.db-wal").fail() && std::chrono::steady_clock::now() < deadline) {
@@ -256,7 +200,7 @@ TEST(BatchKill, MalformedAndDuplicateLinesAreReportedAndTheRunCompletes) {
                        "{\"id\":\"c\",\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}\n"
                        "{\"conversations\":[{\"from\":\"human\",\"value\":\"Speak\"}]}\n";
   const std::string out = dir.path() + "/out.jsonl";
-  const int rc = WaitExit(Spawn(BatchArgs(in, out, server.url(), 16, 2), dir.path() + "/log"));
+  const int rc = WaitExit(SpawnMlaserve(BatchArgs(in, out, server.url(), 16, 2), dir.path() + "/log"));
   EXPECT_EQ(rc, 0) << Slurp(dir.path() + "/log");
   const std::map<std::string, int> counts = IdCounts(Slurp(out));
   EXPECT_EQ(counts.size(), 3u);  // a, b and the ShareGPT record's auto id
@@ -280,15 +224,15 @@ TEST(BatchKill, InProcessEngineWritesWhatTheServerWrites) {
   ASSERT_GT(server.port(), 0);
   TempDir dir;
   const std::string in = dir.path() + "/in.jsonl";
-  std::ofstream(in) << MakeInput(6);
+  std::ofstream(in) << MakeBatchInput(6);
   const std::string via_server = dir.path() + "/server.jsonl", in_process = dir.path() + "/local.jsonl";
   std::vector<std::string> args = BatchArgs(in, via_server, server.url(), 24, 3);
   args.insert(args.end(), {"--model", "bard"});
-  ASSERT_EQ(WaitExit(Spawn(args, dir.path() + "/a.log")), 0);
+  ASSERT_EQ(WaitExit(SpawnMlaserve(args, dir.path() + "/a.log")), 0);
   args = {"batch", "--input", in, "--output", in_process, "--model-path", kModel, "--max-new-tokens", "24",
           "--concurrency", "3", "--checkpoint-interval", "0.05", "--server-wait-timeout", "60", "--progress-interval",
           "1", "--model", "bard"};
-  ASSERT_EQ(WaitExit(Spawn(args, dir.path() + "/b.log")), 0) << Slurp(dir.path() + "/b.log");
+  ASSERT_EQ(WaitExit(SpawnMlaserve(args, dir.path() + "/b.log")), 0) << Slurp(dir.path() + "/b.log");
   EXPECT_EQ(IdCounts(Slurp(in_process)).size(), 6u);
   EXPECT_EQ(Slurp(in_process), Slurp(via_server));
 }

@@ -17,15 +17,17 @@ namespace mlaserve::testing {
 
 std::string BundledModelPath() { return std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla"; }
 
-ServerProcess::ServerProcess(std::vector<std::string> extra) {
+ServerProcess::ServerProcess(const ServerLaunch& launch, std::vector<std::string> extra) {
   log_ = dir_.path() + "/server.log";
-  std::vector<std::string> args = {MLASERVE_BINARY, "serve", "--model-path", BundledModelPath(), "--port", "0",
+  const std::string model = launch.model_path.empty() ? BundledModelPath() : launch.model_path;
+  std::vector<std::string> args = {MLASERVE_BINARY, "serve", "--model-path", model, "--port", std::to_string(launch.port),
                                    "--max-total-tokens", "8192", "--served-model-name", "bard"};
   args.insert(args.end(), extra.begin(), extra.end());
   pid_ = fork();
   if (pid_ == 0) {
     FILE* f = std::freopen(log_.c_str(), "w", stderr);
     (void)f;
+    if (!launch.cwd.empty() && chdir(launch.cwd.c_str()) != 0) _exit(126);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -15,12 +15,21 @@ namespace mlaserve::testing {
 // The bundled model, which every server test serves.
 std::string BundledModelPath();
 
+// Where and how a ServerProcess starts: a fixed port (to restart a killed server on the port a
+// client keeps using), another --model-path (relative to cwd), another working directory.
+struct ServerLaunch {
+  int port = 0;             // 0: an ephemeral port
+  std::string model_path;   // "": the bundled model, absolute
+  std::string cwd;          // "": the test's
+};
+
 // Starts `mlaserve serve --model-path <bundled> --port 0 --max-total-tokens 8192
 // --served-model-name bard <extra...>` and waits (up to 30 s) for "ready to roll" in its log,
 // or for it to exit. The destructor sends SIGTERM and waits.
 class ServerProcess {
  public:
-  explicit ServerProcess(std::vector<std::string> extra = {});
+  explicit ServerProcess(std::vector<std::string> extra = {}) : ServerProcess(ServerLaunch{}, std::move(extra)) {}
+  ServerProcess(const ServerLaunch& launch, std::vector<std::string> extra);
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
