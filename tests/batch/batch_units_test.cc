@@ -8,6 +8,7 @@
 #include "batch/input_file.h"
 #include "batch/output_writer.h"
 #include "batch/progress_db.h"
+#include "batch/reconcile.h"
 #include "batch/records.h"
 #include "support/run_binary.h"
 
@@ -212,6 +213,62 @@ TEST(BatchOutputWriter, WritesInExpectedOrderAndReportsWhere) {
   EXPECT_EQ(written[2].hash, Hash64("{\"id\":\"d\"}"));
   auto second = OutputWriter::Open(path, true);
   EXPECT_FALSE(second.ok());  // locked by the first
+}
+
+// Start-up reconciliation reads only past the DB's mark: a line of a done row is noted, a partial
+// line cut; a file shorter than the mark sends the lost records back to pending; an edited file
+// is refused.
+TEST(BatchReconcile, NotesCutsForgetsAndRefusesWhatTheTailHolds) {
+  TempDir dir;
+  const std::string path = dir.path() + "/out.jsonl";
+  auto db = ProgressDb::Open(path + ".progress.db");
+  ASSERT_TRUE(db.ok());
+  const std::vector<IndexedRecord> in = {{.id = "a", .line_no = 1}, {.id = "b", .line_no = 2}, {.id = "c", .line_no = 3}};
+  ASSERT_TRUE((*db)->AddRecords(in).ok());
+  const std::string a = R"({"id":"a"})", b = R"({"id":"b"})", c = R"({"id":"c"})";
+  {
+    auto w = OutputWriter::Open(path, /*ordered=*/false);
+    ASSERT_TRUE(w.ok());
+    (*w)->set_on_written([&](const WrittenLine& line) { return (*db)->MarkWritten({&line, 1}); });
+    ASSERT_TRUE((*w)->Offer(0, a).ok());
+    ASSERT_TRUE((*w)->Offer(1, b).ok());
+  }
+  ASSERT_TRUE((*db)->MarkDone({.seq = 2, .id = "c", .output_line = c}).ok());
+  // Killed after appending c, before noting it, then during another append.
+  std::ofstream(path, std::ios::app) << c << "\n{\"id\":\"d";
+  const ReconcileOptions options;
+  {
+    auto w = OutputWriter::Open(path, false);
+    ASSERT_TRUE(w.ok());
+    auto report = Reconcile(**w, **db, options);
+    ASSERT_TRUE(report.ok()) << report.error();
+    EXPECT_EQ(report->noted, 1);
+    EXPECT_EQ(report->adopted, 0);
+    EXPECT_EQ(report->tail_lines, 1);
+    EXPECT_GT(report->truncated_bytes, 0);
+  }
+  EXPECT_EQ(Slurp(path), a + "\n" + b + "\n" + c + "\n");
+  EXPECT_EQ((*db)->Counts()->written, 3);
+
+  // The file lost its last two lines: those records are generated again.
+  std::ofstream(path, std::ios::trunc) << a << "\n";
+  {
+    auto w = OutputWriter::Open(path, false);
+    ASSERT_TRUE(w.ok());
+    auto report = Reconcile(**w, **db, options);
+    ASSERT_TRUE(report.ok()) << report.error();
+    EXPECT_EQ(report->lost, 2);
+  }
+  EXPECT_EQ((*db)->Counts()->pending, 2);
+  EXPECT_EQ((*db)->Mark()->end, int64_t(a.size() + 1));
+
+  // Another file at the path: refused.
+  std::ofstream(path, std::ios::trunc) << R"({"id":"z"})" << "\n";
+  auto w = OutputWriter::Open(path, false);
+  ASSERT_TRUE(w.ok());
+  auto report = Reconcile(**w, **db, options);
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.error().find("not the one its progress DB wrote"), std::string::npos) << report.error();
 }
 
 }  // namespace
