@@ -10,14 +10,11 @@ namespace {
 
 double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::string JoinFormats(const std::vector<std::string>& formats) {
-  std::string out;
-  for (const std::string& f : formats) out += (out.empty() ? "" : "+") + f;
-  return out.empty() ? "unknown" : out;
-}
-
-void NoteFormat(RecordProgress& p, const std::string& format) {
-  if (p.kv_formats.empty() || p.kv_formats.back() != format) p.kv_formats.push_back(format);
+// All segments of a record's answers, in order.
+std::vector<Segment> AllSegments(const std::vector<Answer>& answers) {
+  std::vector<Segment> all;
+  for (const Answer& a : answers) all.insert(all.end(), a.segments.begin(), a.segments.end());
+  return all;
 }
 
 }  // namespace
@@ -27,11 +24,11 @@ uint64_t RecordSeed(uint64_t seed, const std::string& id) {
   return Fnv1a64(id, 0xcbf29ce484222325ULL ^ (seed * 0x9e3779b97f4a7c15ULL)) & ((uint64_t(1) << 53) - 1);
 }
 
-BatchRunner::BatchRunner(const std::vector<Record>& records, std::vector<RecordProgress>& progress,
-                         TurnGenerator& generator, ProgressDb& db, OutputWriter& writer, const Tokenizer& tokenizer,
-                         ChatFormat chat_format, RunnerOptions options, RunnerStats& stats, RunGate& gate)
-    : records_(records),
-      progress_(progress),
+BatchRunner::BatchRunner(const InputFile& input, WorkQueue& queue, TurnGenerator& generator, ProgressDb& db,
+                         OutputWriter& writer, const Tokenizer& tokenizer, ChatFormat chat_format, RunnerOptions options,
+                         RunnerStats& stats, RunGate& gate)
+    : input_(input),
+      queue_(queue),
       generator_(generator),
       db_(db),
       writer_(writer),
@@ -65,6 +62,7 @@ Result<Answer> BatchRunner::RunTurn(const Record& record, RecordProgress& p, siz
   for (int attempt = 0;; ++attempt) {
     if (!p.partial.empty() && !generator_.continues_partial()) {
       p.partial.clear();  // a chat-only endpoint cannot take the partial answer: start over
+      p.partial_segments.clear();
       ++p.restarted;
       ++stats_.restarted;
       MLA_RETURN_IF_ERROR(db_.SaveProgress(p));
@@ -72,10 +70,14 @@ Result<Answer> BatchRunner::RunTurn(const Record& record, RecordProgress& p, siz
     // A checkpoint can hold the stop token of a turn that finished just before a kill: that
     // turn is done (continuing would write past it).
     if (!p.partial.empty() && tokenizer_.eos_id() && p.partial.back() == *tokenizer_.eos_id()) {
-      return Answer{.ids = p.partial, .finish_reason = "stop", .prompt_tokens = int(prompt->size())};
+      return Answer{.ids = p.partial, .segments = p.partial_segments, .finish_reason = "stop",
+                    .prompt_tokens = int(prompt->size())};
     }
     const int remaining = options_.max_new_tokens - int(p.partial.size());
-    if (remaining <= 0) return Answer{.ids = p.partial, .finish_reason = "length", .prompt_tokens = int(prompt->size())};
+    if (remaining <= 0) {
+      return Answer{.ids = p.partial, .segments = p.partial_segments, .finish_reason = "length",
+                    .prompt_tokens = int(prompt->size())};
+    }
     TurnRequest request{.rid = record.id + "#" + std::to_string(turn) + "." + std::to_string(attempt) + "." + run_nonce_,
                         .input_ids = *prompt,
                         .messages = messages,
@@ -86,24 +88,30 @@ Result<Answer> BatchRunner::RunTurn(const Record& record, RecordProgress& p, siz
                         .cancel = &gate_.stop_flag()};
     request.input_ids.insert(request.input_ids.end(), p.partial.begin(), p.partial.end());
     const std::vector<TokenId> base = p.partial;
+    const std::vector<Segment> base_segments = p.partial_segments;
+    // The partial answer and who generated each of its tokens, always together.
+    auto set_partial = [&](std::span<const TokenId> ids, const Serving& serving) {
+      p.partial = base;
+      p.partial.insert(p.partial.end(), ids.begin(), ids.end());
+      p.partial_segments = base_segments;
+      AppendSegment(p.partial_segments, serving, int(ids.size()));
+    };
     Clock::time_point last_checkpoint = Clock::now();
     size_t reported = 0;
     Status checkpoint_error;
-    TurnOutcome outcome = generator_.Generate(request, [&](std::span<const TokenId> ids) {
+    TurnOutcome outcome = generator_.Generate(request, [&](std::span<const TokenId> ids, const Serving& serving) {
       stats_.new_tokens += int64_t(ids.size()) - int64_t(reported);
       reported = ids.size();
       if (SecondsSince(last_checkpoint) < options_.checkpoint_interval_s || !checkpoint_error.ok()) return;
-      p.partial = base;
-      p.partial.insert(p.partial.end(), ids.begin(), ids.end());
+      set_partial(ids, serving);
       checkpoint_error = db_.SaveProgress(p);
       last_checkpoint = Clock::now();
     });
     MLA_RETURN_IF_ERROR(checkpoint_error);
-    p.partial = base;
-    p.partial.insert(p.partial.end(), outcome.new_ids.begin(), outcome.new_ids.end());
-    if (!outcome.new_ids.empty() || outcome.error == TurnError::kNone) NoteFormat(p, outcome.kv_format);
+    set_partial(outcome.new_ids, outcome.serving);
     if (outcome.error == TurnError::kNone) {
-      return Answer{.ids = p.partial, .finish_reason = outcome.finish_reason, .prompt_tokens = int(prompt->size())};
+      return Answer{.ids = p.partial, .segments = p.partial_segments, .finish_reason = outcome.finish_reason,
+                    .prompt_tokens = int(prompt->size())};
     }
     MLA_RETURN_IF_ERROR(db_.SaveProgress(p));
     MLA_RETURN_IF_ERROR(Recover(outcome, p, failures));
@@ -136,9 +144,10 @@ Status BatchRunner::Recover(const TurnOutcome& outcome, RecordProgress& p, int& 
   return Status::Ok();
 }
 
-Status BatchRunner::RunRecord(size_t index) {
-  const Record& record = records_[index];
-  RecordProgress& p = progress_[index];
+Status BatchRunner::RunRecord(RecordProgress& p) {
+  auto read = input_.Read(p);
+  if (!read.ok()) return read.status();
+  const Record& record = *read;
   if (p.state == RecordState::kRunning && (!p.partial.empty() || !p.turns.empty())) ++stats_.resumed_from_checkpoint;
   ++stats_.running;
   std::string error;
@@ -154,6 +163,7 @@ Status BatchRunner::RunRecord(size_t index) {
     }
     p.turns.push_back(std::move(answer).value());
     p.partial.clear();
+    p.partial_segments.clear();
     if (p.turns.size() < record.answer_slots.size()) {
       if (Status s = db_.SaveProgress(p); !s.ok()) {
         --stats_.running;
@@ -165,59 +175,40 @@ Status BatchRunner::RunRecord(size_t index) {
   if (!error.empty()) {
     p.state = RecordState::kFailed;
     p.error = error;
-    MLA_RETURN_IF_ERROR(db_.MarkFailed(p.id, error));
+    MLA_RETURN_IF_ERROR(db_.MarkFailed(p));
     ++stats_.failed;
     ++stats_.failed_this_run;
-    return writer_.Offer(index, std::nullopt);
+    return writer_.Offer(p.seq, std::nullopt);
   }
   for (Answer& a : p.turns) a.text = tokenizer_.Decode(a.ids, /*skip_special_tokens=*/true);
   OutputSettings settings = options_.output;
-  settings.kv_cache_dtype = JoinFormats(p.kv_formats);
+  settings.kv_cache_dtype = KvSummary(AllSegments(p.turns));
   p.output_line = RenderOutputLine(record, p.turns, settings);
   MLA_RETURN_IF_ERROR(db_.MarkDone(p));  // the commit point
   p.state = RecordState::kDone;
   ++stats_.done;
   ++stats_.done_this_run;
-  return writer_.Offer(index, p.output_line);
+  return writer_.Offer(p.seq, std::move(p.output_line));
 }
 
 Status BatchRunner::Run() {
-  stats_.total = int(records_.size());
-  for (size_t i = 0; i < records_.size(); ++i) {
-    RecordProgress& p = progress_[i];
-    if (auto it = writer_.existing().find(p.id); it != writer_.existing().end() && p.state != RecordState::kDone) {
-      // The output holds a line the DB does not (an OS crash lost the DB's last commits): the
-      // line is the record's result; adopt it rather than generate it twice.
-      p.output_line = it->second;
-      MLA_RETURN_IF_ERROR(db_.MarkDone(p));
-      p.state = RecordState::kDone;
-    }
-    if (p.state == RecordState::kDone) {
-      ++stats_.done;
-      MLA_RETURN_IF_ERROR(writer_.Offer(i, p.output_line));
-    } else if (p.state == RecordState::kFailed) {
-      ++stats_.failed;
-      MLA_RETURN_IF_ERROR(writer_.Offer(i, std::nullopt));
-    } else {
-      todo_.push_back(i);
-    }
-  }
   std::mutex error_mu;
   Status first_error;
+  auto fail = [&](Status s) {
+    std::lock_guard<std::mutex> lock(error_mu);
+    if (first_error.ok()) first_error = std::move(s);
+    gate_.RequestStop();
+  };
   auto worker = [&] {
     while (!gate_.stopping()) {
-      const size_t k = next_.fetch_add(1);
-      if (k >= todo_.size()) return;
-      if (Status s = RunRecord(todo_[k]); !s.ok()) {
-        std::lock_guard<std::mutex> lock(error_mu);
-        if (first_error.ok()) first_error = s;
-        gate_.RequestStop();
-      }
+      auto next = queue_.Next();
+      if (!next.ok()) return fail(next.status());
+      if (!*next) return;
+      if (Status s = RunRecord(**next); !s.ok()) return fail(std::move(s));
     }
   };
   std::vector<std::thread> workers;
-  const size_t num_workers = std::min(todo_.size(), size_t(std::max(1, options_.concurrency)));
-  for (size_t w = 0; w < num_workers; ++w) workers.emplace_back(worker);
+  for (int w = 0; w < std::max(1, options_.concurrency); ++w) workers.emplace_back(worker);
   for (std::thread& t : workers) t.join();
   return first_error;
 }

@@ -9,19 +9,23 @@
 // interruptions without progress) counts toward --max-retries. On a stop request the running
 // records keep their checkpoints and stay running, for the next run to continue.
 // When every answer is in: one DB transaction marks the record done with its output line, then
-// the writer appends it (in input order unless unordered).
+// the writer appends it (in input order unless unordered). Records come from a WorkQueue (the
+// DB's rows not yet written) and their input lines are read back by offset, so the runner holds
+// only the records in flight.
 #pragma once
 
 #include <atomic>
 #include <string>
 #include <vector>
 
+#include "batch/input_file.h"
 #include "batch/output_record.h"
 #include "batch/output_writer.h"
 #include "batch/progress_db.h"
 #include "batch/records.h"
 #include "batch/run_gate.h"
 #include "batch/turn_generator.h"
+#include "batch/work_queue.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -62,18 +66,18 @@ uint64_t RecordSeed(uint64_t seed, const std::string& id);
 
 class BatchRunner {
  public:
-  // Everything must outlive the runner. progress[i] is records[i]'s row.
-  BatchRunner(const std::vector<Record>& records, std::vector<RecordProgress>& progress, TurnGenerator& generator,
-              ProgressDb& db, OutputWriter& writer, const Tokenizer& tokenizer, ChatFormat chat_format,
-              RunnerOptions options, RunnerStats& stats, RunGate& gate);
+  // Everything must outlive the runner.
+  BatchRunner(const InputFile& input, WorkQueue& queue, TurnGenerator& generator, ProgressDb& db,
+              OutputWriter& writer, const Tokenizer& tokenizer, ChatFormat chat_format, RunnerOptions options,
+              RunnerStats& stats, RunGate& gate);
 
-  // Offers every record already finished to the writer, then runs the rest, until done or until
-  // gate.RequestStop(). Returns an error only when the DB or the output cannot be written
-  // (records that fail are not errors).
+  // Runs the queue's records, until done or until gate.RequestStop(). Returns an error only
+  // when the DB, the input or the output cannot be read or written (records that fail are not
+  // errors).
   Status Run();
 
  private:
-  Status RunRecord(size_t index);
+  Status RunRecord(RecordProgress& p);
   Result<std::vector<TokenId>> PromptIds(const Record& record, const std::vector<Answer>& answers, size_t turn,
                                          std::vector<ChatMessage>* messages) const;
   // Generates one turn into `p` (partial on input and on interruption; the answer on success).
@@ -84,8 +88,8 @@ class BatchRunner {
   // is stopping. `failures` counts the attempts that were this record's fault.
   Status Recover(const TurnOutcome& outcome, RecordProgress& p, int& failures);
 
-  const std::vector<Record>& records_;
-  std::vector<RecordProgress>& progress_;
+  const InputFile& input_;
+  WorkQueue& queue_;
   TurnGenerator& generator_;
   ProgressDb& db_;
   OutputWriter& writer_;
@@ -95,8 +99,6 @@ class BatchRunner {
   RunnerStats& stats_;
   RunGate& gate_;
   std::string run_nonce_;  // in request ids: a killed run's requests may still be live on the server
-  std::atomic<size_t> next_{0};
-  std::vector<size_t> todo_;
 };
 
 }  // namespace mlaserve::batch

@@ -24,7 +24,11 @@ bool EndpointPool::Probe(size_t index) {
     SetUp(index, false, "does not answer /health");
     return false;
   }
-  EndpointInfo fresh{.base_url = base, .kv_format = "unknown"};
+  // Without a start-up id the address stands in: a restart on the same port then goes unseen,
+  // but the KV format it reports is still read afresh.
+  const size_t scheme = base.find("://");
+  EndpointInfo fresh{.base_url = base, .kv_format = "unknown",
+                     .server_id = scheme == std::string::npos ? base : base.substr(scheme + 3)};
   if (auto r = client_.Request("GET", base + "/get_model_info", "", headers_, control_timeout_ms_);
       r.ok() && r->status_code == 200) {
     const json j = json::parse(r->body, nullptr, false);
@@ -37,7 +41,10 @@ bool EndpointPool::Probe(size_t index) {
   if (auto r = client_.Request("GET", base + "/get_server_info", "", headers_, control_timeout_ms_);
       r.ok() && r->status_code == 200) {
     const json j = json::parse(r->body, nullptr, false);
-    if (j.is_object()) fresh.kv_format = j.value("kv_cache_dtype", "unknown");
+    if (j.is_object()) {
+      fresh.kv_format = j.value("kv_cache_dtype", "unknown");
+      if (j.contains("server_id") && j["server_id"].is_string()) fresh.server_id = j["server_id"].get<std::string>();
+    }
   }
   // A server without SGLang's native API answers 404 (no route); ours answers 400 to "{}".
   auto gen = client_.Request("POST", base + "/generate", "{}", headers_, control_timeout_ms_);

@@ -20,6 +20,7 @@ struct EndpointInfo {
   std::string base_url;           // "http://127.0.0.1:30000", no trailing '/'
   bool native = true;             // has SGLang's /generate (else: OpenAI chat only)
   std::string kv_format;          // /get_server_info's kv_cache_dtype; "unknown" if not reported
+  std::string server_id;          // /get_server_info's server_id (one per server process), else host:port
   std::string model_path;         // /get_model_info's; empty if not reported
   std::string model_type;
   std::string served_model_name;

@@ -21,7 +21,7 @@ struct Mailbox {
 
 }  // namespace
 
-TurnOutcome EngineGenerator::Generate(const TurnRequest& request, FunctionRef<void(std::span<const TokenId>)> on_tokens) {
+TurnOutcome EngineGenerator::Generate(const TurnRequest& request, OnTokens on_tokens) {
   GenerateRequest req;
   req.rid = request.rid;
   req.input_ids = request.input_ids;
@@ -31,7 +31,7 @@ TurnOutcome EngineGenerator::Generate(const TurnRequest& request, FunctionRef<vo
   req.sampling.seed = request.seed;
   auto box = std::make_shared<Mailbox>();
   TurnOutcome out;
-  out.kv_format = kv_format_;
+  out.serving = serving_;
   const Status submitted = engine_.Submit(std::move(req), [box](RequestOutput&& o) {
     std::lock_guard<std::mutex> lock(box->mu);
     box->ids.insert(box->ids.end(), o.new_token_ids.begin(), o.new_token_ids.end());
@@ -64,7 +64,7 @@ TurnOutcome EngineGenerator::Generate(const TurnRequest& request, FunctionRef<vo
       box->ids_seen = box->ids.size();
       out.new_ids = box->ids;
       lock.unlock();
-      on_tokens(out.new_ids);
+      on_tokens(out.new_ids, serving_);
       lock.lock();
     }
     if (box->finished && box->ids_seen == box->ids.size()) break;

@@ -14,15 +14,16 @@ namespace mlaserve::batch {
 class EngineGenerator final : public TurnGenerator {
  public:
   // engine must be started and outlive the generator.
-  EngineGenerator(Engine& engine, std::string kv_format) : engine_(engine), kv_format_(std::move(kv_format)) {}
+  // serving: what every segment it generates records (server_id "in-process").
+  EngineGenerator(Engine& engine, Serving serving) : engine_(engine), serving_(std::move(serving)) {}
 
-  TurnOutcome Generate(const TurnRequest& request, FunctionRef<void(std::span<const TokenId>)> on_tokens) override;
+  TurnOutcome Generate(const TurnRequest& request, OnTokens on_tokens) override;
   bool WaitHealthy(Clock::time_point) override { return true; }
   bool continues_partial() const override { return true; }
 
  private:
   Engine& engine_;
-  std::string kv_format_;
+  Serving serving_;
 };
 
 }  // namespace mlaserve::batch

@@ -34,6 +34,12 @@ std::string FinishType(const json& meta) {
 
 }  // namespace
 
+Serving ServingOf(const EndpointInfo& endpoint) {
+  return {.kv_cache_dtype = endpoint.kv_format,
+          .model = !endpoint.served_model_name.empty() ? endpoint.served_model_name : endpoint.model_path,
+          .server_id = endpoint.server_id};
+}
+
 HttpGenerator::HttpGenerator(EndpointPool& pool, const Tokenizer& tokenizer, double request_timeout_s,
                              std::string model)
     : pool_(pool), tokenizer_(tokenizer), request_timeout_s_(request_timeout_s), model_(std::move(model)) {}
@@ -42,18 +48,18 @@ HttpGenerator::HttpGenerator(EndpointPool& pool, const Tokenizer& tokenizer, dou
 // OpenAI-only one would answer from scratch, which must not be glued onto the partial.
 bool HttpGenerator::continues_partial() const { return pool_.all_native(); }
 
-TurnOutcome HttpGenerator::Generate(const TurnRequest& request, FunctionRef<void(std::span<const TokenId>)> on_tokens) {
+TurnOutcome HttpGenerator::Generate(const TurnRequest& request, OnTokens on_tokens) {
   const size_t index = pool_.Acquire();
   const EndpointInfo endpoint = pool_.info(index);
   TurnOutcome out = endpoint.native ? Native(endpoint, request, on_tokens) : Chat(endpoint, request);
-  out.kv_format = endpoint.kv_format;
+  out.serving = ServingOf(endpoint);
   const bool cancelled = request.cancel != nullptr && request.cancel->load();  // not the endpoint's doing
   pool_.Release(index, out.error != TurnError::kInterrupted || cancelled);
   return out;
 }
 
-TurnOutcome HttpGenerator::Native(const EndpointInfo& endpoint, const TurnRequest& request,
-                                  FunctionRef<void(std::span<const TokenId>)> on_tokens) {
+TurnOutcome HttpGenerator::Native(const EndpointInfo& endpoint, const TurnRequest& request, OnTokens on_tokens) {
+  const Serving serving = ServingOf(endpoint);
   json body{{"input_ids", request.input_ids},
             {"sampling_params",
              {{"max_new_tokens", request.max_new_tokens},
@@ -82,7 +88,7 @@ TurnOutcome HttpGenerator::Native(const EndpointInfo& endpoint, const TurnReques
     }
     if (chunk.contains("output_ids") && chunk["output_ids"].is_array()) {
       out.new_ids = chunk["output_ids"].get<std::vector<TokenId>>();
-      on_tokens(out.new_ids);
+      on_tokens(out.new_ids, serving);
     }
     const std::string type = FinishType(chunk.value("meta_info", json::object()));
     if (!type.empty()) {

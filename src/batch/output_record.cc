@@ -6,6 +6,30 @@ namespace mlaserve::batch {
 
 using nlohmann::json;
 
+void AppendSegment(std::vector<Segment>& segments, const Serving& serving, int tokens) {
+  if (tokens <= 0) return;
+  if (!segments.empty()) {
+    Segment& last = segments.back();
+    if (last.kv_cache_dtype == serving.kv_cache_dtype && last.model == serving.model &&
+        last.server_id == serving.server_id) {
+      last.tokens += tokens;
+      return;
+    }
+  }
+  segments.push_back({.tokens = tokens, .kv_cache_dtype = serving.kv_cache_dtype, .model = serving.model,
+                      .server_id = serving.server_id});
+}
+
+std::string KvSummary(std::span<const Segment> segments) {
+  std::string out, last;
+  for (const Segment& s : segments) {
+    if (s.kv_cache_dtype == last) continue;
+    out += (out.empty() ? "" : "+") + s.kv_cache_dtype;
+    last = s.kv_cache_dtype;
+  }
+  return out.empty() ? "unknown" : out;
+}
+
 std::string RenderOutputLine(const Record& record, std::span<const Answer> answers, const OutputSettings& settings) {
   MLA_CHECK(answers.size() == record.answer_slots.size());
   json out = record.source;
@@ -36,9 +60,17 @@ std::string RenderOutputLine(const Record& record, std::span<const Answer> answe
   json turns = json::array();
   int64_t prompt_total = 0, completion_total = 0;
   for (const Answer& a : answers) {
+    json segments = json::array();
+    for (const Segment& s : a.segments) {
+      segments.push_back({{"tokens", s.tokens},
+                          {"kv_cache_dtype", s.kv_cache_dtype},
+                          {"model", s.model},
+                          {"server_id", s.server_id}});
+    }
     turns.push_back({{"prompt_tokens", a.prompt_tokens},
                      {"completion_tokens", a.ids.size()},
-                     {"finish_reason", a.finish_reason}});
+                     {"finish_reason", a.finish_reason},
+                     {"segments", std::move(segments)}});
     prompt_total += a.prompt_tokens;
     completion_total += int64_t(a.ids.size());
   }

@@ -1,15 +1,24 @@
 // The batch job's source of truth: a SQLite database in WAL mode beside the output
-// (OUT.jsonl.progress.db). One row per input record:
-//   pending -> running (partial answer tokens checkpointed as they stream) -> done | failed
-// A record becomes done in one transaction that also stores its output line; the output file is
-// written from done rows only (output_writer.h), so a kill at any moment leaves either a done
-// row whose line may still be missing from the output (written on the next start) or a
-// running row whose checkpoint is continued on the next start. See docs/batch.md.
+// (OUT.jsonl.progress.db). It holds only what resumption needs, never the input or the output:
+//   job       the input's content hash, the settings, the input's summary, where the output ends
+//   records   one row per valid input record, in input order (seq): where its input line is
+//             (byte offset, length, hash), its state, checkpoints while running, the output line
+//             only between the done commit and the append, then the written line's offset, length
+//             and hash (the output file is the line store)
+//   problems  malformed input lines and later duplicate ids, for the errors file
+//   runs      per finished run figures
+// States: pending -> running (answers and the partial answer checkpointed, with per-segment
+// provenance) -> done (the output line, one transaction) -> written (line in the output) | failed.
+// Rows not yet written are reached through a partial index, so start-up on an existing job costs
+// in proportion to the records not yet done. See docs/batch.md.
 // Thread-safety: every method may be called from any thread; calls are serialized inside.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,20 +30,61 @@ struct sqlite3;
 
 namespace mlaserve::batch {
 
-enum class RecordState { kPending, kRunning, kDone, kFailed };
+enum class RecordState { kPending, kRunning, kDone, kWritten, kFailed };
 const char* RecordStateName(RecordState state);
 
-struct RecordProgress {
+// One valid input record as the first pass over the input found it.
+struct IndexedRecord {
   std::string id;
   int line_no = 0;
+  int64_t offset = 0;  // byte offset of the line in the input
+  int64_t length = 0;  // bytes, without the '\n'
+  uint64_t hash = 0;   // Hash64 of the line: checked when a worker reads it back
+};
+
+struct RecordProgress {
+  int64_t seq = 0;                    // 0-based position among the input's valid records
+  std::string id;
+  int line_no = 0;
+  int64_t in_offset = 0, in_length = 0;
+  uint64_t in_hash = 0;
   RecordState state = RecordState::kPending;
-  std::vector<Answer> turns;          // finished turns (text left empty: decode ids when needed)
-  std::vector<TokenId> partial;       // the current turn's tokens so far
-  std::vector<std::string> kv_formats;  // the KV formats the server(s) generated this record with
+  std::vector<Answer> turns;              // finished turns (text left empty), with their segments
+  std::vector<TokenId> partial;           // the current turn's tokens so far
+  std::vector<Segment> partial_segments;  // who generated `partial`, in order
   int continued = 0;                  // interruptions resumed from the checkpoint
   int restarted = 0;                  // interruptions that started the turn over
   std::string output_line;            // done: the line for the output file
   std::string error;                  // failed: why
+};
+
+// Where a record's line sits in the output file.
+struct WrittenLine {
+  int64_t seq = 0;
+  int64_t offset = 0;
+  int64_t length = 0;  // without the '\n'
+  uint64_t hash = 0;   // Hash64 of the line
+};
+
+// The end of the verified part of the output: every byte before `end` is a line the DB knows.
+struct OutputMark {
+  int64_t end = 0;
+  int64_t last_offset = 0;  // the last known line (length end - last_offset - 1)
+  uint64_t last_hash = 0;
+};
+
+struct StateCounts {
+  int64_t pending = 0, running = 0, done = 0, written = 0, failed = 0;
+  int64_t total() const { return pending + running + done + written + failed; }
+};
+
+// What the first pass over the input found (stored, so a resumed run need not read it again).
+struct InputSummary {
+  int num_lines = 0;    // non-blank lines
+  int64_t num_records = 0;
+  int shapes[3] = {0, 0, 0};  // chat, sharegpt, prompt
+  int64_t answers = 0;
+  int64_t num_problems = 0;
 };
 
 // Per-run figures, one row per finished run (a killed run leaves none).
@@ -56,23 +106,48 @@ class ProgressDb {
   ProgressDb(const ProgressDb&) = delete;
   ProgressDb& operator=(const ProgressDb&) = delete;
 
+  // Whether Open created the file (no earlier run's state).
+  bool created() const { return created_; }
+
   // Binds the DB to one job. The first call stores the values; a later call with another input
   // or other settings fails, saying which differs (settings_text is shown to the user).
   Status BindJob(const std::string& input_hash, const std::string& settings_hash, const std::string& settings_text);
 
-  // Adds rows for records not in the DB yet (pending), in one transaction.
-  Status AddRecords(const std::vector<Record>& records);
-  // Every row, in input order.
-  Result<std::vector<RecordProgress>> LoadAll();
+  // The input index: absent until a first pass finished (a pass killed midway starts over).
+  Result<std::optional<InputSummary>> Summary();
+  Status BeginIndex();  // forgets a partial index
+  // Adds rows (pending, seq continuing from the last) in one transaction; returns the records
+  // whose id an earlier row already has, as duplicate problems (the first wins).
+  Result<std::vector<InputProblem>> AddRecords(std::span<const IndexedRecord> records);
+  Status AddProblems(std::span<const InputProblem> problems);
+  Status FinishIndex(const InputSummary& summary);
+  Result<std::vector<InputProblem>> Problems();
+
+  // Rows not yet written, in input order, seq > after_seq, at most `limit`.
+  Result<std::vector<RecordProgress>> LoadOpen(int64_t after_seq, int limit);
+  // The row of `id`, if any (state and seq only).
+  Result<std::optional<RecordProgress>> Find(const std::string& id);
+  Result<StateCounts> Counts();
+  Result<std::vector<RecordProgress>> Failed();  // id, line_no, error
 
   // Checkpoint: state running with these finished turns and this partial answer.
   Status SaveProgress(const RecordProgress& p);
   // Commit point: state done with the output line, in one transaction.
   Status MarkDone(const RecordProgress& p);
-  Status MarkFailed(const std::string& id, const std::string& error);
-  // Sets every failed row back to pending (its checkpointed tokens kept) for a rerun that
-  // retries them; returns how many there were.
+  Status MarkFailed(const RecordProgress& p);
+  // Sets every failed row back to pending (its checkpointed turns, partial answer and segments
+  // kept) for a rerun that retries them; returns how many there were.
   Result<int> RetryFailed();
+  // The lines are in the output file: state written, the line dropped, the output mark moved to
+  // the end of the last one. One transaction.
+  Status MarkWritten(std::span<const WrittenLine> lines);
+  Result<OutputMark> Mark();
+  // The output file lost what the DB had as written past `end` (a line boundary): those rows
+  // go back to pending (their lines are not kept here, so they are generated again). Returns
+  // how many.
+  Result<int64_t> ForgetWrittenFrom(int64_t end, const OutputMark& mark);
+  // The end of the last written line at or before `size` (0 if none): where to cut the output.
+  Result<OutputMark> LastWrittenWithin(int64_t size);
 
   Status RecordRun(const RunFigures& figures);
   Result<std::vector<RunFigures>> Runs();
@@ -80,10 +155,14 @@ class ProgressDb {
  private:
   explicit ProgressDb(sqlite3* db) : db_(db) {}
   Status Exec(const std::string& sql);
+  Status SetJobKey(const std::string& key, const std::string& value);  // caller holds mu_
+  Result<std::string> JobKey(const std::string& key);                   // caller holds mu_
   Status SaveRow(const RecordProgress& p, RecordState state);
 
   std::mutex mu_;
   sqlite3* db_;
+  bool created_ = false;
+  int64_t next_seq_ = 0;  // while indexing
 };
 
 }  // namespace mlaserve::batch

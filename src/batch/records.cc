@@ -1,7 +1,7 @@
 #include "batch/records.h"
 
 #include <cstdio>
-#include <unordered_map>
+#include <cstring>
 
 namespace mlaserve::batch {
 namespace {
@@ -104,6 +104,30 @@ uint64_t Fnv1a64(std::string_view bytes, uint64_t seed) {
   return h;
 }
 
+uint64_t Hash64(std::string_view bytes, uint64_t seed) {
+  constexpr uint64_t kMul = 0x9e3779b97f4a7c15ULL;
+  auto mix = [](uint64_t lane, uint64_t word) {
+    lane ^= word;
+    lane = (lane << 31) | (lane >> 33);
+    return lane * 0xff51afd7ed558ccdULL;
+  };
+  uint64_t lanes[4] = {seed, seed ^ kMul, seed + kMul, seed - kMul};
+  const char* p = bytes.data();
+  size_t n = bytes.size();
+  for (; n >= 32; p += 32, n -= 32) {
+    for (int k = 0; k < 4; ++k) {
+      uint64_t word;
+      std::memcpy(&word, p + 8 * k, 8);
+      lanes[k] = mix(lanes[k], word);
+    }
+  }
+  uint64_t h = lanes[0] ^ (lanes[1] * 3) ^ (lanes[2] * 5) ^ (lanes[3] * 7);
+  h = Fnv1a64(std::string_view(p, n), h ^ n);  // the last < 32 bytes
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ULL;
+  return h ^ (h >> 29);
+}
+
 std::string Hex64(uint64_t value) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)value);
@@ -137,10 +161,17 @@ Result<Record> ParseRecordLine(std::string_view line, int line_no) {
   return r;
 }
 
+std::optional<InputProblem> DuplicateIds::Check(const std::string& id, int line_no) {
+  const auto [it, inserted] = first_line_.emplace(id, line_no);
+  if (inserted) return std::nullopt;
+  return InputProblem{line_no, id, "duplicate id '" + id + "' (first at line " + std::to_string(it->second) +
+                                       "; the first wins)"};
+}
+
 ParsedInput ParseInput(std::string_view text) {
   ParsedInput out;
   out.content_hash = Fnv1a64(text);
-  std::unordered_map<std::string, int> first_line;
+  DuplicateIds seen;
   size_t pos = 0;
   for (int line_no = 1; pos < text.size(); ++line_no) {
     size_t end = text.find('\n', pos);
@@ -154,13 +185,10 @@ ParsedInput ParseInput(std::string_view text) {
       out.problems.push_back({line_no, "", record.error()});
       continue;
     }
-    if (auto it = first_line.find(record->id); it != first_line.end()) {
-      out.problems.push_back({line_no, record->id,
-                              "duplicate id '" + record->id + "' (first at line " + std::to_string(it->second) +
-                                  "; the first wins)"});
+    if (auto problem = seen.Check(record->id, line_no)) {
+      out.problems.push_back(std::move(*problem));
       continue;
     }
-    first_line.emplace(record->id, line_no);
     out.records.push_back(std::move(record).value());
   }
   return out;

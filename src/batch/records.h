@@ -10,8 +10,10 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
@@ -46,6 +48,17 @@ struct ParsedInput {
   uint64_t content_hash = 0;            // of the whole file's bytes: binds a progress DB to it
 };
 
+// Finds later duplicates of an id in memory (ParseInput, --dry-run); a run's first pass uses the
+// progress DB's unique index instead.
+class DuplicateIds {
+ public:
+  // A problem when `id` was seen before (the first wins), else remembers it.
+  std::optional<InputProblem> Check(const std::string& id, int line_no);
+
+ private:
+  std::unordered_map<std::string, int> first_line_;
+};
+
 // "auto-" + 16 hex digits of a 64-bit FNV-1a hash of the record's canonical JSON (keys sorted,
 // no whitespace, the "id" field absent). Documented in docs/batch.md.
 std::string AutoId(const nlohmann::json& record_without_id);
@@ -53,11 +66,17 @@ std::string AutoId(const nlohmann::json& record_without_id);
 // Parses one non-blank line. Errors name what is wrong (not the line number: the caller adds it).
 Result<Record> ParseRecordLine(std::string_view line, int line_no);
 
-// Parses a whole JSONL file: bad lines and duplicate ids become problems, never a failure.
+// Parses a whole JSONL text held in memory (tests): bad lines and duplicate ids become
+// problems, never a failure. A run streams its input instead (input_file.h).
 ParsedInput ParseInput(std::string_view text);
 
-// 64-bit FNV-1a, for ids and the DB's job binding (not for security).
+// 64-bit FNV-1a, for ids (not for security).
 uint64_t Fnv1a64(std::string_view bytes, uint64_t seed = 0xcbf29ce484222325ULL);
+// A 64-bit hash of bulk bytes, ~10x FNV's speed (four independent multiply chains over 8-byte
+// words): the input file's content hash, and the hashes of input and output lines in the
+// progress DB. Chainable: Hash64(b, Hash64(a)) hashes a then b, provided a's size is a
+// multiple of 32 (the streamed reader's 1 MiB blocks are). Not for security.
+uint64_t Hash64(std::string_view bytes, uint64_t seed = 0);
 std::string Hex64(uint64_t value);
 
 }  // namespace mlaserve::batch

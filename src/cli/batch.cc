@@ -1,8 +1,9 @@
 // mlaserve batch: regenerate the answers of a JSONL file of conversations, exactly once per
 // record, through running servers (--endpoint, repeatable) or an in-process engine
-// (--model-path). Progress lives in OUT.progress.db (batch/progress_db.h); the output is
-// written only from done records (batch/output_writer.h); kill either side at any moment and
-// rerun the same command. docs/batch.md has the design and the figures.
+// (--model-path). Progress lives in OUT.progress.db (batch/progress_db.h); the input is streamed
+// and indexed there once (batch/input_file.h); the output is written only from done records
+// (batch/output_writer.h) and checked against the DB at start-up (batch/reconcile.h); kill either
+// side at any moment and rerun the same command. docs/batch.md has the design and the figures.
 // Threads: the runner's workers generate; a progress thread prints; a signal thread turns
 // SIGINT / SIGTERM into a stop request; the main thread waits.
 #include <signal.h>
@@ -15,17 +16,19 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
-#include <unordered_map>
 
 #include "batch/batch_runner.h"
 #include "batch/endpoint_pool.h"
 #include "batch/engine_generator.h"
 #include "batch/http_generator.h"
+#include "batch/input_file.h"
 #include "batch/output_writer.h"
 #include "batch/progress_db.h"
+#include "batch/reconcile.h"
 #include "batch/records.h"
 #include "batch/remote_tokenizer.h"
 #include "batch/run_gate.h"
+#include "batch/work_queue.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_setup.h"
@@ -44,6 +47,7 @@ struct BatchFlags {
   std::vector<std::string> endpoints;
   bool ordered = true;
   bool dry_run = false;
+  bool accept_existing = false;
   bool retry_failed = true;
   double server_wait_report_s = 300;
   double request_timeout_s = 600;
@@ -69,18 +73,20 @@ std::string SettingsText(const BatchFlags& f) {
 }
 
 // The errors file is rewritten whole each run: the input's problems, then the failed records.
-Status WriteErrors(const std::string& path, const batch::ParsedInput& input,
-                   const std::vector<batch::RecordProgress>& progress) {
+Status WriteErrors(const std::string& path, batch::ProgressDb& db) {
+  auto problems = db.Problems();
+  if (!problems.ok()) return problems.status();
+  auto failed = db.Failed();
+  if (!failed.ok()) return failed.status();
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    for (const batch::InputProblem& p : input.problems) {
+    for (const batch::InputProblem& p : *problems) {
       json j{{"line", p.line_no}, {"error", p.reason}};
       if (!p.id.empty()) j["id"] = p.id;
       out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
     }
-    for (const batch::RecordProgress& p : progress) {
-      if (p.state != batch::RecordState::kFailed) continue;
+    for (const batch::RecordProgress& p : *failed) {
       out << json{{"line", p.line_no}, {"id", p.id}, {"error", p.error}}.dump(-1, ' ', false,
                                                                               json::error_handler_t::replace)
           << "\n";
@@ -89,6 +95,42 @@ Status WriteErrors(const std::string& path, const batch::ParsedInput& input,
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) return Status::Error(path + ": cannot replace");
   return Status::Ok();
+}
+
+void PrintSummary(const std::string& input, const batch::InputSummary& s) {
+  std::fprintf(stderr,
+               "batch: %s: %d lines, %lld records (%d chat, %d sharegpt, %d prompt; %lld answers to generate), %lld "
+               "problems\n",
+               input.c_str(), s.num_lines, (long long)s.num_records, s.shapes[0], s.shapes[1], s.shapes[2],
+               (long long)s.answers, (long long)s.num_problems);
+}
+
+// The input's index in the DB: reused when the DB has one for this very input (its hash was
+// checked by BindJob), else built by one streamed pass.
+Result<batch::InputSummary> IndexedInput(const std::string& input, batch::ProgressDb& db) {
+  auto summary = db.Summary();
+  if (!summary.ok()) return summary.status();
+  if (*summary) return **summary;
+  return batch::IndexInput(input, db);
+}
+
+void PrintReconciliation(const std::string& output, const batch::ProgressDb& db, const batch::ReconcileReport& r) {
+  if (r.truncated_bytes > 0) {
+    std::fprintf(stderr, "batch: %s: cut a partial last line (%lld bytes) left by a killed run\n", output.c_str(),
+                 (long long)r.truncated_bytes);
+  }
+  if (r.lost > 0) {
+    std::fprintf(stderr, "batch: %s lost %lld line(s) that the progress DB had as written; those records are "
+                         "generated again\n", output.c_str(), (long long)r.lost);
+  }
+  if (r.adopted > 0) {
+    std::fprintf(stderr, "batch: %s %lld line(s) of %s adopted as results%s\n",
+                 db.created() ? "progress DB rebuilt from the output file:" : "progress DB behind the output file:",
+                 (long long)r.adopted, output.c_str(),
+                 r.accepted_other_settings > 0
+                     ? (" (" + std::to_string(r.accepted_other_settings) + " with other settings, --accept-existing)").c_str()
+                     : "");
+  }
 }
 
 std::string Clock_(double seconds) {
@@ -258,6 +300,8 @@ int RunBatch(Args& args) {
   const bool ordered_flag = args.Switch("ordered", "write lines in input order (the default)");
   f.ordered = !unordered;
   f.dry_run = args.Switch("dry-run", "validate the input and print the counts; contact no one");
+  f.accept_existing = args.Switch("accept-existing",
+                                  "keep output lines the progress DB lacks even if made with other settings");
   f.request_timeout_s = args.Double("request-timeout", 600, "seconds per request", {.value_name = "S", .above = 0});
   f.progress_interval_s = args.Double("progress-interval", 10, "seconds between progress lines off a terminal",
                                       {.value_name = "S", .above = 0});
@@ -284,26 +328,16 @@ int RunBatch(Args& args) {
   if (auto exit_code = args.Finish()) return *exit_code;
   if (f.errors.empty()) f.errors = ErrorsPathFor(f.output);
 
-  // The input.
-  auto text = ReadWholeFile(f.input);
-  if (!text.ok()) return Fail("batch", text.error());
-  const batch::ParsedInput input = batch::ParseInput(*text);
-  int shapes[3] = {0, 0, 0};
-  int answers = 0;
-  for (const batch::Record& r : input.records) {
-    ++shapes[int(r.shape)];
-    answers += int(r.answer_slots.size());
-  }
-  std::fprintf(stderr, "batch: %s: %d lines, %zu records (%d chat, %d sharegpt, %d prompt; %d answers to generate), %zu problems\n",
-               f.input.c_str(), input.num_lines, input.records.size(), shapes[0], shapes[1], shapes[2], answers,
-               input.problems.size());
+  // The input, streamed: a dry run only checks it.
   if (f.dry_run) {
-    for (const batch::InputProblem& p : input.problems) {
+    auto summary = batch::CheckInput(f.input, [&](const batch::InputProblem& p) {
       std::fprintf(stderr, "batch: %s:%d: %s\n", f.input.c_str(), p.line_no, p.reason.c_str());
-    }
-    std::printf("dry run: %d lines, %zu valid records, %d answers, %zu problems\n", input.num_lines,
-                input.records.size(), answers, input.problems.size());
-    return input.problems.empty() ? 0 : 1;
+    });
+    if (!summary.ok()) return Fail("batch", summary.error());
+    PrintSummary(f.input, *summary);
+    std::printf("dry run: %d lines, %lld valid records, %lld answers, %lld problems\n", summary->num_lines,
+                (long long)summary->num_records, (long long)summary->answers, (long long)summary->num_problems);
+    return summary->num_problems == 0 ? 0 : 1;
   }
 
   // From here on SIGINT / SIGTERM stop the run cleanly (StopOnSignal); blocked before any
@@ -321,21 +355,31 @@ int RunBatch(Args& args) {
   StopOnSignal stop_on_signal(gate);
 
   // The output first: its lock refuses a second concurrent run before anything is written.
-  std::vector<std::string> ids;
-  for (const batch::Record& r : input.records) ids.push_back(r.id);
-  auto writer = batch::OutputWriter::Open(f.output, f.ordered, ids);
+  auto writer = batch::OutputWriter::Open(f.output, f.ordered);
   if (!writer.ok()) return Fail("batch", writer.error());
 
-  // The progress DB, reconciled with the output.
+  // The progress DB, bound to this input and these settings, with the input indexed.
   auto db = batch::ProgressDb::Open(f.output + ".progress.db");
   if (!db.ok()) return Fail("batch", db.error());
+  auto input_hash = batch::HashFile(f.input);
+  if (!input_hash.ok()) return Fail("batch", input_hash.error());
   const std::string settings_text = SettingsText(f);
-  if (Status s = (*db)->BindJob(batch::Hex64(input.content_hash),
-                                batch::Hex64(batch::Fnv1a64(settings_text)), settings_text);
+  if (Status s = (*db)->BindJob(batch::Hex64(*input_hash), batch::Hex64(batch::Fnv1a64(settings_text)), settings_text);
       !s.ok()) {
     return Fail("batch", s.message(), 2);
   }
-  if (Status s = (*db)->AddRecords(input.records); !s.ok()) return Fail("batch", s.message());
+  auto summary = IndexedInput(f.input, **db);
+  if (!summary.ok()) return Fail("batch", summary.error());
+  PrintSummary(f.input, *summary);
+
+  // Reconciled with the output, and what the DB already has written, before any server.
+  f.runner.output = {.model = f.model, .seed = f.runner.seed, .temperature = f.runner.temperature,
+                     .top_p = f.runner.top_p, .max_new_tokens = f.runner.max_new_tokens};
+  auto report = batch::Reconcile(**writer, **db, {.settings = f.runner.output, .check_model = !f.model.empty(),
+                                                   .accept_existing = f.accept_existing});
+  if (!report.ok()) return Fail("batch", report.error(), 2);
+  PrintReconciliation(f.output, **db, *report);
+  (*writer)->set_on_written([&db](const batch::WrittenLine& w) { return (*db)->MarkWritten({&w, 1}); });
   if (f.retry_failed) {
     auto retried = (*db)->RetryFailed();
     if (!retried.ok()) return Fail("batch", retried.error());
@@ -344,29 +388,20 @@ int RunBatch(Args& args) {
                            "failed)\n", *retried);
     }
   }
-  auto rows = (*db)->LoadAll();
-  if (!rows.ok()) return Fail("batch", rows.error());
-  std::unordered_map<std::string, batch::RecordProgress> by_id;
-  for (batch::RecordProgress& p : *rows) by_id.emplace(p.id, std::move(p));
-  std::vector<batch::RecordProgress> progress;
-  for (const batch::Record& r : input.records) progress.push_back(std::move(by_id[r.id]));
-  if ((*writer)->truncated_bytes() > 0) {
-    std::fprintf(stderr, "batch: %s: cut a partial last line (%zu bytes) left by a killed run\n", f.output.c_str(),
-                 (*writer)->truncated_bytes());
+  batch::WorkQueue queue(**db, **writer);
+  if (Status s = queue.WriteFinished(); !s.ok()) return Fail("batch", s.message());
+  auto counts = (*db)->Counts();
+  if (!counts.ok()) return Fail("batch", counts.error());
+  if (counts->pending + counts->running == 0) {
+    if (Status s = WriteErrors(f.errors, **db); !s.ok()) return Fail("batch", s.message());
+    std::printf("batch: nothing to do: all %lld records are finished (%lld in %s, %lld failed; problems and failures "
+                "in %s)\n",
+                (long long)counts->total(), (long long)(counts->written + counts->done), f.output.c_str(),
+                (long long)counts->failed, f.errors.c_str());
+    return counts->failed == 0 && counts->done == 0 ? 0 : 1;
   }
-  int finished = 0, num_failed = 0, unwritten = 0;
-  for (const batch::RecordProgress& p : progress) {
-    const bool in_file = (*writer)->existing().count(p.id) > 0;
-    if (p.state == batch::RecordState::kDone || in_file) ++finished;
-    if (p.state == batch::RecordState::kFailed) ++num_failed;
-    if (p.state == batch::RecordState::kDone && !in_file) ++unwritten;
-  }
-  if (finished + num_failed == int(progress.size()) && unwritten == 0) {
-    if (Status s = WriteErrors(f.errors, input, progress); !s.ok()) return Fail("batch", s.message());
-    std::printf("batch: nothing to do: all %zu records are finished (%d in %s, %d failed; problems and failures in %s)\n",
-                progress.size(), finished, f.output.c_str(), num_failed, f.errors.c_str());
-    return num_failed == 0 ? 0 : 1;
-  }
+  auto input_file = batch::InputFile::Open(f.input);
+  if (!input_file.ok()) return Fail("batch", input_file.error());
 
   // Who generates.
   std::optional<LoadedModel> loaded;
@@ -376,8 +411,6 @@ int RunBatch(Args& args) {
   std::unique_ptr<batch::TurnGenerator> generator;
   const Tokenizer* tokenizer = nullptr;
   std::string model_type;
-  f.runner.output = {.model = f.model, .seed = f.runner.seed, .temperature = f.runner.temperature,
-                     .top_p = f.runner.top_p, .max_new_tokens = f.runner.max_new_tokens};
   if (in_process) {
     engine_options.log_batches = false;
     auto l = LoadModel(model_flags, /*need_tokenizer=*/true);
@@ -392,7 +425,10 @@ int RunBatch(Args& args) {
     tokenizer = &*loaded->tokenizer;
     model_type = c.model_type;
     if (f.runner.output.model.empty()) f.runner.output.model = model_flags.model_path;
-    generator = std::make_unique<batch::EngineGenerator>(*engine, KvFormatName(loaded->runner_options.kv_format));
+    generator = std::make_unique<batch::EngineGenerator>(
+        *engine, batch::Serving{.kv_cache_dtype = KvFormatName(loaded->runner_options.kv_format),
+                                .model = model_flags.model_path,
+                                .server_id = "in-process"});
     std::fprintf(stderr, "batch: in-process engine on %s, kv_cache_dtype=%s\n", model_flags.model_path.c_str(),
                  KvFormatName(loaded->runner_options.kv_format));
   } else {
@@ -426,11 +462,13 @@ int RunBatch(Args& args) {
   }
   const ChatFormat chat_format = ChatFormatFor(*tokenizer, model_type);
 
-  stats.total = int(input.records.size());
+  stats.total = int(counts->total());
+  stats.done = int(counts->written + counts->done);
+  stats.failed = int(counts->failed);
   const Clock::time_point t0 = Clock::now();
   Status run_status;
   {
-    batch::BatchRunner runner(input.records, progress, *generator, **db, **writer, *tokenizer, chat_format, f.runner,
+    batch::BatchRunner runner(**input_file, queue, *generator, **db, **writer, *tokenizer, chat_format, f.runner,
                               stats, gate);
     ProgressPrinter printer(stats, f.progress_interval_s);
     run_status = runner.Run();
@@ -446,9 +484,9 @@ int RunBatch(Args& args) {
                                   .output_tokens = stats.new_tokens,
                                   .duration_s = duration_s};
   if (Status s = (*db)->RecordRun(figures); !s.ok()) std::fprintf(stderr, "batch: %s\n", s.message().c_str());
-  if (Status s = WriteErrors(f.errors, input, progress); !s.ok()) std::fprintf(stderr, "batch: %s\n", s.message().c_str());
-  std::printf("batch: %d records: %d done, %d failed; %zu input problems (errors in %s)\n", int(stats.total),
-              int(stats.done), int(stats.failed), input.problems.size(), f.errors.c_str());
+  if (Status s = WriteErrors(f.errors, **db); !s.ok()) std::fprintf(stderr, "batch: %s\n", s.message().c_str());
+  std::printf("batch: %d records: %d done, %d failed; %lld input problems (errors in %s)\n", int(stats.total),
+              int(stats.done), int(stats.failed), (long long)summary->num_problems, f.errors.c_str());
   std::printf("batch: this run: %d done, %d failed, %lld tokens in %.1f s (%.1f tok/s, %.2f records/s)\n",
               figures.records_done, figures.records_failed, (long long)figures.output_tokens, duration_s,
               double(figures.output_tokens) / std::max(duration_s, 1e-9),

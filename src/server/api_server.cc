@@ -92,6 +92,10 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponseWriter& w) {
     info["num_queue_reqs"] = s.num_queue_reqs;
     info["token_usage"] = s.token_usage;
     info["version"] = "mlaserve-0.1";
+    // One random id per server process: a batch client records it with every token segment, so
+    // a restart (even with the same flags) is visible in the output's provenance.
+    static const std::string server_id = NewRequestId("srv-");
+    info["server_id"] = server_id;
     return SendJson(w, 200, info);
   }
   if (p == "/flush_cache") {

@@ -1,9 +1,5 @@
 #include "support/batch_job.h"
 
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -11,27 +7,6 @@
 namespace mlaserve::testing {
 
 using nlohmann::json;
-
-pid_t SpawnMlaserve(std::vector<std::string> args, const std::string& log, const std::string& cwd) {
-  args.insert(args.begin(), MLASERVE_BINARY);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    if (!std::freopen(log.c_str(), "a", stderr) || !std::freopen(log.c_str(), "a", stdout)) _exit(126);
-    if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(126);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-int WaitExit(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 std::string MakeBatchInput(int n) {
   std::string out;

@@ -1,24 +1,21 @@
-// `mlaserve batch` runs in tests: the client as a child process (to kill or signal it), inputs
-// mixing the three record shapes, and reading what it wrote and printed.
+// `mlaserve batch` runs in tests: inputs mixing the three record shapes, the command line, and
+// reading what it wrote and printed. The client runs as a child process (SpawnMlaserve in
+// run_binary.h), to kill or signal it.
 #pragma once
-
-#include <sys/types.h>
 
 #include <map>
 #include <string>
 #include <vector>
 
+#include "support/run_binary.h"
+
 namespace mlaserve::testing {
 
-// A child process running the mlaserve binary with `args`, stdout and stderr appended to `log`,
-// in `cwd` when given.
-pid_t SpawnMlaserve(std::vector<std::string> args, const std::string& log, const std::string& cwd = "");
-// Waits for the child: its exit code, or 128 + the signal that ended it.
-int WaitExit(pid_t pid);
-
-// n records mixing the three shapes (ShareGPT ones with two assistant turns), ids r0, r1, ...
+// n JSONL records "r0".."r{n-1}" mixing the three shapes: prompts, chats, and ShareGPT
+// conversations with two assistant turns.
 std::string MakeBatchInput(int n);
-// batch arguments with short checkpoint and progress intervals.
+// `batch` against `url` with quick checkpoints (0.05 s), a "still waiting" line every 60 s while
+// no server answers, and a progress line every second.
 std::vector<std::string> BatchArgs(const std::string& in, const std::string& out, const std::string& url,
                                    int max_new_tokens, int concurrency);
 // How many output lines each id has.

@@ -37,6 +37,28 @@ CommandResult RunMlaserve(const std::string& args) {
   return r;
 }
 
+pid_t SpawnMlaserve(std::vector<std::string> args, const std::string& log, const std::string& cwd) {
+  args.insert(args.begin(), MLASERVE_BINARY);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (!std::freopen(log.c_str(), "a", stderr) || !std::freopen(log.c_str(), "a", stdout)) _exit(126);
+    if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(126);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int WaitExit(pid_t pid, rusage* usage) {
+  int status = 0;
+  rusage ignored;
+  wait4(pid, &status, 0, usage ? usage : &ignored);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 TempDir::TempDir() {
   std::string pattern = (std::filesystem::temp_directory_path() / "mlaserve-test-XXXXXX").string();
   if (::mkdtemp(pattern.data()) == nullptr) std::abort();

@@ -1,7 +1,11 @@
 // Runs the real mlaserve binary (MLASERVE_BINARY) in tests and captures what it printed.
 #pragma once
 
+#include <sys/resource.h>
+#include <sys/types.h>
+
 #include <string>
+#include <vector>
 
 namespace mlaserve::testing {
 
@@ -13,6 +17,13 @@ struct CommandResult {
 
 // args is appended to the binary's path as written (shell-quoted by the caller).
 CommandResult RunMlaserve(const std::string& args);
+
+// Starts the binary with `args` as a child, stdout and stderr appended to `log`, in `cwd` when
+// given; for tests that signal it while it runs.
+pid_t SpawnMlaserve(std::vector<std::string> args, const std::string& log, const std::string& cwd = "");
+// Waits for a child: its exit code, or 128 + the signal that ended it. usage (optional)
+// receives its resource use (ru_maxrss: peak RSS in KiB).
+int WaitExit(pid_t pid, rusage* usage = nullptr);
 
 // A fresh empty directory under the system temp dir, removed by the destructor.
 class TempDir {
