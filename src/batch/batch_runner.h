@@ -64,7 +64,7 @@ class BatchRunner {
  public:
   // Everything must outlive the runner. progress[i] is records[i]'s row.
   BatchRunner(const std::vector<Record>& records, std::vector<RecordProgress>& progress, TurnGenerator& generator,
-              ProgressDb& db, OutputWriter& writer, const Tokenizer& tokenizer, ChatFormat chat_format,
+              ProgressDb& db, OutputWriter& writer, const Tokenizer& tokenizer, const ChatTemplate& chat_template,
               RunnerOptions options, RunnerStats& stats, RunGate& gate);
 
   // Offers every record already finished to the writer, then runs the rest, until done or until
@@ -90,7 +90,7 @@ class BatchRunner {
   ProgressDb& db_;
   OutputWriter& writer_;
   const Tokenizer& tokenizer_;
-  ChatFormat chat_format_;
+  const ChatTemplate& chat_template_;  // outlives the runner
   RunnerOptions options_;
   RunnerStats& stats_;
   RunGate& gate_;

@@ -84,6 +84,7 @@ Result<ChatTemplate> ChatTemplate::FromJinja(std::string_view source, std::strin
   ChatTemplate t;
   t.jinja_ = std::move(parsed).value();
   t.origin_ = std::move(origin);
+  t.source_ = std::string(source);
   t.special_tokens_ = std::move(special_tokens);
   return t;
 }

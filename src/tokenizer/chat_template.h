@@ -57,6 +57,8 @@ class ChatTemplate {
   Result<std::string> Render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
 
   bool is_jinja() const { return jinja_.has_value(); }
+  // The Jinja source (empty for a built-in format): what a server hands to `mlaserve batch`.
+  const std::string& source() const { return source_; }
   // For logs: the template's file, or "built-in deepseek_v3".
   const std::string& origin() const { return origin_; }
 
@@ -67,8 +69,12 @@ class ChatTemplate {
   std::optional<jinja::Template> jinja_;
   ChatFormat format_ = ChatFormat::kMlaserve;  // used when !jinja_
   std::string origin_;
+  std::string source_;
   nlohmann::json special_tokens_ = nlohmann::json::object();
 };
+
+// The file name a model directory's Jinja chat template has (Hugging Face's convention).
+inline constexpr std::string_view kChatTemplateFileName = "chat_template.jinja";
 
 // Kimi-K2's template inserts this system message when the first message is not a system one.
 inline constexpr std::string_view kKimiDefaultSystemPrompt =

@@ -83,7 +83,7 @@ Value Map(Interpreter& in, const Value& input, CallArgs& args) {
     }
     return Value::MakeList(std::move(out));
   }
-  const std::string& filter = ExpectString(Arg(args, 0, "filter"), "map", args.line);
+  const std::string filter = ExpectString(Arg(args, 0, "filter"), "map", args.line);
   CallArgs filter_args;
   filter_args.line = args.line;
   filter_args.positional.assign(args.positional.begin() + 1, args.positional.end());

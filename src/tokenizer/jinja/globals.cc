@@ -48,7 +48,7 @@ Value RaiseException(Interpreter&, CallArgs& args) {
 }
 
 Value StrftimeNow(Interpreter&, CallArgs& args) {
-  const std::string& format = ExpectString(Arg(args, 0, "format"), "strftime_now", args.line);
+  const std::string format = ExpectString(Arg(args, 0, "format"), "strftime_now", args.line);
   const std::time_t now = std::time(nullptr);
   std::tm local{};
   localtime_r(&now, &local);

@@ -139,7 +139,7 @@ Value CallMethod(Interpreter& in, const Value& object, const std::string& name, 
     return Value(hit == std::string::npos ? int64_t{-1} : int64_t(CodePoints(s.substr(0, hit)).size()));
   }
   if (name == "count") {
-    const std::string& sub = ExpectString(Arg(args, 0, "sub"), "count", line);
+    const std::string sub = ExpectString(Arg(args, 0, "sub"), "count", line);
     if (sub.empty()) return Value(int64_t(CodePoints(s).size() + 1));
     int64_t n = 0;
     for (size_t pos = s.find(sub); pos != std::string::npos; pos = s.find(sub, pos + sub.size())) ++n;
