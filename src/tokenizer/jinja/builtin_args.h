@@ -59,6 +59,15 @@ inline std::string Replace(const std::string& s, const std::string& from, const 
   return out;
 }
 
+// `s.replace(old, new[, count])` and `s | replace(old, new[, count])`.
+inline Value ReplaceCall(Interpreter& in, const std::string& s, const CallArgs& args) {
+  const Value count = Arg(args, 2, "count");
+  std::string out = Replace(s, ExpectString(Arg(args, 0, "old"), "replace", args.line),
+                            ExpectString(Arg(args, 1, "new"), "replace", args.line), count.is_int() ? count.as_int() : -1);
+  in.CheckSize(out.size(), args.line);
+  return Value(std::move(out));
+}
+
 // ASCII case mapping as Python's str methods do it for ASCII text (methods.cc).
 std::string Upper(const std::string& s);
 std::string Lower(const std::string& s);

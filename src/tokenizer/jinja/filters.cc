@@ -285,13 +285,7 @@ Value ApplyFilter(Interpreter& in, const std::string& name, const Value& v, Call
   if (name == "lower") return Value(Lower(s));
   if (name == "title") return Value(Title(s));
   if (name == "capitalize") return Value(Capitalize(s));
-  if (name == "replace") {
-    const Value count = Arg(args, 2, "count");
-    std::string out = Replace(s, ExpectString(Arg(args, 0, "old"), "replace", line),
-                              ExpectString(Arg(args, 1, "new"), "replace", line), count.is_int() ? count.as_int() : -1);
-    in.CheckSize(out.size(), line);
-    return Value(std::move(out));
-  }
+  if (name == "replace") return ReplaceCall(in, s, args);
   if (name == "indent") {
     std::string out = Indent(s, Arg(args, 0, "width"), Arg(args, 1, "first").Truthy(), Arg(args, 2, "blank").Truthy());
     in.CheckSize(out.size(), line);

@@ -40,10 +40,11 @@ void Interpreter::Step(int line, int64_t n) {
   }
 }
 
-void Interpreter::CheckSize(size_t size, int line) const {
+void Interpreter::CheckSize(size_t size, int line) {
   if (size > limits_.max_output_bytes) {
     Fail(line, "the template built a value larger than " + std::to_string(limits_.max_output_bytes) + " bytes");
   }
+  Step(line, int64_t(size / 256));
 }
 
 void Interpreter::Emit(const std::string& text, int line) {
@@ -51,6 +52,7 @@ void Interpreter::Emit(const std::string& text, int line) {
     Fail(line, "the rendered prompt is larger than " + std::to_string(limits_.max_output_bytes) + " bytes");
   }
   out_->append(text);
+  Step(line, int64_t(text.size() / 256));
 }
 
 Interpreter::Flow Interpreter::ExecBody(const Body& body, const std::shared_ptr<Scope>& scope) {
@@ -399,7 +401,9 @@ Value Interpreter::Eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
 
 namespace {
 
-bool Contains(const Value& haystack, const Value& needle, int line) {
+bool Contains(Interpreter& in, const Value& haystack, const Value& needle, int line) {
+  if (haystack.is_list()) in.Step(line, int64_t(haystack.list().size()));
+  if (haystack.is_string()) in.Step(line, int64_t(haystack.as_string().size() / 256));
   switch (haystack.kind()) {
     case Value::Kind::kString:
       if (!needle.is_string()) Interpreter::Fail(line, "'in <string>' needs a string on the left");
@@ -428,8 +432,8 @@ Value Interpreter::EvalBinary(const Expr& e, const std::shared_ptr<Scope>& scope
   const Value r = Eval(*e.args[1], scope);
   if (op == "==") return Value(l.Equals(r));
   if (op == "!=") return Value(!l.Equals(r));
-  if (op == "in") return Value(Contains(r, l, e.line));
-  if (op == "not in") return Value(!Contains(r, l, e.line));
+  if (op == "in") return Value(Contains(*this, r, l, e.line));
+  if (op == "not in") return Value(!Contains(*this, r, l, e.line));
   if (op == "~") {
     std::string s = l.Str() + r.Str();
     CheckSize(s.size(), e.line);

@@ -43,7 +43,10 @@ class Interpreter {
   // For builtins.
   [[noreturn]] static void Fail(int line, std::string message) { throw RenderError{line, std::move(message)}; }
   Value Call(const Value& callee, CallArgs& args, int line);
-  void CheckSize(size_t size, int line) const;  // a string or list this large may be built
+  // A string or list of `size` bytes (elements) is about to be built: fails past the output
+  // cap, and charges the copy to the step budget (one step per 256), so that repeated large
+  // copies cannot run for long either.
+  void CheckSize(size_t size, int line);
   void Step(int line, int64_t n = 1);
 
  private:

@@ -127,13 +127,7 @@ Value CallMethod(Interpreter& in, const Value& object, const std::string& name, 
     if (name == "rsplit" && max.is_int() && max.as_int() >= 0) Interpreter::Fail(line, "rsplit with maxsplit is not supported");
     return Value::MakeList(Split(s, Arg(args, 0, "sep"), max.is_int() ? max.as_int() : -1, line));
   }
-  if (name == "replace") {
-    const Value count = Arg(args, 2, "count");
-    std::string out = Replace(s, ExpectString(Arg(args, 0, "old"), "replace", line),
-                              ExpectString(Arg(args, 1, "new"), "replace", line), count.is_int() ? count.as_int() : -1);
-    in.CheckSize(out.size(), line);
-    return Value(std::move(out));
-  }
+  if (name == "replace") return ReplaceCall(in, s, args);
   if (name == "find") {
     const size_t hit = s.find(ExpectString(Arg(args, 0, "sub"), "find", line));
     return Value(hit == std::string::npos ? int64_t{-1} : int64_t(CodePoints(s.substr(0, hit)).size()));

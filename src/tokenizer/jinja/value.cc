@@ -43,14 +43,13 @@ std::string FormatFloat(double d) {
     if (std::strtod(buf, nullptr) == d) break;
   }
   std::string s = buf;
-  // %g writes 1e+16 where Python writes 1e+16 too, but %g switches to exponents at 1e-5 and
-  // precision digits; Python's repr uses plain digits below 1e16.
+  // %g switches to an exponent below 1e-4 and from 10^precision up; Python's repr only
+  // below 1e-4 and from 1e16 up.
   const size_t e = s.find('e');
   if (e != std::string::npos) {
     const int exponent = std::atoi(s.c_str() + e + 1);
-    if (exponent >= -5 && exponent < 16) {
-      std::snprintf(buf, sizeof(buf), "%.17f", d);
-      // Re-derive the shortest form without an exponent: trim to the digits %g found.
+    if (exponent >= -4 && exponent < 16) {
+      // Python writes these without an exponent: place the point in the digits %g found.
       std::string mantissa = s.substr(0, e);
       const bool negative = !mantissa.empty() && mantissa[0] == '-';
       if (negative) mantissa.erase(0, 1);
@@ -69,8 +68,7 @@ std::string FormatFloat(double d) {
       }
       return (negative ? "-" : "") + out;
     }
-    // Python writes at least two exponent digits, as %g does.
-    return s;
+    return s;  // at least two exponent digits, as Python writes them
   }
   if (s.find('.') == std::string::npos) s += ".0";
   return s;

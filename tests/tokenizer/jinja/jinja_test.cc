@@ -26,6 +26,9 @@ TEST(Jinja, TextAndOutput) {
   EXPECT_EQ(Render("{{ none }} {{ true }} {{ 1.5 }} {{ 2.0 }} {{ [1, 'a'] }} {{ {'k': none} }}"),
             "None True 1.5 2.0 [1, 'a'] {'k': None}");
   EXPECT_EQ(Render("[{{ undefined_name }}]"), "[]");
+  // Floats as Python's repr writes them.
+  EXPECT_EQ(Render("{{ 0.0001 }} {{ 0.00001 }} {{ 1e15 }} {{ 1e16 }} {{ 123456789.123 }} {{ 0.1 + 0.2 }} {{ -2.5e-7 }}"),
+            "0.0001 1e-05 1000000000000000.0 1e+16 123456789.123 0.30000000000000004 -2.5e-07");
   EXPECT_EQ(Render("{# comment #}x"), "x");
   EXPECT_EQ(Render("line\n"), "line");  // one trailing newline is dropped
 }
@@ -200,6 +203,11 @@ TEST(Jinja, LimitsStopHostileTemplates) {
             "ERROR: line 1: the template built a value larger than 1000 bytes");
   EXPECT_EQ(Render("{{ 'x' * 100000000000 }}", ordered_json::object(), small), "ERROR: line 1: the template built a value larger than 1000 bytes");
   EXPECT_EQ(Render("{{ 2 ** 4000000000000 }}").substr(0, 6), "inf");  // by squaring, no loop of that length
+  // Copying a large string over and over is charged by its size.
+  const RenderLimits copies{.max_output_bytes = 100000, .max_steps = 10000, .max_call_depth = 8};
+  EXPECT_EQ(Render("{% set s = 'x' * 90000 %}{% for i in range(1000) %}{% set t = s ~ 'y' %}{% endfor %}",
+                   ordered_json::object(), copies),
+            "ERROR: line 1: the template ran more than 10000 steps");
   // Deep nesting is a parse error, not a stack overflow.
   EXPECT_NE(Render("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nesting deeper than"), std::string::npos);
   std::string deep_ifs;

@@ -256,27 +256,39 @@ std::string RunCommand(const std::string& cmd, int* exit_code) {
   return out;
 }
 
-TEST(JinjaReference, SameStringsAsHuggingFaceJinja) {
-  const std::string node_dir = std::string(MLASERVE_SOURCE_DIR) + "/tests/node";
-  if (std::system("command -v node >/dev/null 2>&1") != 0 ||
-      std::system(("test -d " + testing::ShellQuote(node_dir + "/node_modules/@huggingface/jinja")).c_str()) != 0) {
-    GTEST_SKIP() << "node or the @huggingface/jinja package is missing (scripts/setup.sh installs them)";
-  }
+const std::string kNodeDir = std::string(MLASERVE_SOURCE_DIR) + "/tests/node";
+
+bool ReferenceInstalled() {
+  return std::system("command -v node >/dev/null 2>&1") == 0 &&
+         std::system(("test -d " + testing::ShellQuote(kNodeDir + "/node_modules/@huggingface/jinja")).c_str()) == 0;
+}
+
+struct Rendered {
+  ojson reference;  // @huggingface/jinja: [{output} | {error}]
+  ojson ours;       // mlaserve render-chat: the same shape
+};
+
+// Writes `cases` to a temp dir and renders them with both engines.
+Rendered RenderWithBoth(const ojson& cases) {
   testing::TempDir dir;
   const std::string cases_path = dir.path() + "/cases.json";
-  const ojson cases = Cases();
   std::ofstream(cases_path) << cases.dump();
-
   int node_exit = -1;
   const std::string node_out = RunCommand(
-      "node " + testing::ShellQuote(node_dir + "/render_chat_templates.mjs") + " " + testing::ShellQuote(cases_path),
+      "node " + testing::ShellQuote(kNodeDir + "/render_chat_templates.mjs") + " " + testing::ShellQuote(cases_path),
       &node_exit);
-  ASSERT_EQ(node_exit, 0) << node_out;
+  EXPECT_EQ(node_exit, 0) << node_out;
   const testing::CommandResult ours = testing::RunMlaserve("render-chat --cases " + testing::ShellQuote(cases_path));
-  ASSERT_EQ(ours.exit_code, 0) << ours.err;
+  EXPECT_EQ(ours.exit_code, 0) << ours.err;
+  return {ojson::parse(node_out, nullptr, false), ojson::parse(ours.out, nullptr, false)};
+}
 
-  const ojson expected = ojson::parse(node_out);
-  const ojson actual = ojson::parse(ours.out);
+TEST(JinjaReference, SameStringsAsHuggingFaceJinja) {
+  if (!ReferenceInstalled()) GTEST_SKIP() << "node or the @huggingface/jinja package is missing (scripts/setup.sh installs them)";
+  const ojson cases = Cases();
+  const Rendered r = RenderWithBoth(cases);
+  const ojson& expected = r.reference;
+  const ojson& actual = r.ours;
   ASSERT_EQ(expected.size(), cases.size());
   ASSERT_EQ(actual.size(), cases.size());
   int compared = 0;
@@ -293,24 +305,16 @@ TEST(JinjaReference, SameStringsAsHuggingFaceJinja) {
 
 // A template's own refusal is an error in both (messages differ by design).
 TEST(JinjaReference, RaiseExceptionFailsInBoth) {
-  const std::string node_dir = std::string(MLASERVE_SOURCE_DIR) + "/tests/node";
-  if (std::system("command -v node >/dev/null 2>&1") != 0 ||
-      std::system(("test -d " + testing::ShellQuote(node_dir + "/node_modules/@huggingface/jinja")).c_str()) != 0) {
-    GTEST_SKIP() << "node or the @huggingface/jinja package is missing (scripts/setup.sh installs them)";
-  }
-  testing::TempDir dir;
-  const std::string cases_path = dir.path() + "/cases.json";
+  if (!ReferenceInstalled()) GTEST_SKIP() << "node or the @huggingface/jinja package is missing (scripts/setup.sh installs them)";
   ojson cases = ojson::array();
   cases.push_back({{"template", kDeepSeekStyle},
                    {"messages", ojson::parse(R"([{"role": "critic", "content": "x"}])")},
                    {"kwargs", {{"bos_token", "<s>"}, {"eos_token", "</s>"}}}});
-  std::ofstream(cases_path) << cases.dump();
-  int node_exit = -1;
-  const ojson expected = ojson::parse(RunCommand(
-      "node " + testing::ShellQuote(node_dir + "/render_chat_templates.mjs") + " " + testing::ShellQuote(cases_path),
-      &node_exit));
-  const testing::CommandResult ours = testing::RunMlaserve("render-chat --cases " + testing::ShellQuote(cases_path));
-  const ojson actual = ojson::parse(ours.out);
+  const Rendered r = RenderWithBoth(cases);
+  const ojson& expected = r.reference;
+  const ojson& actual = r.ours;
+  ASSERT_EQ(actual.size(), 1u);
+  ASSERT_EQ(expected.size(), 1u);
   EXPECT_TRUE(expected[0].contains("error"));
   ASSERT_TRUE(actual[0].contains("error"));
   EXPECT_NE(actual[0]["error"].get<std::string>().find("unsupported role: critic"), std::string::npos) << actual[0];
