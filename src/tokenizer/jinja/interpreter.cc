@@ -4,6 +4,7 @@
 #include "tokenizer/jinja/interpreter.h"
 
 #include <cmath>
+#include <unordered_set>
 
 namespace mlaserve::jinja {
 
@@ -103,6 +104,26 @@ List Iterate(const Value& v, int line) {
   }
 }
 
+// Whether `v` is or contains `target` (a namespace about to receive v: a cycle would make
+// printing and == recurse forever). Visits each list and dict once.
+bool Holds(Interpreter& in, const Value& v, const Dict* target, std::unordered_set<const void*>* seen, int line) {
+  if (v.is_dict()) {
+    if (&v.dict() == target) return true;
+    if (!seen->insert(&v.dict()).second) return false;
+    in.Step(line, int64_t(v.dict().items.size()));
+    for (const auto& kv : v.dict().items) {
+      if (Holds(in, kv.second, target, seen, line)) return true;
+    }
+  } else if (v.is_list()) {
+    if (!seen->insert(&v.list()).second) return false;
+    in.Step(line, int64_t(v.list().size()));
+    for (const Value& item : v.list()) {
+      if (Holds(in, item, target, seen, line)) return true;
+    }
+  }
+  return false;
+}
+
 void Bind(Scope& scope, const std::vector<std::string>& targets, const Value& item, int line) {
   if (targets.size() == 1) {
     scope.vars.Set(targets[0], item);
@@ -160,7 +181,12 @@ void Interpreter::ExecSet(const Stmt& s, const std::shared_ptr<Scope>& scope) {
     if (!ns || !ns->is_dict() || !ns->dict().is_namespace) {
       Fail(s.line, "cannot assign attribute '" + s.targets[1] + "' on '" + s.targets[0] + "': not a namespace()");
     }
-    ns->dict().Set(s.targets[1], Eval(*s.expr, scope));
+    Value value = Eval(*s.expr, scope);
+    std::unordered_set<const void*> seen;
+    if (Holds(*this, value, &ns->dict(), &seen, s.line)) {
+      Fail(s.line, "'" + s.targets[0] + "." + s.targets[1] + "' would hold '" + s.targets[0] + "' itself");
+    }
+    ns->dict().Set(s.targets[1], std::move(value));
     return;
   }
   if (!s.expr) {
@@ -301,6 +327,14 @@ std::vector<Item> PySlice(const std::vector<Item>& items, const Value& start, co
 
 Value Interpreter::Eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
   Step(e.line);
+  Value v = EvalNode(e, scope);
+  if (v.Depth() > limits_.max_value_depth) {
+    Fail(e.line, "the template built lists or dicts nested deeper than " + std::to_string(limits_.max_value_depth));
+  }
+  return v;
+}
+
+Value Interpreter::EvalNode(const Expr& e, const std::shared_ptr<Scope>& scope) {
   switch (e.kind) {
     case Expr::Kind::kLiteral: return e.literal;
     case Expr::Kind::kName: {

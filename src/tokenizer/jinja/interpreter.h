@@ -18,6 +18,7 @@ struct RenderLimits {
   size_t max_output_bytes = 16u << 20;  // also the largest string or list (elements) built
   int64_t max_steps = 20'000'000;       // expressions + statements + loop iterations
   int max_call_depth = 32;              // nested macro calls
+  int max_value_depth = 100;            // lists and dicts inside each other (Value::Depth; request bodies nest at most 64)
 };
 
 // A render error, thrown inside the interpreter and its builtins and returned as a Status
@@ -57,7 +58,8 @@ class Interpreter {
   void ExecFor(const Stmt& s, const std::shared_ptr<Scope>& scope);
   void ExecSet(const Stmt& s, const std::shared_ptr<Scope>& scope);
   void DefineMacro(const Stmt& s, const std::shared_ptr<Scope>& scope);
-  Value Eval(const Expr& e, const std::shared_ptr<Scope>& scope);
+  Value Eval(const Expr& e, const std::shared_ptr<Scope>& scope);  // EvalNode within the limits
+  Value EvalNode(const Expr& e, const std::shared_ptr<Scope>& scope);
   Value EvalBinary(const Expr& e, const std::shared_ptr<Scope>& scope);
   Value EvalCall(const Expr& e, const std::shared_ptr<Scope>& scope);
   CallArgs EvalArgs(const Expr& e, size_t first, const std::shared_ptr<Scope>& scope);

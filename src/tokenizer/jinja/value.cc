@@ -2,13 +2,25 @@
 // conversion from the request's JSON.
 #include "tokenizer/jinja/value.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
 namespace mlaserve::jinja {
 
-Value Value::MakeList(List items) { return Value(Storage(std::make_shared<List>(std::move(items)))); }
+Value Value::MakeList(List items) {
+  auto data = std::make_shared<ListData>();
+  for (const Value& item : items) data->depth = std::max(data->depth, 1 + item.Depth());
+  data->items = std::move(items);
+  return Value(Storage(std::move(data)));
+}
+
+int Value::Depth() const {
+  if (is_list()) return std::get<std::shared_ptr<ListData>>(v_)->depth;
+  if (is_dict()) return dict().depth;
+  return 0;
+}
 Value Value::MakeDict() { return Value(Storage(std::make_shared<Dict>())); }
 Value Value::MakeNamespace() {
   auto d = std::make_shared<Dict>();
@@ -203,7 +215,11 @@ Value ConvertJson(const Json& j) {
     }
     case nlohmann::json::value_t::object: {
       Value d = Value::MakeDict();
-      for (auto it = j.begin(); it != j.end(); ++it) d.dict().items.emplace_back(it.key(), ConvertJson(it.value()));
+      Dict& dict = d.dict();
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        dict.items.emplace_back(it.key(), ConvertJson(it.value()));
+        dict.depth = std::max(dict.depth, 1 + dict.items.back().second.Depth());
+      }
       return d;
     }
     default: return Value::None();  // binary, discarded: never produced by parsing text
@@ -223,6 +239,7 @@ const Value* Dict::Find(std::string_view key) const {
 }
 
 void Dict::Set(const std::string& key, Value value) {
+  depth = std::max(depth, 1 + value.Depth());
   for (auto& [k, v] : items) {
     if (k == key) {
       v = std::move(value);

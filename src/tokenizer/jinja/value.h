@@ -21,6 +21,7 @@ class Value;
 using List = std::vector<Value>;
 struct Dict;
 struct Callable;
+struct ListData;
 
 struct Undefined {
   bool operator==(const Undefined&) const = default;
@@ -59,7 +60,7 @@ class Value {
   int64_t as_int() const { return std::get<int64_t>(v_); }
   double as_number() const { return is_int() ? double(as_int()) : is_bool() ? as_bool() : std::get<double>(v_); }
   const std::string& as_string() const { return std::get<std::string>(v_); }
-  List& list() const { return *std::get<std::shared_ptr<List>>(v_); }
+  List& list() const;
   Dict& dict() const { return *std::get<std::shared_ptr<Dict>>(v_); }
   const Callable& callable() const { return *std::get<std::shared_ptr<const Callable>>(v_); }
 
@@ -72,26 +73,38 @@ class Value {
   // Deep equality with Python's rules (1 == 1.0 == True).
   bool Equals(const Value& other) const;
   std::string_view TypeName() const;
+  // How deeply lists and dicts nest inside this value (0 for a scalar, 1 for a flat list),
+  // kept by the containers so that no walk is needed: the interpreter caps it, which bounds
+  // every recursion over values (printing, ==, tojson, destruction).
+  int Depth() const;
 
   static Value FromJson(const nlohmann::json& j);
   static Value FromJson(const nlohmann::ordered_json& j);
 
  private:
   using Storage = std::variant<Undefined, std::nullptr_t, bool, int64_t, double, std::string,
-                               std::shared_ptr<List>, std::shared_ptr<Dict>,
+                               std::shared_ptr<ListData>, std::shared_ptr<Dict>,
                                std::shared_ptr<const Callable>>;
   explicit Value(Storage v) : v_(std::move(v)) {}
   Storage v_;
+};
+
+struct ListData {
+  List items;
+  int depth = 1;  // 1 + the deepest item's Depth()
 };
 
 // Insertion-ordered, as Python dicts and the JSON a client sent.
 struct Dict {
   std::vector<std::pair<std::string, Value>> items;
   bool is_namespace = false;  // only namespace() objects accept `{% set ns.attr = ... %}`
+  int depth = 1;              // at least 1 + every value's Depth() (only grows)
 
   const Value* Find(std::string_view key) const;
-  void Set(const std::string& key, Value value);
+  void Set(const std::string& key, Value value);  // keeps `depth`
 };
+
+inline List& Value::list() const { return std::get<std::shared_ptr<ListData>>(v_)->items; }
 
 class Interpreter;  // render.h
 struct CallArgs {

@@ -19,6 +19,12 @@ std::string Render(std::string_view source, const ordered_json& vars = ordered_j
   return out.ok() ? *out : "ERROR: " + out.error();
 }
 
+std::string Repeat(const std::string& s, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += s;
+  return out;
+}
+
 TEST(Jinja, TextAndOutput) {
   EXPECT_EQ(Render("plain"), "plain");
   EXPECT_EQ(Render("a{{ x }}b", {{"x", "X"}}), "aXb");
@@ -208,6 +214,17 @@ TEST(Jinja, LimitsStopHostileTemplates) {
   EXPECT_EQ(Render("{% set s = 'x' * 90000 %}{% for i in range(1000) %}{% set t = s ~ 'y' %}{% endfor %}",
                    ordered_json::object(), copies),
             "ERROR: line 1: the template ran more than 10000 steps");
+  // Values nested without end, or holding themselves, are refused before anything recurses.
+  EXPECT_EQ(Render("{% set x = [] %}{% for i in range(100000) %}{% set x = [x] %}{% endfor %}{{ x }}"),
+            "ERROR: line 1: the template built lists or dicts nested deeper than 100");
+  EXPECT_EQ(Render("{% set y = 1 %}{% for i in range(1000) %}{% set y = namespace(v=y) %}{% endfor %}"),
+            "ERROR: line 1: the template built lists or dicts nested deeper than 100");
+  EXPECT_EQ(Render("{% set ns = namespace(a=1) %}{% set ns.self = [1, {'k': ns}] %}{{ ns }}"),
+            "ERROR: line 1: 'ns.self' would hold 'ns' itself");
+  // Deep blocks inside deep macro recursion stay well within a thread's stack.
+  EXPECT_EQ(Render("{% macro g(n) %}{% if n > 0 %}" + Repeat("{% if true %}", 150) + "{{ g(n - 1) }}" +
+                   Repeat("{% endif %}", 150) + "{% endif %}{% endmacro %}{{ g(31) | length }}"),
+            "0");
   // Deep nesting is a parse error, not a stack overflow.
   EXPECT_NE(Render("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nesting deeper than"), std::string::npos);
   std::string deep_ifs;
