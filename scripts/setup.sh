@@ -14,9 +14,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
 fi
 
-# The openai npm package, for the test that drives the server with a real third-party client.
+# npm packages for tests: openai (a real third-party client against the server) and
+# @huggingface/jinja (the reference renderer for chat templates).
 node_tests="$(cd "$(dirname "$0")/.." && pwd)/tests/node"
-if command -v npm >/dev/null 2>&1 && [ ! -d "$node_tests/node_modules/openai" ]; then
+if command -v npm >/dev/null 2>&1 && { [ ! -d "$node_tests/node_modules/openai" ] || [ ! -d "$node_tests/node_modules/@huggingface/jinja" ]; }; then
   (cd "$node_tests" && npm install --no-audit --no-fund --silent) ||
-    echo "setup: npm install in tests/node failed; the openai client test will be skipped"
+    echo "setup: npm install in tests/node failed; the openai client and chat template reference tests will be skipped"
 fi

@@ -25,15 +25,15 @@ uint64_t RecordSeed(uint64_t seed, const std::string& id) {
 }
 
 BatchRunner::BatchRunner(const InputFile& input, WorkQueue& queue, TurnGenerator& generator, ProgressDb& db,
-                         OutputWriter& writer, const Tokenizer& tokenizer, ChatFormat chat_format, RunnerOptions options,
-                         RunnerStats& stats, RunGate& gate)
+                         OutputWriter& writer, const Tokenizer& tokenizer, const ChatTemplate& chat_template,
+                         RunnerOptions options, RunnerStats& stats, RunGate& gate)
     : input_(input),
       queue_(queue),
       generator_(generator),
       db_(db),
       writer_(writer),
       tokenizer_(tokenizer),
-      chat_format_(chat_format),
+      chat_template_(chat_template),
       options_(std::move(options)),
       stats_(stats),
       gate_(gate),
@@ -49,7 +49,7 @@ Result<std::vector<TokenId>> BatchRunner::PromptIds(const Record& record, const 
     (*messages)[size_t(record.answer_slots[k])].content =
         tokenizer_.Decode(answers[k].ids, /*skip_special_tokens=*/true);
   }
-  auto text = ApplyChatTemplate(chat_format_, *messages, /*add_generation_prompt=*/true);
+  auto text = chat_template_.Render(*messages, /*add_generation_prompt=*/true);
   if (!text.ok()) return text.status();
   return tokenizer_.Encode(*text, /*add_bos=*/false);
 }

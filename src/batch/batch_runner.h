@@ -68,8 +68,8 @@ class BatchRunner {
  public:
   // Everything must outlive the runner.
   BatchRunner(const InputFile& input, WorkQueue& queue, TurnGenerator& generator, ProgressDb& db,
-              OutputWriter& writer, const Tokenizer& tokenizer, ChatFormat chat_format, RunnerOptions options,
-              RunnerStats& stats, RunGate& gate);
+              OutputWriter& writer, const Tokenizer& tokenizer, const ChatTemplate& chat_template,
+              RunnerOptions options, RunnerStats& stats, RunGate& gate);
 
   // Runs the queue's records, until done or until gate.RequestStop(). Returns an error only
   // when the DB, the input or the output cannot be read or written (records that fail are not
@@ -94,7 +94,7 @@ class BatchRunner {
   ProgressDb& db_;
   OutputWriter& writer_;
   const Tokenizer& tokenizer_;
-  ChatFormat chat_format_;
+  const ChatTemplate& chat_template_;  // outlives the runner
   RunnerOptions options_;
   RunnerStats& stats_;
   RunGate& gate_;

@@ -4,10 +4,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 namespace mlaserve::batch {
 
-Result<Tokenizer> FetchTokenizer(const std::string& base_url, const HttpHeaders& headers, int timeout_ms) {
+Result<RemoteTokenizer> FetchTokenizer(const std::string& base_url, const HttpHeaders& headers, int timeout_ms,
+                                       std::string_view model_type, const std::string& chat_template_file) {
   // Tokenizer::FromDirectory picks the format from which files exist; a private directory
   // holding what the server has keeps that choice in one place.
   std::string dir = (std::filesystem::temp_directory_path() / "mlaserve-tokenizer-XXXXXX").string();
@@ -21,7 +23,9 @@ Result<Tokenizer> FetchTokenizer(const std::string& base_url, const HttpHeaders&
   } remove_dir{dir};
   HttpClient client;
   int fetched = 0;
-  for (std::string_view name : Tokenizer::kFileNames) {
+  std::vector<std::string_view> names(Tokenizer::kFileNames.begin(), Tokenizer::kFileNames.end());
+  names.push_back(kChatTemplateFileName);  // 404 from a server with a built-in format (or an older one)
+  for (std::string_view name : names) {
     const std::string url = base_url + "/tokenizer_file/" + std::string(name);
     auto r = client.Request("GET", url, "", headers, timeout_ms);
     if (!r.ok()) return r.status();
@@ -30,10 +34,14 @@ Result<Tokenizer> FetchTokenizer(const std::string& base_url, const HttpHeaders&
     std::ofstream out(dir + "/" + std::string(name), std::ios::binary);
     out << r->body;
     if (!out) return Status::Error(dir + ": cannot write " + std::string(name));
-    ++fetched;
+    fetched += name != kChatTemplateFileName;
   }
   if (fetched == 0) return Status::Error(base_url + " serves no tokenizer files (GET /tokenizer_file/NAME)");
-  return Tokenizer::FromDirectory(dir);
+  auto tokenizer = Tokenizer::FromDirectory(dir);
+  if (!tokenizer.ok()) return tokenizer.status();
+  auto chat_template = ChatTemplate::ForModel(dir, chat_template_file, *tokenizer, model_type);
+  if (!chat_template.ok()) return chat_template.status();
+  return RemoteTokenizer{std::move(tokenizer).value(), std::move(chat_template).value()};
 }
 
 }  // namespace mlaserve::batch

@@ -43,7 +43,7 @@ using nlohmann::json;
 constexpr int kControlTimeoutMs = 5'000;  // /health, /get_model_info, /get_server_info
 
 struct BatchFlags {
-  std::string input, output, errors, tokenizer, model;
+  std::string input, output, errors, tokenizer, model, chat_template;
   std::vector<std::string> endpoints;
   bool ordered = true;
   bool dry_run = false;
@@ -260,16 +260,19 @@ Result<std::string> ModelTypeFromDir(const std::string& dir) {
 struct BatchTokenizer {
   Tokenizer tokenizer;
   std::string model_type;  // from the tokenizer directory's config.json, when read from disk
+  std::optional<ChatTemplate> chat_template;
 };
 
 // --tokenizer DIR if given; else what the server serves (GET /tokenizer_file/..., mlaserve's);
 // else the tokenizer_path / model_path it reports, read from disk (an SGLang server on this machine).
 Result<BatchTokenizer> LoadBatchTokenizer(const std::string& flag_dir, const batch::EndpointInfo& info,
-                                          const HttpHeaders& headers) {
+                                          const HttpHeaders& headers, const std::string& chat_template_file) {
   std::string dir = flag_dir;
   if (dir.empty()) {
-    auto fetched = batch::FetchTokenizer(info.base_url, headers, kControlTimeoutMs);
-    if (fetched.ok()) return BatchTokenizer{.tokenizer = std::move(fetched).value()};
+    auto fetched = batch::FetchTokenizer(info.base_url, headers, kControlTimeoutMs, info.model_type, chat_template_file);
+    if (fetched.ok()) {
+      return BatchTokenizer{.tokenizer = std::move(fetched->tokenizer), .chat_template = std::move(fetched->chat_template)};
+    }
     std::fprintf(stderr, "batch: %s; reading the tokenizer from the model_path it reports\n", fetched.error().c_str());
     dir = info.model_path;
   }
@@ -277,7 +280,10 @@ Result<BatchTokenizer> LoadBatchTokenizer(const std::string& flag_dir, const bat
   auto t = Tokenizer::FromDirectory(dir);
   if (!t.ok()) return Status::Error(t.error() + " (give --tokenizer DIR: a directory with the model's tokenizer)");
   auto model_type = ModelTypeFromDir(dir);
-  return BatchTokenizer{.tokenizer = std::move(t).value(), .model_type = model_type.ok() ? *model_type : ""};
+  const std::string type = model_type.ok() ? *model_type : info.model_type;
+  auto chat_template = ChatTemplate::ForModel(dir, chat_template_file, *t, !info.model_type.empty() ? info.model_type : type);
+  if (!chat_template.ok()) return chat_template.status();
+  return BatchTokenizer{.tokenizer = std::move(t).value(), .model_type = type, .chat_template = std::move(chat_template).value()};
 }
 
 }  // namespace
@@ -294,6 +300,8 @@ int RunBatch(Args& args) {
                                                                           .shown_default = "OUT.errors.jsonl"});
   f.tokenizer = args.Str("tokenizer", "", "tokenizer directory for --endpoint",
                          {.value_name = "DIR", .shown_default = "the model_path the server reports"});
+  f.chat_template = args.Str("chat-template", "", "a Jinja chat template file to render prompts with",
+                             {.value_name = "FILE", .shown_default = "the server's, or the model's"});
   f.model = args.Str("model", "", "the model name sent and written in settings",
                      {.shown_default = "what the server reports"});
   const bool unordered = args.Switch("unordered", "write lines in completion order");
@@ -408,6 +416,7 @@ int RunBatch(Args& args) {
   std::unique_ptr<KvPool> pool;
   std::unique_ptr<Engine> engine;
   std::optional<Tokenizer> own_tokenizer;
+  std::optional<ChatTemplate> chat_template;
   std::unique_ptr<batch::TurnGenerator> generator;
   const Tokenizer* tokenizer = nullptr;
   std::string model_type;
@@ -424,6 +433,9 @@ int RunBatch(Args& args) {
     engine->Start();
     tokenizer = &*loaded->tokenizer;
     model_type = c.model_type;
+    auto ct = ChatTemplate::ForModel(model_flags.model_path, f.chat_template, *tokenizer, model_type);
+    if (!ct.ok()) return Fail("batch", ct.error(), 2);
+    chat_template = std::move(ct).value();
     if (f.runner.output.model.empty()) f.runner.output.model = model_flags.model_path;
     generator = std::make_unique<batch::EngineGenerator>(
         *engine, batch::Serving{.kv_cache_dtype = KvFormatName(loaded->runner_options.kv_format),
@@ -444,9 +456,10 @@ int RunBatch(Args& args) {
     }
     if (Status s = endpoints->Discover(Clock::now()); !s.ok()) return Fail("batch", s.message());
     const batch::EndpointInfo info = endpoints->first_healthy();
-    auto t = LoadBatchTokenizer(f.tokenizer, info, headers);
+    auto t = LoadBatchTokenizer(f.tokenizer, info, headers, f.chat_template);
     if (!t.ok()) return Fail("batch", t.error(), 2);
     own_tokenizer = std::move(t->tokenizer);
+    chat_template = std::move(t->chat_template);
     tokenizer = &*own_tokenizer;
     model_type = !info.model_type.empty() ? info.model_type : t->model_type;
     if (f.runner.output.model.empty()) {
@@ -460,7 +473,8 @@ int RunBatch(Args& args) {
     std::fprintf(stderr, "batch: %zu endpoint(s), first %s (kv_cache_dtype=%s), concurrency %d\n",
                  f.endpoints.size(), info.base_url.c_str(), info.kv_format.c_str(), f.runner.concurrency);
   }
-  const ChatFormat chat_format = ChatFormatFor(*tokenizer, model_type);
+  if (!chat_template) chat_template = ChatTemplate::Builtin(ChatFormatFor(*tokenizer, model_type));
+  std::fprintf(stderr, "batch: chat template: %s\n", chat_template->origin().c_str());
 
   stats.total = int(counts->total());
   stats.done = int(counts->written + counts->done);
@@ -468,7 +482,7 @@ int RunBatch(Args& args) {
   const Clock::time_point t0 = Clock::now();
   Status run_status;
   {
-    batch::BatchRunner runner(**input_file, queue, *generator, **db, **writer, *tokenizer, chat_format, f.runner,
+    batch::BatchRunner runner(**input_file, queue, *generator, **db, **writer, *tokenizer, *chat_template, f.runner,
                               stats, gate);
     ProgressPrinter printer(stats, f.progress_interval_s);
     run_status = runner.Run();

@@ -17,11 +17,13 @@ int RunPlan(Args& args);
 int RunBenchOffline(Args& args);
 int RunBenchServing(Args& args);
 int RunBatch(Args& args);
+int RunRenderChat(Args& args);
 
 struct Command {
   const char* name;
   const char* summary;  // one line; `mlaserve COMMAND --help` lists the flags
   int (*run)(Args&);
+  bool hidden = false;  // for tests; not listed in `mlaserve --help`
 };
 
 inline constexpr Command kCommands[] = {
@@ -37,6 +39,7 @@ inline constexpr Command kCommands[] = {
     {"bench-serving", "TTFT, TPOT, ITL and throughput of a running server (SGLang's bench_serving)",
      RunBenchServing},
     {"batch", "exactly-once, resumable generation of a JSONL file (docs/batch.md)", RunBatch},
+    {"render-chat", "renders chat templates from a JSON list of cases (for tests)", RunRenderChat, true},
 };
 
 }  // namespace mlaserve::cli

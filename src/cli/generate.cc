@@ -21,6 +21,8 @@ int RunGenerate(Args& args) {
   sampling.top_k = args.Int("top-k", 0, "sample among the k likeliest tokens; 0: all", {.min = 0});
   sampling.seed = uint64_t(args.Int64("seed", 0, "sampling seed"));
   const bool chat = args.Switch("chat", "format the prompt as one user turn with the model's chat template");
+  const std::string chat_template_file = args.Str("chat-template", "", "with --chat: a Jinja chat template file",
+                                                  {.value_name = "FILE", .shown_default = "the model's"});
   const bool ignore_eos = args.Switch("ignore-eos", "keep generating past the end-of-sequence token");
   if (!prompt) args.Reject("--prompt is required");
   if (auto exit_code = args.Finish()) return *exit_code;
@@ -33,9 +35,11 @@ int RunGenerate(Args& args) {
   std::string text = *prompt;
   bool add_bos = tokenizer.add_bos();
   if (chat) {
+    auto chat_template =
+        ChatTemplate::ForModel(model_flags.model_path, chat_template_file, tokenizer, model.config().model_type);
+    if (!chat_template.ok()) return Fail("generate", chat_template.error());
     const ChatMessage message{"user", *prompt};
-    auto formatted = ApplyChatTemplate(ChatFormatFor(tokenizer, model.config().model_type),
-                                       std::span(&message, 1), /*add_generation_prompt=*/true);
+    auto formatted = chat_template->Render(std::span(&message, 1), /*add_generation_prompt=*/true);
     if (!formatted.ok()) return Fail("generate", formatted.error());
     text = *formatted;
     add_bos = false;  // the template writes it

@@ -9,7 +9,9 @@ int main(int argc, char** argv) {
   using namespace mlaserve::cli;
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::printf("usage: mlaserve COMMAND [--flag value ...]\n\ncommands:\n");
-    for (const Command& c : kCommands) std::printf("  %-14s %s\n", c.name, c.summary);
+    for (const Command& c : kCommands) {
+      if (!c.hidden) std::printf("  %-14s %s\n", c.name, c.summary);
+    }
     std::printf("\n`mlaserve COMMAND --help` lists the command's flags, defaults and accepted values.\n");
     return argc < 2 ? 2 : 0;
   }

@@ -84,6 +84,9 @@ int RunServe(Args& args) {
                                          {.choices = {"debug", "info", "warning", "error"}});
   const double drain_timeout_s = args.Double(
       "drain-timeout", 30.0, "seconds SIGTERM/SIGINT waits for in-flight requests", {.value_name = "S", .min = 0});
+  const std::string chat_template_file = args.Str(
+      "chat-template", "", "a Jinja chat template file to use instead of the model's",
+      {.value_name = "FILE", .shown_default = "the model's chat_template.jinja or tokenizer_config.json chat_template"});
   RefuseUnimplemented(args);
   if (auto exit_code = args.Finish()) return *exit_code;
   engine_options.log_batches = log_level == "debug" || log_level == "info";
@@ -95,6 +98,10 @@ int RunServe(Args& args) {
   const std::string served_name = served_name_flag.empty() ? model_flags.model_path : served_name_flag;
   // Reported absolute (/get_model_info, /get_server_info): a client in another directory reads it.
   const std::string model_dir = std::filesystem::absolute(model_flags.model_path).lexically_normal().string();
+
+  auto chat_template = ChatTemplate::ForModel(model_flags.model_path, chat_template_file, *loaded->tokenizer, c.model_type);
+  if (!chat_template.ok()) return Fail("serve", chat_template.error());
+  std::fprintf(stderr, "[mlaserve] chat template: %s\n", chat_template->origin().c_str());
 
   auto pool = CreateEnginePool(*loaded, model_flags.page_size);
   if (!pool.ok()) return Fail("serve", pool.error());
@@ -137,7 +144,8 @@ int RunServe(Args& args) {
                                  .model_path = model_dir,
                                  .api_key = api_key,
                                  .enable_metrics = enable_metrics,
-                                 .server_info = info});
+                                 .server_info = info,
+                                 .chat_template = std::move(chat_template).value()});
   auto server = HttpServer::Start(http, [&api](const HttpRequest& r, HttpResponseWriter& w) { api.Handle(r, w); });
   if (!server.ok()) {
     engine.Stop();

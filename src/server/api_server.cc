@@ -28,6 +28,8 @@ ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, const Model& mo
       tokenizer_(tokenizer),
       model_(model),
       options_(std::move(options)),
+      chat_template_(options_.chat_template ? *options_.chat_template
+                                            : ChatTemplate::Builtin(ChatFormatFor(tokenizer, model.config().model_type))),
       metrics_(options_.served_model_name) {}
 
 // ---- routing -----------------------------------------------------------------------------------
@@ -77,6 +79,11 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponseWriter& w) {
     // exactly as the server does without a copy of the model.
     if (!get) return method_not_allowed();
     const std::string name = p.substr(std::string_view("/tokenizer_file/").size());
+    if (name == kChatTemplateFileName) {
+      // The template this server renders (--chat-template, or the model's), under one name.
+      if (!chat_template_.is_jinja()) return SendError(w, 404, "this server uses a built-in chat format", "not_found_error");
+      return w.Send(200, "application/octet-stream", chat_template_.source());
+    }
     const auto& names = Tokenizer::kFileNames;
     auto bytes = std::find(names.begin(), names.end(), name) != names.end()
                      ? ReadWholeFile(options_.model_path + "/" + name)

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mlaserve {
@@ -25,6 +27,9 @@ struct ApiServerOptions {
   std::string api_key;          // empty: no authentication
   bool enable_metrics = false;
   nlohmann::json server_info;   // what /get_server_info reports (the effective flags)
+  // The model's chat template (ChatTemplate::ForModel); unset: the built-in format for the
+  // tokenizer (ChatFormatFor).
+  std::optional<ChatTemplate> chat_template;
 };
 
 class ApiServer {
@@ -59,6 +64,7 @@ class ApiServer {
   const Tokenizer& tokenizer_;
   const Model& model_;
   ApiServerOptions options_;
+  ChatTemplate chat_template_;  // renders /v1/chat/completions messages
   ServerMetrics metrics_;
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};

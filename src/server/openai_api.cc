@@ -59,7 +59,7 @@ Status CheckChatFields(const json& body) {
              {"metadata", "stored completions are not implemented"},
              {"service_tier", "service tiers are not implemented"},
              {"web_search_options", "web search is not implemented"},
-             {"chat_template_kwargs", "chat template arguments are not implemented"},
+             {"chat_template_kwargs"},
              {"continue_final_message", "continuing the final message is not implemented"},
              {"separate_reasoning", "reasoning parsing is not implemented"}});
 }
@@ -79,11 +79,14 @@ int64_t CodePoints(std::string_view text) {
   return n;
 }
 
-Result<std::vector<ChatMessage>> ReadMessages(const json& body) {
+// The messages as the chat template receives them: role, content (text parts joined into one
+// string; null stays null), name and reasoning_content (earlier turns' reasoning, which
+// thinking models' templates render or drop).
+Result<json> ReadMessages(const json& body) {
   if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty()) {
     return Status::Error("'messages' must be a non-empty list");
   }
-  std::vector<ChatMessage> messages;
+  json messages = json::array();
   for (size_t i = 0; i < body["messages"].size(); ++i) {
     const json& m = body["messages"][i];
     const std::string where = "messages[" + std::to_string(i) + "]: ";
@@ -91,19 +94,26 @@ Result<std::vector<ChatMessage>> ReadMessages(const json& body) {
       return Status::Error(where + "each message needs a 'role' string");
     }
     MLA_RETURN_IF_ERROR(CheckFields(m, {{"role"}, {"content"},
-                                        {"name", "participant names are not passed to the chat template"},
+                                        {"name"},
                                         {"tool_calls", "tool calling is not implemented"},
                                         {"tool_call_id", "tool calling is not implemented"},
-                                        {"reasoning_content", "reasoning content is not implemented"}},
+                                        {"reasoning_content"}},
                                     where));
-    ChatMessage msg{m["role"].get<std::string>(), ""};
+    json msg = {{"role", m["role"]}};
+    for (const char* key : {"name", "reasoning_content"}) {
+      if (!m.contains(key) || m[key].is_null()) continue;
+      if (!m[key].is_string()) return Status::Error(where + "'" + key + "' must be a string");
+      msg[key] = m[key];
+    }
     const json& c = m.contains("content") ? m["content"] : m["role"];
     if (!m.contains("content") || c.is_null()) {
+      msg["content"] = nullptr;
       messages.push_back(std::move(msg));
       continue;
     }
+    std::string text;
     if (c.is_string()) {
-      msg.content = c.get<std::string>();
+      text = c.get<std::string>();
     } else if (c.is_array()) {
       for (const json& part : c) {
         const json type = part.is_object() && part.contains("type") ? part["type"] : json();
@@ -116,11 +126,12 @@ Result<std::vector<ChatMessage>> ReadMessages(const json& body) {
         if (type != "text" || !part.contains("text") || !part["text"].is_string()) {
           return Status::Error(where + "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
         }
-        msg.content += part["text"].get<std::string>();
+        text += part["text"].get<std::string>();
       }
     } else {
       return Status::Error(where + "message 'content' must be a string or a list of text parts");
     }
+    msg["content"] = std::move(text);
     messages.push_back(std::move(msg));
   }
   return messages;
@@ -206,7 +217,9 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
   if (chat) {
     auto messages = ReadMessages(body);
     if (!messages.ok()) return SendError(w, 400, messages.error());
-    auto text = ApplyChatTemplate(ChatFormatFor(tokenizer_, model_.config().model_type), *messages, true);
+    const json kwargs = body.contains("chat_template_kwargs") ? body["chat_template_kwargs"] : json();
+    if (!kwargs.is_null() && !kwargs.is_object()) return SendError(w, 400, "'chat_template_kwargs' must be an object");
+    auto text = chat_template_.Render(*messages, /*add_generation_prompt=*/true, kwargs);
     if (!text.ok()) return SendError(w, 400, text.error());
     auto ids = tokenizer_.Encode(*text, /*add_bos=*/false);
     if (!ids.ok()) return SendError(w, 400, ids.error());

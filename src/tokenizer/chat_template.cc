@@ -1,141 +1,165 @@
-// One renderer per chat format. The DeepSeek-V3 and Kimi-K2 renderers follow the models'
-// published tokenizer_config.json chat templates, restricted to plain text messages.
+// ChatTemplate: finds a model's Jinja chat template, builds the template variables the way
+// Hugging Face's apply_chat_template does (messages, add_generation_prompt, the special tokens,
+// then the caller's kwargs), and falls back to the built-in formats.
 #include "tokenizer/chat_template.h"
 
-#include <vector>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tokenizer/json_fields.h"
 
 namespace mlaserve {
 namespace {
 
-enum class Role { kSystem, kUser, kAssistant };
-
-Result<Role> ParseRole(const ChatMessage& message, size_t index) {
-  if (message.role == "system") return Role::kSystem;
-  if (message.role == "user") return Role::kUser;
-  if (message.role == "assistant") return Role::kAssistant;
-  return Status::Error("chat message " + std::to_string(index) + " has unsupported role '" +
-                       message.role + "' (expected system, user or assistant)");
+Result<std::string> ReadTextFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::Error(path + ": cannot read");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
-Status ParseRoles(std::span<const ChatMessage> messages, std::vector<Role>* roles) {
-  roles->reserve(messages.size());
-  for (size_t i = 0; i < messages.size(); ++i) {
-    Result<Role> role = ParseRole(messages[i], i);
-    if (!role.ok()) return role.status();
-    roles->push_back(role.value());
-  }
-  return Status::Ok();
-}
-
-// <|bos|> then <|ROLE|>content<|end|> per message.
-std::string RenderMlaserve(std::span<const ChatMessage> messages, std::span<const Role> roles,
-                           bool add_generation_prompt) {
-  std::string prompt = "<|bos|>";
-  for (size_t i = 0; i < messages.size(); ++i) {
-    switch (roles[i]) {
-      case Role::kSystem: prompt += "<|system|>"; break;
-      case Role::kUser: prompt += "<|user|>"; break;
-      case Role::kAssistant: prompt += "<|assistant|>"; break;
+// tokenizer_config.json's chat_template: a string, or [{"name": ..., "template": ...}] (the
+// "default" entry is the chat template; "tool_use" and others are not used).
+Result<std::optional<std::string>> TemplateFromConfig(const nlohmann::json& config, const std::string& source) {
+  auto it = config.find("chat_template");
+  if (it == config.end() || it->is_null()) return std::optional<std::string>();
+  if (it->is_string()) return std::optional<std::string>(it->get<std::string>());
+  if (it->is_array()) {
+    for (const auto& entry : *it) {
+      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
+          entry["template"].is_string()) {
+        return std::optional<std::string>(entry["template"].get<std::string>());
+      }
     }
-    prompt += messages[i].content;
-    prompt += "<|end|>";
+    return Status::Error(source + ": chat_template is a list without a \"default\" template");
   }
-  if (add_generation_prompt) prompt += "<|assistant|>";
-  return prompt;
+  return Status::Error(source + ": chat_template must be a string or a list of {name, template}");
 }
 
-// All system messages, joined by a blank line, right after BOS; then the turns in order.
-std::string RenderDeepSeekV3(std::span<const ChatMessage> messages, std::span<const Role> roles,
-                             bool add_generation_prompt) {
-  std::string prompt = "<｜begin▁of▁sentence｜>";
-  bool first_system = true;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    if (roles[i] != Role::kSystem) continue;
-    if (!first_system) prompt += "\n\n";
-    prompt += messages[i].content;
-    first_system = false;
+// bos_token, eos_token, unk_token, pad_token as strings (a string or {"content": ...}).
+nlohmann::json SpecialTokens(const nlohmann::json& config) {
+  nlohmann::json tokens = nlohmann::json::object();
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
+    auto it = config.find(key);
+    if (it == config.end()) continue;
+    if (it->is_string()) tokens[key] = *it;
+    if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) tokens[key] = (*it)["content"];
   }
-  for (size_t i = 0; i < messages.size(); ++i) {
-    if (roles[i] == Role::kUser) {
-      prompt += "<｜User｜>";
-      prompt += messages[i].content;
-    } else if (roles[i] == Role::kAssistant) {
-      prompt += "<｜Assistant｜>";
-      prompt += messages[i].content;
-      prompt += "<｜end▁of▁sentence｜>";
-    }
-  }
-  if (add_generation_prompt) prompt += "<｜Assistant｜>";
-  return prompt;
+  return tokens;
 }
 
-// <|im_ROLE|>role<|im_middle|>content<|im_end|> per message, after the default system
-// message when the conversation does not open with one.
-std::string RenderKimiK2(std::span<const ChatMessage> messages, std::span<const Role> roles,
-                         bool add_generation_prompt) {
-  std::string prompt;
-  if (!messages.empty() && roles[0] != Role::kSystem) {
-    prompt += "<|im_system|>system<|im_middle|>";
-    prompt += kKimiDefaultSystemPrompt;
-    prompt += "<|im_end|>";
-  }
+// For the built-in formats: role and text of each message (content null or absent is empty).
+template <typename Json>
+Result<std::vector<ChatMessage>> PlainMessages(const Json& messages) {
+  std::vector<ChatMessage> out;
   for (size_t i = 0; i < messages.size(); ++i) {
-    switch (roles[i]) {
-      case Role::kSystem: prompt += "<|im_system|>system<|im_middle|>"; break;
-      case Role::kUser: prompt += "<|im_user|>user<|im_middle|>"; break;
-      case Role::kAssistant: prompt += "<|im_assistant|>assistant<|im_middle|>"; break;
+    const Json& m = messages[i];
+    const std::string where = "chat message " + std::to_string(i);
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) return Status::Error(where + " needs a 'role' string");
+    ChatMessage message{m["role"].template get<std::string>(), ""};
+    if (m.contains("content") && m["content"].is_string()) {
+      message.content = m["content"].template get<std::string>();
+    } else if (m.contains("content") && !m["content"].is_null()) {
+      return Status::Error(where + ": the built-in chat format takes text content only");
     }
-    prompt += messages[i].content;
-    prompt += "<|im_end|>";
+    out.push_back(std::move(message));
   }
-  if (add_generation_prompt) prompt += "<|im_assistant|>assistant<|im_middle|>";
-  return prompt;
+  return out;
 }
 
 }  // namespace
 
-Result<std::string> ApplyChatTemplate(ChatFormat format, std::span<const ChatMessage> messages,
-                                      bool add_generation_prompt) {
-  std::vector<Role> roles;
-  MLA_RETURN_IF_ERROR(ParseRoles(messages, &roles));
-  switch (format) {
-    case ChatFormat::kMlaserve: return RenderMlaserve(messages, roles, add_generation_prompt);
-    case ChatFormat::kDeepSeekV3: return RenderDeepSeekV3(messages, roles, add_generation_prompt);
-    case ChatFormat::kKimiK2: return RenderKimiK2(messages, roles, add_generation_prompt);
+ChatTemplate ChatTemplate::Builtin(ChatFormat format) {
+  ChatTemplate t;
+  t.format_ = format;
+  t.origin_ = "built-in " + std::string(ChatFormatName(format));
+  return t;
+}
+
+Result<ChatTemplate> ChatTemplate::FromJinja(std::string_view source, std::string origin, nlohmann::json special_tokens) {
+  auto parsed = jinja::Template::Parse(source);
+  if (!parsed.ok()) return Status::Error(origin + ": chat template " + parsed.error());
+  ChatTemplate t;
+  t.jinja_ = std::move(parsed).value();
+  t.origin_ = std::move(origin);
+  t.source_ = std::string(source);
+  t.special_tokens_ = std::move(special_tokens);
+  return t;
+}
+
+Result<ChatTemplate> ChatTemplate::ForModel(const std::string& model_dir, const std::string& override_file,
+                                            const Tokenizer& tokenizer, std::string_view model_type) {
+  nlohmann::json config = nlohmann::json::object();
+  const std::string config_path = model_dir + "/tokenizer_config.json";
+  if (!model_dir.empty() && std::filesystem::exists(config_path)) {
+    auto text = ReadTextFile(config_path);
+    if (!text.ok()) return text.status();
+    auto parsed = ParseJsonText(*text, config_path);
+    if (!parsed.ok()) return parsed.status();
+    if (parsed->is_object()) config = std::move(parsed).value();
   }
-  return Status::Error("unknown chat format");
-}
-
-Result<ChatFormat> ChatFormatFromName(std::string_view name) {
-  if (name == "mlaserve") return ChatFormat::kMlaserve;
-  if (name == "deepseek_v3" || name == "deepseek-v3" || name == "deepseek") {
-    return ChatFormat::kDeepSeekV3;
+  nlohmann::json tokens = SpecialTokens(config);
+  if (!override_file.empty()) {
+    auto text = ReadTextFile(override_file);
+    if (!text.ok()) return text.status();
+    return FromJinja(*text, override_file, std::move(tokens));
   }
-  if (name == "kimi_k2" || name == "kimi-k2" || name == "kimi") return ChatFormat::kKimiK2;
-  return Status::Error("unknown chat format '" + std::string(name) +
-                       "' (expected mlaserve, deepseek_v3 or kimi_k2)");
-}
-
-std::string_view ChatFormatName(ChatFormat format) {
-  switch (format) {
-    case ChatFormat::kMlaserve: return "mlaserve";
-    case ChatFormat::kDeepSeekV3: return "deepseek_v3";
-    case ChatFormat::kKimiK2: return "kimi_k2";
+  const std::string jinja_path = model_dir + "/chat_template.jinja";
+  if (!model_dir.empty() && std::filesystem::exists(jinja_path)) {
+    auto text = ReadTextFile(jinja_path);
+    if (!text.ok()) return text.status();
+    return FromJinja(*text, jinja_path, std::move(tokens));
   }
-  return "unknown";
+  auto from_config = TemplateFromConfig(config, config_path);
+  if (!from_config.ok()) return from_config.status();
+  if (*from_config) return FromJinja(**from_config, config_path, std::move(tokens));
+  return Builtin(ChatFormatFor(tokenizer, model_type));
 }
 
-ChatFormat ChatFormatForModelType(std::string_view model_type) {
-  if (model_type == "deepseek_v3" || model_type == "deepseek_v2") return ChatFormat::kDeepSeekV3;
-  if (model_type == "kimi_k2" || model_type == "kimi_k25") return ChatFormat::kKimiK2;
-  return ChatFormat::kMlaserve;
+Result<std::string> ChatTemplate::Render(const nlohmann::json& messages, bool add_generation_prompt,
+                                         const nlohmann::json& kwargs) const {
+  return RenderJson(messages, add_generation_prompt, kwargs);
 }
 
-ChatFormat ChatFormatFor(const Tokenizer& tokenizer, std::string_view model_type) {
-  if (tokenizer.TokenToId("<\xef\xbd\x9cUser\xef\xbd\x9c>")) return ChatFormat::kDeepSeekV3;  // <｜User｜>
-  if (tokenizer.TokenToId("<|im_user|>")) return ChatFormat::kKimiK2;
-  if (tokenizer.TokenToId("<|user|>")) return ChatFormat::kMlaserve;
-  return ChatFormatForModelType(model_type);
+Result<std::string> ChatTemplate::Render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                         const nlohmann::ordered_json& kwargs) const {
+  return RenderJson(messages, add_generation_prompt, kwargs);
+}
+
+template <typename Json>
+Result<std::string> ChatTemplate::RenderJson(const Json& messages, bool add_generation_prompt, const Json& kwargs) const {
+  if (!messages.is_array()) return Status::Error("chat messages must be a list");
+  if (!kwargs.is_null() && !kwargs.is_object()) return Status::Error("chat template arguments must be an object");
+  if (!jinja_) {
+    auto plain = PlainMessages(messages);
+    if (!plain.ok()) return plain.status();
+    return ApplyChatTemplate(format_, *plain, add_generation_prompt);
+  }
+  jinja::Value variables = jinja::Value::MakeDict();
+  jinja::Dict& vars = variables.dict();
+  vars.Set("messages", jinja::Value::FromJson(messages));
+  vars.Set("add_generation_prompt", jinja::Value(add_generation_prompt));
+  for (auto it = special_tokens_.begin(); it != special_tokens_.end(); ++it) vars.Set(it.key(), jinja::Value::FromJson(it.value()));
+  if (kwargs.is_object()) {
+    for (auto it = kwargs.begin(); it != kwargs.end(); ++it) {
+      if (it.key() == "messages" || it.key() == "add_generation_prompt") {
+        return Status::Error("chat template argument '" + it.key() + "' is set by the server");
+      }
+      vars.Set(it.key(), jinja::Value::FromJson(it.value()));
+    }
+  }
+  auto text = jinja_->Render(variables);
+  if (!text.ok()) return Status::Error(origin_ + ": chat template " + text.error());
+  return text;
+}
+
+Result<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+  if (!jinja_) return ApplyChatTemplate(format_, messages, add_generation_prompt);
+  nlohmann::json list = nlohmann::json::array();
+  for (const ChatMessage& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+  return Render(list, add_generation_prompt);
 }
 
 }  // namespace mlaserve

@@ -1,0 +1,77 @@
+// Argument access for builtin filters, tests, methods and functions: positional-or-keyword
+// lookup and type checks that fail with the caller's line.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "tokenizer/jinja/interpreter.h"
+
+namespace mlaserve::jinja {
+
+// The argument at `index` or named `name`; undefined when absent.
+inline Value Arg(const CallArgs& args, size_t index, std::string_view name) {
+  for (const auto& [key, value] : args.keyword) {
+    if (key == name) return value;
+  }
+  return index < args.positional.size() ? args.positional[index] : Value();
+}
+
+inline const std::string& ExpectString(const Value& v, std::string_view what, int line) {
+  if (!v.is_string()) {
+    Interpreter::Fail(line, std::string(what) + " needs a string, got " + std::string(v.TypeName()));
+  }
+  return v.as_string();
+}
+
+inline bool IsAsciiSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+// Python's str.strip / lstrip / rstrip: whitespace, or any of `chars` when given.
+inline std::string Strip(const std::string& s, const Value& chars, bool left, bool right) {
+  const auto strip_char = [&](char c) {
+    return chars.is_string() ? chars.as_string().find(c) != std::string::npos : IsAsciiSpace(c);
+  };
+  size_t begin = 0, end = s.size();
+  if (left) {
+    while (begin < end && strip_char(s[begin])) ++begin;
+  }
+  if (right) {
+    while (end > begin && strip_char(s[end - 1])) --end;
+  }
+  return s.substr(begin, end - begin);
+}
+
+// Python's str.replace(old, new[, count]).
+inline std::string Replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+  std::string out;
+  size_t pos = 0;
+  int64_t done = 0;
+  if (from.empty()) return s;  // Python inserts between characters; no chat template relies on it
+  while (count < 0 || done < count) {
+    const size_t hit = s.find(from, pos);
+    if (hit == std::string::npos) break;
+    out.append(s, pos, hit - pos);
+    out += to;
+    pos = hit + from.size();
+    ++done;
+  }
+  out.append(s, pos, std::string::npos);
+  return out;
+}
+
+// `s.replace(old, new[, count])` and `s | replace(old, new[, count])`.
+inline Value ReplaceCall(Interpreter& in, const std::string& s, const CallArgs& args) {
+  const Value count = Arg(args, 2, "count");
+  std::string out = Replace(s, ExpectString(Arg(args, 0, "old"), "replace", args.line),
+                            ExpectString(Arg(args, 1, "new"), "replace", args.line), count.is_int() ? count.as_int() : -1);
+  in.CheckSize(out.size(), args.line);
+  return Value(std::move(out));
+}
+
+// ASCII case mapping as Python's str methods do it for ASCII text (methods.cc).
+std::string Upper(const std::string& s);
+std::string Lower(const std::string& s);
+std::string Title(const std::string& s);
+std::string Capitalize(const std::string& s);
+
+}  // namespace mlaserve::jinja
