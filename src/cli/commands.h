@@ -17,6 +17,7 @@ int RunPlan(Args& args);
 int RunBenchOffline(Args& args);
 int RunBenchServing(Args& args);
 int RunBatch(Args& args);
+int RunQuantize(Args& args);
 
 struct Command {
   const char* name;
@@ -30,6 +31,7 @@ inline constexpr Command kCommands[] = {
     {"score", "per-token log-probabilities and perplexity, as JSON", RunScore},
     {"bench", "prefill/decode tokens/s and achieved memory bandwidth", RunBench},
     {"init-random", "writes a randomly initialised checkpoint of any shape", RunInitRandom},
+    {"quantize", "converts a bf16 checkpoint to fp8 block-scaled or int4 (compressed-tensors) weights", RunQuantize},
     {"kv-eval", "quality cost of each KV cache format against the bf16 cache", RunKvEval},
     {"kv-calibrate", "per-layer KV maxima, for --kv-scales (plain fp8, nvfp4)", RunKvCalibrate},
     {"plan", "KV bytes per token per format, tokens that fit, requests decoding at once", RunPlan},

@@ -2,7 +2,10 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "core/float16.h"
 
@@ -19,6 +22,33 @@ Model::Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWe
       token_positions_(size_t(options.max_batch_tokens)),
       token_segments_(size_t(options.max_batch_tokens)) {}
 
+namespace {
+
+// DeepSeek-V3/R1 checkpoints carry their multi-token-prediction (nextn) layers as
+// model.layers.{num_hidden_layers + k}.*. They are not bound, so their pages are never read; one
+// line says so (speculative decoding will use them).
+void LogSkippedMtpLayers(const ModelConfig& config, const Checkpoint& checkpoint) {
+  const std::string prefix = "model.layers.";
+  size_t num_tensors = 0, num_bytes = 0;
+  int first_layer = -1, last_layer = -1;
+  for (const auto& [name, view] : checkpoint.tensors()) {
+    if (!name.starts_with(prefix)) continue;
+    const int layer = std::atoi(name.c_str() + prefix.size());
+    if (layer < config.num_hidden_layers) continue;
+    ++num_tensors;
+    num_bytes += view.num_bytes;
+    first_layer = first_layer < 0 ? layer : std::min(first_layer, layer);
+    last_layer = std::max(last_layer, layer);
+  }
+  if (num_tensors == 0) return;
+  std::fprintf(stderr, "mlaserve: skipping MTP (nextn) layer%s %d%s: %zu tensors, %.1f MB, not loaded\n",
+               first_layer == last_layer ? "" : "s", first_layer,
+               first_layer == last_layer ? "" : ("-" + std::to_string(last_layer)).c_str(), num_tensors,
+               double(num_bytes) / 1e6);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
                                            const ModelOptions& options) {
   auto config = LoadModelConfig(model_dir);
@@ -27,6 +57,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
   if (!checkpoint.ok()) return checkpoint.status();
   auto weights = BindWeights(*config, **checkpoint);
   if (!weights.ok()) return weights.status();
+  LogSkippedMtpLayers(*config, **checkpoint);
   if (options.max_batch_tokens <= 0) return Status::Error("max_batch_tokens must be positive");
   int max_context = options.max_context > 0
                         ? options.max_context
