@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <variant>
 #include <vector>
 
 #include "cli/commands.h"
@@ -51,19 +53,19 @@ double MeasureReadBandwidth(ThreadPool& pool, size_t bytes, int repeats) {
 // router did not pick, which are counted per step from the actual routing.
 size_t DenseBytesPerToken(const Model& model) {
   const ModelWeights& w = model.weights();
-  size_t bytes = w.lm_head.total_bytes() + w.embed.row_bytes();
+  size_t bytes = w.lm_head.stored_bytes() + w.embed.row_bytes();
   for (const LayerWeights& l : w.layers) {
     const AttentionWeights& a = l.attn;
-    bytes += a.q_a.total_bytes() + a.q_b.total_bytes() + a.q_proj.total_bytes() +
-             a.kv_a.total_bytes() + a.kv_b.total_bytes() + a.o_proj.total_bytes();
+    bytes += a.q_a.stored_bytes() + a.q_b.stored_bytes() + a.q_proj.stored_bytes() +
+             a.kv_a.stored_bytes() + a.kv_b.stored_bytes() + a.o_proj.stored_bytes();
     if (l.is_moe) {
-      bytes += l.moe.router.total_bytes();
+      bytes += l.moe.router.stored_bytes();
       if (l.moe.has_shared) {
-        bytes += l.moe.shared.gate.total_bytes() + l.moe.shared.up.total_bytes() +
-                 l.moe.shared.down.total_bytes();
+        bytes += l.moe.shared.gate.stored_bytes() + l.moe.shared.up.stored_bytes() +
+                 l.moe.shared.down.stored_bytes();
       }
     } else {
-      bytes += l.mlp.gate.total_bytes() + l.mlp.up.total_bytes() + l.mlp.down.total_bytes();
+      bytes += l.mlp.gate.stored_bytes() + l.mlp.up.stored_bytes() + l.mlp.down.stored_bytes();
     }
   }
   return bytes;
@@ -73,22 +75,41 @@ size_t ExpertBytes(const Model& model) {
   for (const LayerWeights& l : model.weights().layers) {
     if (l.is_moe && !l.moe.experts.empty()) {
       const MlpWeights& e = l.moe.experts[0];
-      return e.gate.total_bytes() + e.up.total_bytes() + e.down.total_bytes();
+      return e.gate.stored_bytes() + e.up.stored_bytes() + e.down.stored_bytes();
     }
   }
   return 0;
 }
 
-}  // namespace
+const char* WeightsName(const ModelConfig& c) {
+  switch (c.quant.method) {
+    case WeightQuantMethod::kFp8Block: return "fp8-block";
+    case WeightQuantMethod::kInt4Pack: return "int4 experts";
+    case WeightQuantMethod::kNone: break;
+  }
+  return c.torch_dtype.empty() ? "dense" : c.torch_dtype.c_str();
+}
 
-int RunBench(Args& args) {
-  ModelFlags model_flags = ReadModelFlags(args);
-  const int prompt_len = args.Int("prompt-len", 256, "prompt tokens (pseudo-random ids)", {.min = 1});
-  const int decode_tokens = args.Int("decode-tokens", 32, "tokens decoded after the prompt", {.min = 1});
-  const int bandwidth_mb = args.Int("bandwidth-buffer-mb", 1024, "buffer for the machine's read bandwidth, in MB",
-                                    {.value_name = "MB", .min = 1});
-  const bool matmul_sweep = args.Switch("matmul-sweep", "also time the lm_head matmul for batches of 1 to 64 tokens");
-  if (auto exit_code = args.Finish()) return *exit_code;
+struct BenchFigures {
+  std::string model_path;
+  std::string weights;
+  double prefill_tps = 0;
+  double decode_tps = 0;
+  size_t decode_bytes = 0;  // weight bytes one decode step reads
+};
+
+struct BenchSettings {
+  int prompt_len;
+  int decode_tokens;
+  int bandwidth_mb;
+  bool matmul_sweep;
+};
+
+// Loads one checkpoint, prints its figures, and returns them (exit code on failure).
+std::variant<BenchFigures, int> BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
+  const int prompt_len = settings.prompt_len, decode_tokens = settings.decode_tokens;
+  const int bandwidth_mb = settings.bandwidth_mb;
+  const bool matmul_sweep = settings.matmul_sweep;
   auto loaded = LoadModel(model_flags, /*need_tokenizer=*/false);
   if (!loaded.ok()) return Fail("bench", loaded.error());
   Model& model = *loaded->model;
@@ -156,7 +177,46 @@ int RunBench(Args& args) {
       const double s = Seconds(m0, Clock::now()) / kReps;
       std::printf("matmul [%d x %lld] x [%lld x %lld]^T: %.1f GFLOP/s, %.1f GB/s of weights\n", n,
                   (long long)w.cols, (long long)w.rows, (long long)w.cols,
-                  2.0 * n * double(w.rows) * double(w.cols) / s / 1e9, double(w.total_bytes()) / s / 1e9);
+                  2.0 * n * double(w.rows) * double(w.cols) / s / 1e9, double(w.stored_bytes()) / s / 1e9);
+    }
+  }
+  return BenchFigures{.model_path = model_flags.model_path, .weights = WeightsName(c),
+                      .prefill_tps = prompt_len / prefill_s, .decode_tps = decode_tps, .decode_bytes = decode_bytes};
+}
+
+}  // namespace
+
+int RunBench(Args& args) {
+  ModelFlags model_flags = ReadModelFlags(args);
+  const BenchSettings settings{
+      .prompt_len = args.Int("prompt-len", 256, "prompt tokens (pseudo-random ids)", {.min = 1}),
+      .decode_tokens = args.Int("decode-tokens", 32, "tokens decoded after the prompt", {.min = 1}),
+      .bandwidth_mb = args.Int("bandwidth-buffer-mb", 1024, "buffer for the machine's read bandwidth, in MB",
+                               {.value_name = "MB", .min = 1}),
+      .matmul_sweep = args.Switch("matmul-sweep", "also time the lm_head matmul for batches of 1 to 64 tokens")};
+  const std::vector<std::string> compare =
+      args.All("compare-model-path", "another checkpoint of the same shape (e.g. `quantize` output) benched in the "
+               "same run and tabulated beside --model-path", {.value_name = "DIR"});
+  if (auto exit_code = args.Finish()) return *exit_code;
+  std::vector<BenchFigures> figures;
+  std::vector<std::string> paths{model_flags.model_path};
+  paths.insert(paths.end(), compare.begin(), compare.end());
+  for (const std::string& path : paths) {
+    ModelFlags flags = model_flags;
+    flags.model_path = path;
+    if (paths.size() > 1) std::printf("== %s\n", path.c_str());
+    auto result = BenchModel(flags, settings);
+    if (const int* exit_code = std::get_if<int>(&result)) return *exit_code;
+    figures.push_back(std::get<BenchFigures>(result));
+  }
+  if (figures.size() > 1) {
+    // Decode is memory-bound: bytes read per token set the speed.
+    std::printf("\n%-14s %14s %16s %14s %10s %10s\n", "weights", "prefill tok/s", "decode tok/s", "MB/token",
+                "decode x", "prefill x");
+    for (const BenchFigures& f : figures) {
+      std::printf("%-14s %14.1f %16.2f %14.1f %9.2fx %9.2fx\n", f.weights.c_str(), f.prefill_tps, f.decode_tps,
+                  double(f.decode_bytes) / 1e6, f.decode_tps / figures[0].decode_tps,
+                  f.prefill_tps / figures[0].prefill_tps);
     }
   }
   return 0;

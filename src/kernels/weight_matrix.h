@@ -61,6 +61,8 @@ struct WeightMatrix {
     if (format == WeightFormat::kInt4Group) return size_t(rows) * size_t(scale_cols()) * 2;
     return 0;
   }
+  // Bytes a full read of the matrix touches: values plus scales.
+  size_t stored_bytes() const { return total_bytes() + scale_bytes(); }
   const std::byte* row(int64_t r) const {
     return static_cast<const std::byte*>(data) + size_t(r) * row_bytes();
   }
