@@ -22,11 +22,10 @@ struct Avx2 {
   static void StoreF32(float* p, Reg v) { _mm256_storeu_ps(p, v); }
   static Reg Add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
   static Reg Mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
+  // See kernels_avx512.cc: sign-extend, shift into fp16 position, clear the copied sign bit.
   static Reg LoadFp8(const std::byte* p) {
-    const __m128i h = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-    const __m128i bits = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7f)), 7),
-                                      _mm_slli_epi16(_mm_and_si128(h, _mm_set1_epi16(0x80)), 8));
-    return _mm256_cvtph_ps(bits);
+    const __m128i h = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(h, 7), _mm_set1_epi16(int16_t(0xBFFF))));
   }
   static Reg LoadInt4(const std::byte* p) {
     int32_t word;
