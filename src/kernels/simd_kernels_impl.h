@@ -208,12 +208,76 @@ inline void QuantPanelBlock(const float* x, const WeightMatrix& w, int64_t row0,
   }
 }
 
+
+// fp8 panels whose two output vectors share one scale per column block (block_rows a multiple
+// of 2 * kLanes): the scale is folded into the activations instead, x[t][c] * scale computed once
+// per (token, column) into a small buffer, so the inner loop is the dense one (widen, FMA) with no
+// per-weight multiply. Each output is still summed over c in order, whatever T.
+template <class V, int T>
+inline void Fp8PanelBlock(const float* x, const WeightMatrix& w, int64_t row0, bool has_second, float* y,
+                          int64_t ldy, int rows_valid) {
+  constexpr int64_t kChunk = 128;  // columns of scaled activations buffered at a time
+  constexpr int64_t kStep = kPanelColumnBytes<WeightFormat::kFp8Block>;
+  const int64_t row1 = row0 + V::kLanes;
+  const std::byte* w0 = w.panel(row0 / kPanelRows) + row0 % kPanelRows;
+  const std::byte* w1 = has_second ? w.panel(row1 / kPanelRows) + row1 % kPanelRows : nullptr;
+  const int64_t cols = w.cols;
+  alignas(64) float xs[T * kChunk];
+  typename V::Reg acc[T][2];
+  for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = V::Zero();
+  for (int64_t g = 0, c = 0; c < cols; ++g) {
+    const float scale =
+        LoadF32Unaligned(w.scales, size_t((row0 / w.block_rows) * w.scale_cols() + g)) * kFp8LoadScale;
+    const int64_t group_end = std::min<int64_t>(cols, c + w.block_cols);
+    while (c < group_end) {
+      const int64_t len = std::min(kChunk, group_end - c);
+      const typename V::Reg sv = V::Broadcast(scale);
+      for (int t = 0; t < T; ++t) {
+        int64_t i = 0;
+        for (; i + V::kLanes <= len; i += V::kLanes) {
+          V::StoreF32(xs + t * kChunk + i, V::Mul(V::LoadF32(x + t * cols + c + i), sv));
+        }
+        for (; i < len; ++i) xs[t * kChunk + i] = x[t * cols + c + i] * scale;
+      }
+      for (int64_t i = 0; i < len; ++i, ++c) {
+        const typename V::Reg a = V::LoadFp8(w0 + c * kStep);
+        const typename V::Reg b = has_second ? V::LoadFp8(w1 + c * kStep) : V::Zero();
+        for (int t = 0; t < T; ++t) {
+          const typename V::Reg xv = V::Broadcast(xs[t * kChunk + i]);
+          acc[t][0] = V::Fma(xv, a, acc[t][0]);
+          acc[t][1] = V::Fma(xv, b, acc[t][1]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    if (rows_valid == 2 * V::kLanes) {
+      V::StoreF32(y + t * ldy, acc[t][0]);
+      V::StoreF32(y + t * ldy + V::kLanes, acc[t][1]);
+    } else {
+      float out[2 * V::kLanes];
+      V::StoreF32(out, acc[t][0]);
+      V::StoreF32(out + V::kLanes, acc[t][1]);
+      for (int i = 0; i < rows_valid; ++i) y[t * ldy + i] = out[i];
+    }
+  }
+}
+
 template <class V, WeightFormat F, int T>
-inline void QuantPanelTail(int left, const float* x, const WeightMatrix& w, int64_t row0, bool has_second,
-                           float* y, int64_t ldy, int rows_valid) {
+inline void QuantPanelDispatch(bool fold_scale, const float* x, const WeightMatrix& w, int64_t row0, bool has_second,
+                               float* y, int64_t ldy, int rows_valid) {
+  if constexpr (F == WeightFormat::kFp8Block) {
+    if (fold_scale) return Fp8PanelBlock<V, T>(x, w, row0, has_second, y, ldy, rows_valid);
+  }
+  QuantPanelBlock<V, F, T>(x, w, row0, has_second, y, ldy, rows_valid);
+}
+
+template <class V, WeightFormat F, int T>
+inline void QuantPanelTail(bool fold_scale, int left, const float* x, const WeightMatrix& w, int64_t row0,
+                           bool has_second, float* y, int64_t ldy, int rows_valid) {
   if constexpr (T > 0) {
-    if (left == T) return QuantPanelBlock<V, F, T>(x, w, row0, has_second, y, ldy, rows_valid);
-    QuantPanelTail<V, F, T - 1>(left, x, w, row0, has_second, y, ldy, rows_valid);
+    if (left == T) return QuantPanelDispatch<V, F, T>(fold_scale, x, w, row0, has_second, y, ldy, rows_valid);
+    QuantPanelTail<V, F, T - 1>(fold_scale, left, x, w, row0, has_second, y, ldy, rows_valid);
   }
 }
 
@@ -223,16 +287,19 @@ void MatMulPanelsQuant(const float* x, int64_t n, const WeightMatrix& w, int64_t
   constexpr int kT = V::kPanelTokens;
   constexpr int kBlockRows = 2 * V::kLanes;
   constexpr int kPanelsPerBlock = kBlockRows / kPanelRows;  // 2 (AVX-512) or 1 (AVX2)
+  // Panel pairs start at even panels, so both vectors of a block share their scale row.
+  const bool fold_scale = w.block_rows % kBlockRows == 0 && panel_begin % kPanelsPerBlock == 0;
   for (int64_t p = panel_begin; p < panel_end; p += kPanelsPerBlock) {
     const bool has_second = kPanelsPerBlock == 1 || p + 1 < panel_end;
     const int64_t row0 = p * kPanelRows;
     const int rows_valid = int(std::min<int64_t>(has_second ? kBlockRows : kPanelRows, w.rows - row0));
     int64_t t = 0;
     for (; t + kT <= n; t += kT) {
-      QuantPanelBlock<V, F, kT>(x + t * w.cols, w, row0, has_second, y + t * ldy + row0, ldy, rows_valid);
+      QuantPanelDispatch<V, F, kT>(fold_scale, x + t * w.cols, w, row0, has_second, y + t * ldy + row0, ldy,
+                                   rows_valid);
     }
-    QuantPanelTail<V, F, kT - 1>(int(n - t), x + t * w.cols, w, row0, has_second, y + t * ldy + row0, ldy,
-                                 rows_valid);
+    QuantPanelTail<V, F, kT - 1>(fold_scale, int(n - t), x + t * w.cols, w, row0, has_second, y + t * ldy + row0,
+                                 ldy, rows_valid);
   }
 }
 
