@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "core/read_file.h"
 #include "cli/kv_scales.h"
+#include "cli/logit_stats.h"
 #include "cli/model_setup.h"
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
@@ -30,21 +31,6 @@ struct FormatStats {
   double continuation_sum = 0.0;
   int continuations = 0;
 };
-
-// log-softmax of one row into out.
-void LogSoftmax(const float* logits, int vocab, std::vector<double>& out) {
-  const float max = *std::max_element(logits, logits + vocab);
-  double sum = 0.0;
-  for (int i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - max);
-  const double log_sum = std::log(sum) + max;
-  for (int i = 0; i < vocab; ++i) out[size_t(i)] = double(logits[i]) - log_sum;
-}
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, size_t(q * double(v.size() - 1) + 0.5))];
-}
 
 }  // namespace
 

@@ -308,5 +308,23 @@ TEST(QuantizedCheckpoint, MtpLayersAreSkippedWithOneLogLine) {
   EXPECT_NE(r.err.find("skipping MTP (nextn) layer 3: 6 tensors"), std::string::npos) << r.err;
 }
 
+// weights-eval quantizes the bundled model on the fly and reports both layouts against bf16.
+TEST(QuantizedCheckpoint, WeightsEvalReportsBothLayouts) {
+  TempDir dir;
+  const std::string json_path = dir.path() + "/eval.json";
+  auto r = RunMlaserve("weights-eval --model-path " + ShellQuote(std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla") +
+                       " --max-tokens 256 --window 128 --json " + ShellQuote(json_path));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto text = ReadWholeFile(json_path);
+  ASSERT_TRUE(text.ok());
+  const json j = json::parse(*text);
+  for (const char* scheme : {"fp8-block", "int4-g32"}) {
+    ASSERT_TRUE(j["weights"].contains(scheme)) << *text;
+    EXPECT_GT(j["weights"][scheme]["top1"].get<double>(), 0.9) << scheme;
+    EXPECT_LT(j["weights"][scheme]["mean_kl"].get<double>(), 0.01) << scheme;
+    EXPECT_LT(j["weights"][scheme]["mb"].get<double>(), 8.0) << scheme;
+  }
+}
+
 }  // namespace
 }  // namespace mlaserve
