@@ -27,10 +27,7 @@ struct Candidate {
   std::string path;
   std::unique_ptr<LoadedModel> loaded;
   std::unique_ptr<SequenceRunner> runner;
-  double nll_sum = 0.0;
-  std::vector<double> kl;
-  int64_t top1_agree = 0;
-  int64_t scored = 0;
+  LogitAgreement agreement;  // against the dense checkpoint
 };
 
 }  // namespace
@@ -125,16 +122,8 @@ int RunWeightsEval(Args& args) {
         for (int j = 0; j < count; ++j) {
           const int i = first + j;
           if (i + 1 >= n) continue;
-          const float* ref_row = ref_logits.data() + size_t(i) * vocab;
-          const float* row = logits + size_t(j) * vocab;
-          LogSoftmax(ref_row, vocab, ref_lp);
-          LogSoftmax(row, vocab, cand_lp);
-          double kl = 0.0;
-          for (int v = 0; v < vocab; ++v) kl += std::exp(ref_lp[size_t(v)]) * (ref_lp[size_t(v)] - cand_lp[size_t(v)]);
-          cand.kl.push_back(std::max(0.0, kl));
-          cand.nll_sum -= cand_lp[size_t(input[size_t(i + 1)])];
-          cand.top1_agree += ArgMax(std::span(ref_row, size_t(vocab))) == ArgMax(std::span(row, size_t(vocab)));
-          ++cand.scored;
+          cand.agreement.Add(ref_logits.data() + size_t(i) * vocab, logits + size_t(j) * vocab, vocab,
+                             input[size_t(i + 1)], ref_lp, cand_lp);
         }
       };
       SequenceRunner::LogitsSink sink(compare_rows);
@@ -152,12 +141,13 @@ int RunWeightsEval(Args& args) {
               double(model.weight_bytes()) / 1e6, ref_ppl, "-", "-", "-", "-");
   nlohmann::json out = {{"model", model_flags.model_path}, {"tokens", ref_scored}, {"reference_ppl", ref_ppl}};
   for (const Candidate& cand : candidates) {
-    const double ppl = std::exp(cand.nll_sum / double(std::max<int64_t>(1, cand.scored)));
+    const LogitAgreement& a = cand.agreement;
+    const double ppl = std::exp(a.nll_sum / double(std::max<int64_t>(1, a.scored)));
     double kl_sum = 0.0;
-    for (double k : cand.kl) kl_sum += k;
-    const double mean_kl = kl_sum / double(std::max<size_t>(1, cand.kl.size()));
-    const double p99 = Percentile(cand.kl, 0.99);
-    const double top1 = double(cand.top1_agree) / double(std::max<int64_t>(1, cand.scored));
+    for (double k : a.kl) kl_sum += k;
+    const double mean_kl = kl_sum / double(std::max<size_t>(1, a.kl.size()));
+    const double p99 = Percentile(a.kl, 0.99);
+    const double top1 = double(a.top1_agree) / double(std::max<int64_t>(1, a.scored));
     const double mb = double(cand.loaded->model->weight_bytes()) / 1e6;
     std::printf("%-12s %10.2f %10.3f %+11.2f%% %12.3g %10.3g %9.2f%%\n", cand.name.c_str(), mb, ppl,
                 100.0 * (ppl / ref_ppl - 1.0), mean_kl, p99, 100.0 * top1);

@@ -134,10 +134,26 @@ void MatMulRowsTyped(const float* x, int64_t n, const WeightMatrix& w, int64_t r
   }
 }
 
+// Writes T tokens x two output vectors of a panel block: rows_valid of the 2 * kLanes rows.
+template <class V, int T>
+inline void StorePanelOutputs(const typename V::Reg (&acc)[T][2], float* y, int64_t ldy, int rows_valid) {
+  for (int t = 0; t < T; ++t) {
+    if (rows_valid == 2 * V::kLanes) {
+      V::StoreF32(y + t * ldy, acc[t][0]);
+      V::StoreF32(y + t * ldy + V::kLanes, acc[t][1]);
+    } else {
+      float out[2 * V::kLanes];
+      V::StoreF32(out, acc[t][0]);
+      V::StoreF32(out + V::kLanes, acc[t][1]);
+      for (int i = 0; i < rows_valid; ++i) y[t * ldy + i] = out[i];
+    }
+  }
+}
+
 // ---- Quantized weights (fp8 block-scaled, int4 grouped) ------------------------------------
 // The codes are widened in registers and multiplied by their block's scale (one vector multiply
-// per weight vector, shared by every token), then summed in the same order as the dense kernels:
-// the weight each FMA sees is exactly code * scale, the value the portable table uses.
+// per weight vector, shared by every token; fp8 panels fold the scale into the activations
+// instead, see Fp8PanelBlock), then summed in the same order as the dense kernels.
 
 // LoadFp8 reinterprets E4M3 as fp16 (exponent field shifted in place), which is value / 256.
 inline constexpr float kFp8LoadScale = 256.0f;
@@ -195,17 +211,7 @@ inline void QuantPanelBlock(const float* x, const WeightMatrix& w, int64_t row0,
       }
     }
   }
-  for (int t = 0; t < T; ++t) {
-    if (rows_valid == 2 * V::kLanes) {
-      V::StoreF32(y + t * ldy, acc[t][0]);
-      V::StoreF32(y + t * ldy + V::kLanes, acc[t][1]);
-    } else {
-      float out[2 * V::kLanes];
-      V::StoreF32(out, acc[t][0]);
-      V::StoreF32(out + V::kLanes, acc[t][1]);
-      for (int i = 0; i < rows_valid; ++i) y[t * ldy + i] = out[i];
-    }
-  }
+  StorePanelOutputs<V, T>(acc, y, ldy, rows_valid);
 }
 
 
@@ -250,17 +256,7 @@ inline void Fp8PanelBlock(const float* x, const WeightMatrix& w, int64_t row0, b
       }
     }
   }
-  for (int t = 0; t < T; ++t) {
-    if (rows_valid == 2 * V::kLanes) {
-      V::StoreF32(y + t * ldy, acc[t][0]);
-      V::StoreF32(y + t * ldy + V::kLanes, acc[t][1]);
-    } else {
-      float out[2 * V::kLanes];
-      V::StoreF32(out, acc[t][0]);
-      V::StoreF32(out + V::kLanes, acc[t][1]);
-      for (int i = 0; i < rows_valid; ++i) y[t * ldy + i] = out[i];
-    }
-  }
+  StorePanelOutputs<V, T>(acc, y, ldy, rows_valid);
 }
 
 template <class V, WeightFormat F, int T>
@@ -384,17 +380,7 @@ inline void PanelBlock(const float* x, int64_t cols, const std::byte* w0, const 
       acc[t][1] = V::Fma(xv, b, acc[t][1]);
     }
   }
-  for (int t = 0; t < T; ++t) {
-    if (rows_valid == 2 * V::kLanes) {
-      V::StoreF32(y + t * ldy, acc[t][0]);
-      V::StoreF32(y + t * ldy + V::kLanes, acc[t][1]);
-    } else {
-      float out[2 * V::kLanes];
-      V::StoreF32(out, acc[t][0]);
-      V::StoreF32(out + V::kLanes, acc[t][1]);
-      for (int i = 0; i < rows_valid; ++i) y[t * ldy + i] = out[i];
-    }
-  }
+  StorePanelOutputs<V, T>(acc, y, ldy, rows_valid);
 }
 
 template <class V, DType D, int T>
