@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <unordered_set>
 
 #include "core/float16.h"
 
@@ -47,6 +48,20 @@ void LogSkippedMtpLayers(const ModelConfig& config, const Checkpoint& checkpoint
                double(num_bytes) / 1e6);
 }
 
+// After packing, only the embedding and kv_b_proj (read by rows, with their scales) are read from
+// the mapping; every other tensor's pages (packed matrices, norms copied to fp32, MTP layers) are
+// given back, so resident weights are about the checkpoint's bytes, not twice them.
+void ReleaseCopiedPages(const ModelWeights& weights, const Checkpoint& checkpoint) {
+  std::unordered_set<const void*> in_use{weights.embed.data};
+  for (const LayerWeights& layer : weights.layers) {
+    in_use.insert(layer.attn.kv_b.data);
+    in_use.insert(layer.attn.kv_b.scales);
+  }
+  for (const auto& [name, view] : checkpoint.tensors()) {
+    if (!in_use.contains(view.data)) checkpoint.ReleasePages(view);
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
@@ -70,7 +85,11 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
   int threads = options.num_threads > 0 ? options.num_threads : ThreadPool::DefaultThreadCount();
   std::unique_ptr<Model> model(new Model(std::move(config).value(), std::move(checkpoint).value(),
                                          std::move(weights).value(), options, max_context, threads));
-  PackWeights(model->weights_, model->pool_);
+  PackWeights(model->weights_, model->pool_, [](const WeightMatrix& source) {
+    Checkpoint::ReleaseMappedPages(source.data, source.total_bytes());
+    if (source.scales != nullptr) Checkpoint::ReleaseMappedPages(source.scales, source.scale_bytes());
+  });
+  ReleaseCopiedPages(model->weights_, *model->checkpoint_);
   return model;
 }
 
