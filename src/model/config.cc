@@ -139,8 +139,9 @@ Status ParseQuantization(const json& j, const std::string& source, ModelConfig& 
     return Status::Ok();
   }
   if (method == "compressed-tensors") {
+    // The format is top-level, or per group under a top-level "mixed" (or none).
     const std::string format = q.value("format", std::string());
-    if (format != "pack-quantized") {
+    if (format != "pack-quantized" && format != "mixed" && !format.empty()) {
       return Status::Error(where + ".format '" + format + "' is not supported (pack-quantized)");
     }
     if (!q.contains("config_groups") || !q["config_groups"].is_object() || q["config_groups"].empty()) {
@@ -153,9 +154,10 @@ Status ParseQuantization(const json& j, const std::string& source, ModelConfig& 
       if (group.contains("input_activations") && !group["input_activations"].is_null()) {
         return Status::Error(g + ".input_activations: activation quantization is not supported (weight-only w4a16)");
       }
-      if (group.contains("format") && group["format"].is_string() && group["format"] != "pack-quantized") {
-        return Status::Error(g + ".format '" + group["format"].get<std::string>() +
-                             "' is not supported (pack-quantized)");
+      const std::string group_format =
+          group.contains("format") && group["format"].is_string() ? group["format"].get<std::string>() : format;
+      if (group_format != "pack-quantized") {
+        return Status::Error(g + ".format '" + group_format + "' is not supported (pack-quantized)");
       }
       if (!group.contains("weights") || !group["weights"].is_object()) return Status::Error(g + ".weights is missing");
       const json& w = group["weights"];

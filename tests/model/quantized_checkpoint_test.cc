@@ -269,12 +269,18 @@ TEST(QuantizedCheckpoint, UnsupportedQuantizationConfigsAreOneLine) {
     EXPECT_NE(parsed.error().find(c.expected), std::string::npos) << parsed.error();
     EXPECT_EQ(parsed.error().find('\n'), std::string::npos) << parsed.error();
   }
-  json good = base;
-  good["quantization_config"] = ct([](json&) {});
-  auto parsed = ParseModelConfig(good.dump(), "config.json");
-  ASSERT_TRUE(parsed.ok()) << parsed.error();
-  EXPECT_EQ(parsed->quant.method, WeightQuantMethod::kInt4Pack);
-  EXPECT_EQ(parsed->quant.group_size, 32);
+  // Accepted: the format at the top level, or per group under "mixed".
+  for (const json& q : {ct([](json&) {}), ct([](json& q) {
+                          q["format"] = "mixed";
+                          q["config_groups"]["group_0"]["format"] = "pack-quantized";
+                        })}) {
+    json good = base;
+    good["quantization_config"] = q;
+    auto parsed = ParseModelConfig(good.dump(), "config.json");
+    ASSERT_TRUE(parsed.ok()) << parsed.error();
+    EXPECT_EQ(parsed->quant.method, WeightQuantMethod::kInt4Pack);
+    EXPECT_EQ(parsed->quant.group_size, 32);
+  }
 }
 
 TEST(QuantizedCheckpoint, QuantizeRefusesQuantizedInputAndOddGroups) {
