@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "cli/commands.h"
@@ -90,14 +89,6 @@ const char* WeightsName(const ModelConfig& c) {
   return c.torch_dtype.empty() ? "dense" : c.torch_dtype.c_str();
 }
 
-struct BenchFigures {
-  std::string model_path;
-  std::string weights;
-  double prefill_tps = 0;
-  double decode_tps = 0;
-  size_t decode_bytes = 0;  // weight bytes one decode step reads
-};
-
 struct BenchSettings {
   int prompt_len;
   int decode_tokens;
@@ -105,8 +96,8 @@ struct BenchSettings {
   bool matmul_sweep;
 };
 
-// Loads one checkpoint, prints its figures, and returns them (exit code on failure).
-std::variant<BenchFigures, int> BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
+// Loads one checkpoint and prints its figures; returns the exit code.
+int BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
   const int prompt_len = settings.prompt_len, decode_tokens = settings.decode_tokens;
   const int bandwidth_mb = settings.bandwidth_mb;
   const bool matmul_sweep = settings.matmul_sweep;
@@ -180,8 +171,86 @@ std::variant<BenchFigures, int> BenchModel(const ModelFlags& model_flags, const 
                   2.0 * n * double(w.rows) * double(w.cols) / s / 1e9, double(w.stored_bytes()) / s / 1e9);
     }
   }
-  return BenchFigures{.model_path = model_flags.model_path, .weights = WeightsName(c),
-                      .prefill_tps = prompt_len / prefill_s, .decode_tps = decode_tps, .decode_bytes = decode_bytes};
+  return 0;
+}
+
+// Several checkpoints of one shape, loaded together and run in turns (each prefill, then each
+// decode step, model after model), so that whatever else the machine is doing slows them alike.
+int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::string>& paths,
+                     const BenchSettings& settings) {
+  struct Entry {
+    LoadedModel loaded;
+    std::unique_ptr<SequenceRunner> runner;
+    double prefill_s = 0.0;
+    double decode_s = 0.0;
+    size_t decode_bytes = 0;
+  };
+  std::vector<Entry> entries;
+  for (const std::string& path : paths) {
+    ModelFlags flags = model_flags;
+    flags.model_path = path;
+    auto loaded = LoadModel(flags, /*need_tokenizer=*/false);
+    if (!loaded.ok()) return Fail("bench", path + ": " + loaded.error());
+    Entry e{.loaded = std::move(loaded).value()};
+    const ModelConfig& c = e.loaded.model->config();
+    if (!entries.empty() && c.vocab_size != entries[0].loaded.model->config().vocab_size) {
+      return Fail("bench", path + ": a different vocabulary from --model-path's", 2);
+    }
+    if (settings.prompt_len + settings.decode_tokens + 1 > e.loaded.model->max_context()) {
+      return Fail("bench", "--prompt-len + --decode-tokens exceeds the context length", 2);
+    }
+    auto runner = SequenceRunner::Create(*e.loaded.model, *e.loaded.kernels, e.loaded.runner_options);
+    if (!runner.ok()) return Fail("bench", runner.error());
+    e.runner = std::move(runner).value();
+    int moe_layers = 0;
+    for (int l = 0; l < c.num_hidden_layers; ++l) moe_layers += c.IsMoeLayer(l) ? 1 : 0;
+    e.decode_bytes = DenseBytesPerToken(*e.loaded.model) +
+                     size_t(moe_layers * c.num_experts_per_tok) * ExpertBytes(*e.loaded.model);
+    std::printf("model: %s (%s), %.3f GB of weights, kernels %s, threads %d\n", path.c_str(), WeightsName(c),
+                double(e.loaded.model->weight_bytes()) / 1e9, e.loaded.kernels->name,
+                e.loaded.model->pool().num_threads());
+    entries.push_back(std::move(e));
+  }
+  const int vocab = entries[0].loaded.model->config().vocab_size;
+  std::vector<TokenId> prompt(static_cast<size_t>(settings.prompt_len));
+  for (int i = 0; i < settings.prompt_len; ++i) prompt[size_t(i)] = TokenId(CounterUniform(7, uint64_t(i)) * vocab);
+  constexpr int kPrefillRounds = 2;
+  for (int round = 0; round <= kPrefillRounds; ++round) {  // round 0 warms up
+    for (Entry& e : entries) {
+      e.runner->Reset();
+      const auto t0 = Clock::now();
+      if (Status s = e.runner->Append(round == 0 ? std::span(prompt).first(std::min<size_t>(prompt.size(), 8))
+                                                 : std::span(prompt));
+          !s.ok()) {
+        return Fail("bench", s.message());
+      }
+      if (round > 0) e.prefill_s += Seconds(t0, Clock::now());
+    }
+  }
+  for (int i = 0; i < settings.decode_tokens; ++i) {
+    for (Entry& e : entries) {
+      const TokenId next = ArgMax(e.runner->last_logits());
+      const auto t0 = Clock::now();
+      if (Status s = e.runner->Append(std::span(&next, 1)); !s.ok()) return Fail("bench", s.message());
+      e.decode_s += Seconds(t0, Clock::now());
+    }
+  }
+  const double machine = MeasureReadBandwidth(entries[0].loaded.model->pool(), size_t(settings.bandwidth_mb) << 20, 5);
+  std::printf("interleaved: %d-token prompt x %d rounds, %d decode steps, model after model; machine read bandwidth "
+              "%.2f GB/s\n",
+              settings.prompt_len, kPrefillRounds, settings.decode_tokens, machine / 1e9);
+  std::printf("%-14s %14s %14s %10s %12s %10s %10s\n", "weights", "prefill tok/s", "decode tok/s", "MB/token",
+              "decode GB/s", "decode x", "prefill x");
+  const double prefill0 = kPrefillRounds * settings.prompt_len / entries[0].prefill_s;
+  const double decode0 = settings.decode_tokens / entries[0].decode_s;
+  for (const Entry& e : entries) {
+    const double prefill = kPrefillRounds * settings.prompt_len / e.prefill_s;
+    const double decode = settings.decode_tokens / e.decode_s;
+    std::printf("%-14s %14.1f %14.2f %10.1f %12.2f %9.2fx %9.2fx\n", WeightsName(e.loaded.model->config()), prefill,
+                decode, double(e.decode_bytes) / 1e6, double(e.decode_bytes) * decode / 1e9, decode / decode0,
+                prefill / prefill0);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -198,28 +267,10 @@ int RunBench(Args& args) {
       args.All("compare-model-path", "another checkpoint of the same shape (e.g. `quantize` output) benched in the "
                "same run and tabulated beside --model-path", {.value_name = "DIR"});
   if (auto exit_code = args.Finish()) return *exit_code;
-  std::vector<BenchFigures> figures;
+  if (compare.empty()) return BenchModel(model_flags, settings);
   std::vector<std::string> paths{model_flags.model_path};
   paths.insert(paths.end(), compare.begin(), compare.end());
-  for (const std::string& path : paths) {
-    ModelFlags flags = model_flags;
-    flags.model_path = path;
-    if (paths.size() > 1) std::printf("== %s\n", path.c_str());
-    auto result = BenchModel(flags, settings);
-    if (const int* exit_code = std::get_if<int>(&result)) return *exit_code;
-    figures.push_back(std::get<BenchFigures>(result));
-  }
-  if (figures.size() > 1) {
-    // Decode is memory-bound: bytes read per token set the speed.
-    std::printf("\n%-14s %14s %16s %14s %10s %10s\n", "weights", "prefill tok/s", "decode tok/s", "MB/token",
-                "decode x", "prefill x");
-    for (const BenchFigures& f : figures) {
-      std::printf("%-14s %14.1f %16.2f %14.1f %9.2fx %9.2fx\n", f.weights.c_str(), f.prefill_tps, f.decode_tps,
-                  double(f.decode_bytes) / 1e6, f.decode_tps / figures[0].decode_tps,
-                  f.prefill_tps / figures[0].prefill_tps);
-    }
-  }
-  return 0;
+  return BenchInterleaved(model_flags, paths, settings);
 }
 
 }  // namespace mlaserve::cli
