@@ -112,20 +112,10 @@ int RunKvEval(Args& args) {
   std::vector<TokenId> input;
   const int num_windows = std::min(max_tokens, int(ids.size())) / window;
   for (int w = 0; w < num_windows; ++w) {
-    input.clear();
-    if (bos) input.push_back(*bos);
-    input.insert(input.end(), ids.begin() + int64_t(w) * window, ids.begin() + int64_t(w + 1) * window);
+    TeacherForcedWindow(ids, bos, window, w, input);
     const int n = int(input.size());
-    auto keep_ref = [&](int first, int count, const float* logits) {
-      std::copy(logits, logits + size_t(count) * vocab, ref_logits.begin() + size_t(first) * vocab);
-    };
-    SequenceRunner::LogitsSink ref_sink(keep_ref);
-    (*reference)->Reset();
-    if (Status s = (*reference)->Append(input, &ref_sink); !s.ok()) return Fail("kv-eval", s.message());
-    for (int i = 0; i + 1 < n; ++i) {
-      LogSoftmax(ref_logits.data() + size_t(i) * vocab, vocab, ref_lp);
-      ref_stats.agreement.nll_sum -= ref_lp[size_t(input[size_t(i + 1)])];
-      ref_stats.agreement.scored++;
+    if (Status s = RunReferenceWindow(**reference, input, vocab, ref_logits, ref_stats.agreement, ref_lp); !s.ok()) {
+      return Fail("kv-eval", s.message());
     }
     for (size_t fi = 0; fi < formats.size(); ++fi) {
       FormatStats& st = stats[fi];

@@ -1,13 +1,15 @@
-// Small statistics over logits shared by the quality reports (kv-eval, weights-eval).
+// Teacher-forced comparisons of logits shared by the quality reports (kv-eval, weights-eval).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "engine/sampler.h"
+#include "engine/sequence_runner.h"
 
 namespace mlaserve::cli {
 
@@ -50,5 +52,32 @@ struct LogitAgreement {
     ++scored;
   }
 };
+
+// Teacher-forced window w: [bos] + ids[w * window, (w + 1) * window).
+inline void TeacherForcedWindow(const std::vector<TokenId>& ids, std::optional<TokenId> bos, int window, int w,
+                                std::vector<TokenId>& input) {
+  input.clear();
+  if (bos) input.push_back(*bos);
+  input.insert(input.end(), ids.begin() + int64_t(w) * window, ids.begin() + int64_t(w + 1) * window);
+}
+
+// Runs `reference` over `input` from scratch, keeping every position's logits in
+// ref_logits [input.size(), vocab] and adding its own negative log-likelihood of each next token
+// to own.nll_sum / own.scored. lp is scratch of vocab entries.
+inline Status RunReferenceWindow(SequenceRunner& reference, const std::vector<TokenId>& input, int vocab,
+                                 std::vector<float>& ref_logits, LogitAgreement& own, std::vector<double>& lp) {
+  auto keep = [&](int first, int count, const float* logits) {
+    std::copy(logits, logits + size_t(count) * vocab, ref_logits.begin() + size_t(first) * vocab);
+  };
+  SequenceRunner::LogitsSink sink(keep);
+  reference.Reset();
+  MLA_RETURN_IF_ERROR(reference.Append(input, &sink));
+  for (size_t i = 0; i + 1 < input.size(); ++i) {
+    LogSoftmax(ref_logits.data() + i * size_t(vocab), vocab, lp);
+    own.nll_sum -= lp[size_t(input[i + 1])];
+    ++own.scored;
+  }
+  return Status::Ok();
+}
 
 }  // namespace mlaserve::cli

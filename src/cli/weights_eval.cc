@@ -95,27 +95,16 @@ int RunWeightsEval(Args& args) {
   const std::optional<TokenId> bos = base->tokenizer->bos_id();
   if (int(ids.size()) < window) return Fail("weights-eval", data_path + ": fewer tokens than --window");
 
-  double ref_nll = 0.0;
-  int64_t ref_scored = 0;
+  LogitAgreement reference_own;  // the dense model's own nll_sum and scored
   std::vector<float> ref_logits(size_t(window + 1) * vocab);
   std::vector<double> ref_lp(static_cast<size_t>(vocab)), cand_lp(static_cast<size_t>(vocab));
   std::vector<TokenId> input;
   const int num_windows = std::min(max_tokens, int(ids.size())) / window;
   for (int w = 0; w < num_windows; ++w) {
-    input.clear();
-    if (bos) input.push_back(*bos);
-    input.insert(input.end(), ids.begin() + int64_t(w) * window, ids.begin() + int64_t(w + 1) * window);
+    TeacherForcedWindow(ids, bos, window, w, input);
     const int n = int(input.size());
-    auto keep_ref = [&](int first, int count, const float* logits) {
-      std::copy(logits, logits + size_t(count) * vocab, ref_logits.begin() + size_t(first) * vocab);
-    };
-    SequenceRunner::LogitsSink ref_sink(keep_ref);
-    (*reference)->Reset();
-    if (Status s = (*reference)->Append(input, &ref_sink); !s.ok()) return Fail("weights-eval", s.message());
-    for (int i = 0; i + 1 < n; ++i) {
-      LogSoftmax(ref_logits.data() + size_t(i) * vocab, vocab, ref_lp);
-      ref_nll -= ref_lp[size_t(input[size_t(i + 1)])];
-      ++ref_scored;
+    if (Status s = RunReferenceWindow(**reference, input, vocab, ref_logits, reference_own, ref_lp); !s.ok()) {
+      return Fail("weights-eval", s.message());
     }
     for (Candidate& cand : candidates) {
       auto compare_rows = [&](int first, int count, const float* logits) {
@@ -132,14 +121,14 @@ int RunWeightsEval(Args& args) {
     }
   }
 
-  const double ref_ppl = std::exp(ref_nll / double(std::max<int64_t>(1, ref_scored)));
+  const double ref_ppl = std::exp(reference_own.nll_sum / double(std::max<int64_t>(1, reference_own.scored)));
   std::printf("weights-eval: %s, %lld teacher-forced tokens of %s\n", model_flags.model_path.c_str(),
-              (long long)ref_scored, data_path.c_str());
+              (long long)reference_own.scored, data_path.c_str());
   std::printf("%-12s %10s %10s %12s %12s %10s %10s\n", "weights", "MB", "ppl", "ppl change", "mean KL", "p99 KL",
               "top-1");
   std::printf("%-12s %10.2f %10.3f %12s %12s %10s %10s\n", model.config().torch_dtype.empty() ? "dense" : model.config().torch_dtype.c_str(),
               double(model.weight_bytes()) / 1e6, ref_ppl, "-", "-", "-", "-");
-  nlohmann::json out = {{"model", model_flags.model_path}, {"tokens", ref_scored}, {"reference_ppl", ref_ppl}};
+  nlohmann::json out = {{"model", model_flags.model_path}, {"tokens", reference_own.scored}, {"reference_ppl", ref_ppl}};
   for (const Candidate& cand : candidates) {
     const LogitAgreement& a = cand.agreement;
     const double ppl = std::exp(a.nll_sum / double(std::max<int64_t>(1, a.scored)));
