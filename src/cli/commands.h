@@ -18,6 +18,8 @@ int RunBenchOffline(Args& args);
 int RunBenchServing(Args& args);
 int RunBatch(Args& args);
 int RunRenderChat(Args& args);
+int RunQuantize(Args& args);
+int RunWeightsEval(Args& args);
 
 struct Command {
   const char* name;
@@ -32,6 +34,8 @@ inline constexpr Command kCommands[] = {
     {"score", "per-token log-probabilities and perplexity, as JSON", RunScore},
     {"bench", "prefill/decode tokens/s and achieved memory bandwidth", RunBench},
     {"init-random", "writes a randomly initialised checkpoint of any shape", RunInitRandom},
+    {"quantize", "converts a bf16 checkpoint to fp8 block-scaled or int4 (compressed-tensors) weights", RunQuantize},
+    {"weights-eval", "quality cost of fp8-block and int4-g32 weights against the dense checkpoint", RunWeightsEval},
     {"kv-eval", "quality cost of each KV cache format against the bf16 cache", RunKvEval},
     {"kv-calibrate", "per-layer KV maxima, for --kv-scales (plain fp8, nvfp4)", RunKvCalibrate},
     {"plan", "KV bytes per token per format, tokens that fit, requests decoding at once", RunPlan},

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "core/read_file.h"
 #include "core/float16.h"
+#include "model/quantize.h"
 #include "model/safetensors_writer.h"
 #include "model/weights.h"
 
@@ -102,6 +103,10 @@ int RunInitRandom(Args& args) {
       args.All("set", "overrides one config key; the value is JSON", {.value_name = "KEY=VALUE"});
   const std::string dtype_name = args.Str("dtype", "bf16", "weight dtype (norms stay f32)",
                                           {.choices = {"bf16", "f16", "f32"}});
+  const std::string weights = args.Str("weights", "dense",
+                                       "dense (--dtype), or a quantized layout written through `quantize`: "
+                                       "fp8-block, int4-g32",
+                                       {.choices = {"dense", "fp8-block", "int4-g32"}});
   const uint64_t seed = uint64_t(args.Int64("seed", 1, "weight seed"));
   const double init_std = args.Double("init-std", 0.02, "standard deviation of the weights", {.min = 0});
   if (out_dir.empty()) args.Reject("--out DIR is required");
@@ -128,16 +133,18 @@ int RunInitRandom(Args& args) {
   auto parsed = ParseModelConfig(config.dump(), "the requested config");
   if (!parsed.ok()) return Fail("init-random", parsed.error(), 2);
 
+  // Quantized layouts: the dense checkpoint goes to a scratch directory, then through quantize.
+  const std::string dense_dir = weights == "dense" ? out_dir : out_dir + "/.dense-tmp";
   std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
+  std::filesystem::create_directories(dense_dir, ec);
   {
-    std::ofstream out(std::filesystem::path(out_dir) / "config.json");
+    std::ofstream out(std::filesystem::path(dense_dir) / "config.json");
     out << config.dump(2) << "\n";
     if (!out) return Fail("init-random", out_dir + "/config.json: write failed");
   }
 
   const std::vector<TensorSpec> specs = ListWeightTensors(*parsed);
-  SafetensorsWriter writer((std::filesystem::path(out_dir) / "model.safetensors").string());
+  SafetensorsWriter writer((std::filesystem::path(dense_dir) / "model.safetensors").string());
   writer.SetMetadata("format", "pt");
   for (const TensorSpec& spec : specs) {
     writer.Declare(spec.name, IsNormOrBias(spec.name) ? DType::kF32 : dtype, spec.shape);
@@ -173,6 +180,11 @@ int RunInitRandom(Args& args) {
     }
   }
   if (Status s = writer.Finish(); !s.ok()) return Fail("init-random", s.message());
+  if (weights != "dense") {
+    auto report = QuantizeCheckpoint(dense_dir, out_dir, weights == "int4-g32" ? QuantScheme::kInt4G32 : QuantScheme::kFp8Block);
+    std::filesystem::remove_all(dense_dir, ec);
+    if (!report.ok()) return Fail("init-random", report.error());
+  }
   std::printf("wrote %s: %zu tensors, %.3fB parameters\n", out_dir.c_str(), specs.size(),
               double(total_params) / 1e9);
   return 0;

@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "core/read_file.h"
 #include "cli/kv_scales.h"
+#include "cli/logit_stats.h"
 #include "cli/model_setup.h"
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
@@ -23,28 +24,10 @@ namespace {
 
 struct FormatStats {
   KvFormat format;
-  double nll_sum = 0.0;
-  std::vector<double> kl;  // per scored token
-  int64_t top1_agree = 0;
-  int64_t scored = 0;
+  LogitAgreement agreement;  // against the bf16 cache (the reference's own: nll_sum, scored)
   double continuation_sum = 0.0;
   int continuations = 0;
 };
-
-// log-softmax of one row into out.
-void LogSoftmax(const float* logits, int vocab, std::vector<double>& out) {
-  const float max = *std::max_element(logits, logits + vocab);
-  double sum = 0.0;
-  for (int i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - max);
-  const double log_sum = std::log(sum) + max;
-  for (int i = 0; i < vocab; ++i) out[size_t(i)] = double(logits[i]) - log_sum;
-}
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, size_t(q * double(v.size() - 1) + 0.5))];
-}
 
 }  // namespace
 
@@ -129,20 +112,10 @@ int RunKvEval(Args& args) {
   std::vector<TokenId> input;
   const int num_windows = std::min(max_tokens, int(ids.size())) / window;
   for (int w = 0; w < num_windows; ++w) {
-    input.clear();
-    if (bos) input.push_back(*bos);
-    input.insert(input.end(), ids.begin() + int64_t(w) * window, ids.begin() + int64_t(w + 1) * window);
+    TeacherForcedWindow(ids, bos, window, w, input);
     const int n = int(input.size());
-    auto keep_ref = [&](int first, int count, const float* logits) {
-      std::copy(logits, logits + size_t(count) * vocab, ref_logits.begin() + size_t(first) * vocab);
-    };
-    SequenceRunner::LogitsSink ref_sink(keep_ref);
-    (*reference)->Reset();
-    if (Status s = (*reference)->Append(input, &ref_sink); !s.ok()) return Fail("kv-eval", s.message());
-    for (int i = 0; i + 1 < n; ++i) {
-      LogSoftmax(ref_logits.data() + size_t(i) * vocab, vocab, ref_lp);
-      ref_stats.nll_sum -= ref_lp[size_t(input[size_t(i + 1)])];
-      ref_stats.scored++;
+    if (Status s = RunReferenceWindow(**reference, input, vocab, ref_logits, ref_stats.agreement, ref_lp); !s.ok()) {
+      return Fail("kv-eval", s.message());
     }
     for (size_t fi = 0; fi < formats.size(); ++fi) {
       FormatStats& st = stats[fi];
@@ -150,16 +123,8 @@ int RunKvEval(Args& args) {
         for (int j = 0; j < count; ++j) {
           const int i = first + j;
           if (i + 1 >= n) continue;
-          const float* ref_row = ref_logits.data() + size_t(i) * vocab;
-          const float* row = logits + size_t(j) * vocab;
-          LogSoftmax(ref_row, vocab, ref_lp);
-          LogSoftmax(row, vocab, cand_lp);
-          double kl = 0.0;
-          for (int v = 0; v < vocab; ++v) kl += std::exp(ref_lp[size_t(v)]) * (ref_lp[size_t(v)] - cand_lp[size_t(v)]);
-          st.kl.push_back(std::max(0.0, kl));
-          st.nll_sum -= cand_lp[size_t(input[size_t(i + 1)])];
-          st.top1_agree += ArgMax(std::span(ref_row, size_t(vocab))) == ArgMax(std::span(row, size_t(vocab)));
-          st.scored++;
+          st.agreement.Add(ref_logits.data() + size_t(i) * vocab, logits + size_t(j) * vocab, vocab,
+                           input[size_t(i + 1)], ref_lp, cand_lp);
         }
       };
       SequenceRunner::LogitsSink sink(compare);
@@ -199,11 +164,11 @@ int RunKvEval(Args& args) {
   }
 
   // Report.
-  const double ref_ppl = std::exp(ref_stats.nll_sum / double(std::max<int64_t>(1, ref_stats.scored)));
+  const double ref_ppl = std::exp(ref_stats.agreement.nll_sum / double(std::max<int64_t>(1, ref_stats.agreement.scored)));
   const size_t ref_bytes = KvRowBytes(KvFormat::kBF16, c.kv_lora_rank, c.qk_rope_head_dim) * size_t(c.num_hidden_layers);
   std::printf("kv-eval: %s, %lld teacher-forced tokens from %s (%d windows of %d), %d greedy "
               "continuations of %d tokens; reference: bf16 KV cache\n\n",
-              model_flags.model_path.c_str(), (long long)ref_stats.scored, data_path.c_str(),
+              model_flags.model_path.c_str(), (long long)ref_stats.agreement.scored, data_path.c_str(),
               num_windows, window, stats.empty() ? 0 : stats[0].continuations, continuation_len);
   std::printf("| format | bytes/token | tokens in %.0f GB | perplexity | delta ppl | mean KL | p99 KL | top-1 agree | identical greedy tokens (of %d) |\n",
               budget_gb, continuation_len);
@@ -213,17 +178,17 @@ int RunKvEval(Args& args) {
   nlohmann::json out;
   out["model"] = model_flags.model_path;
   out["data"] = data_path;
-  out["teacher_forced_tokens"] = ref_stats.scored;
+  out["teacher_forced_tokens"] = ref_stats.agreement.scored;
   out["continuation_len"] = continuation_len;
   out["budget_gb"] = budget_gb;
   out["formats"].push_back({{"format", "bf16"}, {"bytes_per_token", ref_bytes}, {"perplexity", ref_ppl}});
   for (const FormatStats& st : stats) {
-    const double ppl = std::exp(st.nll_sum / double(std::max<int64_t>(1, st.scored)));
+    const double ppl = std::exp(st.agreement.nll_sum / double(std::max<int64_t>(1, st.agreement.scored)));
     double kl_mean = 0.0;
-    for (double k : st.kl) kl_mean += k;
-    kl_mean /= double(std::max<size_t>(1, st.kl.size()));
-    const double kl_p99 = Percentile(st.kl, 0.99);
-    const double agree = double(st.top1_agree) / double(std::max<int64_t>(1, st.scored));
+    for (double k : st.agreement.kl) kl_mean += k;
+    kl_mean /= double(std::max<size_t>(1, st.agreement.kl.size()));
+    const double kl_p99 = Percentile(st.agreement.kl, 0.99);
+    const double agree = double(st.agreement.top1_agree) / double(std::max<int64_t>(1, st.agreement.scored));
     const double mean_same = st.continuation_sum / std::max(1, st.continuations);
     const size_t bytes = KvRowBytes(st.format, c.kv_lora_rank, c.qk_rope_head_dim) * size_t(c.num_hidden_layers);
     const long long fit = (long long)(budget_gb * 1e9 / double(bytes));

@@ -8,7 +8,8 @@ namespace mlaserve {
 using TokenId = int32_t;
 
 // Element types of checkpoint tensors the kernels read directly.
-enum class DType { kF32, kBF16, kF16, kI32, kI64 };
+// kF8E4M3 is safetensors' F8_E4M3 (OCP E4M3FN), read only as block-scaled fp8 weights.
+enum class DType { kF32, kBF16, kF16, kI32, kI64, kF8E4M3 };
 
 inline int DTypeBytes(DType t) {
   switch (t) {
@@ -17,6 +18,7 @@ inline int DTypeBytes(DType t) {
     case DType::kF16: return 2;
     case DType::kI32: return 4;
     case DType::kI64: return 8;
+    case DType::kF8E4M3: return 1;
   }
   return 0;
 }

@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 
 #define MLASERVE_SIMD_NS avx2
 #include "kernels/simd_kernels_impl.h"
@@ -20,6 +21,20 @@ struct Avx2 {
   static Reg LoadF32(const float* p) { return _mm256_loadu_ps(p); }
   static void StoreF32(float* p, Reg v) { _mm256_storeu_ps(p, v); }
   static Reg Add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  static Reg Mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
+  // See kernels_avx512.cc: sign-extend, shift into fp16 position, clear the copied sign bit.
+  static Reg LoadFp8(const std::byte* p) {
+    const __m128i h = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(h, 7), _mm_set1_epi16(int16_t(0xBFFF))));
+  }
+  static Reg LoadInt4(const std::byte* p) {
+    int32_t word;
+    std::memcpy(&word, p, 4);
+    const __m128i b = _mm_cvtsi32_si128(word);
+    const __m128i mask = _mm_set1_epi8(0x0f);
+    const __m128i bytes = _mm_unpacklo_epi8(_mm_and_si128(b, mask), _mm_and_si128(_mm_srli_epi16(b, 4), mask));
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(bytes), _mm256_set1_epi32(8)));
+  }
   static Reg Fma(Reg a, Reg b, Reg acc) { return _mm256_fmadd_ps(a, b, acc); }
   template <DType D>
   static Reg LoadW(const std::byte* p) {

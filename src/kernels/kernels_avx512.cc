@@ -22,6 +22,21 @@ struct Avx512 {
   static Reg LoadF32(const float* p) { return _mm512_loadu_ps(p); }
   static void StoreF32(float* p, Reg v) { _mm512_storeu_ps(p, v); }
   static Reg Add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
+  static Reg Mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
+  // Sign-extending each code to 16 bits and shifting left by 7 lays S EEEE MMM out as fp16
+  // (exponent field 0EEEE, value / 256), except that bit 14 copies the sign: cleared by the mask.
+  static Reg LoadFp8(const std::byte* p) {
+    const __m256i h = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm512_cvtph_ps(_mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16(int16_t(0xBFFF))));
+  }
+  // vpermps reads only the low 4 bits of each index, so the nibbles need no masking: the table
+  // maps nibble n to n - 8.
+  static Reg LoadInt4(const std::byte* p) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    const __m128i bytes = _mm_unpacklo_epi8(b, _mm_srli_epi16(b, 4));  // lane 2j: byte j, 2j+1: byte j >> 4
+    const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(bytes), table);
+  }
   static Reg Fma(Reg a, Reg b, Reg acc) { return _mm512_fmadd_ps(a, b, acc); }
   template <DType D>
   static Reg LoadW(const std::byte* p) {

@@ -2,25 +2,19 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/float16.h"
 #include "kernels/kernels.h"
+#include "kernels/weight_value.h"
 
 namespace mlaserve {
 namespace {
 
-// Value c of a row (or of a packed panel, with c counted in values).
-float LoadWeight(const WeightMatrix& w, const std::byte* row, int64_t c) {
-  return LoadAsF32(w.dtype, row + c * DTypeBytes(w.dtype));
-}
-
 void MatMulRows(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin,
                 int64_t row_end, float* y, int64_t ldy) {
   for (int64_t r = row_begin; r < row_end; ++r) {
-    const std::byte* row = w.row(r);
     for (int64_t t = 0; t < n; ++t) {
       const float* xt = x + t * w.cols;
       float sum = 0.0f;
-      for (int64_t c = 0; c < w.cols; ++c) sum += xt[c] * LoadWeight(w, row, c);
+      for (int64_t c = 0; c < w.cols; ++c) sum += xt[c] * WeightAt(w, r, c);
       y[t * ldy + r] = sum;
     }
   }
@@ -29,15 +23,13 @@ void MatMulRows(const float* x, int64_t n, const WeightMatrix& w, int64_t row_be
 void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin,
                   int64_t panel_end, float* y, int64_t ldy) {
   for (int64_t p = panel_begin; p < panel_end; ++p) {
-    const std::byte* panel = w.panel(p);
     const int64_t rows = std::min<int64_t>(kPanelRows, w.rows - p * kPanelRows);
     for (int64_t t = 0; t < n; ++t) {
       const float* xt = x + t * w.cols;
       for (int64_t i = 0; i < rows; ++i) {
         float sum = 0.0f;
         for (int64_t c = 0; c < w.cols; ++c) {
-          // Element (row p*16+i, col c) sits at panel + (c * 16 + i) values.
-          sum += xt[c] * LoadWeight(w, panel, c * kPanelRows + i);
+          sum += xt[c] * WeightAt(w, p * kPanelRows + i, c);
         }
         y[t * ldy + p * kPanelRows + i] = sum;
       }
@@ -46,8 +38,7 @@ void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t pane
 }
 
 void AxpyRow(float a, const WeightMatrix& w, int64_t r, float* y) {
-  const std::byte* row = w.row(r);
-  for (int64_t c = 0; c < w.cols; ++c) y[c] += a * LoadWeight(w, row, c);
+  for (int64_t c = 0; c < w.cols; ++c) y[c] += a * WeightAt(w, r, c);
 }
 
 float DotF32(const float* a, const float* b, int64_t n) {

@@ -1,4 +1,6 @@
-// Packing a row-major weight into panels of kPanelRows rows (kernels/weight_matrix.h).
+// Packing a row-major weight into panels of kPanelRows rows (kernels/weight_matrix.h), in its
+// stored format: dense values, fp8 codes (scales copied as they are), or int4 nibbles (scales
+// regrouped per panel).
 #pragma once
 
 #include <cstddef>
@@ -8,11 +10,12 @@
 
 namespace mlaserve {
 
-// Bytes the packed copy of `src` takes (the last panel is padded with zeros).
+// Bytes the packed copy of `src` takes, scales included (the last panel is padded with zeros).
 size_t PackedBytes(const WeightMatrix& src);
 
-// Writes `src` (row-major) into dst[PackedBytes(src)], which must be zero-filled, and returns
-// the packed view of dst. Panel p, column c, lane i holds row p*16+i, column c.
+// Writes `src` (row-major) into dst[PackedBytes(src)], which must be zero-filled and 64-byte
+// aligned, and returns the packed view of dst. Panel p, column c, lane i holds row p*16+i,
+// column c.
 WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& pool);
 
 }  // namespace mlaserve

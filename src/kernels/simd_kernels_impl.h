@@ -7,13 +7,16 @@
 // that runs on a CPU without it.
 //
 // V provides: kLanes; type Reg; Zero(); LoadF32(const float*); LoadW<DType>(const std::byte*)
-// (kLanes weights -> fp32); Fma(a, b, acc) = a*b+acc; Sum(Reg); StoreF32(float*, Reg).
+// (kLanes weights -> fp32); LoadFp8(p) (kLanes E4M3 codes -> value / 256); LoadInt4(p) (kLanes
+// nibbles, lane 2j low in byte j -> nibble - 8); Mul; Fma(a, b, acc) = a*b+acc; Sum(Reg);
+// StoreF32(float*, Reg).
 
 #include <cstring>
 #include <type_traits>
 
 #include "core/float16.h"
 #include "kernels/kernels.h"
+#include "kernels/weight_value.h"
 
 #ifndef MLASERVE_SIMD_NS
 #error "define MLASERVE_SIMD_NS before including simd_kernels_impl.h"
@@ -131,9 +134,231 @@ void MatMulRowsTyped(const float* x, int64_t n, const WeightMatrix& w, int64_t r
   }
 }
 
+// Writes T tokens x two output vectors of a panel block: rows_valid of the 2 * kLanes rows.
+template <class V, int T>
+inline void StorePanelOutputs(const typename V::Reg (&acc)[T][2], float* y, int64_t ldy, int rows_valid) {
+  for (int t = 0; t < T; ++t) {
+    if (rows_valid == 2 * V::kLanes) {
+      V::StoreF32(y + t * ldy, acc[t][0]);
+      V::StoreF32(y + t * ldy + V::kLanes, acc[t][1]);
+    } else {
+      float out[2 * V::kLanes];
+      V::StoreF32(out, acc[t][0]);
+      V::StoreF32(out + V::kLanes, acc[t][1]);
+      for (int i = 0; i < rows_valid; ++i) y[t * ldy + i] = out[i];
+    }
+  }
+}
+
+// ---- Quantized weights (fp8 block-scaled, int4 grouped) ------------------------------------
+// The codes are widened in registers and multiplied by their block's scale (one vector multiply
+// per weight vector, shared by every token; fp8 panels fold the scale into the activations
+// instead, see Fp8PanelBlock), then summed in the same order as the dense kernels.
+
+// LoadFp8 reinterprets E4M3 as fp16 (exponent field shifted in place), which is value / 256.
+inline constexpr float kFp8LoadScale = 256.0f;
+
+template <class V, WeightFormat F>
+inline typename V::Reg LoadCodes(const std::byte* p) {
+  if constexpr (F == WeightFormat::kFp8Block) return V::LoadFp8(p);
+  else return V::LoadInt4(p);
+}
+
+// Bytes of one panel column (16 lanes) and the byte offset of lane `lane` (a multiple of 8).
+template <WeightFormat F>
+constexpr int64_t kPanelColumnBytes = F == WeightFormat::kFp8Block ? kPanelRows : kPanelRows / 2;
+template <WeightFormat F>
+constexpr int64_t LaneByteOffset(int64_t lane) { return F == WeightFormat::kFp8Block ? lane : lane / 2; }
+// Bytes of kLanes consecutive codes of a row-major row.
+template <WeightFormat F>
+constexpr int64_t RowByteOffset(int64_t c) { return F == WeightFormat::kFp8Block ? c : c / 2; }
+
+// The scale vector of the kLanes packed rows from `row` (a multiple of kLanes), column group g.
+template <class V, WeightFormat F>
+inline typename V::Reg PanelScale(const WeightMatrix& w, int64_t row, int64_t g) {
+  if constexpr (F == WeightFormat::kFp8Block) {
+    return V::Broadcast(LoadF32Unaligned(w.scales, size_t((row / w.block_rows) * w.scale_cols() + g)) * kFp8LoadScale);
+  } else {
+    const auto* s = static_cast<const std::byte*>(w.scales) +
+                    size_t(((row / kPanelRows) * w.scale_cols() + g) * kPanelRows + row % kPanelRows) * 2;
+    return V::template LoadW<DType::kBF16>(s);
+  }
+}
+
+// Two vectors of outputs (rows row0 .. row0 + 2 * kLanes; the second absent past the range) for T
+// tokens, over every column.
+template <class V, WeightFormat F, int T>
+inline void QuantPanelBlock(const float* x, const WeightMatrix& w, int64_t row0, bool has_second, float* y,
+                            int64_t ldy, int rows_valid) {
+  constexpr int64_t kStep = kPanelColumnBytes<F>;
+  const int64_t row1 = row0 + V::kLanes;
+  const std::byte* w0 = w.panel(row0 / kPanelRows) + LaneByteOffset<F>(row0 % kPanelRows);
+  const std::byte* w1 = has_second ? w.panel(row1 / kPanelRows) + LaneByteOffset<F>(row1 % kPanelRows) : nullptr;
+  const int64_t cols = w.cols;
+  typename V::Reg acc[T][2];
+  for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = V::Zero();
+  for (int64_t g = 0, c = 0; c < cols; ++g) {
+    const typename V::Reg s0 = PanelScale<V, F>(w, row0, g);
+    const typename V::Reg s1 = has_second ? PanelScale<V, F>(w, row1, g) : V::Zero();
+    const int64_t group_end = std::min<int64_t>(cols, c + w.block_cols);
+    for (; c < group_end; ++c) {
+      const typename V::Reg a = V::Mul(LoadCodes<V, F>(w0 + c * kStep), s0);
+      const typename V::Reg b = has_second ? V::Mul(LoadCodes<V, F>(w1 + c * kStep), s1) : V::Zero();
+      for (int t = 0; t < T; ++t) {
+        const typename V::Reg xv = V::Broadcast(x[t * cols + c]);
+        acc[t][0] = V::Fma(xv, a, acc[t][0]);
+        acc[t][1] = V::Fma(xv, b, acc[t][1]);
+      }
+    }
+  }
+  StorePanelOutputs<V, T>(acc, y, ldy, rows_valid);
+}
+
+
+// fp8 panels whose two output vectors share one scale per column block (block_rows a multiple
+// of 2 * kLanes): the scale is folded into the activations instead, x[t][c] * scale computed once
+// per (token, column) into a small buffer, so the inner loop is the dense one (widen, FMA) with no
+// per-weight multiply. Each output is still summed over c in order, whatever T.
+template <class V, int T>
+inline void Fp8PanelBlock(const float* x, const WeightMatrix& w, int64_t row0, bool has_second, float* y,
+                          int64_t ldy, int rows_valid) {
+  constexpr int64_t kChunk = 128;  // columns of scaled activations buffered at a time
+  constexpr int64_t kStep = kPanelColumnBytes<WeightFormat::kFp8Block>;
+  const int64_t row1 = row0 + V::kLanes;
+  const std::byte* w0 = w.panel(row0 / kPanelRows) + row0 % kPanelRows;
+  const std::byte* w1 = has_second ? w.panel(row1 / kPanelRows) + row1 % kPanelRows : nullptr;
+  const int64_t cols = w.cols;
+  alignas(64) float xs[T * kChunk];
+  typename V::Reg acc[T][2];
+  for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = V::Zero();
+  for (int64_t g = 0, c = 0; c < cols; ++g) {
+    const float scale =
+        LoadF32Unaligned(w.scales, size_t((row0 / w.block_rows) * w.scale_cols() + g)) * kFp8LoadScale;
+    const int64_t group_end = std::min<int64_t>(cols, c + w.block_cols);
+    while (c < group_end) {
+      const int64_t len = std::min(kChunk, group_end - c);
+      const typename V::Reg sv = V::Broadcast(scale);
+      for (int t = 0; t < T; ++t) {
+        int64_t i = 0;
+        for (; i + V::kLanes <= len; i += V::kLanes) {
+          V::StoreF32(xs + t * kChunk + i, V::Mul(V::LoadF32(x + t * cols + c + i), sv));
+        }
+        for (; i < len; ++i) xs[t * kChunk + i] = x[t * cols + c + i] * scale;
+      }
+      for (int64_t i = 0; i < len; ++i, ++c) {
+        const typename V::Reg a = V::LoadFp8(w0 + c * kStep);
+        const typename V::Reg b = has_second ? V::LoadFp8(w1 + c * kStep) : V::Zero();
+        for (int t = 0; t < T; ++t) {
+          const typename V::Reg xv = V::Broadcast(xs[t * kChunk + i]);
+          acc[t][0] = V::Fma(xv, a, acc[t][0]);
+          acc[t][1] = V::Fma(xv, b, acc[t][1]);
+        }
+      }
+    }
+  }
+  StorePanelOutputs<V, T>(acc, y, ldy, rows_valid);
+}
+
+template <class V, WeightFormat F, int T>
+inline void QuantPanelDispatch(bool fold_scale, const float* x, const WeightMatrix& w, int64_t row0, bool has_second,
+                               float* y, int64_t ldy, int rows_valid) {
+  if constexpr (F == WeightFormat::kFp8Block) {
+    if (fold_scale) return Fp8PanelBlock<V, T>(x, w, row0, has_second, y, ldy, rows_valid);
+  }
+  QuantPanelBlock<V, F, T>(x, w, row0, has_second, y, ldy, rows_valid);
+}
+
+template <class V, WeightFormat F, int T>
+inline void QuantPanelTail(bool fold_scale, int left, const float* x, const WeightMatrix& w, int64_t row0,
+                           bool has_second, float* y, int64_t ldy, int rows_valid) {
+  if constexpr (T > 0) {
+    if (left == T) return QuantPanelDispatch<V, F, T>(fold_scale, x, w, row0, has_second, y, ldy, rows_valid);
+    QuantPanelTail<V, F, T - 1>(fold_scale, left, x, w, row0, has_second, y, ldy, rows_valid);
+  }
+}
+
+template <class V, WeightFormat F>
+void MatMulPanelsQuant(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin,
+                       int64_t panel_end, float* y, int64_t ldy) {
+  constexpr int kT = V::kPanelTokens;
+  constexpr int kBlockRows = 2 * V::kLanes;
+  constexpr int kPanelsPerBlock = kBlockRows / kPanelRows;  // 2 (AVX-512) or 1 (AVX2)
+  // Panel pairs start at even panels, so both vectors of a block share their scale row.
+  const bool fold_scale = w.block_rows % kBlockRows == 0 && panel_begin % kPanelsPerBlock == 0;
+  for (int64_t p = panel_begin; p < panel_end; p += kPanelsPerBlock) {
+    const bool has_second = kPanelsPerBlock == 1 || p + 1 < panel_end;
+    const int64_t row0 = p * kPanelRows;
+    const int rows_valid = int(std::min<int64_t>(has_second ? kBlockRows : kPanelRows, w.rows - row0));
+    int64_t t = 0;
+    for (; t + kT <= n; t += kT) {
+      QuantPanelDispatch<V, F, kT>(fold_scale, x + t * w.cols, w, row0, has_second, y + t * ldy + row0, ldy,
+                                   rows_valid);
+    }
+    QuantPanelTail<V, F, kT - 1>(fold_scale, int(n - t), x + t * w.cols, w, row0, has_second, y + t * ldy + row0,
+                                 ldy, rows_valid);
+  }
+}
+
+// Row-major quantized rows (kv_b_proj, read by rows): vectors need whole groups of kLanes.
+template <class V, WeightFormat F>
+inline typename V::Reg RowScale(const WeightMatrix& w, int64_t r, int64_t c) {
+  return V::Broadcast(WeightScaleAt(w, r, c) * (F == WeightFormat::kFp8Block ? kFp8LoadScale : 1.0f));
+}
+
+template <class V, WeightFormat F>
+float DotRowQuant(const float* x, const WeightMatrix& w, int64_t r) {
+  const std::byte* row = w.row(r);
+  typename V::Reg acc = V::Zero();
+  int64_t c = 0;
+  while (c + V::kLanes <= w.cols) {
+    const typename V::Reg s = RowScale<V, F>(w, r, c);
+    const int64_t group_end = std::min<int64_t>(w.cols, (c / w.block_cols + 1) * w.block_cols);
+    for (; c + V::kLanes <= group_end; c += V::kLanes) {
+      acc = V::Fma(V::LoadF32(x + c), V::Mul(LoadCodes<V, F>(row + RowByteOffset<F>(c)), s), acc);
+    }
+    if (c < group_end) break;
+  }
+  float sum = V::Sum(acc);
+  for (; c < w.cols; ++c) sum += x[c] * WeightAt(w, r, c);
+  return sum;
+}
+
+template <class V, WeightFormat F>
+void MatMulRowsQuant(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin, int64_t row_end,
+                     float* y, int64_t ldy) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    for (int64_t t = 0; t < n; ++t) y[t * ldy + r] = DotRowQuant<V, F>(x + t * w.cols, w, r);
+  }
+}
+
+template <class V, WeightFormat F>
+void AxpyRowQuant(float a, const WeightMatrix& w, int64_t r, float* y) {
+  const std::byte* row = w.row(r);
+  int64_t c = 0;
+  while (c + V::kLanes <= w.cols) {
+    const typename V::Reg s = V::Mul(V::Broadcast(a), RowScale<V, F>(w, r, c));
+    const int64_t group_end = std::min<int64_t>(w.cols, (c / w.block_cols + 1) * w.block_cols);
+    for (; c + V::kLanes <= group_end; c += V::kLanes) {
+      V::StoreF32(y + c, V::Fma(s, LoadCodes<V, F>(row + RowByteOffset<F>(c)), V::LoadF32(y + c)));
+    }
+    if (c < group_end) break;
+  }
+  for (; c < w.cols; ++c) y[c] += a * WeightAt(w, r, c);
+}
+
+// Calls fn(std::integral_constant<WeightFormat, F>{}) for a quantized matrix's format.
+template <class Fn>
+inline void WithQuantFormat(WeightFormat format, Fn&& fn) {
+  if (format == WeightFormat::kFp8Block) return fn(std::integral_constant<WeightFormat, WeightFormat::kFp8Block>{});
+  return fn(std::integral_constant<WeightFormat, WeightFormat::kInt4Group>{});
+}
+
 template <class V>
 void MatMulRows(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin,
                 int64_t row_end, float* y, int64_t ldy) {
+  if (w.quantized()) {
+    return WithQuantFormat(w.format, [&](auto f) { MatMulRowsQuant<V, decltype(f)::value>(x, n, w, row_begin, row_end, y, ldy); });
+  }
   WithWeightDType(w.dtype, [&](auto d) { MatMulRowsTyped<V, decltype(d)::value>(x, n, w, row_begin, row_end, y, ldy); });
 }
 
@@ -155,17 +380,7 @@ inline void PanelBlock(const float* x, int64_t cols, const std::byte* w0, const 
       acc[t][1] = V::Fma(xv, b, acc[t][1]);
     }
   }
-  for (int t = 0; t < T; ++t) {
-    if (rows_valid == 2 * V::kLanes) {
-      V::StoreF32(y + t * ldy, acc[t][0]);
-      V::StoreF32(y + t * ldy + V::kLanes, acc[t][1]);
-    } else {
-      float out[2 * V::kLanes];
-      V::StoreF32(out, acc[t][0]);
-      V::StoreF32(out + V::kLanes, acc[t][1]);
-      for (int i = 0; i < rows_valid; ++i) y[t * ldy + i] = out[i];
-    }
-  }
+  StorePanelOutputs<V, T>(acc, y, ldy, rows_valid);
 }
 
 template <class V, DType D, int T>
@@ -208,6 +423,9 @@ void MatMulPanelsTyped(const float* x, int64_t n, const WeightMatrix& w, int64_t
 template <class V>
 void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin,
                   int64_t panel_end, float* y, int64_t ldy) {
+  if (w.quantized()) {
+    return WithQuantFormat(w.format, [&](auto f) { MatMulPanelsQuant<V, decltype(f)::value>(x, n, w, panel_begin, panel_end, y, ldy); });
+  }
   WithWeightDType(w.dtype, [&](auto d) { MatMulPanelsTyped<V, decltype(d)::value>(x, n, w, panel_begin, panel_end, y, ldy); });
 }
 
@@ -223,6 +441,9 @@ void AxpyRowTyped(float a, const std::byte* row, int64_t cols, float* y) {
 
 template <class V>
 void AxpyRow(float a, const WeightMatrix& w, int64_t r, float* y) {
+  if (w.quantized()) {
+    return WithQuantFormat(w.format, [&](auto f) { AxpyRowQuant<V, decltype(f)::value>(a, w, r, y); });
+  }
   WithWeightDType(w.dtype, [&](auto d) { AxpyRowTyped<V, decltype(d)::value>(a, w.row(r), w.cols, y); });
 }
 

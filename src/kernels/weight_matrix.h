@@ -1,8 +1,21 @@
-// A borrowed view of a 2-D weight [rows, cols] in the checkpoint's dtype (F32, BF16 or F16),
-// either row-major, or packed in panels of kPanelRows rows: [ceil(rows / 16)][cols][16], the
-// layout the matmul kernels stream (one sequential read per panel, 16 outputs per vector, and
-// every output summed over columns in order, whatever the batch). Kernels read it in place (usually straight from the mmapped checkpoint) and convert
-// to fp32 in registers; nothing is ever dequantized into a buffer.
+// A borrowed view of a 2-D weight [rows, cols] in the checkpoint's stored format, either
+// row-major, or packed in panels of kPanelRows rows: [ceil(rows / 16)][cols][16], the layout the
+// matmul kernels stream (one sequential read per panel, 16 outputs per vector, and every output
+// summed over columns in order, whatever the batch). Kernels read it in place and widen to fp32
+// in registers (scale applied per block); nothing is ever dequantized into a buffer.
+//
+// Formats (WeightFormat):
+//   kDense     F32, BF16 or F16 values.
+//   kFp8Block  E4M3 codes (1 byte each), real = code * scale of its [block_rows x block_cols]
+//              block; scales: F32 [ceil(rows / block_rows)][ceil(cols / block_cols)], row-major,
+//              indexed from row `scale_row0` (a Slice keeps the grid of its parent).
+//              (DeepSeek-V3 / Kimi-K2 `weight` + `weight_scale_inv`.)
+//   kInt4Group 4-bit two's-complement-plus-8 nibbles (q + 8), two per byte, the even column (or
+//              panel lane) in the low nibble; real = (nibble - 8) * scale of its group of
+//              `group_cols` columns. Row-major: row r is cols / 2 bytes (the compressed-tensors
+//              `weight_packed` int32 words, little-endian, are exactly this), scales BF16
+//              [rows][cols / group_cols]. Packed: panel column c is 8 bytes (lanes 2j, 2j+1 in
+//              byte j), scales BF16 [panel][cols / group_cols][16].
 #pragma once
 
 #include <cstddef>
@@ -14,27 +27,52 @@ namespace mlaserve {
 
 inline constexpr int kPanelRows = 16;
 
+enum class WeightFormat { kDense, kFp8Block, kInt4Group };
+
 struct WeightMatrix {
-  DType dtype = DType::kBF16;
+  DType dtype = DType::kBF16;  // kDense: F32/BF16/F16; kFp8Block: F8_E4M3; kInt4Group: I32
   int64_t rows = 0;
   int64_t cols = 0;
   const void* data = nullptr;
   bool packed = false;  // panels of kPanelRows (row(), Slice() are for row-major only)
+  WeightFormat format = WeightFormat::kDense;
+  const void* scales = nullptr;  // quantized formats only (see above); may be unaligned
+  int block_rows = 1;            // kFp8Block: rows per scale block
+  int block_cols = 1;            // kFp8Block: columns per scale block; kInt4Group: group size
+  int64_t scale_row0 = 0;        // row-major: the first row's index in the scale grid
 
+  bool quantized() const { return format != WeightFormat::kDense; }
   int64_t num_panels() const { return (rows + kPanelRows - 1) / kPanelRows; }
+  int64_t scale_cols() const { return (cols + block_cols - 1) / block_cols; }
   size_t panel_bytes() const { return size_t(kPanelRows) * row_bytes(); }
   const std::byte* panel(int64_t p) const {
     return static_cast<const std::byte*>(data) + size_t(p) * panel_bytes();
   }
 
-  size_t row_bytes() const { return size_t(cols) * DTypeBytes(dtype); }
+  size_t row_bytes() const {
+    return format == WeightFormat::kInt4Group ? size_t(cols) / 2 : size_t(cols) * DTypeBytes(dtype);
+  }
   size_t total_bytes() const { return size_t(rows) * row_bytes(); }
+  // Bytes of the scales (quantized formats), as the checkpoint stores them.
+  size_t scale_bytes() const {
+    if (format == WeightFormat::kFp8Block) {
+      return size_t((rows + block_rows - 1) / block_rows) * size_t(scale_cols()) * 4;
+    }
+    if (format == WeightFormat::kInt4Group) return size_t(rows) * size_t(scale_cols()) * 2;
+    return 0;
+  }
+  // Bytes a full read of the matrix touches: values plus scales.
+  size_t stored_bytes() const { return total_bytes() + scale_bytes(); }
   const std::byte* row(int64_t r) const {
     return static_cast<const std::byte*>(data) + size_t(r) * row_bytes();
   }
-  // Rows [begin, begin + count) as a matrix of their own.
+  // Rows [begin, begin + count) as a matrix of their own (row-major only).
   WeightMatrix Slice(int64_t begin, int64_t count) const {
-    return WeightMatrix{dtype, count, cols, row(begin)};
+    WeightMatrix s = *this;
+    s.rows = count;
+    s.data = row(begin);
+    s.scale_row0 = scale_row0 + begin;
+    return s;
   }
 };
 

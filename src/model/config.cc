@@ -105,6 +105,97 @@ Status ParseRopeScaling(const json& j, const std::string& source, ModelConfig& c
   return r.error();
 }
 
+// quantization_config: block-scaled fp8 or compressed-tensors pack-quantized int4; anything else
+// is one line naming what was found.
+Status ParseQuantization(const json& j, const std::string& source, ModelConfig& c) {
+  if (!j.contains("quantization_config") || j["quantization_config"].is_null()) return Status::Ok();
+  const json& q = j["quantization_config"];
+  const std::string where = source + ": quantization_config";
+  if (!q.is_object()) return Status::Error(where + " must be an object");
+  const std::string method = q.value("quant_method", std::string());
+  if (method == "fp8") {
+    const std::string fmt = q.value("fmt", std::string("e4m3"));
+    if (fmt != "e4m3") return Status::Error(where + ".fmt '" + fmt + "' is not supported (e4m3)");
+    const std::string act = q.value("activation_scheme", std::string("dynamic"));
+    if (act != "dynamic") {
+      return Status::Error(where + ".activation_scheme '" + act + "' is not supported (dynamic)");
+    }
+    if (!q.contains("weight_block_size") || q["weight_block_size"].is_null()) {
+      return Status::Error(where + ": fp8 without weight_block_size (per-tensor scales) is not supported "
+                                   "(supported: block-scaled fp8, weight_block_size [128, 128])");
+    }
+    const json& b = q["weight_block_size"];
+    if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
+        b[0].get<int>() <= 0 || b[1].get<int>() <= 0) {
+      return Status::Error(where + ".weight_block_size must be two positive integers");
+    }
+    c.quant.method = WeightQuantMethod::kFp8Block;
+    c.quant.block_rows = b[0].get<int>();
+    c.quant.block_cols = b[1].get<int>();
+    if (c.quant.block_rows % 16 != 0) {
+      return Status::Error(where + ".weight_block_size rows " + std::to_string(c.quant.block_rows) +
+                           " is not supported (a multiple of 16)");
+    }
+    return Status::Ok();
+  }
+  if (method == "compressed-tensors") {
+    // The format is top-level, or per group under a top-level "mixed" (or none).
+    const std::string format = q.value("format", std::string());
+    if (format != "pack-quantized" && format != "mixed" && !format.empty()) {
+      return Status::Error(where + ".format '" + format + "' is not supported (pack-quantized)");
+    }
+    if (!q.contains("config_groups") || !q["config_groups"].is_object() || q["config_groups"].empty()) {
+      return Status::Error(where + ".config_groups is missing");
+    }
+    int group_size = 0;
+    for (const auto& [name, group] : q["config_groups"].items()) {
+      const std::string g = where + ".config_groups." + name;
+      if (!group.is_object()) return Status::Error(g + " must be an object");
+      if (group.contains("input_activations") && !group["input_activations"].is_null()) {
+        return Status::Error(g + ".input_activations: activation quantization is not supported (weight-only w4a16)");
+      }
+      const std::string group_format =
+          group.contains("format") && group["format"].is_string() ? group["format"].get<std::string>() : format;
+      if (group_format != "pack-quantized") {
+        return Status::Error(g + ".format '" + group_format + "' is not supported (pack-quantized)");
+      }
+      if (!group.contains("weights") || !group["weights"].is_object()) return Status::Error(g + ".weights is missing");
+      const json& w = group["weights"];
+      const int bits = w.value("num_bits", 0);
+      if (bits != 4) {
+        return Status::Error(g + ".weights.num_bits " + std::to_string(bits) + " is not supported (4)");
+      }
+      const std::string type = w.value("type", std::string("int"));
+      if (type != "int") return Status::Error(g + ".weights.type '" + type + "' is not supported (int)");
+      if (!w.value("symmetric", false)) {
+        return Status::Error(g + ".weights.symmetric false: asymmetric (zero-point) int4 is not supported");
+      }
+      const std::string strategy = w.value("strategy", std::string());
+      if (strategy != "group") {
+        return Status::Error(g + ".weights.strategy '" + strategy + "' is not supported (group)");
+      }
+      if (w.contains("actorder") && !w["actorder"].is_null() && w["actorder"] != false) {
+        return Status::Error(g + ".weights.actorder: act-order int4 is not supported");
+      }
+      if (w.value("dynamic", false)) return Status::Error(g + ".weights.dynamic true is not supported");
+      const json gs = w.value("group_size", json());
+      if (!gs.is_number_integer() || gs.get<int>() <= 0 || gs.get<int>() % 2 != 0) {
+        return Status::Error(g + ".weights.group_size must be a positive even integer");
+      }
+      if (group_size != 0 && gs.get<int>() != group_size) {
+        return Status::Error(where + ": config_groups with different group sizes are not supported");
+      }
+      group_size = gs.get<int>();
+    }
+    c.quant.method = WeightQuantMethod::kInt4Pack;
+    c.quant.group_size = group_size;
+    return Status::Ok();
+  }
+  return Status::Error(where + ".quant_method '" + method +
+                       "' is not supported (supported: fp8 with weight_block_size, compressed-tensors "
+                       "pack-quantized int4)");
+}
+
 Status Validate(const ModelConfig& c, FieldReader& r) {
   auto positive = [&](const char* key, int v) {
     if (v <= 0) r.Fail(key, "must be positive, got " + std::to_string(v));
@@ -281,7 +372,9 @@ Result<ModelConfig> ParseModelConfig(std::string_view json_text, const std::stri
     c.eos_token_id = j["eos_token_id"].get<int>();
   }
   MLA_RETURN_IF_ERROR(r.error());
+  c.num_nextn_predict_layers = r.NullableInt("num_nextn_predict_layers", 0);
   MLA_RETURN_IF_ERROR(ParseRopeScaling(j, source, c));
+  MLA_RETURN_IF_ERROR(ParseQuantization(j, source, c));
   MLA_RETURN_IF_ERROR(Validate(c, r));
   if (wrapper->wrapped) {
     c.model_type = wrapper->model_type;

@@ -27,6 +27,22 @@ struct YarnScaling {
   double beta_slow = 1.0;
 };
 
+// config.json's quantization_config, reduced to what loading needs. Which tensors are quantized
+// is read from the checkpoint itself (a matrix is dense or quantized tensor by tensor); this says
+// which quantized layouts are allowed and their block shapes.
+enum class WeightQuantMethod {
+  kNone,
+  kFp8Block,  // quant_method "fp8", fmt e4m3, weight_block_size [rows, cols] (DeepSeek-V3, Kimi-K2)
+  kInt4Pack,  // quant_method "compressed-tensors", pack-quantized int4 symmetric group (Kimi-K2-Thinking)
+};
+
+struct WeightQuantConfig {
+  WeightQuantMethod method = WeightQuantMethod::kNone;
+  int block_rows = 128;  // kFp8Block
+  int block_cols = 128;  // kFp8Block
+  int group_size = 32;   // kInt4Pack
+};
+
 struct ModelConfig {
   std::string model_type;  // as written in config.json (the wrapper's, for Kimi-K2.5)
   std::string torch_dtype;  // the checkpoint's activation dtype ("bfloat16"); may be empty
@@ -65,6 +81,8 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   int bos_token_id = -1;
   int eos_token_id = -1;
+  int num_nextn_predict_layers = 0;  // MTP layers stored after the decoder (skipped at load)
+  WeightQuantConfig quant;
 
   // Multimodal wrappers (Kimi-K2.5): where the text model's tensors are ("language_model."
   // before "model.layers..." and "lm_head..."), and whether the checkpoint also has a vision

@@ -2,7 +2,11 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <unordered_set>
 
 #include "core/float16.h"
 
@@ -19,6 +23,47 @@ Model::Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWe
       token_positions_(size_t(options.max_batch_tokens)),
       token_segments_(size_t(options.max_batch_tokens)) {}
 
+namespace {
+
+// DeepSeek-V3/R1 checkpoints carry their multi-token-prediction (nextn) layers as
+// model.layers.{num_hidden_layers + k}.*. They are not bound, so their pages are never read; one
+// line says so (speculative decoding will use them).
+void LogSkippedMtpLayers(const ModelConfig& config, const Checkpoint& checkpoint) {
+  const std::string prefix = config.tensor_prefix + "model.layers.";
+  size_t num_tensors = 0, num_bytes = 0;
+  int first_layer = -1, last_layer = -1;
+  for (const auto& [name, view] : checkpoint.tensors()) {
+    if (!name.starts_with(prefix)) continue;
+    const int layer = std::atoi(name.c_str() + prefix.size());
+    if (layer < config.num_hidden_layers) continue;
+    ++num_tensors;
+    num_bytes += view.num_bytes;
+    first_layer = first_layer < 0 ? layer : std::min(first_layer, layer);
+    last_layer = std::max(last_layer, layer);
+  }
+  if (num_tensors == 0) return;
+  std::fprintf(stderr, "mlaserve: skipping MTP (nextn) layer%s %d%s: %zu tensors, %.1f MB, not loaded\n",
+               first_layer == last_layer ? "" : "s", first_layer,
+               first_layer == last_layer ? "" : ("-" + std::to_string(last_layer)).c_str(), num_tensors,
+               double(num_bytes) / 1e6);
+}
+
+// After packing, only the embedding and kv_b_proj (read by rows, with their scales) are read from
+// the mapping; every other tensor's pages (packed matrices, norms copied to fp32, MTP layers) are
+// given back, so resident weights are about the checkpoint's bytes, not twice them.
+void ReleaseCopiedPages(const ModelWeights& weights, const Checkpoint& checkpoint) {
+  std::unordered_set<const void*> in_use{weights.embed.data};
+  for (const LayerWeights& layer : weights.layers) {
+    in_use.insert(layer.attn.kv_b.data);
+    in_use.insert(layer.attn.kv_b.scales);
+  }
+  for (const auto& [name, view] : checkpoint.tensors()) {
+    if (!in_use.contains(view.data)) checkpoint.ReleasePages(view);
+  }
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
                                            const ModelOptions& options) {
   auto config = LoadModelConfig(model_dir);
@@ -27,6 +72,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
   if (!checkpoint.ok()) return checkpoint.status();
   auto weights = BindWeights(*config, **checkpoint);
   if (!weights.ok()) return weights.status();
+  LogSkippedMtpLayers(*config, **checkpoint);
   if (options.max_batch_tokens <= 0) return Status::Error("max_batch_tokens must be positive");
   int max_context = options.max_context > 0
                         ? options.max_context
@@ -39,7 +85,11 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
   int threads = options.num_threads > 0 ? options.num_threads : ThreadPool::DefaultThreadCount();
   std::unique_ptr<Model> model(new Model(std::move(config).value(), std::move(checkpoint).value(),
                                          std::move(weights).value(), options, max_context, threads));
-  PackWeights(model->weights_, model->pool_);
+  PackWeights(model->weights_, model->pool_, [](const WeightMatrix& source) {
+    Checkpoint::ReleaseMappedPages(source.data, source.total_bytes());
+    if (source.scales != nullptr) Checkpoint::ReleaseMappedPages(source.scales, source.scale_bytes());
+  });
+  ReleaseCopiedPages(model->weights_, *model->checkpoint_);
   return model;
 }
 

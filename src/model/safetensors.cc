@@ -37,9 +37,9 @@ Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
   std::unique_ptr<MappedFile> file(new MappedFile());
   file->size_ = size_t(st.st_size);
   if (file->size_ > 0) {
-    // MAP_POPULATE maps every page now, so the first decode steps do not take a minor fault
-    // per 4 KB of weights (which costs more than reading them).
-    void* p = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    // Not MAP_POPULATE: the matrices are packed into owned copies at load and their pages given
+    // back one matrix at a time (Model::Load), and unused tensors (MTP layers) are never read.
+    void* p = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
       ::close(fd);
       return Status::Error(path + ": mmap failed: " + std::strerror(errno));
@@ -48,6 +48,13 @@ Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
   }
   ::close(fd);
   return file;
+}
+
+void Checkpoint::ReleaseMappedPages(const void* data, size_t num_bytes) {
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + num_bytes) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {
@@ -62,7 +69,8 @@ Result<DType> ParseDType(const std::string& s) {
   if (s == "F16") return DType::kF16;
   if (s == "I32") return DType::kI32;
   if (s == "I64") return DType::kI64;
-  return Status::Error("dtype " + s + " is not supported (supported: F32, BF16, F16, I32, I64)");
+  if (s == "F8_E4M3") return DType::kF8E4M3;
+  return Status::Error("dtype " + s + " is not supported (supported: F32, BF16, F16, F8_E4M3, I32, I64)");
 }
 
 }  // namespace

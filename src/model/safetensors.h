@@ -59,6 +59,13 @@ class Checkpoint {
   // Metadata of the first file ("__metadata__"), string values only.
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   size_t total_tensor_bytes() const { return total_tensor_bytes_; }
+  // Drops the process's pages of `t` (those wholly inside it) once their contents have been
+  // copied elsewhere or are not needed (packed matrices, MTP layers): resident memory stays
+  // near the checkpoint's size. The view stays valid; reading it again faults the pages back in.
+  void ReleasePages(const TensorView& t) const { ReleaseMappedPages(t.data, t.num_bytes); }
+  // The same for any range inside this checkpoint's mappings (never for other memory: dropping
+  // anonymous pages would zero them).
+  static void ReleaseMappedPages(const void* data, size_t num_bytes);
 
  private:
   Status AddFile(const std::string& path, const std::vector<std::string>* expected_names);

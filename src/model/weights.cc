@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 
 #include "core/float16.h"
 #include "kernels/pack.h"
@@ -21,18 +23,33 @@ namespace {
 // Looks tensors up by name; remembers the first problem as one line naming the tensor.
 class Binder {
  public:
-  // prefix: where the text model's tensors are in a multimodal wrapper ("language_model.").
-  Binder(const Checkpoint* ckpt, std::string prefix, std::vector<TensorSpec>* listing = nullptr)
-      : ckpt_(ckpt), prefix_(std::move(prefix)), listing_(listing) {}
+  // prefix: where the text model's tensors are in a multimodal wrapper ("language_model.");
+  // names given to Matrix() and Vector() are the text model's own.
+  Binder(const Checkpoint* ckpt, std::string prefix, WeightQuantConfig quant,
+         std::vector<TensorSpec>* listing = nullptr)
+      : ckpt_(ckpt), prefix_(std::move(prefix)), quant_(std::move(quant)), listing_(listing) {}
   const Status& status() const { return status_; }
 
-  WeightMatrix Matrix(const std::string& name, int64_t rows, int64_t cols) {
+  // A Linear weight `X.weight`: dense, fp8 (`X.weight` F8_E4M3 + `X.weight_scale_inv`), or int4
+  // (`X.weight_packed` + `X.weight_scale` + `X.weight_shape`), as the checkpoint stores it.
+  WeightMatrix Matrix(const std::string& own_name, int64_t rows, int64_t cols) {
+    const std::string name = prefix_ + own_name;
+    if (listing_ == nullptr && status_.ok()) {
+      const TensorView* stored = ckpt_->Find(name);
+      if (stored != nullptr && stored->dtype == DType::kF8E4M3) return Fp8Matrix(name, *stored, rows, cols);
+      const std::string base = name.substr(0, name.size() - std::string_view(".weight").size());
+      if (stored == nullptr && name.ends_with(".weight")) {
+        if (const TensorView* packed = ckpt_->Find(base + ".weight_packed")) {
+          return Int4Matrix(base, *packed, rows, cols);
+        }
+      }
+    }
     const TensorView* t = Get(name, {rows, cols});
     if (t == nullptr) return {};
     return WeightMatrix{t->dtype, rows, cols, t->data};
   }
-  std::vector<float> Vector(const std::string& name, int64_t size) {
-    const TensorView* t = Get(name, {size});
+  std::vector<float> Vector(const std::string& own_name, int64_t size) {
+    const TensorView* t = Get(prefix_ + own_name, {size});
     if (t == nullptr) return std::vector<float>(size_t(std::max<int64_t>(0, size)), 0.0f);
     return TensorToF32(*t);
   }
@@ -43,8 +60,101 @@ class Binder {
   }
 
  private:
-  const TensorView* Get(const std::string& unprefixed_name, std::vector<int64_t> shape) {
-    const std::string name = prefix_ + unprefixed_name;
+  void Fail(const std::string& message) {
+    if (status_.ok()) status_ = Status::Error(message);
+  }
+  static std::string Shape(std::vector<int64_t> shape) {
+    TensorView v;
+    v.shape = std::move(shape);
+    return v.ShapeString();
+  }
+  // A companion tensor of a quantized weight, checked for dtype (one of `dtypes`) and shape.
+  const TensorView* Companion(const std::string& name, const std::string& of, std::initializer_list<DType> dtypes,
+                              const std::vector<int64_t>& shape, const std::string& implied_by) {
+    const TensorView* t = ckpt_->Find(name);
+    if (t == nullptr) {
+      Fail("checkpoint is missing tensor '" + name + "' (needed by the quantized '" + of + "')");
+      return nullptr;
+    }
+    if (std::find(dtypes.begin(), dtypes.end(), t->dtype) == dtypes.end()) {
+      std::string allowed;
+      for (DType d : dtypes) allowed += std::string(allowed.empty() ? "" : " or ") + DTypeName(d);
+      Fail(t->file + ": tensor '" + name + "' has dtype " + DTypeName(t->dtype) + " (expected " + allowed + ")");
+      return nullptr;
+    }
+    if (t->shape != shape) {
+      Fail(t->file + ": tensor '" + name + "' has shape " + t->ShapeString() + " but " + implied_by + " implies " +
+           Shape(shape));
+      return nullptr;
+    }
+    return t;
+  }
+
+  WeightMatrix Fp8Matrix(const std::string& name, const TensorView& t, int64_t rows, int64_t cols) {
+    if (quant_.method != WeightQuantMethod::kFp8Block) {
+      Fail(t.file + ": tensor '" + name + "' is F8_E4M3 but config.json has no fp8 quantization_config "
+                    "(quant_method fp8 with weight_block_size)");
+      return {};
+    }
+    if (t.shape != std::vector<int64_t>{rows, cols}) {
+      Fail(t.file + ": tensor '" + name + "' has shape " + t.ShapeString() + " but the config implies " +
+           Shape({rows, cols}));
+      return {};
+    }
+    const int br = quant_.block_rows, bc = quant_.block_cols;
+    const std::string block = "weight_block_size [" + std::to_string(br) + ", " + std::to_string(bc) + "]";
+    const TensorView* scale = Companion(name + "_scale_inv", name, {DType::kF32},
+                                        {(rows + br - 1) / br, (cols + bc - 1) / bc}, block);
+    if (scale == nullptr) return {};
+    return WeightMatrix{.dtype = DType::kF8E4M3, .rows = rows, .cols = cols, .data = t.data,
+                        .format = WeightFormat::kFp8Block, .scales = scale->data, .block_rows = br,
+                        .block_cols = bc};
+  }
+
+  WeightMatrix Int4Matrix(const std::string& base, const TensorView& packed, int64_t rows, int64_t cols) {
+    const std::string name = base + ".weight_packed";
+    if (quant_.method != WeightQuantMethod::kInt4Pack) {
+      Fail(packed.file + ": tensor '" + name + "' is pack-quantized int4 but config.json has no "
+                         "compressed-tensors quantization_config");
+      return {};
+    }
+    const int group = quant_.group_size;
+    if (cols % 8 != 0 || cols % group != 0) {
+      Fail("tensor '" + name + "': " + std::to_string(cols) + " input features are not a multiple of 8 and of group_size " +
+           std::to_string(group));
+      return {};
+    }
+    if (ckpt_->Find(base + ".weight_zero_point") != nullptr) {
+      Fail("tensor '" + base + ".weight_zero_point': asymmetric (zero-point) int4 is not supported");
+      return {};
+    }
+    const std::string implied = "the config (" + std::to_string(rows) + " x " + std::to_string(cols) +
+                                ", group_size " + std::to_string(group) + ")";
+    if (Companion(name, name, {DType::kI32}, {rows, cols / 8}, implied) == nullptr) return {};
+    const TensorView* scale = Companion(base + ".weight_scale", name, {DType::kBF16}, {rows, cols / group}, implied);
+    const TensorView* shape = Companion(base + ".weight_shape", name, {DType::kI32, DType::kI64}, {2}, "a 2-D weight");
+    if (scale == nullptr || shape == nullptr) return {};
+    int64_t dims[2];
+    for (int i = 0; i < 2; ++i) {
+      if (shape->dtype == DType::kI64) {
+        std::memcpy(&dims[i], shape->data + 8 * i, 8);
+      } else {
+        int32_t d;
+        std::memcpy(&d, shape->data + 4 * i, 4);
+        dims[i] = d;
+      }
+    }
+    if (dims[0] != rows || dims[1] != cols) {
+      Fail(shape->file + ": tensor '" + base + ".weight_shape' holds " + Shape({dims[0], dims[1]}) +
+           " but the config implies " + Shape({rows, cols}));
+      return {};
+    }
+    return WeightMatrix{.dtype = DType::kI32, .rows = rows, .cols = cols, .data = packed.data,
+                        .format = WeightFormat::kInt4Group, .scales = scale->data, .block_rows = 1,
+                        .block_cols = group};
+  }
+
+  const TensorView* Get(const std::string& name, std::vector<int64_t> shape) {
     if (listing_ != nullptr) {
       listing_->push_back(TensorSpec{name, std::move(shape)});
       return nullptr;
@@ -72,6 +182,7 @@ class Binder {
 
   const Checkpoint* ckpt_;
   const std::string prefix_;
+  WeightQuantConfig quant_;
   std::vector<TensorSpec>* listing_;  // set: record what would be bound instead of binding
   Status status_;
 };
@@ -143,7 +254,7 @@ ModelWeights BindAll(Binder& b, const ModelConfig& c) {
 }  // namespace
 
 Result<ModelWeights> BindWeights(const ModelConfig& c, const Checkpoint& checkpoint) {
-  Binder b(&checkpoint, c.tensor_prefix);
+  Binder b(&checkpoint, c.tensor_prefix, c.quant);
   ModelWeights w = BindAll(b, c);
   if (!b.status().ok()) return b.status();
   return w;
@@ -177,21 +288,23 @@ void ForEachMatMulMatrix(ModelWeights& w, Visit&& visit) {
 
 }  // namespace
 
-void PackWeights(ModelWeights& w, ThreadPool& pool) {
+void PackWeights(ModelWeights& w, ThreadPool& pool, const std::function<void(const WeightMatrix&)>& after_each) {
   size_t total = 0;
   ForEachMatMulMatrix(w, [&](WeightMatrix& m) { total += PackedBytes(m); });
   w.packed_storage.assign(total, std::byte{0});
   size_t offset = 0;
   ForEachMatMulMatrix(w, [&](WeightMatrix& m) {
     const size_t bytes = PackedBytes(m);
+    const WeightMatrix source = m;
     m = PackPanels(m, w.packed_storage.data() + offset, pool);
     offset += bytes;
+    if (after_each) after_each(source);
   });
 }
 
 std::vector<TensorSpec> ListWeightTensors(const ModelConfig& c) {
   std::vector<TensorSpec> specs;
-  Binder b(nullptr, c.tensor_prefix, &specs);
+  Binder b(nullptr, c.tensor_prefix, c.quant, &specs);
   BindAll(b, c);
   return specs;
 }

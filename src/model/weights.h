@@ -4,6 +4,7 @@
 // ModelWeights); small vectors (norms, router bias) are converted to fp32 copies at load.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,7 +66,10 @@ Result<ModelWeights> BindWeights(const ModelConfig& config, const Checkpoint& ch
 // Copies every matrix that goes through MatMul (all but the embedding and kv_b_proj, which are
 // read by rows) into panels of kPanelRows rows, in their dtype, owned by weights.packed_storage,
 // and points the views at the copies. Done once at load; uses `pool` to copy in parallel.
-void PackWeights(ModelWeights& weights, ThreadPool& pool);
+// `after_each(source)` runs once a matrix is copied, with its row-major source view (Model::Load
+// gives the source's mapped pages back there).
+void PackWeights(ModelWeights& weights, ThreadPool& pool,
+                 const std::function<void(const WeightMatrix&)>& after_each = {});
 
 // Every tensor BindWeights reads for `config`, with its shape (for writing checkpoints).
 struct TensorSpec {

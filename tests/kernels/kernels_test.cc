@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/float16.h"
@@ -42,6 +44,124 @@ Weights RandomWeights(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng
   }
   w.matrix = WeightMatrix{dtype, rows, cols, w.bytes.data()};
   return w;
+}
+
+// Random quantized weights: fp8 codes (every finite E4M3 code) with F32 block scales, or int4
+// nibbles with BF16 group scales, in the row-major layouts the checkpoints store.
+struct QuantWeights {
+  std::vector<std::byte> codes;
+  std::vector<std::byte> scales;
+  WeightMatrix matrix;
+};
+
+QuantWeights RandomQuantWeights(WeightFormat format, int64_t rows, int64_t cols, int block_rows, int block_cols,
+                                std::mt19937& rng) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+  QuantWeights w;
+  w.matrix = WeightMatrix{.dtype = format == WeightFormat::kFp8Block ? DType::kF8E4M3 : DType::kI32,
+                          .rows = rows, .cols = cols, .format = format, .block_rows = block_rows,
+                          .block_cols = block_cols};
+  w.codes.resize(w.matrix.total_bytes());
+  for (std::byte& b : w.codes) {
+    int v = byte(rng);
+    if (format == WeightFormat::kFp8Block && (v & 0x7f) == 0x7f) v &= 0xfe;  // no NaN codes
+    b = std::byte(v);
+  }
+  w.scales.resize(w.matrix.scale_bytes());
+  for (size_t i = 0; i < w.scales.size(); i += format == WeightFormat::kFp8Block ? 4 : 2) {
+    const float s = scale(rng);
+    if (format == WeightFormat::kFp8Block) {
+      std::memcpy(w.scales.data() + i, &s, 4);
+    } else {
+      const uint16_t h = F32ToBf16(s);
+      std::memcpy(w.scales.data() + i, &h, 2);
+    }
+  }
+  w.matrix.data = w.codes.data();
+  w.matrix.scales = w.scales.data();
+  return w;
+}
+
+// The weight kinds every kernel handles: dense dtypes and the two quantized formats (int4 needs
+// cols a multiple of 8; its group is 32 when it divides cols, else 8). fp8 comes with 32-row
+// blocks (panel pairs share a scale: the scale is folded into the activations) and 16-row ones
+// (AVX-512 pairs straddle blocks: the scale multiplies the weights).
+enum class Kind { kF32, kBF16, kF16, kFp8, kFp8Rows16, kInt4 };
+constexpr Kind kAllKinds[] = {Kind::kF32, Kind::kBF16, Kind::kF16, Kind::kFp8, Kind::kFp8Rows16, Kind::kInt4};
+
+struct AnyWeights {
+  Weights dense;
+  QuantWeights quant;
+  const WeightMatrix& matrix() const { return quant.codes.empty() ? dense.matrix : quant.matrix; }
+};
+
+std::optional<AnyWeights> MakeWeights(Kind kind, int64_t rows, int64_t cols, std::mt19937& rng) {
+  AnyWeights w;
+  switch (kind) {
+    case Kind::kF32: w.dense = RandomWeights(DType::kF32, rows, cols, rng); break;
+    case Kind::kBF16: w.dense = RandomWeights(DType::kBF16, rows, cols, rng); break;
+    case Kind::kF16: w.dense = RandomWeights(DType::kF16, rows, cols, rng); break;
+    case Kind::kFp8: w.quant = RandomQuantWeights(WeightFormat::kFp8Block, rows, cols, 32, 48, rng); break;
+    case Kind::kFp8Rows16: w.quant = RandomQuantWeights(WeightFormat::kFp8Block, rows, cols, 16, 20, rng); break;
+    case Kind::kInt4:
+      if (cols % 8 != 0) return std::nullopt;
+      w.quant = RandomQuantWeights(WeightFormat::kInt4Group, rows, cols, 1, cols % 32 == 0 ? 32 : 8, rng);
+      break;
+  }
+  return w;
+}
+
+const char* KindName(Kind kind) {
+  constexpr const char* kNames[] = {"F32", "BF16", "F16", "fp8-block", "fp8-block rows 16", "int4-group"};
+  return kNames[int(kind)];
+}
+
+// Quantized weights: every SIMD table against the portable one (row-major products over split
+// row ranges, a Slice whose scale grid starts mid-block, axpy_row), for block/group shapes that
+// do and do not fill whole vectors.
+TEST(Kernels, QuantizedSimdMatchesPortable) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const auto tables = SimdTables();
+  if (tables.empty()) GTEST_SKIP() << "no SIMD kernels on this CPU";
+  struct Shape {
+    WeightFormat format;
+    int block_rows, block_cols;
+    int64_t cols;
+  };
+  const Shape shapes[] = {{WeightFormat::kFp8Block, 128, 128, 7},   {WeightFormat::kFp8Block, 128, 128, 128},
+                          {WeightFormat::kFp8Block, 128, 128, 300}, {WeightFormat::kFp8Block, 16, 48, 200},
+                          {WeightFormat::kFp8Block, 32, 20, 61},    {WeightFormat::kInt4Group, 1, 32, 64},
+                          {WeightFormat::kInt4Group, 1, 32, 224},   {WeightFormat::kInt4Group, 1, 8, 40},
+                          {WeightFormat::kInt4Group, 1, 2, 8}};
+  for (const Shape& shape : shapes) {
+    for (int64_t n : {1, 2, 5, 13}) {
+      const int64_t rows = 150;
+      QuantWeights w = RandomQuantWeights(shape.format, rows, shape.cols, shape.block_rows, shape.block_cols, rng);
+      const WeightMatrix slice = w.matrix.Slice(37, 90);
+      std::vector<float> x(size_t(n * shape.cols));
+      for (float& v : x) v = dist(rng);
+      for (const WeightMatrix& m : {w.matrix, slice}) {
+        std::vector<float> expected(size_t(n * m.rows), -1.0f);
+        PortableKernels().matmul_rows(x.data(), n, m, 0, m.rows, expected.data(), m.rows);
+        for (const KernelSet* k : tables) {
+          SCOPED_TRACE(std::string(k->name) + " cols=" + std::to_string(shape.cols) + " block_cols=" +
+                       std::to_string(shape.block_cols) + " n=" + std::to_string(n) + " rows=" + std::to_string(m.rows));
+          std::vector<float> got(size_t(n * m.rows), -1.0f);
+          k->matmul_rows(x.data(), n, m, 0, 40, got.data(), m.rows);
+          k->matmul_rows(x.data(), n, m, 40, m.rows, got.data(), m.rows);
+          for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], expected[i], 1e-4 * (1 + std::abs(expected[i])));
+          for (int64_t r : {int64_t(0), int64_t(3), m.rows - 1}) {
+            std::vector<float> y_ref(size_t(m.cols), 0.5f), y(size_t(m.cols), 0.5f);
+            PortableKernels().axpy_row(0.75f, m, r, y_ref.data());
+            k->axpy_row(0.75f, m, r, y.data());
+            for (int64_t i = 0; i < m.cols; ++i) ASSERT_NEAR(y[size_t(i)], y_ref[size_t(i)], 1e-5 * (1 + std::abs(y_ref[size_t(i)])));
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(Kernels, SimdMatchesPortable) {
@@ -87,18 +207,20 @@ TEST(Kernels, MatMulIsBatchInvariant) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<const KernelSet*> tables = SimdTables();
   tables.push_back(&PortableKernels());
-  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+  for (Kind kind : kAllKinds) {
     for (int64_t cols : {5, 64, 100, 2048}) {
       const int64_t rows = 9, n = 37;
-      Weights w = RandomWeights(dtype, rows, cols, rng);
+      const auto w = MakeWeights(kind, rows, cols, rng);
+      if (!w) continue;
       std::vector<float> x(size_t(n * cols));
       for (float& v : x) v = dist(rng);
       for (const KernelSet* k : tables) {
+        SCOPED_TRACE(KindName(kind));
         std::vector<float> batched(size_t(n * rows));
-        k->matmul_rows(x.data(), n, w.matrix, 0, rows, batched.data(), rows);
+        k->matmul_rows(x.data(), n, w->matrix(), 0, rows, batched.data(), rows);
         for (int64_t t = 0; t < n; ++t) {
           std::vector<float> alone(static_cast<size_t>(rows));
-          k->matmul_rows(x.data() + t * cols, 1, w.matrix, 0, rows, alone.data(), rows);
+          k->matmul_rows(x.data() + t * cols, 1, w->matrix(), 0, rows, alone.data(), rows);
           for (int64_t r = 0; r < rows; ++r) {
             ASSERT_EQ(alone[size_t(r)], batched[size_t(t * rows + r)]) << k->name << " t=" << t;
           }
@@ -116,17 +238,20 @@ TEST(Kernels, PackedPanelsMatchRowMajorAndAreBatchInvariant) {
   ThreadPool pool(2);
   std::vector<const KernelSet*> tables = SimdTables();
   tables.push_back(&PortableKernels());
-  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+  for (Kind kind : kAllKinds) {
     for (int64_t rows : {1, 15, 16, 17, 33, 64, 70}) {
       for (int64_t n : {1, 2, 5, 13, 27}) {
-        const int64_t cols = 37;
-        Weights w = RandomWeights(dtype, rows, cols, rng);
-        std::vector<std::byte> packed_bytes(PackedBytes(w.matrix));
-        const WeightMatrix packed = PackPanels(w.matrix, packed_bytes.data(), pool);
+        const int64_t cols = kind == Kind::kInt4 ? 72 : 37;
+        const auto w = MakeWeights(kind, rows, cols, rng);
+        ASSERT_TRUE(w.has_value());
+        std::vector<std::byte> packed_bytes(PackedBytes(w->matrix()));
+        const WeightMatrix packed = PackPanels(w->matrix(), packed_bytes.data(), pool);
         std::vector<float> x(size_t(n * cols));
         for (float& v : x) v = dist(rng);
         std::vector<float> expected(size_t(n * rows));
-        PortableKernels().matmul_rows(x.data(), n, w.matrix, 0, rows, expected.data(), rows);
+        PortableKernels().matmul_rows(x.data(), n, w->matrix(), 0, rows, expected.data(), rows);
+        const DType dtype = w->matrix().dtype;
+        SCOPED_TRACE(KindName(kind));
         for (const KernelSet* k : tables) {
           std::vector<float> got(size_t(n * rows), -7.0f);
           const int64_t split = packed.num_panels() / 2 * 2;  // as MatMul splits: pairs of panels

@@ -47,7 +47,10 @@ TEST(KimiK25Layout, ConfigUnwrapsTheTextModel) {
   json text = TinyTextConfig();
   text.erase("tie_word_embeddings");
   json wrapper = KimiK25Wrapper(text);
-  wrapper["quantization_config"] = {{"quant_method", "compressed-tensors"}};
+  // A quantization_config given only at the top level applies to the text model.
+  wrapper["quantization_config"] = json::parse(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+      "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int",
+      "symmetric": true, "strategy": "group", "group_size": 32}}}, "ignore": ["lm_head"]})");
   auto c = ParseModelConfig(wrapper.dump(), "config.json");
   ASSERT_TRUE(c.ok()) << c.error();
   EXPECT_EQ(c->model_type, "kimi_k25");
@@ -56,6 +59,7 @@ TEST(KimiK25Layout, ConfigUnwrapsTheTextModel) {
   EXPECT_EQ(c->hidden_size, 64);
   EXPECT_EQ(c->n_routed_experts, 8);
   EXPECT_FALSE(c->tie_word_embeddings);
+  EXPECT_EQ(c->quant.method, WeightQuantMethod::kInt4Pack);
   // The architecture alone identifies the wrapper; without text_config it is a clear error.
   json no_text = wrapper;
   no_text.erase("text_config");
@@ -97,6 +101,19 @@ TEST(KimiK25Layout, TextModelScoresExactlyAsTheSameWeightsInDeepSeekLayout) {
   EXPECT_EQ(a.out, b.out);
   EXPECT_NE(b.err.find("kimi_k25: serving its text model (tensors language_model.*)"), std::string::npos) << b.err;
   EXPECT_NE(b.err.find("vision tower"), std::string::npos) << b.err;
+  // Kimi-K2.5 ships int4 routed experts: the same holds for int4-g32 weights in both layouts.
+  const std::string plain4 = dir.path() + "/plain4", wrapped4 = dir.path() + "/k25-4";
+  for (const auto& [config, out] : {std::pair{"/text.json", plain4}, std::pair{"/k25.json", wrapped4}}) {
+    r = RunMlaserve("init-random --config " + ShellQuote(dir.path() + config) + " --seed 7 --weights int4-g32 --out " +
+                    ShellQuote(out));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  auto a4 = RunMlaserve("score --model-path " + ShellQuote(plain4) + ids);
+  auto b4 = RunMlaserve("score --model-path " + ShellQuote(wrapped4) + ids);
+  ASSERT_EQ(a4.exit_code, 0) << a4.err;
+  ASSERT_EQ(b4.exit_code, 0) << b4.err;
+  EXPECT_EQ(a4.out, b4.out);
+  EXPECT_NE(a4.out, a.out);  // really quantized
   // The tensors really are under language_model.: the plain names are absent.
   std::filesystem::remove(wrapped + "/model-vision.safetensors");
   std::filesystem::rename(wrapped + "/model.safetensors", plain + "/model.safetensors");

@@ -12,7 +12,9 @@
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
 #include "model/model.h"
+#include "model/quantize.h"
 #include "model/safetensors.h"
+#include "support/run_binary.h"
 
 namespace mlaserve {
 namespace {
@@ -133,6 +135,21 @@ TEST(ReferenceFixture, TinyDeepSeekV2Random) {
   CheckModelAgainstFixture(kSource + "/tests/fixtures/tiny-v2",
                            kSource + "/tests/fixtures/tiny-v2/fixture.safetensors", 5e-4);
 }
+
+// Quantized checkpoints: `quantize` rewrites the bundled model (deterministically) and the engine,
+// computing on the stored fp8 / int4 weights, must match the Python reference run on the same
+// files dequantized independently (tools/train/dequantize.py).
+void CheckQuantizedShakespeare(QuantScheme scheme) {
+  testing::TempDir dir;
+  auto report = QuantizeCheckpoint(kSource + "/models/shakespeare-mla", dir.path(), scheme);
+  ASSERT_TRUE(report.ok()) << report.error();
+  CheckModelAgainstFixture(dir.path(),
+                           kSource + "/tests/fixtures/quant/" + QuantSchemeName(scheme) + ".safetensors", 5e-4);
+}
+
+TEST(ReferenceFixture, Fp8BlockQuantizedShakespeare) { CheckQuantizedShakespeare(QuantScheme::kFp8Block); }
+
+TEST(ReferenceFixture, Int4QuantizedShakespeare) { CheckQuantizedShakespeare(QuantScheme::kInt4G32); }
 
 }  // namespace
 }  // namespace mlaserve

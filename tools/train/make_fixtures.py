@@ -5,6 +5,12 @@
                                                  logits + greedy continuations of the bundled model
     tests/fixtures/tiny-v2/                      a random DeepSeek-V2-Lite-style checkpoint (sharded,
                                                  F16 + F32) and its fixture.safetensors
+    tests/fixtures/quant/{fp8-block,int4-g32}.safetensors
+                                                 logits + greedy continuations of the bundled model
+                                                 after `mlaserve quantize` (the checkpoint is not
+                                                 committed: the test re-runs quantize, which is
+                                                 deterministic), computed on the files' weights as
+                                                 dequantized by dequantize.py
 
 Fixture tensors, for prompt i: p{i}.input_ids I64 [n], p{i}.logits F32 [n, vocab] (every
 position), p{i}.greedy I64 [24] (argmax continuation, the full sequence re-run each step).
@@ -25,6 +31,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bpe  # noqa: E402
+import dequantize  # noqa: E402
 import modeling  # noqa: E402
 import safetensors_io  # noqa: E402
 
@@ -345,20 +352,67 @@ def write_tiny_v2(seed):
     raise RuntimeError("no seed gave robust tiny-v2 fixtures")
 
 
+# ---- (d) quantized copies of the bundled model -------------------------------------------------
+
+QUANT_SCHEMES = ["fp8-block", "int4-g32"]
+
+
+def write_quant_fixtures(tokenizer, heldout_text, mlaserve_binary):
+    import subprocess
+    import tempfile
+
+    bos_id = tokenizer.token_id("<|bos|>")
+    eos_id = tokenizer.token_id("<|eos|>")
+    short_candidates = ["ROMEO:\nO, she doth teach", "JULIET:\nWhat's in a name", "HAMLET:\nTo be, or not"]
+    medium_candidates = [heldout_prompt(tokenizer, heldout_text, line, 55) for line in range(100, 400, 20)]
+    os.makedirs(os.path.join(FIXTURE_DIR, "quant"), exist_ok=True)
+    for scheme in QUANT_SCHEMES:
+        with tempfile.TemporaryDirectory() as out_dir:
+            subprocess.run(
+                [mlaserve_binary, "quantize", "--model-path", MODEL_DIR, "--out", out_dir, "--weights", scheme], check=True
+            )
+            with open(os.path.join(out_dir, "config.json")) as f:
+                config = json.load(f)
+            tensors = dequantize.dequantize_checkpoint(safetensors_io.load_checkpoint(out_dir), config)
+        model = modeling.load_model(config, tensors)
+        prompts, texts = [], []
+        for kind, candidates in (("short", short_candidates), ("medium", medium_candidates)):
+            for text in candidates:
+                input_ids = [bos_id] + tokenizer.encode(text)
+                logits, greedy, logit_margin, routing_margin = greedy_reference(model, input_ids, eos_id)
+                if fixture_is_robust(f"{scheme} {kind} prompt ({len(input_ids)} tokens)", logit_margin, routing_margin):
+                    prompts.append((input_ids, logits, greedy))
+                    texts.append(text)
+                    break
+            else:
+                raise RuntimeError(f"no {kind} prompt with robust margins for {scheme}")
+        metadata = {
+            "model": "shakespeare-mla after mlaserve quantize --weights " + scheme,
+            "prompts": json.dumps(texts, ensure_ascii=False),
+            "num_prompts": str(len(prompts)),
+            "greedy_tokens": str(NUM_GREEDY_TOKENS),
+        }
+        write_fixture(os.path.join(FIXTURE_DIR, "quant", scheme + ".safetensors"), prompts, metadata)
+
+
 # ---- main --------------------------------------------------------------------------------------
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--parts", default="tokenizer,tiny-v2,shakespeare", help="comma list of: tokenizer, tiny-v2, shakespeare"
+        "--parts", default="tokenizer,tiny-v2,shakespeare,quant",
+        help="comma list of: tokenizer, tiny-v2, shakespeare, quant"
+    )
+    parser.add_argument(
+        "--mlaserve", default=os.path.join(REPO_ROOT, "build", "mlaserve"), help="the binary that runs quantize (quant)"
     )
     parser.add_argument("--seed", type=int, default=7, help="first seed tried for tiny-v2")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     parts = set(args.parts.split(","))
-    unknown = parts - {"tokenizer", "tiny-v2", "shakespeare"}
+    unknown = parts - {"tokenizer", "tiny-v2", "shakespeare", "quant"}
     if unknown:
         parser.error(f"unknown parts {sorted(unknown)}")
 
@@ -373,6 +427,8 @@ def main():
         write_tiny_v2(args.seed)
     if "shakespeare" in parts:
         write_shakespeare_fixture(tokenizer, heldout_text)
+    if "quant" in parts:
+        write_quant_fixtures(tokenizer, heldout_text, args.mlaserve)
 
 
 if __name__ == "__main__":

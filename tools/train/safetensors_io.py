@@ -25,8 +25,11 @@ _DTYPES = {
     "BF16": (torch.bfloat16, np.dtype("<u2"), 2),
     "I64": (torch.int64, np.dtype("<i8"), 8),
     "I32": (torch.int32, np.dtype("<i4"), 4),
+    # Read only: E4M3 codes come back as their uint8 bit patterns (this torch has no float8);
+    # see dequantize.py.
+    "F8_E4M3": (torch.uint8, np.dtype("u1"), 1),
 }
-_TAG_OF_TORCH_DTYPE = {torch_dtype: tag for tag, (torch_dtype, _, _) in _DTYPES.items()}
+_TAG_OF_TORCH_DTYPE = {torch_dtype: tag for tag, (torch_dtype, _, _) in _DTYPES.items() if tag != "F8_E4M3"}
 
 _HEADER_ALIGN_BYTES = 8
 

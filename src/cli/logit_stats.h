@@ -1,0 +1,83 @@
+// Teacher-forced comparisons of logits shared by the quality reports (kv-eval, weights-eval).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "engine/sequence_runner.h"
+
+namespace mlaserve::cli {
+
+// log-softmax of one row of `vocab` logits into out[vocab].
+inline void LogSoftmax(const float* logits, int vocab, std::vector<double>& out) {
+  const float max = *std::max_element(logits, logits + vocab);
+  double sum = 0.0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - max);
+  const double log_sum = std::log(sum) + max;
+  for (int i = 0; i < vocab; ++i) out[size_t(i)] = double(logits[i]) - log_sum;
+}
+
+// The q-quantile (0..1) of v, nearest rank; 0 for an empty v.
+inline double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(q * double(v.size() - 1) + 0.5))];
+}
+
+// Teacher-forced agreement of a candidate's logits with a reference's, row by row.
+struct LogitAgreement {
+  double nll_sum = 0.0;    // candidate's negative log-likelihood of the actual next tokens
+  std::vector<double> kl;  // per scored token, KL(reference || candidate)
+  int64_t top1_agree = 0;
+  int64_t scored = 0;
+
+  // One position: reference and candidate rows of `vocab` logits; `next` is the actual next
+  // token. ref_lp / cand_lp are scratch of vocab entries.
+  void Add(const float* ref_row, const float* row, int vocab, int next, std::vector<double>& ref_lp,
+           std::vector<double>& cand_lp) {
+    LogSoftmax(ref_row, vocab, ref_lp);
+    LogSoftmax(row, vocab, cand_lp);
+    double divergence = 0.0;
+    for (int v = 0; v < vocab; ++v) {
+      divergence += std::exp(ref_lp[size_t(v)]) * (ref_lp[size_t(v)] - cand_lp[size_t(v)]);
+    }
+    kl.push_back(std::max(0.0, divergence));
+    nll_sum -= cand_lp[size_t(next)];
+    top1_agree += ArgMax(std::span(ref_row, size_t(vocab))) == ArgMax(std::span(row, size_t(vocab)));
+    ++scored;
+  }
+};
+
+// Teacher-forced window w: [bos] + ids[w * window, (w + 1) * window).
+inline void TeacherForcedWindow(const std::vector<TokenId>& ids, std::optional<TokenId> bos, int window, int w,
+                                std::vector<TokenId>& input) {
+  input.clear();
+  if (bos) input.push_back(*bos);
+  input.insert(input.end(), ids.begin() + int64_t(w) * window, ids.begin() + int64_t(w + 1) * window);
+}
+
+// Runs `reference` over `input` from scratch, keeping every position's logits in
+// ref_logits [input.size(), vocab] and adding its own negative log-likelihood of each next token
+// to own.nll_sum / own.scored. lp is scratch of vocab entries.
+inline Status RunReferenceWindow(SequenceRunner& reference, const std::vector<TokenId>& input, int vocab,
+                                 std::vector<float>& ref_logits, LogitAgreement& own, std::vector<double>& lp) {
+  auto keep = [&](int first, int count, const float* logits) {
+    std::copy(logits, logits + size_t(count) * vocab, ref_logits.begin() + size_t(first) * vocab);
+  };
+  SequenceRunner::LogitsSink sink(keep);
+  reference.Reset();
+  MLA_RETURN_IF_ERROR(reference.Append(input, &sink));
+  for (size_t i = 0; i + 1 < input.size(); ++i) {
+    LogSoftmax(ref_logits.data() + i * size_t(vocab), vocab, lp);
+    own.nll_sum -= lp[size_t(input[i + 1])];
+    ++own.scored;
+  }
+  return Status::Ok();
+}
+
+}  // namespace mlaserve::cli

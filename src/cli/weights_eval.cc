@@ -1,0 +1,153 @@
+// mlaserve weights-eval: what quantized weights cost in quality, against the checkpoint's own
+// dense weights. The checkpoint is quantized on the fly (fp8-block, int4-g32, as `quantize`
+// writes them, into a scratch directory) unless --compare-model-path names quantized copies; then
+// teacher-forced over held-out text (MODEL/heldout.txt by default): perplexity, mean and p99
+// per-token KL(dense || quantized), top-1 agreement, and weight bytes.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "cli/logit_stats.h"
+#include "cli/model_setup.h"
+#include "core/read_file.h"
+#include "engine/sampler.h"
+#include "engine/sequence_runner.h"
+#include "model/quantize.h"
+
+namespace mlaserve::cli {
+namespace {
+
+struct Candidate {
+  std::string name;
+  std::string path;
+  std::unique_ptr<LoadedModel> loaded;
+  std::unique_ptr<SequenceRunner> runner;
+  LogitAgreement agreement;  // against the dense checkpoint
+};
+
+}  // namespace
+
+int RunWeightsEval(Args& args) {
+  ModelFlags model_flags = ReadModelFlags(args);
+  const std::string data_arg = args.Str("data", "", "held-out text", {.value_name = "FILE",
+                                                                     .shown_default = "MODEL/heldout.txt"});
+  const std::vector<std::string> compare = args.All(
+      "compare-model-path", "quantized copies of --model-path to evaluate (default: quantize it now to fp8-block "
+      "and int4-g32)", {.value_name = "DIR"});
+  const int max_tokens = args.Int("max-tokens", 8192, "teacher-forced tokens at most (>= --window)", {.min = 2});
+  const int window = args.Int("window", 512, "tokens per teacher-forced sequence", {.min = 2});
+  const std::string json_path = args.Str("json", "", "also write the results as JSON", {.value_name = "FILE"});
+  if (max_tokens < window) args.Reject("--max-tokens must be >= --window");
+  if (auto exit_code = args.Finish()) return *exit_code;
+
+  auto base = LoadModel(model_flags, /*need_tokenizer=*/true);
+  if (!base.ok()) return Fail("weights-eval", base.error());
+  Model& model = *base->model;
+  const int vocab = model.config().vocab_size;
+  if (window + 1 > model.max_context()) return Fail("weights-eval", "--window exceeds the context length", 2);
+
+  // Candidates: the given directories, or fresh quantizations in a scratch directory.
+  std::vector<Candidate> candidates;
+  const std::filesystem::path scratch =
+      std::filesystem::temp_directory_path() / ("mlaserve-weights-eval-" + std::to_string(::getpid()));
+  struct ScratchGuard {
+    std::filesystem::path path;
+    ~ScratchGuard() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } guard{scratch};
+  if (compare.empty()) {
+    for (QuantScheme scheme : {QuantScheme::kFp8Block, QuantScheme::kInt4G32}) {
+      const std::string dir = (scratch / QuantSchemeName(scheme)).string();
+      auto report = QuantizeCheckpoint(model_flags.model_path, dir, scheme);
+      if (!report.ok()) return Fail("weights-eval", std::string(QuantSchemeName(scheme)) + ": " + report.error());
+      candidates.push_back(Candidate{.name = QuantSchemeName(scheme), .path = dir});
+    }
+  } else {
+    for (const std::string& dir : compare) candidates.push_back(Candidate{.name = dir, .path = dir});
+  }
+  for (Candidate& cand : candidates) {
+    ModelFlags flags = model_flags;
+    flags.model_path = cand.path;
+    auto loaded = LoadModel(flags, /*need_tokenizer=*/false);
+    if (!loaded.ok()) return Fail("weights-eval", cand.name + ": " + loaded.error());
+    cand.loaded = std::make_unique<LoadedModel>(std::move(loaded).value());
+    auto runner = SequenceRunner::Create(*cand.loaded->model, *cand.loaded->kernels, cand.loaded->runner_options);
+    if (!runner.ok()) return Fail("weights-eval", runner.error());
+    cand.runner = std::move(runner).value();
+  }
+  auto reference = SequenceRunner::Create(model, *base->kernels, base->runner_options);
+  if (!reference.ok()) return Fail("weights-eval", reference.error());
+
+  const std::string data_path =
+      data_arg.empty() ? (std::filesystem::path(model_flags.model_path) / "heldout.txt").string() : data_arg;
+  auto text = ReadWholeFile(data_path);
+  if (!text.ok()) return Fail("weights-eval", text.error() + " (give held-out text with --data)");
+  auto encoded = base->tokenizer->Encode(*text, /*add_bos=*/false);
+  if (!encoded.ok()) return Fail("weights-eval", encoded.error());
+  const std::vector<TokenId>& ids = *encoded;
+  const std::optional<TokenId> bos = base->tokenizer->bos_id();
+  if (int(ids.size()) < window) return Fail("weights-eval", data_path + ": fewer tokens than --window");
+
+  LogitAgreement reference_own;  // the dense model's own nll_sum and scored
+  std::vector<float> ref_logits(size_t(window + 1) * vocab);
+  std::vector<double> ref_lp(static_cast<size_t>(vocab)), cand_lp(static_cast<size_t>(vocab));
+  std::vector<TokenId> input;
+  const int num_windows = std::min(max_tokens, int(ids.size())) / window;
+  for (int w = 0; w < num_windows; ++w) {
+    TeacherForcedWindow(ids, bos, window, w, input);
+    const int n = int(input.size());
+    if (Status s = RunReferenceWindow(**reference, input, vocab, ref_logits, reference_own, ref_lp); !s.ok()) {
+      return Fail("weights-eval", s.message());
+    }
+    for (Candidate& cand : candidates) {
+      auto compare_rows = [&](int first, int count, const float* logits) {
+        for (int j = 0; j < count; ++j) {
+          const int i = first + j;
+          if (i + 1 >= n) continue;
+          cand.agreement.Add(ref_logits.data() + size_t(i) * vocab, logits + size_t(j) * vocab, vocab,
+                             input[size_t(i + 1)], ref_lp, cand_lp);
+        }
+      };
+      SequenceRunner::LogitsSink sink(compare_rows);
+      cand.runner->Reset();
+      if (Status s = cand.runner->Append(input, &sink); !s.ok()) return Fail("weights-eval", s.message());
+    }
+  }
+
+  const double ref_ppl = std::exp(reference_own.nll_sum / double(std::max<int64_t>(1, reference_own.scored)));
+  std::printf("weights-eval: %s, %lld teacher-forced tokens of %s\n", model_flags.model_path.c_str(),
+              (long long)reference_own.scored, data_path.c_str());
+  std::printf("%-12s %10s %10s %12s %12s %10s %10s\n", "weights", "MB", "ppl", "ppl change", "mean KL", "p99 KL",
+              "top-1");
+  std::printf("%-12s %10.2f %10.3f %12s %12s %10s %10s\n", model.config().torch_dtype.empty() ? "dense" : model.config().torch_dtype.c_str(),
+              double(model.weight_bytes()) / 1e6, ref_ppl, "-", "-", "-", "-");
+  nlohmann::json out = {{"model", model_flags.model_path}, {"tokens", reference_own.scored}, {"reference_ppl", ref_ppl}};
+  for (const Candidate& cand : candidates) {
+    const LogitAgreement& a = cand.agreement;
+    const double ppl = std::exp(a.nll_sum / double(std::max<int64_t>(1, a.scored)));
+    double kl_sum = 0.0;
+    for (double k : a.kl) kl_sum += k;
+    const double mean_kl = kl_sum / double(std::max<size_t>(1, a.kl.size()));
+    const double p99 = Percentile(a.kl, 0.99);
+    const double top1 = double(a.top1_agree) / double(std::max<int64_t>(1, a.scored));
+    const double mb = double(cand.loaded->model->weight_bytes()) / 1e6;
+    std::printf("%-12s %10.2f %10.3f %+11.2f%% %12.3g %10.3g %9.2f%%\n", cand.name.c_str(), mb, ppl,
+                100.0 * (ppl / ref_ppl - 1.0), mean_kl, p99, 100.0 * top1);
+    out["weights"][cand.name] = {{"mb", mb}, {"ppl", ppl}, {"mean_kl", mean_kl}, {"p99_kl", p99}, {"top1", top1}};
+  }
+  if (!json_path.empty()) {
+    std::ofstream f(json_path);
+    f << out.dump(2) << "\n";
+    if (!f) return Fail("weights-eval", json_path + ": write failed");
+  }
+  return 0;
+}
+
+}  // namespace mlaserve::cli

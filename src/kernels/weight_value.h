@@ -1,0 +1,62 @@
+// One weight of a WeightMatrix as fp32, in any format and layout: the plain definition of what
+// every kernel computes (the portable table is built on it; the SIMD tables use it for tails).
+#pragma once
+
+#include <cstring>
+
+#include "core/float16.h"
+#include "kernels/weight_matrix.h"
+#include "kvcache/fp8.h"
+
+namespace mlaserve {
+// Internal linkage on purpose: see core/float16.h.
+namespace {
+
+inline float LoadF32Unaligned(const void* base, size_t index) {
+  float v;
+  std::memcpy(&v, static_cast<const std::byte*>(base) + 4 * index, 4);
+  return v;
+}
+
+inline float LoadBf16Unaligned(const void* base, size_t index) {
+  uint16_t b;
+  std::memcpy(&b, static_cast<const std::byte*>(base) + 2 * index, 2);
+  return Bf16ToF32(b);
+}
+
+// The scale of weight (r, c) of a quantized matrix.
+inline float WeightScaleAt(const WeightMatrix& w, int64_t r, int64_t c) {
+  const int64_t group = c / w.block_cols;
+  if (w.format == WeightFormat::kFp8Block) {
+    const int64_t block_row = (w.packed ? r : w.scale_row0 + r) / w.block_rows;
+    return LoadF32Unaligned(w.scales, size_t(block_row * w.scale_cols() + group));
+  }
+  if (w.packed) {
+    return LoadBf16Unaligned(w.scales, size_t(((r / kPanelRows) * w.scale_cols() + group) * kPanelRows + r % kPanelRows));
+  }
+  return LoadBf16Unaligned(w.scales, size_t((w.scale_row0 + r) * w.scale_cols() + group));
+}
+
+// The quantized code of weight (r, c) widened to fp32 (before its scale).
+inline float WeightCodeAt(const WeightMatrix& w, int64_t r, int64_t c) {
+  // Index of the value in its row (row-major) or panel (packed), counted in values.
+  const std::byte* base = w.packed ? w.panel(r / kPanelRows) : w.row(r);
+  const int64_t index = w.packed ? c * kPanelRows + r % kPanelRows : c;
+  switch (w.format) {
+    case WeightFormat::kDense: return LoadAsF32(w.dtype, base + index * DTypeBytes(w.dtype));
+    case WeightFormat::kFp8Block: return E4M3ToF32(uint8_t(base[index]));
+    case WeightFormat::kInt4Group: {
+      const uint8_t byte = uint8_t(base[index / 2]);
+      return float(int((index % 2 == 0) ? (byte & 0x0f) : (byte >> 4)) - 8);
+    }
+  }
+  return 0.0f;
+}
+
+inline float WeightAt(const WeightMatrix& w, int64_t r, int64_t c) {
+  const float code = WeightCodeAt(w, r, c);
+  return w.quantized() ? code * WeightScaleAt(w, r, c) : code;
+}
+
+}  // namespace
+}  // namespace mlaserve
