@@ -13,13 +13,13 @@
 #include "kvcache/kv_format.h"
 #include "model/config.h"
 #include "model/safetensors.h"
-#include "model/weights.h"
+#include "model/weight_bytes.h"
 
 namespace mlaserve::cli {
 namespace {
 
-// Weight bytes: the checkpoint's tensors when the directory has them, else the parameter count
-// the config implies at 2 bytes each.
+// Weight bytes: the checkpoint's tensors when the directory has them, else what the config's
+// tensors take in the format its quantization_config stores them in (model/weight_bytes.h).
 double WeightsGb(const std::string& path, const ModelConfig& config, std::string* source) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
@@ -29,14 +29,19 @@ double WeightsGb(const std::string& path, const ModelConfig& config, std::string
       return double((*ckpt)->total_tensor_bytes()) / 1e9;
     }
   }
-  double params = 0;
-  for (const TensorSpec& t : ListWeightTensors(config)) {
-    double n = 1;
-    for (int64_t d : t.shape) n *= double(d);
-    params += n;
+  const WeightBytes w = EstimateWeightBytes(config);
+  switch (config.quant.method) {
+    case WeightQuantMethod::kNone: *source = "estimated from the config, bf16"; break;
+    case WeightQuantMethod::kFp8Block:
+      *source = "estimated from the config: fp8 block-scaled linears (" + std::to_string(w.quantized_tensors) +
+                " matrices), the rest bf16";
+      break;
+    case WeightQuantMethod::kInt4Pack:
+      *source = "estimated from the config: int4 group-" + std::to_string(config.quant.group_size) + " (" +
+                std::to_string(w.quantized_tensors) + " matrices), the rest bf16";
+      break;
   }
-  *source = "estimated from the config at 2 bytes per parameter";
-  return params * 2 / 1e9;
+  return w.total_bytes / 1e9;
 }
 
 }  // namespace
@@ -52,7 +57,7 @@ int RunPlan(Args& args) {
   const int tp = args.Int("tp-size", 1, "tensor-parallel ranks the weights are split over", {.min = 1});
   const double weights_arg = args.Double("weights-gb", -1.0, "weight bytes of the whole model, in GB",
                                          {.value_name = "GB",
-                                          .shown_default = "the checkpoint's, else 2 bytes per parameter of the config",
+                                          .shown_default = "the checkpoint's, else the config's tensors in their stored format",
                                           .min = 0});
   const double budget_arg = args.Double("kv-budget-gb", -1.0, "KV budget per rank, in GB",
                                         {.value_name = "GB", .shown_default = "from the memory flags", .above = 0});
@@ -100,6 +105,8 @@ int RunPlan(Args& args) {
   out["model_type"] = c.model_type;
   out["num_layers"] = c.num_hidden_layers;
   out["kv_budget_gb_per_rank"] = budget_gb;
+  out["weights_gb"] = weights_gb;
+  out["weights_source"] = weights_source;
   out["avg_seq_len"] = avg_seq_len;
   const int64_t bf16_tokens = int64_t(
       budget_gb * 1e9 /

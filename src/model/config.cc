@@ -189,6 +189,13 @@ Status ParseQuantization(const json& j, const std::string& source, ModelConfig& 
     }
     c.quant.method = WeightQuantMethod::kInt4Pack;
     c.quant.group_size = group_size;
+    if (q.contains("ignore") && !q["ignore"].is_null()) {
+      if (!q["ignore"].is_array()) return Status::Error(where + ".ignore must be a list of module names");
+      for (const json& entry : q["ignore"]) {
+        if (!entry.is_string()) return Status::Error(where + ".ignore must be a list of module names");
+        c.quant.ignore.push_back(entry.get<std::string>());
+      }
+    }
     return Status::Ok();
   }
   return Status::Error(where + ".quant_method '" + method +

@@ -8,6 +8,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 
@@ -41,6 +42,9 @@ struct WeightQuantConfig {
   int block_rows = 128;  // kFp8Block
   int block_cols = 128;  // kFp8Block
   int group_size = 32;   // kInt4Pack
+  // kInt4Pack: compressed-tensors' `ignore` list: module names ("lm_head") or "re:" regexes
+  // ("re:.*self_attn.*") of Linear layers left unquantized.
+  std::vector<std::string> ignore;
 };
 
 struct ModelConfig {

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "model/weight_bytes.h"
 #include "support/run_binary.h"
 
 namespace mlaserve {
@@ -68,6 +69,45 @@ TEST(Plan, ErrorsAreOneLine) {
   EXPECT_NE(r.err.find("/nonexistent/config.json"), std::string::npos) << r.err;
   r = RunMlaserve("plan --model-path " + ShellQuote(kConfigs + "deepseek-v3.json") + " --tp-size 0");
   EXPECT_EQ(r.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace mlaserve
+
+namespace mlaserve {
+namespace {
+
+// Weight bytes from the config alone, in the stored format the quantization_config names.
+TEST(Plan, QuantizedCheckpointsCountTheirStoredBytes) {
+  // Kimi-K2.5: int4 group-32 routed experts, the rest bf16: the published checkpoint is ~595 GB.
+  auto k25 = Plan("--model-path " + testing::ShellQuote(kConfigs + "kimi-k2.5.json") + " --device-memory 2000");
+  const double k25_gb = k25["weights_gb"].get<double>();
+  EXPECT_GT(k25_gb, 585);
+  EXPECT_LT(k25_gb, 600);
+  EXPECT_NE(k25["weights_source"].get<std::string>().find("int4 group-32"), std::string::npos) << k25.dump();
+  // DeepSeek-V3 in bf16, and with its published fp8 block quantization: about half.
+  testing::TempDir dir;
+  auto ds = nlohmann::json::parse(testing::ReadTextFile(kConfigs + "deepseek-v3.json"));
+  auto bf16 = Plan("--model-path " + testing::ShellQuote(kConfigs + "deepseek-v3.json") + " --device-memory 4000");
+  ds["quantization_config"] = {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"},
+                               {"weight_block_size", {128, 128}}};
+  std::ofstream(dir.path() + "/config.json") << ds.dump();
+  auto fp8 = Plan("--model-path " + testing::ShellQuote(dir.path() + "/config.json") + " --device-memory 4000");
+  const double bf16_gb = bf16["weights_gb"].get<double>(), fp8_gb = fp8["weights_gb"].get<double>();
+  EXPECT_GT(bf16_gb, 1300);  // 671B parameters at 2 bytes
+  EXPECT_LT(fp8_gb, 0.51 * bf16_gb);
+  EXPECT_GT(fp8_gb, 0.5 * bf16_gb);
+  EXPECT_NE(fp8["weights_source"].get<std::string>().find("fp8 block-scaled"), std::string::npos) << fp8.dump();
+}
+
+TEST(Plan, IgnoreEntriesMatchNamesAndRegexesFromTheStart) {
+  const std::vector<std::string> ignore = {"lm_head", "re:.*self_attn.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"};
+  EXPECT_TRUE(IgnoredByQuantization(ignore, "lm_head"));
+  EXPECT_TRUE(IgnoredByQuantization(ignore, "language_model.model.layers.3.self_attn.q_a_proj"));
+  EXPECT_TRUE(IgnoredByQuantization(ignore, "model.layers.0.mlp.gate_proj"));
+  EXPECT_FALSE(IgnoredByQuantization(ignore, "model.layers.3.mlp.experts.7.gate_proj"));
+  EXPECT_FALSE(IgnoredByQuantization(ignore, "language_model.lm_head"));  // exact names match exactly
+  EXPECT_FALSE(IgnoredByQuantization({"re:self_attn"}, "model.layers.3.self_attn.o_proj"));  // anchored at the start
 }
 
 }  // namespace

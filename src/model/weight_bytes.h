@@ -1,0 +1,33 @@
+// What a checkpoint of a given config holds for the weights mlaserve loads, in the format its
+// quantization_config says they are stored in, computed from the config alone (for `plan`, when
+// the checkpoint itself is not at hand):
+//   - not quantized (embeddings, norms, the router, lm_head, anything a quantization leaves
+//     alone): 2 bytes per value (bf16);
+//   - fp8 block-scaled (DeepSeek-V3/R1, Kimi-K2): every Linear of the decoder layers, 1 byte per
+//     value plus an f32 scale per weight_block_size block;
+//   - compressed-tensors int4 (Kimi-K2-Thinking, Kimi-K2.5): every Linear not in `ignore`, half a
+//     byte per value plus a bf16 scale per group and the int32 [2] weight_shape.
+// MTP / nextn layers are not counted: mlaserve does not load them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/config.h"
+
+namespace mlaserve {
+
+struct WeightBytes {
+  double total_bytes = 0;
+  double quantized_bytes = 0;      // of total: the quantized matrices with their scales
+  int64_t quantized_tensors = 0;   // matrices stored quantized
+  int64_t dense_tensors = 0;       // everything else
+};
+
+WeightBytes EstimateWeightBytes(const ModelConfig& config);
+
+// Whether compressed-tensors' `ignore` list names `module` (a tensor name without ".weight"):
+// an entry equal to it, or an "re:" entry whose regex matches from its start (Python's re.match).
+bool IgnoredByQuantization(const std::vector<std::string>& ignore, const std::string& module);
+
+}  // namespace mlaserve
