@@ -14,7 +14,8 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 // A Linear layer of a decoder layer (attention and MLP projections, experts included), as the
 // quantizers target them; the router (`mlp.gate`) is not one of them.
 bool IsDecoderLinear(const std::string& name) {
-  return name.find("model.layers.") != std::string::npos && EndsWith(name, "_proj.weight");
+  return name.find("model.layers.") != std::string::npos &&
+         (EndsWith(name, "_proj.weight") || EndsWith(name, "_proj_with_mqa.weight"));
 }
 
 }  // namespace
