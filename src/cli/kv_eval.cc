@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/heldout_tokens.h"
 #include "core/read_file.h"
 #include "cli/kv_scales.h"
 #include "cli/logit_stats.h"
@@ -70,15 +71,11 @@ int RunKvEval(Args& args) {
   if (window + 1 > model.max_context() || prompt_len + continuation_len > model.max_context()) {
     return Fail("kv-eval", "--window or --prompt-len + --continuation-len exceeds the context length", 2);
   }
-  const std::string data_path =
-      data_arg.empty() ? (std::filesystem::path(model_flags.model_path) / "heldout.txt").string() : data_arg;
-  auto text = ReadWholeFile(data_path);
-  if (!text.ok()) return Fail("kv-eval", text.error() + " (give held-out text with --data)");
-  auto encoded = loaded->tokenizer->Encode(*text, /*add_bos=*/false);
-  if (!encoded.ok()) return Fail("kv-eval", encoded.error());
-  const std::vector<TokenId>& ids = *encoded;
+  auto heldout = ReadHeldoutTokens(model_flags.model_path, data_arg, *loaded->tokenizer, window);
+  if (!heldout.ok()) return Fail("kv-eval", heldout.error());
+  const std::string& data_path = heldout->path;
+  const std::vector<TokenId>& ids = heldout->ids;
   const std::optional<TokenId> bos = loaded->tokenizer->bos_id();
-  if (int(ids.size()) < window) return Fail("kv-eval", data_path + ": fewer tokens than --window");
 
   auto make_runner = [&](KvFormat f) -> Result<std::unique_ptr<SequenceRunner>> {
     SequenceRunnerOptions o{.kv_format = f};

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/heldout_tokens.h"
 #include "cli/logit_stats.h"
 #include "cli/model_setup.h"
 #include "core/read_file.h"
@@ -85,15 +86,11 @@ int RunWeightsEval(Args& args) {
   auto reference = SequenceRunner::Create(model, *base->kernels, base->runner_options);
   if (!reference.ok()) return Fail("weights-eval", reference.error());
 
-  const std::string data_path =
-      data_arg.empty() ? (std::filesystem::path(model_flags.model_path) / "heldout.txt").string() : data_arg;
-  auto text = ReadWholeFile(data_path);
-  if (!text.ok()) return Fail("weights-eval", text.error() + " (give held-out text with --data)");
-  auto encoded = base->tokenizer->Encode(*text, /*add_bos=*/false);
-  if (!encoded.ok()) return Fail("weights-eval", encoded.error());
-  const std::vector<TokenId>& ids = *encoded;
+  auto heldout = ReadHeldoutTokens(model_flags.model_path, data_arg, *base->tokenizer, window);
+  if (!heldout.ok()) return Fail("weights-eval", heldout.error());
+  const std::string& data_path = heldout->path;
+  const std::vector<TokenId>& ids = heldout->ids;
   const std::optional<TokenId> bos = base->tokenizer->bos_id();
-  if (int(ids.size()) < window) return Fail("weights-eval", data_path + ": fewer tokens than --window");
 
   LogitAgreement reference_own;  // the dense model's own nll_sum and scored
   std::vector<float> ref_logits(size_t(window + 1) * vocab);
