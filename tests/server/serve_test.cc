@@ -291,7 +291,7 @@ TEST_F(ServeTest, HealthGenerateFlushAndAbort) {
                                   {}, 30000);
     if (r.ok()) result = json::parse(r->body, nullptr, false);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(testing::WaitForRunningRequests(*server_)) << "the request never started";
   EXPECT_EQ(Post(*server_, "/abort_request", R"({"rid": "victim"})").status_code, 200);
   client.join();
   ASSERT_TRUE(result.is_object());
@@ -461,9 +461,13 @@ TEST(Serve, SigtermDrainsInFlightAndRefusesNewWork) {
                                   {}, 60000);
     if (r.ok() && r->status_code == 200) result = json::parse(r->body);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(testing::WaitForRunningRequests(s)) << s.log();
   s.Signal(SIGTERM);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // New work is refused once the server says it drains.
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+       s.log().find("draining") == std::string::npos && std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   auto refused = HttpClient().Request("POST", s.Url("/generate"), R"({"text": "x"})", {}, 5000);
   if (refused.ok()) {
     EXPECT_EQ(refused->status_code, 503) << refused->body;
@@ -485,7 +489,7 @@ TEST(Serve, DrainTimeoutAbortsWithAClearReason) {
                                   {}, 60000);
     if (r.ok()) result = json::parse(r->body, nullptr, false);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(testing::WaitForRunningRequests(s)) << s.log();
   s.Signal(SIGTERM);
   client.join();
   EXPECT_EQ(s.Wait(), 0) << s.log();

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
 
@@ -92,6 +93,19 @@ HttpResponse Get(const ServerProcess& s, const std::string& path, const HttpHead
   auto r = HttpClient().Request("GET", s.Url(path), "", headers, 30000);
   EXPECT_TRUE(r.ok()) << r.error();
   return r.ok() ? *r : HttpResponse{};
+}
+
+bool WaitForRunningRequests(const ServerProcess& s, int count) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto r = HttpClient().Request("GET", s.Url("/get_server_info"), "", {}, 5000);
+    if (r.ok() && r->status_code == 200) {
+      const nlohmann::json info = nlohmann::json::parse(r->body, nullptr, false);
+      if (info.is_object() && info.value("num_running_reqs", 0) >= count) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
 }
 
 std::vector<std::string> StreamEvents(const ServerProcess& s, const std::string& path, const std::string& body) {

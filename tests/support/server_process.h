@@ -55,6 +55,9 @@ class ServerProcess {
 HttpResponse Post(const ServerProcess& s, const std::string& path, const std::string& body,
                   const HttpHeaders& headers = {});
 HttpResponse Get(const ServerProcess& s, const std::string& path, const HttpHeaders& headers = {});
+// Polls /get_server_info until at least `count` requests are running (true), or 30 s pass. For
+// tests that must act while a generation is in progress: a condition, not a guessed delay.
+bool WaitForRunningRequests(const ServerProcess& s, int count = 1);
 // Streams a POST and returns the SSE data payloads.
 std::vector<std::string> StreamEvents(const ServerProcess& s, const std::string& path, const std::string& body);
 
