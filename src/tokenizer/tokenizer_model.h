@@ -30,6 +30,9 @@ struct TokenizerModel {
   std::optional<TokenId> bos_id;
   std::optional<TokenId> eos_id;
   bool add_bos = false;
+  // Kimi's tokenization_kimi.py cuts text before its pattern wherever a run of whitespace or of
+  // non-whitespace characters (Python's str.isspace) grows past this many characters; 0: never.
+  size_t max_run_chars = 0;
 
   size_t vocab_size() const { return spellings.size(); }
   // Grows the per-id tables as needed and records one token.

@@ -129,5 +129,35 @@ TEST_F(TokenizerTiktoken, ErrorsNameTheFile) {
       << tokenizer.error();
 }
 
+// Kimi cuts runs of more than 25,000 non-whitespace (or whitespace) characters before its
+// pattern, so a long run encodes as its 25,000-character parts do (issue 12, item 5).
+TEST_F(TokenizerTiktoken, RunsPast25000CharactersAreCutAsKimiDoes) {
+  Result<Tokenizer> tokenizer = Tokenizer::FromDirectory(dir_.string());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.error();
+  std::string run = "b";
+  while (run.size() < 25003) run += "ab";  // 25,003 letters: "ab" pairs end up aligned differently
+  const std::string first = run.substr(0, 25000), rest = run.substr(25000);
+  auto whole = tokenizer->Encode(run, false);
+  auto a = tokenizer->Encode(first, false);
+  auto b = tokenizer->Encode(rest, false);
+  ASSERT_TRUE(whole.ok() && a.ok() && b.ok());
+  std::vector<TokenId> parts = *a;
+  parts.insert(parts.end(), b->begin(), b->end());
+  EXPECT_EQ(*whole, parts);
+  // Whitespace resets the count; a run of exactly 25,000 is not cut.
+  EXPECT_EQ(SplitLongRuns(std::string(25000, 'x') + " " + std::string(25000, 'y'), 25000).size(), 1u);
+  const auto cut = SplitLongRuns(std::string(25001, 'x'), 25000);
+  ASSERT_EQ(cut.size(), 2u);
+  EXPECT_EQ(cut[0].size(), 25000u);
+  // Characters, not bytes: 25,001 two-byte letters are cut after 25,000 of them.
+  std::string wide;
+  for (int i = 0; i < 25001; ++i) wide += "\xC3\xA9";  // U+00E9
+  const auto wide_cut = SplitLongRuns(wide, 25000);
+  ASSERT_EQ(wide_cut.size(), 2u);
+  EXPECT_EQ(wide_cut[1], "\xC3\xA9");
+  // Only Kimi's tokenizer cuts (tokenizer.json models keep max_run_chars 0).
+  EXPECT_EQ(SplitLongRuns(std::string(30000, 'x'), 0).size(), 1u);
+}
+
 }  // namespace
 }  // namespace mlaserve
