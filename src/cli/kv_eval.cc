@@ -110,23 +110,14 @@ int RunKvEval(Args& args) {
   const int num_windows = std::min(max_tokens, int(ids.size())) / window;
   for (int w = 0; w < num_windows; ++w) {
     TeacherForcedWindow(ids, bos, window, w, input);
-    const int n = int(input.size());
     if (Status s = RunReferenceWindow(**reference, input, vocab, ref_logits, ref_stats.agreement, ref_lp); !s.ok()) {
       return Fail("kv-eval", s.message());
     }
     for (size_t fi = 0; fi < formats.size(); ++fi) {
-      FormatStats& st = stats[fi];
-      auto compare = [&](int first, int count, const float* logits) {
-        for (int j = 0; j < count; ++j) {
-          const int i = first + j;
-          if (i + 1 >= n) continue;
-          st.agreement.Add(ref_logits.data() + size_t(i) * vocab, logits + size_t(j) * vocab, vocab,
-                           input[size_t(i + 1)], ref_lp, cand_lp);
-        }
-      };
-      SequenceRunner::LogitsSink sink(compare);
-      runners[fi]->Reset();
-      if (Status s = runners[fi]->Append(input, &sink); !s.ok()) return Fail("kv-eval", s.message());
+      if (Status s = CompareWindow(*runners[fi], input, vocab, ref_logits, stats[fi].agreement, ref_lp, cand_lp);
+          !s.ok()) {
+        return Fail("kv-eval", s.message());
+      }
     }
   }
 

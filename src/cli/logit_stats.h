@@ -80,4 +80,24 @@ inline Status RunReferenceWindow(SequenceRunner& reference, const std::vector<To
   return Status::Ok();
 }
 
+// Runs `candidate` over the same `input` from scratch and adds, for every position that has a
+// next token, its agreement with the reference's logits (from RunReferenceWindow) to
+// `agreement`. ref_lp and cand_lp are scratch of vocab entries.
+inline Status CompareWindow(SequenceRunner& candidate, const std::vector<TokenId>& input, int vocab,
+                            const std::vector<float>& ref_logits, LogitAgreement& agreement,
+                            std::vector<double>& ref_lp, std::vector<double>& cand_lp) {
+  const int n = int(input.size());
+  auto compare = [&](int first, int count, const float* logits) {
+    for (int j = 0; j < count; ++j) {
+      const int i = first + j;
+      if (i + 1 >= n) continue;
+      agreement.Add(ref_logits.data() + size_t(i) * vocab, logits + size_t(j) * vocab, vocab, input[size_t(i + 1)],
+                    ref_lp, cand_lp);
+    }
+  };
+  SequenceRunner::LogitsSink sink(compare);
+  candidate.Reset();
+  return candidate.Append(input, &sink);
+}
+
 }  // namespace mlaserve::cli

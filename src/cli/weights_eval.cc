@@ -99,22 +99,13 @@ int RunWeightsEval(Args& args) {
   const int num_windows = std::min(max_tokens, int(ids.size())) / window;
   for (int w = 0; w < num_windows; ++w) {
     TeacherForcedWindow(ids, bos, window, w, input);
-    const int n = int(input.size());
     if (Status s = RunReferenceWindow(**reference, input, vocab, ref_logits, reference_own, ref_lp); !s.ok()) {
       return Fail("weights-eval", s.message());
     }
     for (Candidate& cand : candidates) {
-      auto compare_rows = [&](int first, int count, const float* logits) {
-        for (int j = 0; j < count; ++j) {
-          const int i = first + j;
-          if (i + 1 >= n) continue;
-          cand.agreement.Add(ref_logits.data() + size_t(i) * vocab, logits + size_t(j) * vocab, vocab,
-                             input[size_t(i + 1)], ref_lp, cand_lp);
-        }
-      };
-      SequenceRunner::LogitsSink sink(compare_rows);
-      cand.runner->Reset();
-      if (Status s = cand.runner->Append(input, &sink); !s.ok()) return Fail("weights-eval", s.message());
+      if (Status s = CompareWindow(*cand.runner, input, vocab, ref_logits, cand.agreement, ref_lp, cand_lp); !s.ok()) {
+        return Fail("weights-eval", s.message());
+      }
     }
   }
 
