@@ -145,6 +145,7 @@ int RunServe(Args& args) {
                                  .api_key = api_key,
                                  .enable_metrics = enable_metrics,
                                  .server_info = info,
+                                 .prefix_cache = !engine_options.disable_radix_cache,
                                  .chat_template = std::move(chat_template).value()});
   auto server = HttpServer::Start(http, [&api](const HttpRequest& r, HttpResponseWriter& w) { api.Handle(r, w); });
   if (!server.ok()) {

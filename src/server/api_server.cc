@@ -150,7 +150,7 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponseWriter& w) {
 // ---- driving one generation ------------------------------------------------------------------
 
 Status ApiServer::Drive(std::vector<GenerateRequest> requests, HttpResponseWriter& w,
-                        const std::function<bool(size_t, const RequestOutput&)>& on_output) {
+                        const std::function<bool(size_t, const RequestOutput&)>& on_output, bool internal) {
   std::vector<std::string> rids;
   for (const GenerateRequest& r : requests) rids.push_back(r.rid);
   auto channel = std::make_shared<OutputChannel>();
@@ -199,34 +199,40 @@ Status ApiServer::Drive(std::vector<GenerateRequest> requests, HttpResponseWrite
     if (!o.new_token_ids.empty()) {
       const Clock::time_point now = Clock::now();
       auto& last = last_token[item->index];
-      if (last) metrics_.ObserveInterTokenLatency(std::chrono::duration<double>(now - *last).count());
+      if (last && !internal) metrics_.ObserveInterTokenLatency(std::chrono::duration<double>(now - *last).count());
       last = now;
     }
     if (!aborted && !on_output(item->index, o)) abort_all();
     if (o.finished) {
       finished[item->index] = true;
       ++num_finished;
-      metrics_.ObserveRequest(o.queue_time_s, o.ttft_s, o.e2e_latency_s, o.completion_tokens);
+      if (!internal) metrics_.ObserveRequest(o.queue_time_s, o.ttft_s, o.e2e_latency_s, o.completion_tokens);
     }
   }
   return Status::Ok();
 }
 
-void ApiServer::PrefillForSharing(const GenerateRequest& request, HttpResponseWriter& w) {
+void ApiServer::AppendSamples(const GenerateRequest& prompt, int n, const std::function<std::string(int)>& rid_of,
+                              std::vector<GenerateRequest>& out, HttpResponseWriter& w) {
   // Without a prefix cache, or for a request that asks for prompt logprobs (which bypasses it),
   // there is nothing to share.
-  if (options_.server_info.value("disable_radix_cache", false) || request.logprob_start_len >= 0) return;
-  GenerateRequest prefill;
-  prefill.rid = NewRequestId("prefill-");
-  prefill.input_ids = request.input_ids;
-  prefill.sampling = request.sampling;
-  prefill.sampling.max_new_tokens = 0;
-  prefill.sampling.min_new_tokens = 0;
-  prefill.sampling.return_logprob = false;
-  std::vector<GenerateRequest> one;
-  one.push_back(std::move(prefill));
-  // An error here surfaces again, for the client, when the real requests are submitted.
-  (void)Drive(std::move(one), w, [](size_t, const RequestOutput&) { return true; });
+  if (n > 1 && options_.prefix_cache && prompt.logprob_start_len < 0) {
+    GenerateRequest prefill = prompt;
+    prefill.rid = NewRequestId("prefill-");
+    prefill.sampling.max_new_tokens = 0;
+    prefill.sampling.min_new_tokens = 0;
+    prefill.sampling.return_logprob = false;
+    std::vector<GenerateRequest> one;
+    one.push_back(std::move(prefill));
+    // An error here surfaces again, for the client, when the samples are submitted.
+    (void)Drive(std::move(one), w, [](size_t, const RequestOutput&) { return true; }, /*internal=*/true);
+  }
+  for (int j = 0; j < n; ++j) {
+    GenerateRequest sample = prompt;
+    sample.rid = rid_of(j);
+    if (j > 0 && sample.sampling.seed) sample.sampling.seed = *sample.sampling.seed + uint64_t(j) * 0x9E3779B97F4A7C15ull;
+    out.push_back(std::move(sample));
+  }
 }
 
 void ApiServer::HandleHealthGenerate(HttpResponseWriter& w) {
@@ -242,7 +248,7 @@ void ApiServer::HandleHealthGenerate(HttpResponseWriter& w) {
   const Status s = Drive(std::move(one), w, [&](size_t, const RequestOutput& o) {
     if (o.finished) ok = o.finish_reason != FinishReason::kAbort;
     return true;
-  });
+  }, /*internal=*/true);
   if (!s.ok() || !ok) return SendError(w, 503, "health check generation failed: " + s.message(), "service_unavailable");
   w.Send(200, "text/plain", "");
 }

@@ -21,12 +21,16 @@
 
 namespace mlaserve {
 
+// Generations one request may ask for: n times the number of prompts, on every endpoint.
+inline constexpr int kMaxGenerations = 128;
+
 struct ApiServerOptions {
   std::string served_model_name;
   std::string model_path;
   std::string api_key;          // empty: no authentication
   bool enable_metrics = false;
   nlohmann::json server_info;   // what /get_server_info reports (the effective flags)
+  bool prefix_cache = true;     // the engine has a radix prefix cache (n > 1 samples share it)
   // The model's chat template (ChatTemplate::ForModel); unset: the built-in format for the
   // tokenizer (ChatFormatFor).
   std::optional<ChatTemplate> chat_template;
@@ -54,11 +58,16 @@ class ApiServer {
   // client goes or on_output returns false (their last outputs are still delivered). If the
   // engine refuses one, those already submitted are aborted and its error is returned, for the
   // client; on_output has then not been called.
+  // internal: the server's own requests (n > 1 prefill, /health_generate), left out of the
+  // latency histograms.
   Status Drive(std::vector<GenerateRequest> requests, HttpResponseWriter& writer,
-               const std::function<bool(size_t, const RequestOutput&)>& on_output);
-  // For n > 1 samples of one prompt: runs the prompt once (max_new_tokens 0) so that the n
-  // requests find it in the prefix cache instead of each computing it. No-op without a cache.
-  void PrefillForSharing(const GenerateRequest& request, HttpResponseWriter& writer);
+               const std::function<bool(size_t, const RequestOutput&)>& on_output, bool internal = false);
+  // Appends n samples of `prompt` to `out`, sample j with rid_of(j). For n > 1 the prompt is
+  // first run once (max_new_tokens 0) so that the samples find it in the prefix cache instead
+  // of each computing it; with a seed, sample 0 draws as the same request with n = 1 would and
+  // sample j with seed + j * 0x9E3779B97F4A7C15 (mod 2^64).
+  void AppendSamples(const GenerateRequest& prompt, int n, const std::function<std::string(int)>& rid_of,
+                     std::vector<GenerateRequest>& out, HttpResponseWriter& writer);
 
   Engine& engine_;
   const Tokenizer& tokenizer_;

@@ -4,6 +4,7 @@
 // of the prompt. One prompt with n = 1 answers one object, as SGLang does; anything else
 // answers a list in prompt-major order (and streams events carrying their `index`).
 #include <cmath>
+#include <set>
 
 #include "server/api_json.h"
 #include "server/api_server.h"
@@ -142,8 +143,12 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
                                      : rid_field.is_string();
     if (!ok) return SendError(w, 400, prompts->batched ? "'rid' must be a list of strings, one per prompt" : "'rid' must be a string");
     if (rid_field.is_array()) {
+      std::set<std::string> seen;
       for (const json& r : rid_field) {
         if (!r.is_string()) return SendError(w, 400, "'rid' must be a list of strings, one per prompt");
+        if (!seen.insert(r.get<std::string>()).second) {
+          return SendError(w, 400, "'rid' lists '" + r.get<std::string>() + "' twice; each prompt needs its own");
+        }
       }
     }
   }
@@ -167,7 +172,10 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
     if (!sampling.ok()) return SendError(w, 400, sampling.error());
     const auto n = params.is_object() ? IntField(params, "n", 1) : Result<int>(1);
     if (!n.ok()) return SendError(w, 400, "sampling_params: " + n.error());
-    if (*n < 1 || *n > 128) return SendError(w, 400, "sampling_params: 'n' must be in [1, 128]");
+    if (*n < 1 || requests.size() + size_t(*n) > size_t(kMaxGenerations)) {
+      return SendError(w, 400, "sampling_params: 'n' times the number of prompts must be in [1, " +
+                                   std::to_string(kMaxGenerations) + "]");
+    }
     GenerateRequest req;
     req.input_ids = std::move(prompts->input_ids[p]);
     req.sampling = std::move(sampling).value();
@@ -176,14 +184,9 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
     if (*logprob_start >= 0 && *return_logprob) req.logprob_start_len = *logprob_start;
     const std::string rid = rid_field.is_null() ? NewRequestId("gen-")
                             : rid_field.is_array() ? rid_field[p].get<std::string>() : rid_field.get<std::string>();
-    if (*n > 1) PrefillForSharing(req, w);
-    for (int j = 0; j < *n; ++j) {
-      GenerateRequest sample = req;
-      sample.rid = *n > 1 ? rid + "-" + std::to_string(j) : rid;
-      // Distinct draws per sample; sample 0 draws as the same request with n = 1 would.
-      if (j > 0 && sample.sampling.seed) sample.sampling.seed = *sample.sampling.seed + uint64_t(j) * 0x9E3779B97F4A7C15ull;
-      requests.push_back(std::move(sample));
-    }
+    const int samples = *n;
+    AppendSamples(
+        req, samples, [&](int j) { return samples > 1 ? rid + "-" + std::to_string(j) : rid; }, requests, w);
   }
   const bool list_answer = prompts->batched || requests.size() > 1;
   const bool stream = *stream_field;

@@ -22,7 +22,6 @@ using api::SendError;
 using api::SendJson;
 using api::WriteEvent;
 
-constexpr int kMaxChoices = 128;  // n times the number of prompts
 
 // Fields both endpoints implement, and those both refuse.
 #define MLASERVE_OPENAI_SHARED_FIELDS                                                                \
@@ -105,12 +104,12 @@ Result<json> ReadMessages(const json& body) {
       if (!m[key].is_string()) return Status::Error(where + "'" + key + "' must be a string");
       msg[key] = m[key];
     }
-    const json& c = m.contains("content") ? m["content"] : m["role"];
-    if (!m.contains("content") || c.is_null()) {
+    if (!m.contains("content") || m["content"].is_null()) {
       msg["content"] = nullptr;
       messages.push_back(std::move(msg));
       continue;
     }
+    const json& c = m["content"];
     std::string text;
     if (c.is_string()) {
       text = c.get<std::string>();
@@ -237,8 +236,8 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
   }
   const bool echo = *echo_field, stream = *stream_field;
   const int n = *n_field;
-  if (n < 1 || int64_t(n) * int64_t(prompts.size()) > kMaxChoices) {
-    return SendError(w, 400, "'n' times the number of prompts must be in [1, " + std::to_string(kMaxChoices) + "]");
+  if (n < 1 || int64_t(n) * int64_t(prompts.size()) > kMaxGenerations) {
+    return SendError(w, 400, "'n' times the number of prompts must be in [1, " + std::to_string(kMaxGenerations) + "]");
   }
   bool include_usage = false;
   if (body.contains("stream_options") && !body["stream_options"].is_null()) {
@@ -284,15 +283,9 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
     if (echo && want_lp) req.logprob_start_len = 0;  // the prompt's logprobs come back too
     std::string echo_text;
     if (echo) echo_text = prompts[p].text.empty() ? tokenizer_.Decode(req.input_ids) : prompts[p].text;
-    if (n > 1) PrefillForSharing(req, w);
-    for (int j = 0; j < n; ++j) {
-      GenerateRequest sample = req;
-      sample.rid = id + "-" + std::to_string(requests.size());
-      // Distinct draws per sample; sample 0 draws as the same request with n = 1 would.
-      if (j > 0 && sample.sampling.seed) sample.sampling.seed = *sample.sampling.seed + uint64_t(j) * 0x9E3779B97F4A7C15ull;
-      requests.push_back(std::move(sample));
-      choices.push_back({.prompt_index = p, .sample_index = j, .echo = echo_text});
-    }
+    const size_t first = requests.size();
+    AppendSamples(req, n, [&](int j) { return id + "-" + std::to_string(first + size_t(j)); }, requests, w);
+    for (int j = 0; j < n; ++j) choices.push_back({.prompt_index = p, .sample_index = j, .echo = echo_text});
   }
   const int64_t created = int64_t(std::time(nullptr));
   const std::string object = chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
@@ -412,7 +405,7 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
     }
     // Logprobs of tokens whose text is still held back (a split UTF-8 character, a possible
     // stop string) wait for the next event that carries text.
-    json chunk_lp = empty_logprobs();
+    json chunk_lp = want_lp ? empty_logprobs() : json();
     if (want_lp) {
       add_prompt_logprobs(c, chunk_lp, o);
       c.held.new_token_ids.insert(c.held.new_token_ids.end(), o.new_token_ids.begin(), o.new_token_ids.end());

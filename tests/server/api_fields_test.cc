@@ -141,6 +141,10 @@ TEST_F(ApiFieldsTest, LogitBiasForcesAndBansTokens) {
   ExpectRefused("/v1/completions", {{"prompt", "x"}, {"logit_bias", {{"300", 101}}}}, "logit_bias");
   ExpectRefused("/v1/completions", {{"prompt", "x"}, {"logit_bias", {{"abc", 1}}}}, "logit_bias");
   ExpectRefused("/v1/completions", {{"prompt", "x"}, {"logit_bias", {{"99999999", 1}}}}, "logit_bias");
+  ExpectRefused("/v1/completions", {{"prompt", "x"}, {"logit_bias", {{"-1", 1}}}}, "logit_bias");
+  ExpectRefused("/v1/completions", {{"prompt", "x"}, {"logit_bias", {{"5", "high"}}}}, "logit_bias");
+  ExpectRefused("/v1/completions", {{"prompt", "x"}, {"logprobs", -1}}, "logprobs");
+  ExpectRefused("/v1/completions", {{"prompt", "x"}, {"logprobs", 21}}, "logprobs");
 }
 
 int64_t CodePoints(const std::string& s) {
@@ -266,6 +270,11 @@ TEST_F(ApiFieldsTest, BatchedGenerateReturnsAList) {
   EXPECT_EQ(seen, (std::set<int>{0, 1}));
   ExpectRefused("/generate", {{"text", {"a", "b"}}, {"sampling_params", {{{"max_new_tokens", 2}}}}}, "one entry per prompt");
   ExpectRefused("/generate", {{"text", {"a", "b"}}, {"rid", "single"}}, "rid");
+  ExpectRefused("/generate", {{"text", {"a", "b"}}, {"rid", {"same", "same"}}}, "'same' twice");
+  ExpectRefused("/generate", {{"text", "x"}, {"sampling_params", {{"n", 0}}}}, "'n'");
+  ExpectRefused("/generate", {{"text", "x"}, {"sampling_params", {{"n", 129}}}}, "'n'");
+  ExpectRefused("/generate", {{"text", {"a", "b"}}, {"sampling_params", {{"n", 65}}}}, "'n'");  // 130 in all
+  ExpectRefused("/v1/completions", {{"prompt", {"a", "b"}}, {"n", 65}}, "'n'");
 }
 
 TEST_F(ApiFieldsTest, ReturnTextInLogprobsFillsTheTextElement) {

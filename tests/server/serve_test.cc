@@ -468,10 +468,11 @@ TEST(Serve, SigtermDrainsInFlightAndRefusesNewWork) {
        s.log().find("draining") == std::string::npos && std::chrono::steady_clock::now() < deadline;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  ASSERT_NE(s.log().find("draining"), std::string::npos) << s.log();
+  // The listener stays open while draining: a new generation gets 503.
   auto refused = HttpClient().Request("POST", s.Url("/generate"), R"({"text": "x"})", {}, 5000);
-  if (refused.ok()) {
-    EXPECT_EQ(refused->status_code, 503) << refused->body;
-  }
+  ASSERT_TRUE(refused.ok()) << refused.error();
+  EXPECT_EQ(refused->status_code, 503) << refused->body;
   client.join();
   EXPECT_EQ(s.Wait(), 0) << s.log();
   ASSERT_TRUE(result.is_object());
