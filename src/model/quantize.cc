@@ -14,6 +14,8 @@
 #include "model/config.h"
 #include "model/safetensors.h"
 #include "model/safetensors_writer.h"
+#include "model/weight_bytes.h"
+#include "model/weights.h"
 
 namespace mlaserve {
 namespace {
@@ -24,13 +26,6 @@ namespace fs = std::filesystem;
 constexpr int kFp8Block = 128;
 constexpr int kInt4Group = 32;
 
-// Linear weights of the decoder layers: q/kv/o projections, MLP and expert gate/up/down.
-bool IsDecoderLinear(const std::string& name) {
-  // (Anywhere in the name: a multimodal wrapper puts them under language_model.)
-  return name.find("model.layers.") != std::string::npos &&
-         (name.ends_with("_proj.weight") || name.ends_with("_proj_with_mqa.weight"));
-}
-
 bool IsRoutedExpert(const std::string& name) {
   return IsDecoderLinear(name) && name.find(".mlp.experts.") != std::string::npos;
 }
@@ -38,13 +33,6 @@ bool IsRoutedExpert(const std::string& name) {
 bool Quantizes(QuantScheme scheme, const TensorView& t) {
   if (t.shape.size() != 2) return false;
   return scheme == QuantScheme::kFp8Block ? IsDecoderLinear(t.name) : IsRoutedExpert(t.name);
-}
-
-std::vector<float> ToF32(const TensorView& t) {
-  std::vector<float> out(size_t(t.numel()));
-  const size_t value_bytes = size_t(DTypeBytes(t.dtype));
-  for (size_t i = 0; i < out.size(); ++i) out[i] = LoadAsF32(t.dtype, t.data + i * value_bytes);
-  return out;
 }
 
 json QuantizationConfig(QuantScheme scheme) {
@@ -174,7 +162,7 @@ Result<QuantizeReport> QuantizeCheckpoint(const std::string& in_dir, const std::
       continue;
     }
     const int64_t rows = t.shape[0], cols = t.shape[1];
-    const std::vector<float> w = ToF32(t);
+    const std::vector<float> w = TensorToF32(t);
     if (scheme == QuantScheme::kFp8Block) {
       QuantizeFp8(w, rows, cols, values, scales);
       MLA_RETURN_IF_ERROR(writer.Write(values.data(), values.size()));

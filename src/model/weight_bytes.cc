@@ -5,30 +5,25 @@
 #include "model/weights.h"
 
 namespace mlaserve {
-namespace {
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// A Linear layer of a decoder layer (attention and MLP projections, experts included), as the
-// quantizers target them; the router (`mlp.gate`) is not one of them.
 bool IsDecoderLinear(const std::string& name) {
   return name.find("model.layers.") != std::string::npos &&
-         (EndsWith(name, "_proj.weight") || EndsWith(name, "_proj_with_mqa.weight"));
+         (name.ends_with("_proj.weight") || name.ends_with("_proj_with_mqa.weight"));
 }
 
-}  // namespace
+QuantizationIgnoreList::QuantizationIgnoreList(const std::vector<std::string>& entries) {
+  for (const std::string& entry : entries) {
+    if (entry.rfind("re:", 0) == 0) patterns_.emplace_back(entry.substr(3), std::regex::ECMAScript);
+    else names_.push_back(entry);
+  }
+}
 
-bool IgnoredByQuantization(const std::vector<std::string>& ignore, const std::string& module) {
-  for (const std::string& entry : ignore) {
-    if (entry.rfind("re:", 0) == 0) {
-      const std::regex re(entry.substr(3), std::regex::ECMAScript);
-      std::smatch m;
-      if (std::regex_search(module, m, re, std::regex_constants::match_continuous)) return true;
-    } else if (entry == module) {
-      return true;
-    }
+bool QuantizationIgnoreList::Ignores(const std::string& module) const {
+  for (const std::string& name : names_) {
+    if (name == module) return true;
+  }
+  std::smatch m;
+  for (const std::regex& re : patterns_) {
+    if (std::regex_search(module, m, re, std::regex_constants::match_continuous)) return true;
   }
   return false;
 }
@@ -36,10 +31,11 @@ bool IgnoredByQuantization(const std::vector<std::string>& ignore, const std::st
 WeightBytes EstimateWeightBytes(const ModelConfig& config) {
   WeightBytes out;
   const WeightQuantConfig& q = config.quant;
+  const QuantizationIgnoreList ignore(q.ignore);
   for (const TensorSpec& t : ListWeightTensors(config)) {
     double values = 1;
     for (int64_t d : t.shape) values *= double(d);
-    const std::string module = t.name.substr(0, t.name.size() - (EndsWith(t.name, ".weight") ? 7 : 0));
+    const std::string module = t.name.substr(0, t.name.size() - (t.name.ends_with(".weight") ? 7 : 0));
     const bool two_d = t.shape.size() == 2;
     double bytes = 2 * values;  // bf16
     bool quantized = false;
@@ -49,8 +45,7 @@ WeightBytes EstimateWeightBytes(const ModelConfig& config) {
       bytes = values + 4 * block_rows * block_cols;
       quantized = true;
     } else if (two_d && q.method == WeightQuantMethod::kInt4Pack &&
-               (IsDecoderLinear(t.name) || EndsWith(t.name, "lm_head.weight")) &&
-               !IgnoredByQuantization(q.ignore, module)) {
+               (IsDecoderLinear(t.name) || t.name.ends_with("lm_head.weight")) && !ignore.Ignores(module)) {
       const double groups = double(t.shape[0]) * double((t.shape[1] + q.group_size - 1) / q.group_size);
       bytes = values / 2 + 2 * groups + 8;
       quantized = true;

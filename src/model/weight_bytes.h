@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <regex>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 
@@ -26,8 +28,22 @@ struct WeightBytes {
 
 WeightBytes EstimateWeightBytes(const ModelConfig& config);
 
-// Whether compressed-tensors' `ignore` list names `module` (a tensor name without ".weight"):
-// an entry equal to it, or an "re:" entry whose regex matches from its start (Python's re.match).
-bool IgnoredByQuantization(const std::vector<std::string>& ignore, const std::string& module);
+// A Linear layer of a decoder layer (q/kv/o projections, MLP and expert gate/up/down), as the
+// quantizers target them, anywhere in the name (a multimodal wrapper puts them under
+// language_model.); the router (`mlp.gate`) is not one of them.
+bool IsDecoderLinear(const std::string& tensor_name);
+
+// compressed-tensors' `ignore` list, compiled once: names `module` (a tensor name without
+// ".weight") by an entry equal to it, or an "re:" entry whose regex matches from its start
+// (Python's re.match).
+class QuantizationIgnoreList {
+ public:
+  explicit QuantizationIgnoreList(const std::vector<std::string>& entries);
+  bool Ignores(const std::string& module) const;
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<std::regex> patterns_;
+};
 
 }  // namespace mlaserve

@@ -103,26 +103,20 @@ bool IsPythonSpace(char32_t c) {
          (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-char32_t DecodeAt(std::string_view text, size_t at, size_t length) {
-  const auto b = [&](size_t k) { return char32_t(uint8_t(text[at + k])); };
-  switch (length) {
-    case 1: return b(0);
-    case 2: return ((b(0) & 0x1F) << 6) | (b(1) & 0x3F);
-    case 3: return ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
-    default: return ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
-  }
-}
-
 }  // namespace
 
-std::vector<std::string_view> SplitLongRuns(std::string_view text, size_t max_run_chars) {
-  if (max_run_chars == 0 || text.size() <= max_run_chars) return {text};
-  std::vector<std::string_view> parts;
+void SplitLongRuns(std::string_view text, size_t max_run_chars, std::vector<std::string_view>* out) {
+  std::vector<std::string_view>& parts = *out;
+  parts.clear();
+  if (max_run_chars == 0 || text.size() <= max_run_chars) {
+    parts.push_back(text);
+    return;
+  }
   size_t part_begin = 0, run_chars = 0;
   bool run_is_space = false;
   for (size_t at = 0; at < text.size();) {
     const Utf8Step step = ScanUtf8(text.substr(at));  // valid UTF-8 here (Encode repaired it)
-    const bool space = IsPythonSpace(DecodeAt(text, at, step.length));
+    const bool space = IsPythonSpace(DecodeCodePoint(text.substr(at, step.length)));
     if (at == 0 || space != run_is_space) {
       run_is_space = space;
       run_chars = 1;
@@ -134,7 +128,6 @@ std::vector<std::string_view> SplitLongRuns(std::string_view text, size_t max_ru
     at += step.length;
   }
   parts.push_back(text.substr(part_begin));
-  return parts;
 }
 
 Result<std::vector<TokenId>> Tokenizer::Encode(std::string_view text, bool add_bos) const {
@@ -153,6 +146,7 @@ Result<std::vector<TokenId>> Tokenizer::Encode(std::string_view text, bool add_b
   std::vector<TextSegment> segments;
   PreTokenizeScratch pre_scratch;
   std::vector<std::string_view> pieces;
+  std::vector<std::string_view> runs;  // [1] unless the model cuts long runs (Kimi)
   BpeScratch bpe_scratch;
 
   model.added_tokens.Split(text, &segments);
@@ -162,7 +156,8 @@ Result<std::vector<TokenId>> Tokenizer::Encode(std::string_view text, bool add_b
       continue;
     }
     const std::string_view segment_text = text.substr(segment.begin, segment.end - segment.begin);
-    for (std::string_view run : SplitLongRuns(segment_text, model.max_run_chars)) {
+    SplitLongRuns(segment_text, model.max_run_chars, &runs);
+    for (std::string_view run : runs) {
       MLA_RETURN_IF_ERROR(model.pre_tokenizer.Split(run, &pre_scratch, &pieces));
       for (std::string_view piece : pieces) model.bpe.EncodePiece(piece, &bpe_scratch, &ids);
     }

@@ -96,4 +96,14 @@ void AppendCodePoint(char32_t code_point, std::string* out) {
   }
 }
 
+char32_t DecodeCodePoint(std::string_view bytes) {
+  const auto b = [&](size_t k) { return char32_t(uint8_t(bytes[k])); };
+  switch (bytes.size()) {
+    case 1: return b(0);
+    case 2: return ((b(0) & 0x1F) << 6) | (b(1) & 0x3F);
+    case 3: return ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
+    default: return ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
+  }
+}
+
 }  // namespace mlaserve

@@ -32,6 +32,9 @@ bool IsValidUtf8(std::string_view bytes);
 // Appends `bytes` to `out`, replacing ill-formed parts (including a truncated tail) with U+FFFD.
 void AppendUtf8Lossy(std::string_view bytes, std::string* out);
 
+// The code point of one whole, well-formed character (`bytes` as ScanUtf8 measured it).
+char32_t DecodeCodePoint(std::string_view bytes);
+
 // Appends the UTF-8 encoding of `code_point` (which must be a valid scalar value).
 void AppendCodePoint(char32_t code_point, std::string* out);
 

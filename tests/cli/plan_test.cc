@@ -101,13 +101,13 @@ TEST(Plan, QuantizedCheckpointsCountTheirStoredBytes) {
 }
 
 TEST(Plan, IgnoreEntriesMatchNamesAndRegexesFromTheStart) {
-  const std::vector<std::string> ignore = {"lm_head", "re:.*self_attn.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"};
-  EXPECT_TRUE(IgnoredByQuantization(ignore, "lm_head"));
-  EXPECT_TRUE(IgnoredByQuantization(ignore, "language_model.model.layers.3.self_attn.q_a_proj"));
-  EXPECT_TRUE(IgnoredByQuantization(ignore, "model.layers.0.mlp.gate_proj"));
-  EXPECT_FALSE(IgnoredByQuantization(ignore, "model.layers.3.mlp.experts.7.gate_proj"));
-  EXPECT_FALSE(IgnoredByQuantization(ignore, "language_model.lm_head"));  // exact names match exactly
-  EXPECT_FALSE(IgnoredByQuantization({"re:self_attn"}, "model.layers.3.self_attn.o_proj"));  // anchored at the start
+  const QuantizationIgnoreList ignore({"lm_head", "re:.*self_attn.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"});
+  EXPECT_TRUE(ignore.Ignores("lm_head"));
+  EXPECT_TRUE(ignore.Ignores("language_model.model.layers.3.self_attn.q_a_proj"));
+  EXPECT_TRUE(ignore.Ignores("model.layers.0.mlp.gate_proj"));
+  EXPECT_FALSE(ignore.Ignores("model.layers.3.mlp.experts.7.gate_proj"));
+  EXPECT_FALSE(ignore.Ignores("language_model.lm_head"));  // exact names match exactly
+  EXPECT_FALSE(QuantizationIgnoreList({"re:self_attn"}).Ignores("model.layers.3.self_attn.o_proj"));  // anchored
 }
 
 }  // namespace

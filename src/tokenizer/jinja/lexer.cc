@@ -2,6 +2,8 @@
 // them is trimmed, then each tag's inside is cut into names, literals and operators.
 #include "tokenizer/jinja/lexer.h"
 
+#include "tokenizer/utf8.h"
+
 #include <cctype>
 
 namespace mlaserve::jinja {
@@ -199,10 +201,17 @@ class Lexer {
           case '\'': out += '\''; break;
           case '"': out += '"'; break;
           case 'u': {
-            if (pos_ + 4 > src_.size()) return LineError(line_, "bad \\u escape");
-            const unsigned long cp = std::stoul(std::string(src_.substr(pos_, 4)), nullptr, 16);
+            char32_t cp = 0;
+            for (int k = 0; k < 4; ++k) {
+              const char h = pos_ + size_t(k) < src_.size() ? src_[pos_ + size_t(k)] : '\0';
+              const int digit = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                                : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+              if (digit < 0) return LineError(line_, "bad \\u escape (four hex digits)");
+              cp = cp * 16 + char32_t(digit);
+            }
+            if (cp >= 0xD800 && cp <= 0xDFFF) return LineError(line_, "\\u escape of a surrogate is not supported");
             pos_ += 4;
-            AppendUtf8(uint32_t(cp), &out);
+            AppendCodePoint(cp, &out);
             break;
           }
           default: out += '\\'; out += e;
@@ -216,19 +225,6 @@ class Lexer {
     ++pos_;
     tokens_.push_back({TokenKind::kString, std::move(out), start_line});
     return Status::Ok();
-  }
-
-  static void AppendUtf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      *out += char(cp);
-    } else if (cp < 0x800) {
-      *out += char(0xC0 | (cp >> 6));
-      *out += char(0x80 | (cp & 0x3F));
-    } else {
-      *out += char(0xE0 | (cp >> 12));
-      *out += char(0x80 | ((cp >> 6) & 0x3F));
-      *out += char(0x80 | (cp & 0x3F));
-    }
   }
 
   std::string_view src_;

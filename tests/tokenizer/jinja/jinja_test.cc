@@ -185,6 +185,11 @@ TEST(Jinja, ParseErrorsNameTheLine) {
   EXPECT_EQ(Render("{% for x in y %}{% endif %}"), "ERROR: line 1: unknown statement 'endif'");
   EXPECT_EQ(Render("{{ a b }}"), "ERROR: line 1: expected '}}', got 'b'");
   EXPECT_EQ(Render("{{ x $ y }}"), "ERROR: line 1: unexpected character '$'");
+  // \u escapes: four hex digits to UTF-8; malformed or surrogate ones are errors, not crashes.
+  EXPECT_EQ(Render("{{ '\\u00e9\\u4e2d' }}"), "\xC3\xA9\xE4\xB8\xAD");
+  EXPECT_EQ(Render("{{ '\\uzzzz' }}"), "ERROR: line 1: bad \\u escape (four hex digits)");
+  EXPECT_EQ(Render("{{ '\\u12' }}"), "ERROR: line 1: bad \\u escape (four hex digits)");
+  EXPECT_EQ(Render("{{ '\\ud83d' }}"), "ERROR: line 1: \\u escape of a surrogate is not supported");
 }
 
 TEST(Jinja, RenderErrorsNameTheLine) {
