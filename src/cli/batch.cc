@@ -324,14 +324,18 @@ int RunBatch(Args& args) {
       "while no server answers, the run waits (however long) and says so again every S seconds",
       {.value_name = "S", .above = 0});
   f.retry_failed = !args.Switch("no-retry-failed", "keep records that failed in an earlier run failed");
+  // Above zero: every checkpoint is a DB transaction, and 0 would make that one per token.
   f.runner.checkpoint_interval_s = args.Double("checkpoint-interval", 0.2, "seconds between progress DB checkpoints",
-                                               {.value_name = "S", .min = 0});
+                                               {.value_name = "S", .min = 0.01});
   if (f.input.empty()) args.Reject("--input IN.jsonl is required");
   if (f.output.empty() && !f.dry_run) args.Reject("--output OUT.jsonl is required");
   if (ordered_flag && unordered) args.Reject("give --ordered or --unordered, not both");
   const bool in_process = !model_flags.model_path.empty();
   if (!f.dry_run && in_process == !f.endpoints.empty()) {
     args.Reject("give --endpoint URL (repeatable) or --model-path DIR (in-process), not both");
+  }
+  if (in_process && !f.tokenizer.empty()) {
+    args.Reject("--tokenizer is for --endpoint runs; in process the tokenizer is --model-path's");
   }
   if (auto exit_code = args.Finish()) return *exit_code;
   if (f.errors.empty()) f.errors = ErrorsPathFor(f.output);

@@ -266,6 +266,9 @@ int RunBench(Args& args) {
   const std::vector<std::string> compare =
       args.All("compare-model-path", "another checkpoint of the same shape (e.g. `quantize` output) benched in the "
                "same run and tabulated beside --model-path", {.value_name = "DIR"});
+  if (settings.matmul_sweep && !compare.empty()) {
+    args.Reject("--matmul-sweep times one model's lm_head; it does not combine with --compare-model-path");
+  }
   if (auto exit_code = args.Finish()) return *exit_code;
   if (compare.empty()) return BenchModel(model_flags, settings);
   std::vector<std::string> paths{model_flags.model_path};

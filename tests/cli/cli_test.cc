@@ -150,6 +150,19 @@ TEST(Cli, HelpListsEachCommandsFlagsAndExitsZero) {
   EXPECT_NE(top.out.find("mlaserve COMMAND --help"), std::string::npos) << top.out;
 }
 
+// Flags that would be accepted and then ignored in a combination are refused in it.
+TEST(Cli, FlagsWithNoEffectInACombinationAreRefused) {
+  testing::TempDir dir;
+  auto r = RunMlaserve("bench --model-path " + kModel + " --matmul-sweep --compare-model-path " + kModel);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--matmul-sweep"), std::string::npos) << r.err;
+  r = RunMlaserve("batch --model-path " + kModel + " --tokenizer " + kModel + " --input " + ShellQuote(dir.path() + "/in") +
+                  " --output " + ShellQuote(dir.path() + "/out.jsonl") + " --checkpoint-interval 0");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--tokenizer is for --endpoint runs"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--checkpoint-interval"), std::string::npos) << r.err;
+}
+
 TEST(Cli, UnknownAndRefusedFlagsAreAllReportedAtOnce) {
   // The report: each alone got the HiCache message, together only the first was named.
   auto r = RunMlaserve("serve --enable-hierarchical-cache --hicache-size 48 --model-path " + kModel);
