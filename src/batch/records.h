@@ -72,7 +72,7 @@ ParsedInput ParseInput(std::string_view text);
 
 // 64-bit FNV-1a, for ids (not for security).
 uint64_t Fnv1a64(std::string_view bytes, uint64_t seed = 0xcbf29ce484222325ULL);
-// A 64-bit hash of bulk bytes, ~10x FNV's speed (four independent multiply chains over 8-byte
+// A 64-bit hash of bulk bytes, faster than FNV (four independent multiply chains over 8-byte
 // words): the input file's content hash, and the hashes of input and output lines in the
 // progress DB. Chainable: Hash64(b, Hash64(a)) hashes a then b, provided a's size is a
 // multiple of 32 (the streamed reader's 1 MiB blocks are). Not for security.
