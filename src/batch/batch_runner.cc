@@ -8,8 +8,6 @@
 namespace mlaserve::batch {
 namespace {
 
-double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
 // All segments of a record's answers, in order.
 std::vector<Segment> AllSegments(const std::vector<Answer>& answers) {
   std::vector<Segment> all;

@@ -168,30 +168,4 @@ std::optional<InputProblem> DuplicateIds::Check(const std::string& id, int line_
                                        "; the first wins)"};
 }
 
-ParsedInput ParseInput(std::string_view text) {
-  ParsedInput out;
-  out.content_hash = Fnv1a64(text);
-  DuplicateIds seen;
-  size_t pos = 0;
-  for (int line_no = 1; pos < text.size(); ++line_no) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    ++out.num_lines;
-    auto record = ParseRecordLine(line, line_no);
-    if (!record.ok()) {
-      out.problems.push_back({line_no, "", record.error()});
-      continue;
-    }
-    if (auto problem = seen.Check(record->id, line_no)) {
-      out.problems.push_back(std::move(*problem));
-      continue;
-    }
-    out.records.push_back(std::move(record).value());
-  }
-  return out;
-}
-
 }  // namespace mlaserve::batch

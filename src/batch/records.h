@@ -41,14 +41,7 @@ struct InputProblem {
   std::string reason;  // one line
 };
 
-struct ParsedInput {
-  std::vector<Record> records;          // valid, first occurrence of each id, in input order
-  std::vector<InputProblem> problems;   // malformed lines and later duplicates, in input order
-  int num_lines = 0;                    // non-blank lines
-  uint64_t content_hash = 0;            // of the whole file's bytes: binds a progress DB to it
-};
-
-// Finds later duplicates of an id in memory (ParseInput, --dry-run); a run's first pass uses the
+// Finds later duplicates of an id in memory (--dry-run); a run's first pass uses the
 // progress DB's unique index instead.
 class DuplicateIds {
  public:
@@ -66,9 +59,6 @@ std::string AutoId(const nlohmann::json& record_without_id);
 // Parses one non-blank line. Errors name what is wrong (not the line number: the caller adds it).
 Result<Record> ParseRecordLine(std::string_view line, int line_no);
 
-// Parses a whole JSONL text held in memory (tests): bad lines and duplicate ids become
-// problems, never a failure. A run streams its input instead (input_file.h).
-ParsedInput ParseInput(std::string_view text);
 
 // 64-bit FNV-1a, for ids (not for security).
 uint64_t Fnv1a64(std::string_view bytes, uint64_t seed = 0xcbf29ce484222325ULL);

@@ -8,7 +8,6 @@
 namespace mlaserve::batch {
 namespace {
 
-double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::string Seconds(double s) {
   char buf[32];

@@ -17,6 +17,7 @@
 namespace mlaserve::batch {
 
 using Clock = std::chrono::steady_clock;
+inline double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 struct TurnRequest {
   std::string rid;                     // unique among this client's requests in flight

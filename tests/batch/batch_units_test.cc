@@ -70,18 +70,6 @@ TEST(BatchRecords, RejectsWhatItCannotAnswer) {
   EXPECT_EQ(big->id, "18446744073709551615");
 }
 
-TEST(BatchRecords, ReportsBadLinesAndDuplicatesWithLineNumbers) {
-  const ParsedInput in = ParseInput("{\"id\":\"a\",\"prompt\":\"1\"}\n\n{oops\n{\"id\":\"a\",\"prompt\":\"2\"}\n{\"id\":\"b\",\"prompt\":\"3\"}");
-  ASSERT_EQ(in.records.size(), 2u);
-  EXPECT_EQ(in.records[0].source["prompt"], "1");  // the first wins
-  EXPECT_EQ(in.records[1].line_no, 5);
-  ASSERT_EQ(in.problems.size(), 2u);
-  EXPECT_EQ(in.problems[0].line_no, 3);
-  EXPECT_EQ(in.problems[1].line_no, 4);
-  EXPECT_EQ(in.problems[1].id, "a");
-  EXPECT_EQ(in.num_lines, 4);
-}
-
 // The content hash of a file read in 1 MiB blocks: each block chained into the next, and any
 // byte past the first block changes it.
 TEST(BatchInput, FileHashChainsItsBlocksAndSeesEveryByte) {
