@@ -8,7 +8,6 @@
 namespace mlaserve::batch {
 namespace {
 
-
 std::string Seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f s", s);
