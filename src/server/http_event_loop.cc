@@ -215,8 +215,7 @@ void HttpEventLoop::AcceptPending(Clock::time_point now) {
     try {
       Admit(std::move(socket), now);
     } catch (const std::exception& error) {
-      std::fprintf(stderr, "mlaserve: http connection dropped: %s\n", error.what());
-      if (entries_.contains(fd)) Close(fd);
+      DropAfterError(fd, error);
     }
   }
 }
@@ -270,9 +269,7 @@ void HttpEventLoop::OnReadable(int fd, Clock::time_point now) {
     entry.connection->unparsed.append(read_buffer_.get(), static_cast<size_t>(received));
     Advance(fd, entry, now);
   } catch (const std::exception& error) {
-    // Allocation failure (a body at the limit on a starved machine): drop this connection only.
-    std::fprintf(stderr, "mlaserve: http connection dropped: %s\n", error.what());
-    if (entries_.contains(fd) && entries_.at(fd).phase != Phase::kAnswering) Close(fd);
+    DropAfterError(fd, error);
   }
 }
 
@@ -346,8 +343,7 @@ void HttpEventLoop::TakeHandedBack(Clock::time_point now) {
     try {
       Resume(std::move(connection), now);
     } catch (const std::exception& error) {
-      std::fprintf(stderr, "mlaserve: http connection dropped: %s\n", error.what());
-      if (entries_.contains(fd) && entries_.at(fd).phase != Phase::kAnswering) Close(fd);
+      DropAfterError(fd, error);
     }
   }
 }
@@ -426,6 +422,11 @@ void HttpEventLoop::StartLingering(int fd, Entry& entry, Clock::time_point now) 
     return;
   }
   SetDeadline(fd, entry, now + std::chrono::milliseconds(kLingerMs));
+}
+
+void HttpEventLoop::DropAfterError(int fd, const std::exception& error) {
+  std::fprintf(stderr, "mlaserve: http connection dropped: %s\n", error.what());
+  if (entries_.contains(fd) && entries_.at(fd).phase != Phase::kAnswering) Close(fd);
 }
 
 void HttpEventLoop::Close(int fd) {

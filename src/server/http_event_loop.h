@@ -23,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -127,6 +128,9 @@ class HttpEventLoop {
   void Reject(int fd, Entry& entry, std::string_view response, Clock::time_point now);
   void StartLingering(int fd, Entry& entry, Clock::time_point now);
   void Close(int fd);
+  // After an exception (allocation failure: a body at the limit on a starved machine) while
+  // serving `fd`: logs it and drops that connection only, unless a handler thread has it.
+  void DropAfterError(int fd, const std::exception& error);
   // Adds or removes the fd from the epoll set; false when adding fails (out of memory).
   [[nodiscard]] bool Watch(int fd, Entry& entry, bool on);
   void SetDeadline(int fd, Entry& entry, std::optional<Clock::time_point> deadline);
