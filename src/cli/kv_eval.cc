@@ -152,7 +152,7 @@ int RunKvEval(Args& args) {
   }
 
   // Report.
-  const double ref_ppl = std::exp(ref_stats.agreement.nll_sum / double(std::max<int64_t>(1, ref_stats.agreement.scored)));
+  const double ref_ppl = ref_stats.agreement.Perplexity();
   const size_t ref_bytes = KvRowBytes(KvFormat::kBF16, c.kv_lora_rank, c.qk_rope_head_dim) * size_t(c.num_hidden_layers);
   std::printf("kv-eval: %s, %lld teacher-forced tokens from %s (%d windows of %d), %d greedy "
               "continuations of %d tokens; reference: bf16 KV cache\n\n",
@@ -171,12 +171,8 @@ int RunKvEval(Args& args) {
   out["budget_gb"] = budget_gb;
   out["formats"].push_back({{"format", "bf16"}, {"bytes_per_token", ref_bytes}, {"perplexity", ref_ppl}});
   for (const FormatStats& st : stats) {
-    const double ppl = std::exp(st.agreement.nll_sum / double(std::max<int64_t>(1, st.agreement.scored)));
-    double kl_mean = 0.0;
-    for (double k : st.agreement.kl) kl_mean += k;
-    kl_mean /= double(std::max<size_t>(1, st.agreement.kl.size()));
-    const double kl_p99 = Percentile(st.agreement.kl, 0.99);
-    const double agree = double(st.agreement.top1_agree) / double(std::max<int64_t>(1, st.agreement.scored));
+    const double ppl = st.agreement.Perplexity(), kl_mean = st.agreement.MeanKl(), kl_p99 = st.agreement.P99Kl(),
+                 agree = st.agreement.Top1();
     const double mean_same = st.continuation_sum / std::max(1, st.continuations);
     const size_t bytes = KvRowBytes(st.format, c.kv_lora_rank, c.qk_rope_head_dim) * size_t(c.num_hidden_layers);
     const long long fit = (long long)(budget_gb * 1e9 / double(bytes));

@@ -51,6 +51,16 @@ struct LogitAgreement {
     top1_agree += ArgMax(std::span(ref_row, size_t(vocab))) == ArgMax(std::span(row, size_t(vocab)));
     ++scored;
   }
+
+  // The figures the reports print.
+  double Perplexity() const { return std::exp(nll_sum / double(std::max<int64_t>(1, scored))); }
+  double MeanKl() const {
+    double sum = 0.0;
+    for (double k : kl) sum += k;
+    return sum / double(std::max<size_t>(1, kl.size()));
+  }
+  double P99Kl() const { return Percentile(kl, 0.99); }
+  double Top1() const { return double(top1_agree) / double(std::max<int64_t>(1, scored)); }
 };
 
 // Teacher-forced window w: [bos] + ids[w * window, (w + 1) * window).

@@ -109,7 +109,7 @@ int RunWeightsEval(Args& args) {
     }
   }
 
-  const double ref_ppl = std::exp(reference_own.nll_sum / double(std::max<int64_t>(1, reference_own.scored)));
+  const double ref_ppl = reference_own.Perplexity();
   std::printf("weights-eval: %s, %lld teacher-forced tokens of %s\n", model_flags.model_path.c_str(),
               (long long)reference_own.scored, data_path.c_str());
   std::printf("%-12s %10s %10s %12s %12s %10s %10s\n", "weights", "MB", "ppl", "ppl change", "mean KL", "p99 KL",
@@ -119,12 +119,7 @@ int RunWeightsEval(Args& args) {
   nlohmann::json out = {{"model", model_flags.model_path}, {"tokens", reference_own.scored}, {"reference_ppl", ref_ppl}};
   for (const Candidate& cand : candidates) {
     const LogitAgreement& a = cand.agreement;
-    const double ppl = std::exp(a.nll_sum / double(std::max<int64_t>(1, a.scored)));
-    double kl_sum = 0.0;
-    for (double k : a.kl) kl_sum += k;
-    const double mean_kl = kl_sum / double(std::max<size_t>(1, a.kl.size()));
-    const double p99 = Percentile(a.kl, 0.99);
-    const double top1 = double(a.top1_agree) / double(std::max<int64_t>(1, a.scored));
+    const double ppl = a.Perplexity(), mean_kl = a.MeanKl(), p99 = a.P99Kl(), top1 = a.Top1();
     const double mb = double(cand.loaded->model->weight_bytes()) / 1e6;
     std::printf("%-12s %10.2f %10.3f %+11.2f%% %12.3g %10.3g %9.2f%%\n", cand.name.c_str(), mb, ppl,
                 100.0 * (ppl / ref_ppl - 1.0), mean_kl, p99, 100.0 * top1);
