@@ -27,6 +27,11 @@ struct Avx2 {
     const __m128i h = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
     return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(h, 7), _mm_set1_epi16(int16_t(0xBFFF))));
   }
+  // Panel columns c and c + 1: kLanes codes at p and at p + 16.
+  static void LoadFp8Columns(const std::byte* p, Reg& first, Reg& second) {
+    first = LoadFp8(p);
+    second = LoadFp8(p + 16);
+  }
   static Reg LoadInt4(const std::byte* p) {
     int32_t word;
     std::memcpy(&word, p, 4);
@@ -34,6 +39,13 @@ struct Avx2 {
     const __m128i mask = _mm_set1_epi8(0x0f);
     const __m128i bytes = _mm_unpacklo_epi8(_mm_and_si128(b, mask), _mm_and_si128(_mm_srli_epi16(b, 4), mask));
     return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(bytes), _mm256_set1_epi32(8)));
+  }
+  // Panel lanes' bytes at p (8): low nibbles are one column, high nibbles the next, each - 8.
+  static void LoadInt4Columns(const std::byte* p, Reg& low, Reg& high) {
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m256i eight = _mm256_set1_epi32(8);
+    low = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x0f)), eight));
+    high = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(b, 4), eight));
   }
   static Reg Fma(Reg a, Reg b, Reg acc) { return _mm256_fmadd_ps(a, b, acc); }
   template <DType D>

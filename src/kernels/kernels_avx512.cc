@@ -29,6 +29,13 @@ struct Avx512 {
     const __m256i h = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm512_cvtph_ps(_mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16(int16_t(0xBFFF))));
   }
+  // Panel columns c and c + 1 (32 adjacent codes, p and p + 16): one widening to fp16 for both.
+  static void LoadFp8Columns(const std::byte* p, Reg& first, Reg& second) {
+    const __m512i h = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    const __m512i f16 = _mm512_and_si512(_mm512_slli_epi16(h, 7), _mm512_set1_epi16(int16_t(0xBFFF)));
+    first = _mm512_cvtph_ps(_mm512_castsi512_si256(f16));
+    second = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(f16, 1));
+  }
   // vpermps reads only the low 4 bits of each index, so the nibbles need no masking: the table
   // maps nibble n to n - 8.
   static Reg LoadInt4(const std::byte* p) {
@@ -36,6 +43,13 @@ struct Avx512 {
     const __m128i bytes = _mm_unpacklo_epi8(b, _mm_srli_epi16(b, 4));  // lane 2j: byte j, 2j+1: byte j >> 4
     const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
     return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(bytes), table);
+  }
+  // Panel lanes' bytes at p (16): low nibbles are one column, high nibbles the next, each - 8.
+  static void LoadInt4Columns(const std::byte* p, Reg& low, Reg& high) {
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+    low = _mm512_permutexvar_ps(b, table);  // vpermps reads only the index's low 4 bits
+    high = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), table);
   }
   static Reg Fma(Reg a, Reg b, Reg acc) { return _mm512_fmadd_ps(a, b, acc); }
   template <DType D>

@@ -22,14 +22,9 @@ size_t PackedScaleBytes(const WeightMatrix& src) {
 void PackRowValues(const WeightMatrix& src, int64_t r, std::byte* panel, int64_t lane) {
   const std::byte* row = src.row(r);
   if (src.format == WeightFormat::kInt4Group) {
-    // Nibble c of the row goes to lane `lane` of panel column c (8 bytes per column).
-    const int shift = (lane % 2) * 4;
-    for (int64_t c = 0; c < src.cols; ++c) {
-      const uint8_t byte = uint8_t(row[c / 2]);
-      const uint8_t nibble = (c % 2 == 0) ? (byte & 0x0f) : (byte >> 4);
-      std::byte& out = panel[size_t(c) * (kPanelRows / 2) + size_t(lane / 2)];
-      out |= std::byte(nibble << shift);
-    }
+    // Column pair j of the row is byte j of the row (even column low) and goes to lane `lane` of
+    // the panel's pair j (16 bytes per pair): the row's bytes, spread 16 apart.
+    for (int64_t j = 0; j < src.cols / 2; ++j) panel[size_t(j) * kPanelRows + size_t(lane)] = row[j];
     return;
   }
   const size_t value_bytes = size_t(DTypeBytes(src.dtype));

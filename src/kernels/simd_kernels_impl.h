@@ -134,26 +134,10 @@ void MatMulRowsTyped(const float* x, int64_t n, const WeightMatrix& w, int64_t r
   }
 }
 
-// Writes T tokens x two output vectors of a panel block: rows_valid of the 2 * kLanes rows.
-template <class V, int T>
-inline void StorePanelOutputs(const typename V::Reg (&acc)[T][2], float* y, int64_t ldy, int rows_valid) {
-  for (int t = 0; t < T; ++t) {
-    if (rows_valid == 2 * V::kLanes) {
-      V::StoreF32(y + t * ldy, acc[t][0]);
-      V::StoreF32(y + t * ldy + V::kLanes, acc[t][1]);
-    } else {
-      float out[2 * V::kLanes];
-      V::StoreF32(out, acc[t][0]);
-      V::StoreF32(out + V::kLanes, acc[t][1]);
-      for (int i = 0; i < rows_valid; ++i) y[t * ldy + i] = out[i];
-    }
-  }
-}
-
 // ---- Quantized weights (fp8 block-scaled, int4 grouped) ------------------------------------
 // The codes are widened in registers and multiplied by their block's scale (one vector multiply
 // per weight vector, shared by every token; fp8 panels fold the scale into the activations
-// instead, see Fp8PanelBlock), then summed in the same order as the dense kernels.
+// instead, see Fp8Panels), then summed in the same order as the dense kernels.
 
 // LoadFp8 reinterprets E4M3 as fp16 (exponent field shifted in place), which is value / 256.
 inline constexpr float kFp8LoadScale = 256.0f;
@@ -164,140 +148,9 @@ inline typename V::Reg LoadCodes(const std::byte* p) {
   else return V::LoadInt4(p);
 }
 
-// Bytes of one panel column (16 lanes) and the byte offset of lane `lane` (a multiple of 8).
-template <WeightFormat F>
-constexpr int64_t kPanelColumnBytes = F == WeightFormat::kFp8Block ? kPanelRows : kPanelRows / 2;
-template <WeightFormat F>
-constexpr int64_t LaneByteOffset(int64_t lane) { return F == WeightFormat::kFp8Block ? lane : lane / 2; }
 // Bytes of kLanes consecutive codes of a row-major row.
 template <WeightFormat F>
 constexpr int64_t RowByteOffset(int64_t c) { return F == WeightFormat::kFp8Block ? c : c / 2; }
-
-// The scale vector of the kLanes packed rows from `row` (a multiple of kLanes), column group g.
-template <class V, WeightFormat F>
-inline typename V::Reg PanelScale(const WeightMatrix& w, int64_t row, int64_t g) {
-  if constexpr (F == WeightFormat::kFp8Block) {
-    return V::Broadcast(LoadF32Unaligned(w.scales, size_t((row / w.block_rows) * w.scale_cols() + g)) * kFp8LoadScale);
-  } else {
-    const auto* s = static_cast<const std::byte*>(w.scales) +
-                    size_t(((row / kPanelRows) * w.scale_cols() + g) * kPanelRows + row % kPanelRows) * 2;
-    return V::template LoadW<DType::kBF16>(s);
-  }
-}
-
-// Two vectors of outputs (rows row0 .. row0 + 2 * kLanes; the second absent past the range) for T
-// tokens, over every column.
-template <class V, WeightFormat F, int T>
-inline void QuantPanelBlock(const float* x, const WeightMatrix& w, int64_t row0, bool has_second, float* y,
-                            int64_t ldy, int rows_valid) {
-  constexpr int64_t kStep = kPanelColumnBytes<F>;
-  const int64_t row1 = row0 + V::kLanes;
-  const std::byte* w0 = w.panel(row0 / kPanelRows) + LaneByteOffset<F>(row0 % kPanelRows);
-  const std::byte* w1 = has_second ? w.panel(row1 / kPanelRows) + LaneByteOffset<F>(row1 % kPanelRows) : nullptr;
-  const int64_t cols = w.cols;
-  typename V::Reg acc[T][2];
-  for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = V::Zero();
-  for (int64_t g = 0, c = 0; c < cols; ++g) {
-    const typename V::Reg s0 = PanelScale<V, F>(w, row0, g);
-    const typename V::Reg s1 = has_second ? PanelScale<V, F>(w, row1, g) : V::Zero();
-    const int64_t group_end = std::min<int64_t>(cols, c + w.block_cols);
-    for (; c < group_end; ++c) {
-      const typename V::Reg a = V::Mul(LoadCodes<V, F>(w0 + c * kStep), s0);
-      const typename V::Reg b = has_second ? V::Mul(LoadCodes<V, F>(w1 + c * kStep), s1) : V::Zero();
-      for (int t = 0; t < T; ++t) {
-        const typename V::Reg xv = V::Broadcast(x[t * cols + c]);
-        acc[t][0] = V::Fma(xv, a, acc[t][0]);
-        acc[t][1] = V::Fma(xv, b, acc[t][1]);
-      }
-    }
-  }
-  StorePanelOutputs<V, T>(acc, y, ldy, rows_valid);
-}
-
-
-// fp8 panels whose two output vectors share one scale per column block (block_rows a multiple
-// of 2 * kLanes): the scale is folded into the activations instead, x[t][c] * scale computed once
-// per (token, column) into a small buffer, so the inner loop is the dense one (widen, FMA) with no
-// per-weight multiply. Each output is still summed over c in order, whatever T.
-template <class V, int T>
-inline void Fp8PanelBlock(const float* x, const WeightMatrix& w, int64_t row0, bool has_second, float* y,
-                          int64_t ldy, int rows_valid) {
-  constexpr int64_t kChunk = 128;  // columns of scaled activations buffered at a time
-  constexpr int64_t kStep = kPanelColumnBytes<WeightFormat::kFp8Block>;
-  const int64_t row1 = row0 + V::kLanes;
-  const std::byte* w0 = w.panel(row0 / kPanelRows) + row0 % kPanelRows;
-  const std::byte* w1 = has_second ? w.panel(row1 / kPanelRows) + row1 % kPanelRows : nullptr;
-  const int64_t cols = w.cols;
-  alignas(64) float xs[T * kChunk];
-  typename V::Reg acc[T][2];
-  for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = V::Zero();
-  for (int64_t g = 0, c = 0; c < cols; ++g) {
-    const float scale =
-        LoadF32Unaligned(w.scales, size_t((row0 / w.block_rows) * w.scale_cols() + g)) * kFp8LoadScale;
-    const int64_t group_end = std::min<int64_t>(cols, c + w.block_cols);
-    while (c < group_end) {
-      const int64_t len = std::min(kChunk, group_end - c);
-      const typename V::Reg sv = V::Broadcast(scale);
-      for (int t = 0; t < T; ++t) {
-        int64_t i = 0;
-        for (; i + V::kLanes <= len; i += V::kLanes) {
-          V::StoreF32(xs + t * kChunk + i, V::Mul(V::LoadF32(x + t * cols + c + i), sv));
-        }
-        for (; i < len; ++i) xs[t * kChunk + i] = x[t * cols + c + i] * scale;
-      }
-      for (int64_t i = 0; i < len; ++i, ++c) {
-        const typename V::Reg a = V::LoadFp8(w0 + c * kStep);
-        const typename V::Reg b = has_second ? V::LoadFp8(w1 + c * kStep) : V::Zero();
-        for (int t = 0; t < T; ++t) {
-          const typename V::Reg xv = V::Broadcast(xs[t * kChunk + i]);
-          acc[t][0] = V::Fma(xv, a, acc[t][0]);
-          acc[t][1] = V::Fma(xv, b, acc[t][1]);
-        }
-      }
-    }
-  }
-  StorePanelOutputs<V, T>(acc, y, ldy, rows_valid);
-}
-
-template <class V, WeightFormat F, int T>
-inline void QuantPanelDispatch(bool fold_scale, const float* x, const WeightMatrix& w, int64_t row0, bool has_second,
-                               float* y, int64_t ldy, int rows_valid) {
-  if constexpr (F == WeightFormat::kFp8Block) {
-    if (fold_scale) return Fp8PanelBlock<V, T>(x, w, row0, has_second, y, ldy, rows_valid);
-  }
-  QuantPanelBlock<V, F, T>(x, w, row0, has_second, y, ldy, rows_valid);
-}
-
-template <class V, WeightFormat F, int T>
-inline void QuantPanelTail(bool fold_scale, int left, const float* x, const WeightMatrix& w, int64_t row0,
-                           bool has_second, float* y, int64_t ldy, int rows_valid) {
-  if constexpr (T > 0) {
-    if (left == T) return QuantPanelDispatch<V, F, T>(fold_scale, x, w, row0, has_second, y, ldy, rows_valid);
-    QuantPanelTail<V, F, T - 1>(fold_scale, left, x, w, row0, has_second, y, ldy, rows_valid);
-  }
-}
-
-template <class V, WeightFormat F>
-void MatMulPanelsQuant(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin,
-                       int64_t panel_end, float* y, int64_t ldy) {
-  constexpr int kT = V::kPanelTokens;
-  constexpr int kBlockRows = 2 * V::kLanes;
-  constexpr int kPanelsPerBlock = kBlockRows / kPanelRows;  // 2 (AVX-512) or 1 (AVX2)
-  // Panel pairs start at even panels, so both vectors of a block share their scale row.
-  const bool fold_scale = w.block_rows % kBlockRows == 0 && panel_begin % kPanelsPerBlock == 0;
-  for (int64_t p = panel_begin; p < panel_end; p += kPanelsPerBlock) {
-    const bool has_second = kPanelsPerBlock == 1 || p + 1 < panel_end;
-    const int64_t row0 = p * kPanelRows;
-    const int rows_valid = int(std::min<int64_t>(has_second ? kBlockRows : kPanelRows, w.rows - row0));
-    int64_t t = 0;
-    for (; t + kT <= n; t += kT) {
-      QuantPanelDispatch<V, F, kT>(fold_scale, x + t * w.cols, w, row0, has_second, y + t * ldy + row0, ldy,
-                                   rows_valid);
-    }
-    QuantPanelTail<V, F, kT - 1>(fold_scale, int(n - t), x + t * w.cols, w, row0, has_second, y + t * ldy + row0,
-                                 ldy, rows_valid);
-  }
-}
 
 // Row-major quantized rows (kv_b_proj, read by rows): vectors need whole groups of kLanes.
 template <class V, WeightFormat F>
@@ -362,73 +215,258 @@ void MatMulRows(const float* x, int64_t n, const WeightMatrix& w, int64_t row_be
   WithWeightDType(w.dtype, [&](auto d) { MatMulRowsTyped<V, decltype(d)::value>(x, n, w, row_begin, row_end, y, ldy); });
 }
 
-// Packed panels: for each column c, the 16 weights of a panel row are loaded as vectors and
-// multiplied by x[t][c] broadcast, accumulating 16 outputs per vector with no horizontal sums.
-// Each output is summed over c in order, whatever T, so results are batch-invariant.
-// A block covers 2 vectors of outputs (two panels on AVX-512, one on AVX2) for T tokens.
-template <class V, DType D, int T>
-inline void PanelBlock(const float* x, int64_t cols, const std::byte* w0, const std::byte* w1,
-                       int64_t step_bytes, float* y, int64_t ldy, int rows_valid) {
-  typename V::Reg acc[T][2];
-  for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = V::Zero();
-  for (int64_t c = 0; c < cols; ++c) {
-    const typename V::Reg a = V::template LoadW<D>(w0 + c * step_bytes);
-    const typename V::Reg b = w1 != nullptr ? V::template LoadW<D>(w1 + c * step_bytes) : V::Zero();
-    for (int t = 0; t < T; ++t) {
-      const typename V::Reg xv = V::Broadcast(x[t * cols + c]);
-      acc[t][0] = V::Fma(xv, a, acc[t][0]);
-      acc[t][1] = V::Fma(xv, b, acc[t][1]);
-    }
-  }
-  StorePanelOutputs<V, T>(acc, y, ldy, rows_valid);
+// ---- Packed panels ---------------------------------------------------------------------------
+// For each column c, the 16 weights of a panel row are loaded as vectors and multiplied by x[t][c]
+// broadcast, accumulating kLanes outputs per vector with no horizontal sums. A block covers NV
+// output vectors (rows row0 + v * kLanes) for T tokens: T x NV accumulators, each one FMA chain.
+// Each output is summed over c in order whatever T and NV are, so results are batch-invariant.
+// The driver uses NV = 2 (two panels on AVX-512, one on AVX2): 4 and 8 were measured slower, even
+// for one token, where they would hide more FMA latency (more concurrent panel streams).
+//
+// A block at the end of the range may have fewer vectors than NV: the missing ones read vector 0
+// again (the same bytes, already in L1) and are not stored, so the inner loops never branch.
+
+// One panel block's geometry: the rows its vectors start at and how many rows it writes.
+template <int NV>
+struct PanelBlockRows {
+  int64_t row[NV];  // vector v's first row; row[0] for a vector past the range
+  int rows_valid;   // rows row[0] .. row[0] + rows_valid are stored
+};
+
+template <class V, int NV>
+inline PanelBlockRows<NV> BlockRows(int64_t row0, int64_t row_limit) {
+  PanelBlockRows<NV> b;
+  for (int v = 0; v < NV; ++v) b.row[v] = row0 + v * V::kLanes < row_limit ? row0 + v * V::kLanes : row0;
+  b.rows_valid = int(std::min<int64_t>(NV * V::kLanes, row_limit - row0));
+  return b;
 }
 
-template <class V, DType D, int T>
-inline void PanelTail(int left, const float* x, int64_t cols, const std::byte* w0, const std::byte* w1,
-                      int64_t step_bytes, float* y, int64_t ldy, int rows_valid) {
-  if constexpr (T > 0) {
-    if (left == T) return PanelBlock<V, D, T>(x, cols, w0, w1, step_bytes, y, ldy, rows_valid);
-    PanelTail<V, D, T - 1>(left, x, cols, w0, w1, step_bytes, y, ldy, rows_valid);
-  }
-}
-
-template <class V, DType D>
-void MatMulPanelsTyped(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin,
-                       int64_t panel_end, float* y, int64_t ldy) {
-  constexpr int kT = V::kPanelTokens;
-  constexpr int64_t kValueBytes = kWeightBytes<D>;
-  // Rows a block covers: two vectors of outputs.
-  constexpr int kBlockRows = 2 * V::kLanes;
-  constexpr int kPanelsPerBlock = kBlockRows / kPanelRows;  // 2 (AVX-512) or 1 (AVX2)
-  for (int64_t p = panel_begin; p < panel_end; p += kPanelsPerBlock) {
-    const std::byte* w0 = w.panel(p);
-    const std::byte* w1;
-    if constexpr (kPanelsPerBlock == 2) {
-      w1 = p + 1 < panel_end ? w.panel(p + 1) : nullptr;
+// Writes T tokens x NV output vectors: rows_valid of the NV * kLanes rows.
+template <class V, int T, int NV>
+inline void StorePanelOutputs(const typename V::Reg (&acc)[T][NV], float* y, int64_t ldy, int rows_valid) {
+  for (int t = 0; t < T; ++t) {
+    if (rows_valid == NV * V::kLanes) {
+      for (int v = 0; v < NV; ++v) V::StoreF32(y + t * ldy + v * V::kLanes, acc[t][v]);
     } else {
-      w1 = w0 + V::kLanes * kValueBytes;  // the panel row's second vector
+      float out[NV * V::kLanes];
+      for (int v = 0; v < NV; ++v) V::StoreF32(out + v * V::kLanes, acc[t][v]);
+      for (int i = 0; i < rows_valid; ++i) y[t * ldy + i] = out[i];
     }
-    const int64_t row0 = p * kPanelRows;
-    const int rows_valid = int(std::min<int64_t>(w1 != nullptr ? kBlockRows : kPanelRows, w.rows - row0));
-    const int64_t step = kPanelRows * kValueBytes;
+  }
+}
+
+// Dense panels ([cols][16] values of dtype D).
+template <class V, DType D>
+struct DensePanels {
+  const WeightMatrix& w;
+
+  template <int T, int NV>
+  void Run(const float* x, const PanelBlockRows<NV>& b, float* y, int64_t ldy) const {
+    constexpr int64_t kStep = kPanelRows * kWeightBytes<D>;
+    const std::byte* p[NV];
+    for (int v = 0; v < NV; ++v) p[v] = w.panel(b.row[v] / kPanelRows) + (b.row[v] % kPanelRows) * kWeightBytes<D>;
+    const int64_t cols = w.cols;
+    typename V::Reg acc[T][NV];
+    for (int t = 0; t < T; ++t)
+      for (int v = 0; v < NV; ++v) acc[t][v] = V::Zero();
+    for (int64_t c = 0; c < cols; ++c) {
+      typename V::Reg wv[NV];
+      for (int v = 0; v < NV; ++v) wv[v] = V::template LoadW<D>(p[v] + c * kStep);
+      for (int t = 0; t < T; ++t) {
+        const typename V::Reg xv = V::Broadcast(x[t * cols + c]);
+        for (int v = 0; v < NV; ++v) acc[t][v] = V::Fma(xv, wv[v], acc[t][v]);
+      }
+    }
+    StorePanelOutputs<V, T, NV>(acc, y, ldy, b.rows_valid);
+  }
+};
+
+// int4 panels: [cols / 2][16] bytes, byte k of column pair j holding lane k's nibble of column 2j
+// (low) and of column 2j + 1 (high), so one byte load per lane serves two columns; group scales
+// BF16 [panel][cols / group][16]. Each weight vector is widened, multiplied by its lanes' scales,
+// then used for every token. cols is a multiple of 8 and the group size even (config.cc refuses
+// others), so a column pair never straddles two groups.
+template <class V>
+struct Int4Panels {
+  const WeightMatrix& w;
+
+  template <int T, int NV>
+  void Run(const float* x, const PanelBlockRows<NV>& b, float* y, int64_t ldy) const {
+    const std::byte* p[NV];
+    for (int v = 0; v < NV; ++v) p[v] = w.panel(b.row[v] / kPanelRows) + b.row[v] % kPanelRows;
+    const int64_t cols = w.cols;
+    typename V::Reg acc[T][NV];
+    for (int t = 0; t < T; ++t)
+      for (int v = 0; v < NV; ++v) acc[t][v] = V::Zero();
+    const auto fma_column = [&](int64_t c, const typename V::Reg (&wv)[NV]) {
+      for (int t = 0; t < T; ++t) {
+        const typename V::Reg xv = V::Broadcast(x[t * cols + c]);
+        for (int v = 0; v < NV; ++v) acc[t][v] = V::Fma(xv, wv[v], acc[t][v]);
+      }
+    };
+    for (int64_t g = 0, c = 0; c < cols; ++g) {
+      typename V::Reg s[NV];
+      for (int v = 0; v < NV; ++v) s[v] = Scale(b.row[v], g);
+      const int64_t group_end = std::min<int64_t>(cols, c + w.block_cols);
+      for (; c < group_end; c += 2) {
+        typename V::Reg even[NV], odd[NV];
+        for (int v = 0; v < NV; ++v) {
+          V::LoadInt4Columns(p[v] + (c / 2) * kPanelRows, even[v], odd[v]);
+          even[v] = V::Mul(even[v], s[v]);
+          odd[v] = V::Mul(odd[v], s[v]);
+        }
+        fma_column(c, even);
+        fma_column(c + 1, odd);
+      }
+    }
+    StorePanelOutputs<V, T, NV>(acc, y, ldy, b.rows_valid);
+  }
+
+ private:
+  // The scales of rows row.. (a multiple of kLanes) in column group g.
+  typename V::Reg Scale(int64_t row, int64_t g) const {
+    const auto* s = static_cast<const std::byte*>(w.scales) +
+                    size_t(((row / kPanelRows) * w.scale_cols() + g) * kPanelRows + row % kPanelRows) * 2;
+    return V::template LoadW<DType::kBF16>(s);
+  }
+};
+// fp8 panels: the block scale is folded into the activations instead of the weights. Each vector
+// lies in one block_rows band; for each band the block touches, x[t][c] * scale is computed once
+// per (token, column) into a small buffer, so the inner loop is the dense one (widen, FMA) with no
+// per-weight multiply. Every output is (x * scale) * code summed over c in order, whatever the
+// block's size or bands, so results stay batch-invariant.
+template <class V>
+struct Fp8Panels {
+  static constexpr int64_t kChunk = 128;  // columns of scaled activations buffered at a time
+  static constexpr int64_t kStep = kPanelRows;
+  static constexpr int kPairedColumnsMaxTokens = 4;
+  const WeightMatrix& w;
+
+  template <int T, int NV>
+  void Run(const float* x, const PanelBlockRows<NV>& b, float* y, int64_t ldy) const {
+    // Distinct bands of the block's vectors: vector v's scaled activations are band slot[v].
+    int64_t band[NV];
+    int slot[NV];
+    int bands = 0;
+    for (int v = 0; v < NV; ++v) {
+      const int64_t bv = b.row[v] / w.block_rows;
+      slot[v] = 0;
+      while (slot[v] < bands && band[slot[v]] != bv) ++slot[v];
+      if (slot[v] == bands) band[bands++] = bv;
+    }
+    const std::byte* p[NV];
+    for (int v = 0; v < NV; ++v) p[v] = w.panel(b.row[v] / kPanelRows) + b.row[v] % kPanelRows;
+    const int64_t cols = w.cols;
+    alignas(64) float xs[NV * T * kChunk];  // [band slot][token][column in chunk]
+    typename V::Reg acc[T][NV];
+    for (int t = 0; t < T; ++t)
+      for (int v = 0; v < NV; ++v) acc[t][v] = V::Zero();
+    for (int64_t g = 0, c = 0; c < cols; ++g) {
+      const int64_t group_end = std::min<int64_t>(cols, c + w.block_cols);
+      while (c < group_end) {
+        const int64_t len = std::min(kChunk, group_end - c);
+        for (int s = 0; s < bands; ++s) {
+          const float scale = LoadF32Unaligned(w.scales, size_t(band[s] * w.scale_cols() + g)) * kFp8LoadScale;
+          ScaleActivations(x + c, cols, len, scale, xs + s * T * kChunk, T);
+        }
+        if (bands == 1) {
+          Columns<T, NV, true>(xs, slot, p, c, len, acc);
+        } else {
+          Columns<T, NV, false>(xs, slot, p, c, len, acc);
+        }
+        c += len;
+      }
+    }
+    StorePanelOutputs<V, T, NV>(acc, y, ldy, b.rows_valid);
+  }
+
+ private:
+  // xs[t][i] = x[t * cols + i] * scale for the chunk's len columns.
+  static void ScaleActivations(const float* x, int64_t cols, int64_t len, float scale, float* xs, int T) {
+    const typename V::Reg sv = V::Broadcast(scale);
+    for (int t = 0; t < T; ++t) {
+      int64_t i = 0;
+      for (; i + V::kLanes <= len; i += V::kLanes) {
+        V::StoreF32(xs + t * kChunk + i, V::Mul(V::LoadF32(x + t * cols + i), sv));
+      }
+      for (; i < len; ++i) xs[t * kChunk + i] = x[t * cols + i] * scale;
+    }
+  }
+
+  // Accumulates columns c .. c + len. kOneBand: every vector reads band slot 0, one broadcast per
+  // (token, column) serves them all.
+  template <int T, int NV, bool kOneBand>
+  static void Columns(const float* xs, const int (&slot)[NV], const std::byte* const (&p)[NV], int64_t c,
+                      int64_t len, typename V::Reg (&acc)[T][NV]) {
+    const auto fma_column = [&](int64_t i, const typename V::Reg (&wv)[NV]) {
+      for (int t = 0; t < T; ++t) {
+        if constexpr (kOneBand) {
+          const typename V::Reg xv = V::Broadcast(xs[t * kChunk + i]);
+          for (int v = 0; v < NV; ++v) acc[t][v] = V::Fma(xv, wv[v], acc[t][v]);
+        } else {
+          for (int v = 0; v < NV; ++v) {
+            acc[t][v] = V::Fma(V::Broadcast(xs[(slot[v] * T + t) * kChunk + i]), wv[v], acc[t][v]);
+          }
+        }
+      }
+    };
+    int64_t i = 0;
+    // Two columns at a time: their codes are adjacent in the panel, widened together. (Large
+    // token tiles already spend most of their time in FMAs and would run out of registers.)
+    if constexpr (T <= kPairedColumnsMaxTokens)
+    for (; i + 2 <= len; i += 2) {
+      typename V::Reg wa[NV], wb[NV];
+      for (int v = 0; v < NV; ++v) V::LoadFp8Columns(p[v] + (c + i) * kStep, wa[v], wb[v]);
+      fma_column(i, wa);
+      fma_column(i + 1, wb);
+    }
+    for (; i < len; ++i) {
+      typename V::Reg wv[NV];
+      for (int v = 0; v < NV; ++v) wv[v] = V::LoadFp8(p[v] + (c + i) * kStep);
+      fma_column(i, wv);
+    }
+  }
+};
+
+// The last `left` (< T) tokens of a tile, with a block of exactly that many.
+template <int T, int NV, class K>
+inline void PanelTail(const K& k, int left, const float* x, int64_t cols, const PanelBlockRows<NV>& b, float* y,
+                      int64_t ldy) {
+  if constexpr (T > 0) {
+    if (left == T) return k.template Run<T, NV>(x, b, y, ldy);
+    PanelTail<T - 1, NV>(k, left, x, cols, b, y, ldy);
+  }
+}
+
+// Panels [panel_begin, panel_end) of k.w for n tokens, in blocks of two output vectors (more
+// vectors means more concurrent panel streams, which measured slower, even for one token).
+template <class V, class K>
+void MatMulPanelBlocks(const K& k, const float* x, int64_t n, int64_t panel_begin, int64_t panel_end, float* y,
+                       int64_t ldy) {
+  const WeightMatrix& w = k.w;
+  const int64_t row_limit = std::min(w.rows, panel_end * kPanelRows);
+  constexpr int kT = V::kPanelTokens;
+  for (int64_t row0 = panel_begin * kPanelRows; row0 < row_limit; row0 += 2 * V::kLanes) {
+    const PanelBlockRows<2> b = BlockRows<V, 2>(row0, row_limit);
     int64_t t = 0;
-    for (; t + kT <= n; t += kT) {
-      PanelBlock<V, D, kT>(x + t * w.cols, w.cols, w0, w1, step, y + t * ldy + row0, ldy, rows_valid);
-    }
-    PanelTail<V, D, kT - 1>(int(n - t), x + t * w.cols, w.cols, w0, w1, step, y + t * ldy + row0, ldy,
-                            rows_valid);
+    for (; t + kT <= n; t += kT) k.template Run<kT, 2>(x + t * w.cols, b, y + t * ldy + row0, ldy);
+    PanelTail<kT - 1, 2>(k, int(n - t), x + t * w.cols, w.cols, b, y + t * ldy + row0, ldy);
   }
 }
 
 template <class V>
 void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin,
                   int64_t panel_end, float* y, int64_t ldy) {
-  if (w.quantized()) {
-    return WithQuantFormat(w.format, [&](auto f) { MatMulPanelsQuant<V, decltype(f)::value>(x, n, w, panel_begin, panel_end, y, ldy); });
+  if (w.format == WeightFormat::kFp8Block) {
+    return MatMulPanelBlocks<V>(Fp8Panels<V>{w}, x, n, panel_begin, panel_end, y, ldy);
   }
-  WithWeightDType(w.dtype, [&](auto d) { MatMulPanelsTyped<V, decltype(d)::value>(x, n, w, panel_begin, panel_end, y, ldy); });
+  if (w.format == WeightFormat::kInt4Group) {
+    return MatMulPanelBlocks<V>(Int4Panels<V>{w}, x, n, panel_begin, panel_end, y, ldy);
+  }
+  WithWeightDType(w.dtype, [&](auto d) {
+    MatMulPanelBlocks<V>(DensePanels<V, decltype(d)::value>{w}, x, n, panel_begin, panel_end, y, ldy);
+  });
 }
-
 template <class V, DType D>
 void AxpyRowTyped(float a, const std::byte* row, int64_t cols, float* y) {
   const typename V::Reg av = V::Broadcast(a);

@@ -14,8 +14,9 @@
 //              panel lane) in the low nibble; real = (nibble - 8) * scale of its group of
 //              `group_cols` columns. Row-major: row r is cols / 2 bytes (the compressed-tensors
 //              `weight_packed` int32 words, little-endian, are exactly this), scales BF16
-//              [rows][cols / group_cols]. Packed: panel column c is 8 bytes (lanes 2j, 2j+1 in
-//              byte j), scales BF16 [panel][cols / group_cols][16].
+//              [rows][cols / group_cols]. Packed: [cols / 2][16] bytes, byte k of column pair j
+//              holding lane k's nibbles of columns 2j (low) and 2j + 1 (high); scales BF16
+//              [panel][cols / group_cols][16].
 #pragma once
 
 #include <cstddef>

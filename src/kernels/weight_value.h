@@ -46,8 +46,10 @@ inline float WeightCodeAt(const WeightMatrix& w, int64_t r, int64_t c) {
     case WeightFormat::kDense: return LoadAsF32(w.dtype, base + index * DTypeBytes(w.dtype));
     case WeightFormat::kFp8Block: return E4M3ToF32(uint8_t(base[index]));
     case WeightFormat::kInt4Group: {
-      const uint8_t byte = uint8_t(base[index / 2]);
-      return float(int((index % 2 == 0) ? (byte & 0x0f) : (byte >> 4)) - 8);
+      // Row-major: byte c / 2 of the row. Packed: lane r % 16 of column pair c / 2.
+      const int64_t byte_index = w.packed ? (c / 2) * kPanelRows + r % kPanelRows : c / 2;
+      const uint8_t byte = uint8_t(base[byte_index]);
+      return float(int((c % 2 == 0) ? (byte & 0x0f) : (byte >> 4)) - 8);
     }
   }
   return 0.0f;

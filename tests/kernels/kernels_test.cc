@@ -84,11 +84,13 @@ QuantWeights RandomQuantWeights(WeightFormat format, int64_t rows, int64_t cols,
 }
 
 // The weight kinds every kernel handles: dense dtypes and the two quantized formats (int4 needs
-// cols a multiple of 8; its group is 32 when it divides cols, else 8). fp8 comes with 32-row
-// blocks (panel pairs share a scale: the scale is folded into the activations) and 16-row ones
-// (AVX-512 pairs straddle blocks: the scale multiplies the weights).
-enum class Kind { kF32, kBF16, kF16, kFp8, kFp8Rows16, kInt4 };
-constexpr Kind kAllKinds[] = {Kind::kF32, Kind::kBF16, Kind::kF16, Kind::kFp8, Kind::kFp8Rows16, Kind::kInt4};
+// cols a multiple of 8; its group is 32 when it divides cols, else 8). fp8 comes with 128-row
+// blocks (DeepSeek's), 32-row ones (a panel block of two vectors lies in one band of rows: one
+// buffer of scaled activations) and 16-row ones (AVX-512 blocks straddle bands: one buffer per
+// band, each vector reading its own).
+enum class Kind { kF32, kBF16, kF16, kFp8, kFp8Rows16, kFp8Rows128, kInt4 };
+constexpr Kind kAllKinds[] = {Kind::kF32,       Kind::kBF16,        Kind::kF16, Kind::kFp8,
+                              Kind::kFp8Rows16, Kind::kFp8Rows128, Kind::kInt4};
 
 struct AnyWeights {
   Weights dense;
@@ -104,6 +106,7 @@ std::optional<AnyWeights> MakeWeights(Kind kind, int64_t rows, int64_t cols, std
     case Kind::kF16: w.dense = RandomWeights(DType::kF16, rows, cols, rng); break;
     case Kind::kFp8: w.quant = RandomQuantWeights(WeightFormat::kFp8Block, rows, cols, 32, 48, rng); break;
     case Kind::kFp8Rows16: w.quant = RandomQuantWeights(WeightFormat::kFp8Block, rows, cols, 16, 20, rng); break;
+    case Kind::kFp8Rows128: w.quant = RandomQuantWeights(WeightFormat::kFp8Block, rows, cols, 128, 128, rng); break;
     case Kind::kInt4:
       if (cols % 8 != 0) return std::nullopt;
       w.quant = RandomQuantWeights(WeightFormat::kInt4Group, rows, cols, 1, cols % 32 == 0 ? 32 : 8, rng);
@@ -113,7 +116,8 @@ std::optional<AnyWeights> MakeWeights(Kind kind, int64_t rows, int64_t cols, std
 }
 
 const char* KindName(Kind kind) {
-  constexpr const char* kNames[] = {"F32", "BF16", "F16", "fp8-block", "fp8-block rows 16", "int4-group"};
+  constexpr const char* kNames[] = {"F32",        "BF16", "F16", "fp8-block", "fp8-block rows 16", "fp8-block rows 128",
+                                    "int4-group"};
   return kNames[int(kind)];
 }
 
@@ -239,7 +243,7 @@ TEST(Kernels, PackedPanelsMatchRowMajorAndAreBatchInvariant) {
   std::vector<const KernelSet*> tables = SimdTables();
   tables.push_back(&PortableKernels());
   for (Kind kind : kAllKinds) {
-    for (int64_t rows : {1, 15, 16, 17, 33, 64, 70}) {
+    for (int64_t rows : {1, 15, 16, 17, 33, 64, 70, 150}) {
       for (int64_t n : {1, 2, 5, 13, 27}) {
         const int64_t cols = kind == Kind::kInt4 ? 72 : 37;
         const auto w = MakeWeights(kind, rows, cols, rng);
