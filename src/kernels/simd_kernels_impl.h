@@ -226,6 +226,14 @@ void MatMulRows(const float* x, int64_t n, const WeightMatrix& w, int64_t row_be
 // A block at the end of the range may have fewer vectors than NV: the missing ones read vector 0
 // again (the same bytes, already in L1) and are not stored, so the inner loops never branch.
 
+// Asks for the panel bytes kPrefetchColumns columns ahead of p (column_bytes apart). The hardware
+// prefetchers alone left fp8 and bf16 decode 20-25% below the bandwidth they reach with this
+// (one token, 2 threads, bench-models/reference-sized matrices).
+inline constexpr int64_t kPrefetchColumns = 64;
+inline void PrefetchAhead(const std::byte* p, int64_t column_bytes) {
+  __builtin_prefetch(p + kPrefetchColumns * column_bytes);
+}
+
 // One panel block's geometry: the rows its vectors start at and how many rows it writes.
 template <int NV>
 struct PanelBlockRows {
@@ -271,7 +279,10 @@ struct DensePanels {
       for (int v = 0; v < NV; ++v) acc[t][v] = V::Zero();
     for (int64_t c = 0; c < cols; ++c) {
       typename V::Reg wv[NV];
-      for (int v = 0; v < NV; ++v) wv[v] = V::template LoadW<D>(p[v] + c * kStep);
+      for (int v = 0; v < NV; ++v) {
+        PrefetchAhead(p[v] + c * kStep, kStep);
+        wv[v] = V::template LoadW<D>(p[v] + c * kStep);
+      }
       for (int t = 0; t < T; ++t) {
         const typename V::Reg xv = V::Broadcast(x[t * cols + c]);
         for (int v = 0; v < NV; ++v) acc[t][v] = V::Fma(xv, wv[v], acc[t][v]);
@@ -311,6 +322,7 @@ struct Int4Panels {
       for (; c < group_end; c += 2) {
         typename V::Reg even[NV], odd[NV];
         for (int v = 0; v < NV; ++v) {
+          PrefetchAhead(p[v] + (c / 2) * kPanelRows, kPanelRows / 2);
           V::LoadInt4Columns(p[v] + (c / 2) * kPanelRows, even[v], odd[v]);
           even[v] = V::Mul(even[v], s[v]);
           odd[v] = V::Mul(odd[v], s[v]);
@@ -416,7 +428,10 @@ struct Fp8Panels {
     if constexpr (T <= kPairedColumnsMaxTokens)
     for (; i + 2 <= len; i += 2) {
       typename V::Reg wa[NV], wb[NV];
-      for (int v = 0; v < NV; ++v) V::LoadFp8Columns(p[v] + (c + i) * kStep, wa[v], wb[v]);
+      for (int v = 0; v < NV; ++v) {
+        PrefetchAhead(p[v] + (c + i) * kStep, kStep);
+        V::LoadFp8Columns(p[v] + (c + i) * kStep, wa[v], wb[v]);
+      }
       fma_column(i, wa);
       fma_column(i + 1, wb);
     }
