@@ -7,14 +7,14 @@ ChatOutputParser::ChatOutputParser(std::optional<ReasoningParser> reasoning, std
   if (tools) tools_.emplace(*tools);
 }
 
-ChatDelta ChatOutputParser::Route(ReasoningSplit split, bool finish) {
+ChatDelta ChatOutputParser::Route(ReasoningSplit split, bool last) {
   ChatDelta delta{.reasoning = std::move(split.reasoning), .content = "", .calls = {}};
   if (!tools_) {
     delta.content = std::move(split.content);
     return delta;
   }
   ToolCallOutput out = tools_->Push(split.content);
-  if (finish) {
+  if (last) {
     ToolCallOutput rest = tools_->Finish();
     out.content += rest.content;
     for (ToolCallDelta& d : rest.calls) {
@@ -30,14 +30,15 @@ ChatDelta ChatOutputParser::Route(ReasoningSplit split, bool finish) {
   return delta;
 }
 
-ChatDelta ChatOutputParser::Push(std::string_view text) {
-  if (!reasoning_) return Route({.reasoning = "", .content = std::string(text)}, /*finish=*/false);
-  return Route(reasoning_->Push(text), /*finish=*/false);
-}
-
-ChatDelta ChatOutputParser::Finish() {
-  if (!reasoning_) return Route({}, /*finish=*/true);
-  return Route(reasoning_->Finish(), /*finish=*/true);
+ChatDelta ChatOutputParser::Push(std::string_view text, bool last) {
+  if (!reasoning_) return Route({.reasoning = "", .content = std::string(text)}, last);
+  ReasoningSplit split = reasoning_->Push(text);
+  if (last) {
+    ReasoningSplit rest = reasoning_->Finish();
+    split.reasoning += rest.reasoning;
+    split.content += rest.content;
+  }
+  return Route(std::move(split), last);
 }
 
 const std::vector<ToolCall>& ChatOutputParser::calls() const {

@@ -25,13 +25,14 @@ class ChatOutputParser {
  public:
   ChatOutputParser(std::optional<ReasoningParser> reasoning, std::optional<ToolCallFormat> tools);
 
-  ChatDelta Push(std::string_view text);
-  ChatDelta Finish();
+  // `text`: the next piece of the reply; last: the reply ends with it (what was held back is
+  // released).
+  ChatDelta Push(std::string_view text, bool last);
   // The calls reported so far (empty without a tool-call parser).
   const std::vector<ToolCall>& calls() const;
 
  private:
-  ChatDelta Route(ReasoningSplit split, bool finish);
+  ChatDelta Route(ReasoningSplit split, bool last);
 
   std::optional<ReasoningParser> reasoning_;
   std::optional<ToolCallParser> tools_;

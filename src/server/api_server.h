@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "chat/reasoning_parser.h"
+#include "chat/tool_call_parser.h"
 #include "engine/engine.h"
 #include "nlohmann/json.hpp"
 #include "server/http_server.h"
@@ -34,6 +36,12 @@ struct ApiServerOptions {
   // The model's chat template (ChatTemplate::ForModel); unset: the built-in format for the
   // tokenizer (ChatFormatFor).
   std::optional<ChatTemplate> chat_template;
+  // --reasoning-parser: chat replies carry reasoning_content apart from content (unless a
+  // request says "separate_reasoning": false). Unset: the reply is all content.
+  std::optional<chat::ReasoningFormat> reasoning_parser;
+  // --tool-call-parser: the model's tool-call text in a reply to a request with `tools` becomes
+  // OpenAI tool_calls. Unset: tools still reach the template, and the reply stays text.
+  std::optional<chat::ToolCallFormat> tool_call_parser;
 };
 
 class ApiServer {

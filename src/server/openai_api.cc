@@ -12,6 +12,7 @@
 #include "server/client_json.h"
 #include "server/request_id.h"
 #include "server/sampling_json.h"
+#include "chat/chat_output.h"
 #include "tokenizer/chat_template.h"
 
 namespace mlaserve {
@@ -35,14 +36,14 @@ using api::WriteEvent;
       {"json_schema", "constrained decoding is not implemented"},                                    \
       {"ebnf", "constrained decoding is not implemented"},                                           \
       {"lora_path", "LoRA adapters are not implemented"},                                            \
-      {"tools", "tool calling is not implemented", "[]"},                                            \
-      {"tool_choice", "tool calling is not implemented", R"("none")"},                               \
-      {"parallel_tool_calls", "tool calling is not implemented"},                                    \
-      {"functions", "function calling is not implemented"},                                          \
-      {"function_call", "function calling is not implemented"}
+      {"functions", "the legacy 'functions' field is not implemented (use 'tools')"},                 \
+      {"function_call", "the legacy 'function_call' field is not implemented (use 'tool_choice')"}
 
 Status CheckCompletionFields(const json& body) {
   return CheckFields(body, {MLASERVE_OPENAI_SHARED_FIELDS, {"prompt"}, {"echo"},
+                            {"tools", "tools are for /v1/chat/completions", "[]"},
+                            {"tool_choice", "tools are for /v1/chat/completions", R"("none")"},
+                            {"parallel_tool_calls", "tools are for /v1/chat/completions"},
                             {"suffix", "fill-in-the-middle (suffix) is not implemented"},
                             {"best_of", "best_of other than 1 is not implemented", "1"}});
 }
@@ -58,9 +59,11 @@ Status CheckChatFields(const json& body) {
              {"metadata", "stored completions are not implemented"},
              {"service_tier", "service tiers are not implemented"},
              {"web_search_options", "web search is not implemented"},
-             {"chat_template_kwargs"},
+             {"chat_template_kwargs"}, {"tools"}, {"tool_choice"},
+             {"parallel_tool_calls", "limiting the reply to one tool call needs constrained decoding, which is not "
+                                     "implemented", "true"},
              {"continue_final_message", "continuing the final message is not implemented"},
-             {"separate_reasoning", "reasoning parsing is not implemented"}});
+             {"separate_reasoning"}});
 }
 
 #undef MLASERVE_OPENAI_SHARED_FIELDS
@@ -78,9 +81,95 @@ int64_t CodePoints(std::string_view text) {
   return n;
 }
 
+// An assistant message's earlier tool calls, as the template receives them: OpenAI's shape,
+// {"id", "type": "function", "function": {"name", "arguments"}}, with arguments the JSON text the
+// client sent (DeepSeek's template concatenates it; Kimi's writes a string as it is).
+Result<json> ReadToolCalls(const json& calls, const std::string& where) {
+  if (!calls.is_array()) return Status::Error(where + "'tool_calls' must be a list");
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const json& call = calls[i];
+    const std::string at = where + "tool_calls[" + std::to_string(i) + "]: ";
+    if (!call.is_object()) return Status::Error(at + "each tool call must be an object");
+    MLA_RETURN_IF_ERROR(CheckFields(call, {{"id"}, {"type"}, {"function"}}, at));
+    if (!call.contains("id") || !call["id"].is_string()) return Status::Error(at + "'id' must be a string");
+    if (call.contains("type") && call["type"] != "function") return Status::Error(at + "'type' must be \"function\"");
+    if (!call.contains("function") || !call["function"].is_object()) return Status::Error(at + "'function' must be an object");
+    const json& function = call["function"];
+    MLA_RETURN_IF_ERROR(CheckFields(function, {{"name"}, {"arguments"}}, at + "function: "));
+    if (!function.contains("name") || !function["name"].is_string()) return Status::Error(at + "'function.name' must be a string");
+    if (!function.contains("arguments") || !function["arguments"].is_string()) {
+      return Status::Error(at + "'function.arguments' must be a string (JSON text, as OpenAI sends it)");
+    }
+  }
+  return calls;
+}
+
+// The tools the template receives, or null: none given, or "tool_choice": "none" (then the
+// model is not told about them, as in SGLang). "auto" (the default) passes them all; "required"
+// and a named function would need constrained decoding to force a call, and are refused.
+Result<json> ReadTools(const json& body) {
+  const json choice = body.contains("tool_choice") ? body["tool_choice"] : json();
+  if (choice.is_object()) {
+    const json& function = choice.contains("function") ? choice["function"] : json();
+    const std::string name = function.is_object() && function.contains("name") && function["name"].is_string()
+                                 ? function["name"].get<std::string>() : "?";
+    return Status::Error("'tool_choice' naming a function ('" + name +
+                         "') is not implemented: forcing a call needs constrained decoding");
+  }
+  if (!choice.is_null() && !choice.is_string()) return Status::Error("'tool_choice' must be a string or an object");
+  const std::string mode = choice.is_string() ? choice.get<std::string>() : "auto";
+  if (mode == "required") {
+    return Status::Error("'tool_choice' \"required\" is not implemented: forcing a call needs constrained decoding");
+  }
+  if (mode != "auto" && mode != "none") {
+    return Status::Error("'tool_choice' \"" + mode + "\" is not one of \"none\", \"auto\", \"required\"");
+  }
+  if (!body.contains("tools") || body["tools"].is_null()) return json();
+  const json& tools = body["tools"];
+  if (!tools.is_array()) return Status::Error("'tools' must be a list");
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string at = "tools[" + std::to_string(i) + "]: ";
+    const json& tool = tools[i];
+    if (!tool.is_object()) return Status::Error(at + "each tool must be an object");
+    MLA_RETURN_IF_ERROR(CheckFields(tool, {{"type"}, {"function"}}, at));
+    if (!tool.contains("type") || tool["type"] != "function") return Status::Error(at + "'type' must be \"function\"");
+    if (!tool.contains("function") || !tool["function"].is_object()) return Status::Error(at + "'function' must be an object");
+    const json& function = tool["function"];
+    MLA_RETURN_IF_ERROR(CheckFields(function, {{"name"}, {"description"}, {"parameters"},
+                                               {"strict", "strict schemas need constrained decoding, which is not "
+                                                          "implemented", "false"}},
+                                    at + "function: "));
+    if (!function.contains("name") || !function["name"].is_string() || function["name"].get_ref<const std::string&>().empty()) {
+      return Status::Error(at + "'function.name' must be a non-empty string");
+    }
+  }
+  if (mode == "none" || tools.empty()) return json();
+  return tools;
+}
+
+// Tool calls in the conversation so far: Kimi-K2 numbers its call ids across the conversation
+// (functions.NAME:IDX), as SGLang does.
+size_t HistoryToolCalls(const json& messages) {
+  size_t n = 0;
+  for (const json& m : messages) {
+    if (m.contains("tool_calls")) n += m["tool_calls"].size();
+  }
+  return n;
+}
+
+// Whether the request turned the model's thinking off through the template's switch
+// (DeepSeek-V3.1's "thinking", Qwen3's "enable_thinking").
+bool ThinkingOff(const json& kwargs) {
+  if (!kwargs.is_object()) return false;
+  for (const char* key : {"thinking", "enable_thinking"}) {
+    if (kwargs.contains(key) && kwargs[key] == false) return true;
+  }
+  return false;
+}
+
 // The messages as the chat template receives them: role, content (text parts joined into one
-// string; null stays null), name and reasoning_content (earlier turns' reasoning, which
-// thinking models' templates render or drop).
+// string; null stays null), name, reasoning_content (earlier turns' reasoning, which thinking
+// models' templates render or drop), tool_calls (an assistant's) and tool_call_id (a tool's).
 Result<json> ReadMessages(const json& body) {
   if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty()) {
     return Status::Error("'messages' must be a non-empty list");
@@ -92,17 +181,19 @@ Result<json> ReadMessages(const json& body) {
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
       return Status::Error(where + "each message needs a 'role' string");
     }
-    MLA_RETURN_IF_ERROR(CheckFields(m, {{"role"}, {"content"},
-                                        {"name"},
-                                        {"tool_calls", "tool calling is not implemented"},
-                                        {"tool_call_id", "tool calling is not implemented"},
+    MLA_RETURN_IF_ERROR(CheckFields(m, {{"role"}, {"content"}, {"name"}, {"tool_calls"}, {"tool_call_id"},
                                         {"reasoning_content"}},
                                     where));
     json msg = {{"role", m["role"]}};
-    for (const char* key : {"name", "reasoning_content"}) {
+    for (const char* key : {"name", "reasoning_content", "tool_call_id"}) {
       if (!m.contains(key) || m[key].is_null()) continue;
       if (!m[key].is_string()) return Status::Error(where + "'" + key + "' must be a string");
       msg[key] = m[key];
+    }
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+      auto calls = ReadToolCalls(m["tool_calls"], where);
+      if (!calls.ok()) return calls.status();
+      msg["tool_calls"] = std::move(calls).value();
     }
     if (!m.contains("content") || m["content"].is_null()) {
       msg["content"] = nullptr;
@@ -191,7 +282,10 @@ struct Choice {
   std::string echo;            // the prompt's text, sent before the first completion text
   bool echo_sent = false;
   bool role_sent = false;      // chat streaming: the first {"role": "assistant"} delta
-  std::string text;
+  std::string text;            // content
+  std::optional<chat::ChatOutputParser> parser;  // chat with a reasoning or tool-call parser
+  std::string reasoning;       // non-streaming: reasoning_content
+  std::vector<std::string> call_ids;  // one per tool call, made when the call starts
   int64_t text_offset = 0;     // characters of this choice's text covered by logprobs so far
   json logprobs;               // non-streaming: all of them
   RequestOutput held;          // streaming: logprobs of tokens whose text is still held back
@@ -213,11 +307,35 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
     }
   }
   std::vector<Prompt> prompts;
+  // Chat only: how each reply is split (reasoning, content, tool calls).
+  std::optional<chat::ReasoningParser> reasoning;
+  std::optional<chat::ToolCallFormat> tool_format;
+  size_t history_calls = 0;
+  bool tools_given = false;
   if (chat) {
     auto messages = ReadMessages(body);
     if (!messages.ok()) return SendError(w, 400, messages.error());
-    const json kwargs = body.contains("chat_template_kwargs") ? body["chat_template_kwargs"] : json();
+    json kwargs = body.contains("chat_template_kwargs") ? body["chat_template_kwargs"] : json();
     if (!kwargs.is_null() && !kwargs.is_object()) return SendError(w, 400, "'chat_template_kwargs' must be an object");
+    auto tools = ReadTools(body);
+    if (!tools.ok()) return SendError(w, 400, tools.error());
+    const auto separate = BoolField(body, "separate_reasoning", true);
+    if (!separate.ok()) return SendError(w, 400, separate.error());
+    if (!tools->is_null()) {
+      if (!chat_template_.is_jinja()) {
+        return SendError(w, 400, "'tools' need the model's Jinja chat template; this server uses the " +
+                                     chat_template_.origin() + " (give --chat-template FILE)");
+      }
+      if (kwargs.is_object() && kwargs.contains("tools")) {
+        return SendError(w, 400, "give tools in 'tools', not in 'chat_template_kwargs'");
+      }
+      if (kwargs.is_null()) kwargs = json::object();
+      kwargs["tools"] = *tools;
+      tools_given = true;
+      tool_format = options_.tool_call_parser;
+      history_calls = HistoryToolCalls(*messages);
+    }
+    if (options_.reasoning_parser && *separate) reasoning.emplace(*options_.reasoning_parser, !ThinkingOff(kwargs));
     auto text = chat_template_.Render(*messages, /*add_generation_prompt=*/true, kwargs);
     if (!text.ok()) return SendError(w, 400, text.error());
     auto ids = tokenizer_.Encode(*text, /*add_bos=*/false);
@@ -278,6 +396,8 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
     GenerateRequest req;
     req.input_ids = std::move(prompts[p].input_ids);
     req.sampling = std::move(sampling).value();
+    // Tool-call markers are special tokens in Kimi's vocabulary: keep them in the text, as SGLang does.
+    if (tools_given) req.sampling.skip_special_tokens = false;
     req.sampling.return_logprob = want_lp;
     req.sampling.top_logprobs_num = top_lp;
     if (echo && want_lp) req.logprob_start_len = 0;  // the prompt's logprobs come back too
@@ -285,8 +405,12 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
     if (echo) echo_text = prompts[p].text.empty() ? tokenizer_.Decode(req.input_ids) : prompts[p].text;
     const size_t first = requests.size();
     AppendSamples(req, n, [&](int j) { return id + "-" + std::to_string(first + size_t(j)); }, requests, w);
-    for (int j = 0; j < n; ++j) choices.push_back({.prompt_index = p, .sample_index = j, .echo = echo_text});
+    for (int j = 0; j < n; ++j) {
+      choices.push_back({.prompt_index = p, .sample_index = j, .echo = echo_text});
+      if (reasoning || tool_format) choices.back().parser.emplace(reasoning, tool_format);
+    }
   }
+  const bool show_reasoning = reasoning.has_value();
   const int64_t created = int64_t(std::time(nullptr));
   const std::string object = chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
   auto empty_logprobs = [&] {
@@ -355,6 +479,54 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
     return json{{"id", id}, {"object", object}, {"created", created}, {"model", options_.served_model_name},
                 {"choices", std::move(choice_list)}};
   };
+  // A reply's next piece, split by its parsers (without any: all content). Tool calls get their
+  // ids as they start: Kimi-K2's own functions.NAME:IDX, numbered after the conversation's
+  // earlier calls, or call_ + 24 random hex digits, as SGLang makes them.
+  auto split = [&](Choice& c, const std::string& text, bool last) {
+    if (!c.parser) return chat::ChatDelta{.reasoning = "", .content = text, .calls = {}};
+    chat::ChatDelta delta = c.parser->Push(text, last);
+    for (const chat::ToolCallDelta& d : delta.calls) {
+      if (!d.starts) continue;
+      c.call_ids.push_back(tool_format == chat::ToolCallFormat::kKimiK2
+                               ? "functions." + d.name + ":" + std::to_string(history_calls + d.index)
+                               : NewRequestId("call_").substr(0, 5 + 24));
+    }
+    return delta;
+  };
+  // "tool_calls" when the model stopped after calling tools (a cut-off reply stays "length").
+  auto finish_reason = [&](const Choice& c, const RequestOutput& o) {
+    if (o.finished && !c.call_ids.empty() && o.finish_reason == FinishReason::kStop) return json("tool_calls");
+    return FinishReasonOpenAi(o);
+  };
+  auto delta_json = [&](const Choice& c, const chat::ChatDelta& delta) {
+    json out = json::object();
+    if (!delta.reasoning.empty()) out["reasoning_content"] = delta.reasoning;
+    if (!delta.content.empty()) out["content"] = delta.content;
+    for (const chat::ToolCallDelta& d : delta.calls) {
+      json call{{"index", d.index}, {"function", {{"arguments", d.arguments}}}};
+      if (d.starts) {
+        call["id"] = c.call_ids[d.index];
+        call["type"] = "function";
+        call["function"]["name"] = d.name;
+      }
+      out["tool_calls"].push_back(std::move(call));
+    }
+    return out;
+  };
+  auto message_json = [&](const Choice& c) {
+    json message{{"role", "assistant"}, {"content", c.text}};
+    if (show_reasoning) message["reasoning_content"] = c.reasoning.empty() ? json() : json(c.reasoning);
+    if (c.parser && !c.parser->calls().empty()) {
+      json calls = json::array();
+      for (size_t i = 0; i < c.parser->calls().size(); ++i) {
+        const chat::ToolCall& call = c.parser->calls()[i];
+        calls.push_back({{"id", c.call_ids[i]}, {"type", "function"},
+                         {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+      }
+      message["tool_calls"] = std::move(calls);
+    }
+    return message;
+  };
   size_t num_finished = 0;
   bool started = false;
   const Status s = Drive(std::move(requests), w, [&](size_t index, const RequestOutput& o) {
@@ -369,8 +541,10 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
       ++num_finished;
     }
     const bool all_done = num_finished == choices.size();
+    const chat::ChatDelta delta = split(c, new_text, o.finished);
     if (!stream) {
-      c.text += new_text;
+      c.text += delta.content;
+      c.reasoning += delta.reasoning;
       if (want_lp) {
         add_prompt_logprobs(c, c.logprobs, o);
         add_output_logprobs(c, c.logprobs, o);
@@ -378,9 +552,9 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
       if (!all_done) return true;
       json list = json::array();
       for (size_t i = 0; i < choices.size(); ++i) {
-        json choice{{"index", i}, {"finish_reason", FinishReasonOpenAi(*choices[i].last)}};
+        json choice{{"index", i}, {"finish_reason", finish_reason(choices[i], *choices[i].last)}};
         if (chat) {
-          choice["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
+          choice["message"] = message_json(choices[i]);
           choice["logprobs"] = want_lp ? json{{"content", choices[i].logprobs}} : json();
         } else {
           choice["text"] = choices[i].text;
@@ -404,7 +578,8 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
       if (!WriteEvent(w, envelope(json::array({first})))) return false;
     }
     // Logprobs of tokens whose text is still held back (a split UTF-8 character, a possible
-    // stop string) wait for the next event that carries text.
+    // stop string, a possible reasoning or tool-call marker) wait for the next event that
+    // carries something.
     json chunk_lp = want_lp ? empty_logprobs() : json();
     if (want_lp) {
       add_prompt_logprobs(c, chunk_lp, o);
@@ -412,17 +587,17 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
       c.held.new_token_logprobs.insert(c.held.new_token_logprobs.end(), o.new_token_logprobs.begin(), o.new_token_logprobs.end());
       c.held.new_top_logprobs.insert(c.held.new_top_logprobs.end(), o.new_top_logprobs.begin(), o.new_top_logprobs.end());
     }
-    if (!new_text.empty() || o.finished) {
+    if (!delta.empty() || o.finished) {
       if (want_lp) {
         add_output_logprobs(c, chunk_lp, c.held);
         c.held = RequestOutput{};
       }
-      json choice{{"index", index}, {"finish_reason", FinishReasonOpenAi(o)}};
+      json choice{{"index", index}, {"finish_reason", finish_reason(c, o)}};
       if (chat) {
-        choice["delta"] = new_text.empty() ? json::object() : json{{"content", new_text}};
+        choice["delta"] = delta_json(c, delta);
         choice["logprobs"] = want_lp ? json{{"content", chunk_lp}} : json();
       } else {
-        choice["text"] = new_text;
+        choice["text"] = delta.content;
         choice["logprobs"] = want_lp ? chunk_lp : json();
       }
       if (!WriteEvent(w, envelope(json::array({choice})))) return false;
