@@ -294,5 +294,20 @@ TEST_F(ReasoningToolsServeTest, ServerInfoReportsTheParsers) {
   EXPECT_NE(bad.err.find("qwen3"), std::string::npos) << bad.err;
 }
 
+TEST_F(ReasoningToolsServeTest, OfficialOpenAiNodeClient) {
+  for (const ServerProcess* server : {deepseek_, kimi_}) {
+    const std::vector<std::string> kimi_reasoned = {"◁think▷", "Let me think", " about it", "◁/", "think▷", "Sunny.",
+                                                    "<|eos|>"};
+    const json scripts = {{"reasoned", model_->Force(server == deepseek_ ? kReasoned : kimi_reasoned)},
+                          {"call", model_->Force(server == deepseek_ ? kDeepSeekCall : kKimiCall)},
+                          {"tools", kTools},
+                          {"call_id", server == kimi_ ? json("functions.get_weather:0") : json()}};
+    const auto r = testing::RunNodeScript("reasoning_tools.mjs", {server->Url(""), "bard", scripts.dump()});
+    if (!r) GTEST_SKIP() << "node or the openai package is missing (scripts/setup.sh installs them)";
+    EXPECT_EQ(r->exit_code, 0) << r->out << r->err;
+    EXPECT_NE(r->out.find("OK:"), std::string::npos) << r->out << r->err;
+  }
+}
+
 }  // namespace
 }  // namespace mlaserve
