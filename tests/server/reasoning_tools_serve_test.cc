@@ -6,7 +6,6 @@
 // refusals. The official openai npm client runs against the same servers.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 
