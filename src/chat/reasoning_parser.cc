@@ -10,6 +10,10 @@ Result<ReasoningFormat> ReasoningFormatFromName(std::string_view name) {
   return Status::Error("unknown reasoning parser '" + std::string(name) + "' (want deepseek-r1 or kimi)");
 }
 
+std::string_view ReasoningFormatName(ReasoningFormat format) {
+  return format == ReasoningFormat::kKimi ? "kimi" : "deepseek-r1";
+}
+
 ReasoningParser::ReasoningParser(ReasoningFormat format, bool thinking)
     : start_marker_(format == ReasoningFormat::kKimi ? "◁think▷" : "<think>"),
       end_marker_(format == ReasoningFormat::kKimi ? "◁/think▷" : "</think>"),

@@ -22,6 +22,7 @@ enum class ReasoningFormat { kDeepSeekR1, kKimi };
 
 // "deepseek-r1" or "kimi" (SGLang's names); an error names the value and the choices.
 Result<ReasoningFormat> ReasoningFormatFromName(std::string_view name);
+std::string_view ReasoningFormatName(ReasoningFormat format);
 
 // What one Push or Finish adds to each side.
 struct ReasoningSplit {

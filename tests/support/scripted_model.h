@@ -33,6 +33,10 @@ class ScriptedModel {
 
   // The request fields that make the reply exactly `pieces` (token texts, or "<|eos|>").
   nlohmann::json Force(const std::vector<std::string>& pieces) const;
+  // Rewrites model.safetensors so that after the token `after` (a scripted piece or the
+  // bundled vocabulary's spelling, e.g. "Ċ" for a newline) come `pieces`, in order, with any
+  // sampling at temperature 0. Each token may appear once in after + pieces.
+  void Chain(const std::string& after, const std::vector<std::string>& pieces);
 
  private:
   TempDir dir_;
