@@ -190,7 +190,11 @@ Result<json> ReadMessages(const json& body) {
       if (!m[key].is_string()) return Status::Error(where + "'" + key + "' must be a string");
       msg[key] = m[key];
     }
+    if (msg.contains("tool_call_id") && m["role"] != "tool") {
+      return Status::Error(where + "'tool_call_id' belongs to \"tool\" messages");
+    }
     if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+      if (m["role"] != "assistant") return Status::Error(where + "'tool_calls' belongs to \"assistant\" messages");
       auto calls = ReadToolCalls(m["tool_calls"], where);
       if (!calls.ok()) return calls.status();
       msg["tool_calls"] = std::move(calls).value();

@@ -276,6 +276,10 @@ TEST_F(ReasoningToolsServeTest, UnimplementedToolChoicesAndBadToolsAreRefusedByN
   refusal({{"messages", {{{"role", "assistant"}, {"tool_calls", {{{"id", "x"}, {"type", "function"},
                                                                    {"function", {{"name", "f"}, {"arguments", {{"a", 1}}}}}}}}}}}},
           "'function.arguments' must be a string");
+  refusal({{"messages", {{{"role", "user"}, {"content", "hi"}, {"tool_call_id", "x"}}}}},
+          R"('tool_call_id' belongs to \"tool\" messages)");
+  refusal({{"messages", {{{"role", "user"}, {"content", "hi"}, {"tool_calls", json::array()}}}}},
+          R"('tool_calls' belongs to \"assistant\" messages)");
   EXPECT_EQ(Refused(Body({"Sunny.", "<|eos|>"}, {{"tools", kTools}, {"parallel_tool_calls", true}})).status_code, 200);
   const HttpResponse completion = Post(*deepseek_, "/v1/completions",
                                        json{{"prompt", "hi"}, {"max_tokens", 1}, {"tools", kTools}}.dump());
