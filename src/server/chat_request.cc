@@ -13,8 +13,11 @@ namespace {
 // An assistant message's earlier tool calls, as the template receives them: OpenAI's shape,
 // {"id", "type": "function", "function": {"name", "arguments"}}, with arguments the JSON text the
 // client sent (DeepSeek's template concatenates it; Kimi's writes a string as it is).
+// A call without "type" gets "function" (DeepSeek's template writes it), as SGLang's request
+// model fills it in.
 Result<json> ReadToolCalls(const json& calls, const std::string& where) {
   if (!calls.is_array()) return Status::Error(where + "'tool_calls' must be a list");
+  json out = json::array();
   for (size_t i = 0; i < calls.size(); ++i) {
     const json& call = calls[i];
     const std::string at = where + "tool_calls[" + std::to_string(i) + "]: ";
@@ -29,8 +32,10 @@ Result<json> ReadToolCalls(const json& calls, const std::string& where) {
     if (!function.contains("arguments") || !function["arguments"].is_string()) {
       return Status::Error(at + "'function.arguments' must be a string (JSON text, as OpenAI sends it)");
     }
+    out.push_back(call);
+    out.back()["type"] = "function";
   }
-  return calls;
+  return out;
 }
 
 }  // namespace

@@ -29,7 +29,7 @@ constexpr const char* kTemplate =
     "{{ bos_token }}{% if tools %}<|system|>tools: {{ tools | tojson }}<|end|>{% endif %}"
     "{% for m in messages %}"
     "{% if m.role == 'assistant' %}<|assistant|>{{ m.content or '' }}"
-    "{% if m.tool_calls %}{% for call in m.tool_calls %}[{{ call.id }}] {{ call.function.name }}"
+    "{% if m.tool_calls %}{% for call in m.tool_calls %}[{{ call.id }}] {{ call.type }} {{ call.function.name }}"
     "({{ call.function.arguments }}){% endfor %}{% endif %}<|end|>"
     "{% elif m.role == 'tool' %}<|user|>result of {{ m.tool_call_id }}: {{ m.content }}<|end|>"
     "{% else %}<|{{ m.role }}|>{{ m.content }}<|end|>{% endif %}"
@@ -231,7 +231,7 @@ TEST_F(ReasoningToolsServeTest, ToolCallsStreamAsDeltas) {
 TEST_F(ReasoningToolsServeTest, KimiIdsCountTheConversationsCallsAndHistoryReachesTheTemplate) {
   const json messages = json::parse(R"([
     {"role": "user", "content": "Weather in Paris?"},
-    {"role": "assistant", "content": null, "tool_calls": [{"id": "functions.get_weather:0", "type": "function",
+    {"role": "assistant", "content": null, "tool_calls": [{"id": "functions.get_weather:0",
       "function": {"name": "get_weather", "arguments": "{\"city\": \"Lyon\"}"}}]},
     {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "rain"},
     {"role": "user", "content": "And Paris?"}])");
@@ -239,7 +239,11 @@ TEST_F(ReasoningToolsServeTest, KimiIdsCountTheConversationsCallsAndHistoryReach
   ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
   EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["id"], "functions.get_weather:1");
   EXPECT_EQ(r["choices"][0]["message"]["reasoning_content"], "Let me think");
-  EXPECT_EQ(r["usage"]["prompt_tokens"], PromptTokens(messages, {{"tools", kTools}}));
+  // The template saw the call with "type": "function" filled in (it writes the type).
+  json rendered = messages;
+  rendered[1]["tool_calls"][0]["type"] = "function";
+  EXPECT_EQ(r["usage"]["prompt_tokens"], PromptTokens(rendered, {{"tools", kTools}}));
+  EXPECT_NE(PromptTokens(rendered, {{"tools", kTools}}), PromptTokens(messages, {{"tools", kTools}}));
 }
 
 TEST_F(ReasoningToolsServeTest, ToolChoiceNoneHidesTheToolsAndParsesNothing) {
