@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "chat/reasoning_parser.h"
@@ -58,7 +59,10 @@ class ApiServer {
 
  private:
   void HandleGenerate(const nlohmann::json& body, HttpResponseWriter& writer);  // native_api.cc
-  void HandleCompletions(const nlohmann::json& body, HttpResponseWriter& writer, bool chat);  // openai_api.cc
+  // raw_body: the body as sent (already parsed into `body`); chat templates see the client's
+  // key order of `tools` and `chat_template_kwargs` (a template's tojson writes it).
+  void HandleCompletions(const nlohmann::json& body, std::string_view raw_body, HttpResponseWriter& writer,
+                         bool chat);  // openai_api.cc
   void HandleHealthGenerate(HttpResponseWriter& writer);
 
   // Submits every request and calls on_output(index into requests, output) for each output,

@@ -149,7 +149,7 @@ struct Choice {
 
 }  // namespace
 
-void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool chat) {
+void ApiServer::HandleCompletions(const json& body, std::string_view raw_body, HttpResponseWriter& w, bool chat) {
   if (Status s = chat ? CheckChatFields(body) : CheckCompletionFields(body); !s.ok()) {
     return SendError(w, 400, s.message());
   }
@@ -170,12 +170,21 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
   if (chat) {
     auto messages = ReadChatMessages(body);
     if (!messages.ok()) return SendError(w, 400, messages.error());
-    json kwargs = body.contains("chat_template_kwargs") ? body["chat_template_kwargs"] : json();
+    const json kwargs = body.contains("chat_template_kwargs") ? body["chat_template_kwargs"] : json();
     if (!kwargs.is_null() && !kwargs.is_object()) return SendError(w, 400, "'chat_template_kwargs' must be an object");
     auto tools = ReadChatTools(body);
     if (!tools.ok()) return SendError(w, 400, tools.error());
     const auto separate = BoolField(body, "separate_reasoning", true);
     if (!separate.ok()) return SendError(w, 400, separate.error());
+    // What the template receives beside the messages, in the client's key order: HF's tojson
+    // (Kimi-K2's template writes `tools | tojson`) keeps it, and the prompt must be the same.
+    // raw_body parsed into `body` already, so it parses again.
+    const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(raw_body, nullptr, false);
+    auto ordered_field = [&](const char* key) {
+      return ordered.is_object() && ordered.contains(key) ? ordered[key] : nlohmann::ordered_json();
+    };
+    nlohmann::ordered_json template_kwargs =
+        kwargs.is_object() ? ordered_field("chat_template_kwargs") : nlohmann::ordered_json::object();
     if (!tools->is_null()) {
       if (!chat_template_.is_jinja()) {
         return SendError(w, 400, "'tools' need the model's Jinja chat template; this server uses the " +
@@ -184,14 +193,15 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
       if (kwargs.is_object() && kwargs.contains("tools")) {
         return SendError(w, 400, "give tools in 'tools', not in 'chat_template_kwargs'");
       }
-      if (kwargs.is_null()) kwargs = json::object();
-      kwargs["tools"] = *tools;
+      template_kwargs["tools"] = ordered_field("tools");
       tools_given = true;
       tool_format = options_.tool_call_parser;
       history_calls = CountToolCalls(*messages);
     }
     if (options_.reasoning_parser && *separate) reasoning.emplace(*options_.reasoning_parser, !ThinkingTurnedOff(kwargs));
-    auto text = chat_template_.Render(*messages, /*add_generation_prompt=*/true, kwargs);
+    const auto template_messages =
+        nlohmann::ordered_json::parse(messages->dump(-1, ' ', false, json::error_handler_t::replace));
+    auto text = chat_template_.Render(template_messages, /*add_generation_prompt=*/true, template_kwargs);
     if (!text.ok()) return SendError(w, 400, text.error());
     auto ids = tokenizer_.Encode(*text, /*add_bos=*/false);
     if (!ids.ok()) return SendError(w, 400, ids.error());

@@ -34,7 +34,9 @@ constexpr const char* kTemplate =
     "{% elif m.role == 'tool' %}<|user|>result of {{ m.tool_call_id }}: {{ m.content }}<|end|>"
     "{% else %}<|{{ m.role }}|>{{ m.content }}<|end|>{% endif %}"
     "{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% if thinking is not defined or thinking %}<think>\n{% endif %}{% endif %}";
+    "{% if add_generation_prompt %}<|assistant|>{% if thinking is not defined or thinking %}<think>\n{% endif %}{% endif %}"
+    "{% if expected_tools is defined and (tools | tojson) != expected_tools %}"
+    "{{ raise_exception('tools rendered as ' ~ (tools | tojson)) }}{% endif %}";
 
 const std::vector<testing::ScriptedToken>& Tokens() {
   static const std::vector<testing::ScriptedToken> tokens = {
@@ -150,6 +152,14 @@ TEST_F(ReasoningToolsServeTest, ReasoningStreamsAsDeltasWithTheEndMarkerCutAcros
   EXPECT_EQ(reasoning_events, 2);  // one per token: nothing waits but the marker's beginning
   EXPECT_EQ(content, "Sunny.");
   EXPECT_EQ(finish, "stop");
+  // Logprobs of a held-back token travel with the next event: none are lost.
+  size_t streamed_logprobs = 0;
+  for (const json& choice : StreamChoices(*deepseek_, Body(kReasoned, {{"logprobs", true}}))) {
+    if (choice["logprobs"].is_object()) streamed_logprobs += choice["logprobs"]["content"].size();
+  }
+  const json whole = Chat(*deepseek_, Body(kReasoned, {{"logprobs", true}}));
+  EXPECT_EQ(streamed_logprobs, whole["choices"][0]["logprobs"]["content"].size());
+  EXPECT_GE(streamed_logprobs, 5u);
 }
 
 TEST_F(ReasoningToolsServeTest, SeparateReasoningFalseAndNoParserKeepTheText) {
@@ -226,6 +236,24 @@ TEST_F(ReasoningToolsServeTest, ToolCallsStreamAsDeltas) {
       EXPECT_EQ(id, "functions.get_weather:0");
     }
   }
+}
+
+TEST_F(ReasoningToolsServeTest, ToolsReachTheTemplateInTheClientsKeyOrder) {
+  // Not sorted: a template's tojson (Kimi-K2 writes `tools | tojson`) must see the order sent,
+  // as Hugging Face's does.
+  const std::string tools =
+      R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}])";
+  const std::string body = R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "tools": )" + tools +
+                           R"(, "chat_template_kwargs": {"expected_tools": )" + json(tools).dump() + "}}";
+  const HttpResponse r = Post(*deepseek_, "/v1/chat/completions", body);
+  EXPECT_EQ(r.status_code, 200) << r.body;
+  std::string sorted_body = body;
+  sorted_body.replace(sorted_body.find(R"("name": "get_weather", "parameters": {"type": "object"})"),
+                      std::string(R"("name": "get_weather", "parameters": {"type": "object"})").size(),
+                      R"("parameters": {"type": "object"}, "name": "get_weather")");
+  const HttpResponse reordered = Post(*deepseek_, "/v1/chat/completions", sorted_body);
+  EXPECT_EQ(reordered.status_code, 400);
+  EXPECT_NE(reordered.body.find("tools rendered as"), std::string::npos) << reordered.body;
 }
 
 TEST_F(ReasoningToolsServeTest, KimiIdsCountTheConversationsCallsAndHistoryReachesTheTemplate) {
