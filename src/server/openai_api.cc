@@ -6,6 +6,7 @@
 #include <cmath>
 #include <ctime>
 #include <optional>
+#include <utility>
 
 #include "server/api_json.h"
 #include "server/api_server.h"
@@ -64,7 +65,7 @@ Status CheckChatFields(const json& body) {
              {"parallel_tool_calls", "limiting the reply to one tool call needs constrained decoding, which is not "
                                      "implemented", "true"},
              {"continue_final_message", "continuing the final message is not implemented"},
-             {"separate_reasoning"}});
+             {"separate_reasoning"}, {"stream_reasoning"}});
 }
 
 #undef MLASERVE_OPENAI_SHARED_FIELDS
@@ -139,7 +140,8 @@ struct Choice {
   bool role_sent = false;      // chat streaming: the first {"role": "assistant"} delta
   std::string text;            // content
   std::optional<chat::ChatOutputParser> parser;  // chat with a reasoning or tool-call parser
-  std::string reasoning;       // non-streaming: reasoning_content
+  std::string reasoning;       // non-streaming: reasoning_content; streaming without
+                               // stream_reasoning: the reasoning not sent yet
   std::vector<std::string> call_ids;  // one per tool call, made when the call starts
   int64_t text_offset = 0;     // characters of this choice's text covered by logprobs so far
   json logprobs;               // non-streaming: all of them
@@ -167,6 +169,7 @@ void ApiServer::HandleCompletions(const json& body, std::string_view raw_body, H
   std::optional<chat::ToolCallFormat> tool_format;
   size_t history_calls = 0;
   bool tools_given = false;
+  bool stream_reasoning = true;  // false: the reasoning is sent in one delta, once it ends (SGLang's field)
   if (chat) {
     auto messages = ReadChatMessages(body);
     if (!messages.ok()) return SendError(w, 400, messages.error());
@@ -176,6 +179,9 @@ void ApiServer::HandleCompletions(const json& body, std::string_view raw_body, H
     if (!tools.ok()) return SendError(w, 400, tools.error());
     const auto separate = BoolField(body, "separate_reasoning", true);
     if (!separate.ok()) return SendError(w, 400, separate.error());
+    const auto stream_reasoning_field = BoolField(body, "stream_reasoning", true);
+    if (!stream_reasoning_field.ok()) return SendError(w, 400, stream_reasoning_field.error());
+    stream_reasoning = *stream_reasoning_field;
     // What the template receives beside the messages, in the client's key order: HF's tojson
     // (Kimi-K2's template writes `tools | tojson`) keeps it, and the prompt must be the same.
     // raw_body parsed into `body` already, so it parses again.
@@ -218,6 +224,7 @@ void ApiServer::HandleCompletions(const json& body, std::string_view raw_body, H
     if (!st->ok()) return SendError(w, 400, st->message());
   }
   const bool echo = *echo_field, stream = *stream_field;
+  if (!stream_reasoning && !stream) return SendError(w, 400, "'stream_reasoning' is only allowed with \"stream\": true");
   const int n = *n_field;
   if (n < 1 || int64_t(n) * int64_t(prompts.size()) > kMaxGenerations) {
     return SendError(w, 400, "'n' times the number of prompts must be in [1, " + std::to_string(kMaxGenerations) + "]");
@@ -406,7 +413,13 @@ void ApiServer::HandleCompletions(const json& body, std::string_view raw_body, H
       ++num_finished;
     }
     const bool all_done = num_finished == choices.size();
-    const chat::ChatDelta delta = split(c, new_text, o.finished);
+    chat::ChatDelta delta = split(c, new_text, o.finished);
+    if (stream && !stream_reasoning) {
+      c.reasoning += delta.reasoning;
+      delta.reasoning.clear();
+      const bool reasoning_over = o.finished || !delta.content.empty() || !delta.calls.empty();
+      if (reasoning_over) delta.reasoning = std::exchange(c.reasoning, "");
+    }
     if (!stream) {
       c.text += delta.content;
       c.reasoning += delta.reasoning;

@@ -152,6 +152,14 @@ TEST_F(ReasoningToolsServeTest, ReasoningStreamsAsDeltasWithTheEndMarkerCutAcros
   EXPECT_EQ(reasoning_events, 2);  // one per token: nothing waits but the marker's beginning
   EXPECT_EQ(content, "Sunny.");
   EXPECT_EQ(finish, "stop");
+  // "stream_reasoning": false (SGLang's field): the reasoning in one delta, when it ends.
+  std::vector<std::string> held;
+  for (const json& choice : StreamChoices(*deepseek_, Body(kReasoned, {{"stream_reasoning", false}}))) {
+    if (choice["delta"].contains("reasoning_content")) held.push_back(choice["delta"]["reasoning_content"]);
+  }
+  EXPECT_EQ(held, std::vector<std::string>{"Let me think about it"});
+  EXPECT_EQ(Post(*deepseek_, "/v1/chat/completions", Body(kReasoned, {{"stream_reasoning", false}}).dump()).status_code,
+            400);
   // Logprobs of a held-back token travel with the next event: none are lost.
   size_t streamed_logprobs = 0;
   for (const json& choice : StreamChoices(*deepseek_, Body(kReasoned, {{"logprobs", true}}))) {
