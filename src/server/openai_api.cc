@@ -8,13 +8,13 @@
 #include <optional>
 #include <utility>
 
+#include "chat/chat_output.h"
 #include "server/api_json.h"
 #include "server/api_server.h"
 #include "server/chat_request.h"
 #include "server/client_json.h"
 #include "server/request_id.h"
 #include "server/sampling_json.h"
-#include "chat/chat_output.h"
 #include "tokenizer/chat_template.h"
 
 namespace mlaserve {
