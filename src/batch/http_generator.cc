@@ -137,7 +137,9 @@ TurnOutcome HttpGenerator::Chat(const EndpointInfo& endpoint, const TurnRequest&
             {"temperature", request.temperature},
             {"top_p", request.top_p},
             {"seed", request.seed},
-            {"stream", false}};
+            {"stream", false},
+            // The answer as the model emitted it, reasoning included, as /generate gives it.
+            {"separate_reasoning", false}};
   if (!model.empty()) body["model"] = model;
   TurnOutcome out;
   auto r = client_.Request("POST", endpoint.base_url + "/v1/chat/completions", body.dump(), pool_.headers(),
@@ -162,6 +164,13 @@ TurnOutcome HttpGenerator::Chat(const EndpointInfo& endpoint, const TurnRequest&
   const json message = choice.value("message", json::object());
   const std::string text =
       message.is_object() && message.contains("content") && message["content"].is_string() ? message["content"].get<std::string>() : "";
+  if (message.is_object() && message.contains("reasoning_content") && message["reasoning_content"].is_string() &&
+      !message["reasoning_content"].get_ref<const std::string&>().empty()) {
+    out.error = TurnError::kPermanent;
+    out.message = "the server split the reasoning off the answer (reasoning_content) despite \"separate_reasoning\": "
+                  "false; the text as the model emitted it is not available";
+    return out;
+  }
   auto ids = tokenizer_.Encode(text, /*add_bos=*/false);
   if (!ids.ok()) {
     out.error = TurnError::kPermanent;

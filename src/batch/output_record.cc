@@ -30,6 +30,25 @@ std::string KvSummary(std::span<const Segment> segments) {
   return out.empty() ? "unknown" : out;
 }
 
+namespace {
+
+// An answer as its record's shape writes it: the message (its content and, split, its
+// reasoning_content) or the text.
+json AnswerMessage(const Answer& answer, RecordShape shape, const OutputSettings& settings) {
+  json message = {{"content", answer.text}};
+  if (!settings.reasoning_parser) return message;
+  const chat::ReasoningSplit split = chat::ReasoningParser::Split(*settings.reasoning_parser, answer.text);
+  if (settings.strip_reasoning) {
+    message["content"] = split.content;
+  } else if (shape == RecordShape::kChat) {
+    message["content"] = split.content;
+    message["reasoning_content"] = split.reasoning;
+  }
+  return message;
+}
+
+}  // namespace
+
 std::string RenderOutputLine(const Record& record, std::span<const Answer> answers, const OutputSettings& settings) {
   MLA_CHECK(answers.size() == record.answer_slots.size());
   json out = record.source;
@@ -39,8 +58,9 @@ std::string RenderOutputLine(const Record& record, std::span<const Answer> answe
       json& list = out["messages"];
       for (size_t k = 0; k < answers.size(); ++k) {
         const size_t slot = size_t(record.answer_slots[k]);
-        if (slot < list.size()) list[slot]["content"] = answers[k].text;
-        else list.push_back({{"role", "assistant"}, {"content", answers[k].text}});
+        if (slot >= list.size()) list.push_back({{"role", "assistant"}});
+        list[slot].erase("reasoning_content");  // the input's answer had it, not the new one
+        list[slot].update(AnswerMessage(answers[k], record.shape, settings));
       }
       break;
     }
@@ -48,13 +68,14 @@ std::string RenderOutputLine(const Record& record, std::span<const Answer> answe
       json& list = out["conversations"];
       for (size_t k = 0; k < answers.size(); ++k) {
         const size_t slot = size_t(record.answer_slots[k]);
-        if (slot < list.size()) list[slot]["value"] = answers[k].text;
-        else list.push_back({{"from", "gpt"}, {"value", answers[k].text}});
+        const json text = AnswerMessage(answers[k], record.shape, settings)["content"];
+        if (slot < list.size()) list[slot]["value"] = text;
+        else list.push_back({{"from", "gpt"}, {"value", text}});
       }
       break;
     }
     case RecordShape::kPrompt:
-      out["completion"] = answers.empty() ? "" : answers[0].text;
+      out["completion"] = answers.empty() ? json("") : AnswerMessage(answers[0], record.shape, settings)["content"];
       break;
   }
   json turns = json::array();
@@ -82,6 +103,10 @@ std::string RenderOutputLine(const Record& record, std::span<const Answer> answe
                      {"temperature", settings.temperature},
                      {"top_p", settings.top_p},
                      {"max_new_tokens", settings.max_new_tokens}};
+  if (settings.reasoning_parser) {
+    out["settings"]["reasoning_parser"] = chat::ReasoningFormatName(*settings.reasoning_parser);
+    out["settings"]["strip_reasoning"] = settings.strip_reasoning;
+  }
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

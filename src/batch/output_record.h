@@ -8,11 +8,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "batch/records.h"
+#include "chat/reasoning_parser.h"
 #include "core/types.h"
 
 namespace mlaserve::batch {
@@ -54,6 +56,12 @@ struct OutputSettings {
   double temperature = 0;
   double top_p = 1;
   int max_new_tokens = 0;
+  // --reasoning-parser: OpenAI-messages output puts the reasoning in the assistant message's
+  // reasoning_content and the answer in content; ShareGPT and prompt output keep the text as the
+  // model emitted it. strip_reasoning (--strip-reasoning): every shape keeps the answer only.
+  // Written in "settings" only when set, so that output without it is unchanged.
+  std::optional<chat::ReasoningFormat> reasoning_parser;
+  bool strip_reasoning = false;
 };
 
 // answers.size() == record.answer_slots.size(). No trailing newline.

@@ -46,6 +46,13 @@ std::string SettingsDifference(const json& s, const OutputSettings& want, bool c
                         check_model ? differs("model", want.model) : std::string()}) {
     if (!d.empty()) return d;
   }
+  // Absent in output made without --reasoning-parser.
+  const json parser = want.reasoning_parser ? json(chat::ReasoningFormatName(*want.reasoning_parser)) : json();
+  const json strip = want.reasoning_parser ? json(want.strip_reasoning) : json();
+  for (const auto& [key, value] : {std::pair<const char*, json>{"reasoning_parser", parser}, {"strip_reasoning", strip}}) {
+    const json has = s.contains(key) ? s[key] : json();
+    if (has != value) return std::string(key) + " " + has.dump() + ", this run " + value.dump();
+  }
   return "";
 }
 

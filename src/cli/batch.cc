@@ -29,6 +29,7 @@
 #include "batch/remote_tokenizer.h"
 #include "batch/run_gate.h"
 #include "batch/work_queue.h"
+#include "chat/reasoning_parser.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_setup.h"
@@ -53,6 +54,8 @@ struct BatchFlags {
   double request_timeout_s = 600;
   double progress_interval_s = 10;
   batch::RunnerOptions runner;
+  std::optional<chat::ReasoningFormat> reasoning_parser;
+  bool strip_reasoning = false;
 };
 
 std::string ErrorsPathFor(const std::string& output) {
@@ -69,7 +72,12 @@ std::string SettingsText(const BatchFlags& f) {
   std::snprintf(buf, sizeof buf, "max_new_tokens=%d temperature=%g top_p=%g seed=%llu %s",
                 f.runner.max_new_tokens, f.runner.temperature, f.runner.top_p, (unsigned long long)f.runner.seed,
                 f.ordered ? "ordered" : "unordered");
-  return std::string(buf) + (f.model.empty() ? "" : " model=" + f.model);
+  std::string text = std::string(buf) + (f.model.empty() ? "" : " model=" + f.model);
+  if (f.reasoning_parser) {
+    text += " reasoning_parser=" + std::string(chat::ReasoningFormatName(*f.reasoning_parser));
+    if (f.strip_reasoning) text += " strip_reasoning";
+  }
+  return text;
 }
 
 // The errors file is rewritten whole each run: the input's problems, then the failed records.
@@ -327,6 +335,13 @@ int RunBatch(Args& args) {
   // Above zero: every checkpoint is a DB transaction, and 0 would make that one per token.
   f.runner.checkpoint_interval_s = args.Double("checkpoint-interval", 0.2, "seconds between progress DB checkpoints",
                                                {.value_name = "S", .min = 0.01});
+  const std::optional<std::string> reasoning_parser = args.OptStr(
+      "reasoning-parser",
+      "how the model marks its reasoning: OpenAI-messages output gets it in reasoning_content, apart from content",
+      {.value_name = "NAME", .choices = {"deepseek-r1", "kimi"}});
+  f.strip_reasoning = args.Switch("strip-reasoning", "write the answers without their reasoning (needs --reasoning-parser)");
+  if (reasoning_parser) f.reasoning_parser = *chat::ReasoningFormatFromName(*reasoning_parser);
+  if (f.strip_reasoning && !reasoning_parser) args.Reject("--strip-reasoning needs --reasoning-parser NAME");
   if (f.input.empty()) args.Reject("--input IN.jsonl is required");
   if (f.output.empty() && !f.dry_run) args.Reject("--output OUT.jsonl is required");
   if (ordered_flag && unordered) args.Reject("give --ordered or --unordered, not both");
@@ -386,7 +401,8 @@ int RunBatch(Args& args) {
 
   // Reconciled with the output, and what the DB already has written, before any server.
   f.runner.output = {.model = f.model, .seed = f.runner.seed, .temperature = f.runner.temperature,
-                     .top_p = f.runner.top_p, .max_new_tokens = f.runner.max_new_tokens};
+                     .top_p = f.runner.top_p, .max_new_tokens = f.runner.max_new_tokens,
+                     .reasoning_parser = f.reasoning_parser, .strip_reasoning = f.strip_reasoning};
   auto report = batch::Reconcile(**writer, **db, {.settings = f.runner.output, .check_model = !f.model.empty(),
                                                    .accept_existing = f.accept_existing});
   if (!report.ok()) return Fail("batch", report.error(), 2);

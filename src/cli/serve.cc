@@ -87,6 +87,12 @@ int RunServe(Args& args) {
   const std::string chat_template_file = args.Str(
       "chat-template", "", "a Jinja chat template file to use instead of the model's",
       {.value_name = "FILE", .shown_default = "the model's chat_template.jinja or tokenizer_config.json chat_template"});
+  const std::optional<std::string> reasoning_parser = args.OptStr(
+      "reasoning-parser", "chat replies carry the model's reasoning in reasoning_content, apart from content",
+      {.value_name = "NAME", .choices = {"deepseek-r1", "kimi"}});
+  const std::optional<std::string> tool_call_parser = args.OptStr(
+      "tool-call-parser", "the model's tool-call text becomes OpenAI tool_calls in chat replies to requests with tools",
+      {.value_name = "NAME", .choices = {"deepseekv3", "kimi_k2"}});
   RefuseUnimplemented(args);
   if (auto exit_code = args.Finish()) return *exit_code;
   engine_options.log_batches = log_level == "debug" || log_level == "info";
@@ -137,6 +143,8 @@ int RunServe(Args& args) {
                       {"schedule_conservativeness", engine_options.schedule_conservativeness},
                       {"disable_radix_cache", engine_options.disable_radix_cache},
                       {"enable_metrics", enable_metrics},
+                      {"reasoning_parser", reasoning_parser ? nlohmann::json(*reasoning_parser) : nlohmann::json()},
+                      {"tool_call_parser", tool_call_parser ? nlohmann::json(*tool_call_parser) : nlohmann::json()},
                       {"host", http.host},
                       {"port", http.port}};
   ApiServer api(engine, *loaded->tokenizer, model,
@@ -146,7 +154,11 @@ int RunServe(Args& args) {
                                  .enable_metrics = enable_metrics,
                                  .server_info = info,
                                  .prefix_cache = !engine_options.disable_radix_cache,
-                                 .chat_template = std::move(chat_template).value()});
+                                 .chat_template = std::move(chat_template).value(),
+                                 .reasoning_parser = reasoning_parser ? std::optional(*chat::ReasoningFormatFromName(*reasoning_parser))
+                                                                      : std::nullopt,
+                                 .tool_call_parser = tool_call_parser ? std::optional(*chat::ToolCallFormatFromName(*tool_call_parser))
+                                                                      : std::nullopt});
   auto server = HttpServer::Start(http, [&api](const HttpRequest& r, HttpResponseWriter& w) { api.Handle(r, w); });
   if (!server.ok()) {
     engine.Stop();

@@ -144,7 +144,7 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponseWriter& w) {
   } done{in_flight_};
   if (draining_.load()) return SendError(w, 503, "the server is shutting down", "service_unavailable");
   if (p == "/generate") return HandleGenerate(body, w);
-  return HandleCompletions(body, w, /*chat=*/p == "/v1/chat/completions");
+  return HandleCompletions(body, req.body, w, /*chat=*/p == "/v1/chat/completions");
 }
 
 // ---- driving one generation ------------------------------------------------------------------

@@ -10,8 +10,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "chat/reasoning_parser.h"
+#include "chat/tool_call_parser.h"
 #include "engine/engine.h"
 #include "nlohmann/json.hpp"
 #include "server/http_server.h"
@@ -34,6 +37,12 @@ struct ApiServerOptions {
   // The model's chat template (ChatTemplate::ForModel); unset: the built-in format for the
   // tokenizer (ChatFormatFor).
   std::optional<ChatTemplate> chat_template;
+  // --reasoning-parser: chat replies carry reasoning_content apart from content (unless a
+  // request says "separate_reasoning": false). Unset: the reply is all content.
+  std::optional<chat::ReasoningFormat> reasoning_parser;
+  // --tool-call-parser: the model's tool-call text in a reply to a request with `tools` becomes
+  // OpenAI tool_calls. Unset: tools still reach the template, and the reply stays text.
+  std::optional<chat::ToolCallFormat> tool_call_parser;
 };
 
 class ApiServer {
@@ -50,7 +59,10 @@ class ApiServer {
 
  private:
   void HandleGenerate(const nlohmann::json& body, HttpResponseWriter& writer);  // native_api.cc
-  void HandleCompletions(const nlohmann::json& body, HttpResponseWriter& writer, bool chat);  // openai_api.cc
+  // raw_body: the body as sent (already parsed into `body`); chat templates see the client's
+  // key order of `tools` and `chat_template_kwargs` (a template's tojson writes it).
+  void HandleCompletions(const nlohmann::json& body, std::string_view raw_body, HttpResponseWriter& writer,
+                         bool chat);  // openai_api.cc
   void HandleHealthGenerate(HttpResponseWriter& writer);
 
   // Submits every request and calls on_output(index into requests, output) for each output,

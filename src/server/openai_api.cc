@@ -6,9 +6,12 @@
 #include <cmath>
 #include <ctime>
 #include <optional>
+#include <utility>
 
+#include "chat/chat_output.h"
 #include "server/api_json.h"
 #include "server/api_server.h"
+#include "server/chat_request.h"
 #include "server/client_json.h"
 #include "server/request_id.h"
 #include "server/sampling_json.h"
@@ -35,14 +38,14 @@ using api::WriteEvent;
       {"json_schema", "constrained decoding is not implemented"},                                    \
       {"ebnf", "constrained decoding is not implemented"},                                           \
       {"lora_path", "LoRA adapters are not implemented"},                                            \
-      {"tools", "tool calling is not implemented", "[]"},                                            \
-      {"tool_choice", "tool calling is not implemented", R"("none")"},                               \
-      {"parallel_tool_calls", "tool calling is not implemented"},                                    \
-      {"functions", "function calling is not implemented"},                                          \
-      {"function_call", "function calling is not implemented"}
+      {"functions", "the legacy 'functions' field is not implemented (use 'tools')"},                 \
+      {"function_call", "the legacy 'function_call' field is not implemented (use 'tool_choice')"}
 
 Status CheckCompletionFields(const json& body) {
   return CheckFields(body, {MLASERVE_OPENAI_SHARED_FIELDS, {"prompt"}, {"echo"},
+                            {"tools", "tools are for /v1/chat/completions", "[]"},
+                            {"tool_choice", "tools are for /v1/chat/completions", R"("none")"},
+                            {"parallel_tool_calls", "tools are for /v1/chat/completions"},
                             {"suffix", "fill-in-the-middle (suffix) is not implemented"},
                             {"best_of", "best_of other than 1 is not implemented", "1"}});
 }
@@ -58,9 +61,11 @@ Status CheckChatFields(const json& body) {
              {"metadata", "stored completions are not implemented"},
              {"service_tier", "service tiers are not implemented"},
              {"web_search_options", "web search is not implemented"},
-             {"chat_template_kwargs"},
+             {"chat_template_kwargs"}, {"tools"}, {"tool_choice"},
+             {"parallel_tool_calls", "limiting the reply to one tool call needs constrained decoding, which is not "
+                                     "implemented", "true"},
              {"continue_final_message", "continuing the final message is not implemented"},
-             {"separate_reasoning", "reasoning parsing is not implemented"}});
+             {"separate_reasoning"}, {"stream_reasoning"}});
 }
 
 #undef MLASERVE_OPENAI_SHARED_FIELDS
@@ -76,64 +81,6 @@ int64_t CodePoints(std::string_view text) {
   int64_t n = 0;
   for (const char c : text) n += (uint8_t(c) & 0xC0) != 0x80;
   return n;
-}
-
-// The messages as the chat template receives them: role, content (text parts joined into one
-// string; null stays null), name and reasoning_content (earlier turns' reasoning, which
-// thinking models' templates render or drop).
-Result<json> ReadMessages(const json& body) {
-  if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty()) {
-    return Status::Error("'messages' must be a non-empty list");
-  }
-  json messages = json::array();
-  for (size_t i = 0; i < body["messages"].size(); ++i) {
-    const json& m = body["messages"][i];
-    const std::string where = "messages[" + std::to_string(i) + "]: ";
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-      return Status::Error(where + "each message needs a 'role' string");
-    }
-    MLA_RETURN_IF_ERROR(CheckFields(m, {{"role"}, {"content"},
-                                        {"name"},
-                                        {"tool_calls", "tool calling is not implemented"},
-                                        {"tool_call_id", "tool calling is not implemented"},
-                                        {"reasoning_content"}},
-                                    where));
-    json msg = {{"role", m["role"]}};
-    for (const char* key : {"name", "reasoning_content"}) {
-      if (!m.contains(key) || m[key].is_null()) continue;
-      if (!m[key].is_string()) return Status::Error(where + "'" + key + "' must be a string");
-      msg[key] = m[key];
-    }
-    if (!m.contains("content") || m["content"].is_null()) {
-      msg["content"] = nullptr;
-      messages.push_back(std::move(msg));
-      continue;
-    }
-    const json& c = m["content"];
-    std::string text;
-    if (c.is_string()) {
-      text = c.get<std::string>();
-    } else if (c.is_array()) {
-      for (const json& part : c) {
-        const json type = part.is_object() && part.contains("type") ? part["type"] : json();
-        if (type.is_string() && type != "text") {
-          // image_url, input_image, video_url, input_audio, file...
-          return Status::Error(where + "'" + type.get<std::string>() +
-                               "' content parts are not supported: mlaserve runs text models only (a "
-                               "multimodal checkpoint such as Kimi-K2.5 is served without its vision tower)");
-        }
-        if (type != "text" || !part.contains("text") || !part["text"].is_string()) {
-          return Status::Error(where + "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
-        }
-        text += part["text"].get<std::string>();
-      }
-    } else {
-      return Status::Error(where + "message 'content' must be a string or a list of text parts");
-    }
-    msg["content"] = std::move(text);
-    messages.push_back(std::move(msg));
-  }
-  return messages;
 }
 
 // One prompt of a completions request: its ids and, for echo, its text.
@@ -191,7 +138,11 @@ struct Choice {
   std::string echo;            // the prompt's text, sent before the first completion text
   bool echo_sent = false;
   bool role_sent = false;      // chat streaming: the first {"role": "assistant"} delta
-  std::string text;
+  std::string text;            // content
+  std::optional<chat::ChatOutputParser> parser;  // chat with a reasoning or tool-call parser
+  std::string reasoning;       // non-streaming: reasoning_content; streaming without
+                               // stream_reasoning: the reasoning not sent yet
+  std::vector<std::string> call_ids;  // one per tool call, made when the call starts
   int64_t text_offset = 0;     // characters of this choice's text covered by logprobs so far
   json logprobs;               // non-streaming: all of them
   RequestOutput held;          // streaming: logprobs of tokens whose text is still held back
@@ -200,7 +151,7 @@ struct Choice {
 
 }  // namespace
 
-void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool chat) {
+void ApiServer::HandleCompletions(const json& body, std::string_view raw_body, HttpResponseWriter& w, bool chat) {
   if (Status s = chat ? CheckChatFields(body) : CheckCompletionFields(body); !s.ok()) {
     return SendError(w, 400, s.message());
   }
@@ -213,12 +164,50 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
     }
   }
   std::vector<Prompt> prompts;
+  // Chat only: how each reply is split (reasoning, content, tool calls).
+  std::optional<chat::ReasoningParser> reasoning;
+  std::optional<chat::ToolCallFormat> tool_format;
+  size_t history_calls = 0;
+  bool tools_given = false;
+  bool stream_reasoning = true;  // false: the reasoning is sent in one delta, once it ends (SGLang's field)
   if (chat) {
-    auto messages = ReadMessages(body);
+    auto messages = ReadChatMessages(body);
     if (!messages.ok()) return SendError(w, 400, messages.error());
     const json kwargs = body.contains("chat_template_kwargs") ? body["chat_template_kwargs"] : json();
     if (!kwargs.is_null() && !kwargs.is_object()) return SendError(w, 400, "'chat_template_kwargs' must be an object");
-    auto text = chat_template_.Render(*messages, /*add_generation_prompt=*/true, kwargs);
+    auto tools = ReadChatTools(body);
+    if (!tools.ok()) return SendError(w, 400, tools.error());
+    const auto separate = BoolField(body, "separate_reasoning", true);
+    if (!separate.ok()) return SendError(w, 400, separate.error());
+    const auto stream_reasoning_field = BoolField(body, "stream_reasoning", true);
+    if (!stream_reasoning_field.ok()) return SendError(w, 400, stream_reasoning_field.error());
+    stream_reasoning = *stream_reasoning_field;
+    // What the template receives beside the messages, in the client's key order: HF's tojson
+    // (Kimi-K2's template writes `tools | tojson`) keeps it, and the prompt must be the same.
+    // raw_body parsed into `body` already, so it parses again.
+    const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(raw_body, nullptr, false);
+    auto ordered_field = [&](const char* key) {
+      return ordered.is_object() && ordered.contains(key) ? ordered[key] : nlohmann::ordered_json();
+    };
+    nlohmann::ordered_json template_kwargs =
+        kwargs.is_object() ? ordered_field("chat_template_kwargs") : nlohmann::ordered_json::object();
+    if (!tools->is_null()) {
+      if (!chat_template_.is_jinja()) {
+        return SendError(w, 400, "'tools' need the model's Jinja chat template; this server uses the " +
+                                     chat_template_.origin() + " (give --chat-template FILE)");
+      }
+      if (kwargs.is_object() && kwargs.contains("tools")) {
+        return SendError(w, 400, "give tools in 'tools', not in 'chat_template_kwargs'");
+      }
+      template_kwargs["tools"] = ordered_field("tools");
+      tools_given = true;
+      tool_format = options_.tool_call_parser;
+      history_calls = CountToolCalls(*messages);
+    }
+    if (options_.reasoning_parser && *separate) reasoning.emplace(*options_.reasoning_parser, !ThinkingTurnedOff(kwargs));
+    const auto template_messages =
+        nlohmann::ordered_json::parse(messages->dump(-1, ' ', false, json::error_handler_t::replace));
+    auto text = chat_template_.Render(template_messages, /*add_generation_prompt=*/true, template_kwargs);
     if (!text.ok()) return SendError(w, 400, text.error());
     auto ids = tokenizer_.Encode(*text, /*add_bos=*/false);
     if (!ids.ok()) return SendError(w, 400, ids.error());
@@ -235,6 +224,7 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
     if (!st->ok()) return SendError(w, 400, st->message());
   }
   const bool echo = *echo_field, stream = *stream_field;
+  if (!stream_reasoning && !stream) return SendError(w, 400, "'stream_reasoning' is only allowed with \"stream\": true");
   const int n = *n_field;
   if (n < 1 || int64_t(n) * int64_t(prompts.size()) > kMaxGenerations) {
     return SendError(w, 400, "'n' times the number of prompts must be in [1, " + std::to_string(kMaxGenerations) + "]");
@@ -278,6 +268,8 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
     GenerateRequest req;
     req.input_ids = std::move(prompts[p].input_ids);
     req.sampling = std::move(sampling).value();
+    // Tool-call markers are special tokens in Kimi's vocabulary: keep them in the text, as SGLang does.
+    if (tools_given) req.sampling.skip_special_tokens = false;
     req.sampling.return_logprob = want_lp;
     req.sampling.top_logprobs_num = top_lp;
     if (echo && want_lp) req.logprob_start_len = 0;  // the prompt's logprobs come back too
@@ -285,8 +277,12 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
     if (echo) echo_text = prompts[p].text.empty() ? tokenizer_.Decode(req.input_ids) : prompts[p].text;
     const size_t first = requests.size();
     AppendSamples(req, n, [&](int j) { return id + "-" + std::to_string(first + size_t(j)); }, requests, w);
-    for (int j = 0; j < n; ++j) choices.push_back({.prompt_index = p, .sample_index = j, .echo = echo_text});
+    for (int j = 0; j < n; ++j) {
+      choices.push_back({.prompt_index = p, .sample_index = j, .echo = echo_text});
+      if (reasoning || tool_format) choices.back().parser.emplace(reasoning, tool_format);
+    }
   }
+  const bool show_reasoning = reasoning.has_value();
   const int64_t created = int64_t(std::time(nullptr));
   const std::string object = chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
   auto empty_logprobs = [&] {
@@ -355,6 +351,54 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
     return json{{"id", id}, {"object", object}, {"created", created}, {"model", options_.served_model_name},
                 {"choices", std::move(choice_list)}};
   };
+  // A reply's next piece, split by its parsers (without any: all content). Tool calls get their
+  // ids as they start: Kimi-K2's own functions.NAME:IDX, numbered after the conversation's
+  // earlier calls, or call_ + 24 random hex digits, as SGLang makes them.
+  auto split = [&](Choice& c, const std::string& text, bool last) {
+    if (!c.parser) return chat::ChatDelta{.reasoning = "", .content = text, .calls = {}};
+    chat::ChatDelta delta = c.parser->Push(text, last);
+    for (const chat::ToolCallDelta& d : delta.calls) {
+      if (!d.starts) continue;
+      c.call_ids.push_back(tool_format == chat::ToolCallFormat::kKimiK2
+                               ? "functions." + d.name + ":" + std::to_string(history_calls + d.index)
+                               : NewRequestId("call_").substr(0, 5 + 24));
+    }
+    return delta;
+  };
+  // "tool_calls" when the model stopped after calling tools (a cut-off reply stays "length").
+  auto finish_reason = [&](const Choice& c, const RequestOutput& o) {
+    if (o.finished && !c.call_ids.empty() && o.finish_reason == FinishReason::kStop) return json("tool_calls");
+    return FinishReasonOpenAi(o);
+  };
+  auto delta_json = [&](const Choice& c, const chat::ChatDelta& delta) {
+    json out = json::object();
+    if (!delta.reasoning.empty()) out["reasoning_content"] = delta.reasoning;
+    if (!delta.content.empty()) out["content"] = delta.content;
+    for (const chat::ToolCallDelta& d : delta.calls) {
+      json call{{"index", d.index}, {"function", {{"arguments", d.arguments}}}};
+      if (d.starts) {
+        call["id"] = c.call_ids[d.index];
+        call["type"] = "function";
+        call["function"]["name"] = d.name;
+      }
+      out["tool_calls"].push_back(std::move(call));
+    }
+    return out;
+  };
+  auto message_json = [&](const Choice& c) {
+    json message{{"role", "assistant"}, {"content", c.text}};
+    if (show_reasoning) message["reasoning_content"] = c.reasoning.empty() ? json() : json(c.reasoning);
+    if (c.parser && !c.parser->calls().empty()) {
+      json calls = json::array();
+      for (size_t i = 0; i < c.parser->calls().size(); ++i) {
+        const chat::ToolCall& call = c.parser->calls()[i];
+        calls.push_back({{"id", c.call_ids[i]}, {"type", "function"},
+                         {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+      }
+      message["tool_calls"] = std::move(calls);
+    }
+    return message;
+  };
   size_t num_finished = 0;
   bool started = false;
   const Status s = Drive(std::move(requests), w, [&](size_t index, const RequestOutput& o) {
@@ -369,8 +413,16 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
       ++num_finished;
     }
     const bool all_done = num_finished == choices.size();
+    chat::ChatDelta delta = split(c, new_text, o.finished);
+    if (stream && !stream_reasoning) {
+      c.reasoning += delta.reasoning;
+      delta.reasoning.clear();
+      const bool reasoning_over = o.finished || !delta.content.empty() || !delta.calls.empty();
+      if (reasoning_over) delta.reasoning = std::exchange(c.reasoning, "");
+    }
     if (!stream) {
-      c.text += new_text;
+      c.text += delta.content;
+      c.reasoning += delta.reasoning;
       if (want_lp) {
         add_prompt_logprobs(c, c.logprobs, o);
         add_output_logprobs(c, c.logprobs, o);
@@ -378,9 +430,9 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
       if (!all_done) return true;
       json list = json::array();
       for (size_t i = 0; i < choices.size(); ++i) {
-        json choice{{"index", i}, {"finish_reason", FinishReasonOpenAi(*choices[i].last)}};
+        json choice{{"index", i}, {"finish_reason", finish_reason(choices[i], *choices[i].last)}};
         if (chat) {
-          choice["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
+          choice["message"] = message_json(choices[i]);
           choice["logprobs"] = want_lp ? json{{"content", choices[i].logprobs}} : json();
         } else {
           choice["text"] = choices[i].text;
@@ -404,7 +456,8 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
       if (!WriteEvent(w, envelope(json::array({first})))) return false;
     }
     // Logprobs of tokens whose text is still held back (a split UTF-8 character, a possible
-    // stop string) wait for the next event that carries text.
+    // stop string, a possible reasoning or tool-call marker) wait for the next event that
+    // carries something.
     json chunk_lp = want_lp ? empty_logprobs() : json();
     if (want_lp) {
       add_prompt_logprobs(c, chunk_lp, o);
@@ -412,17 +465,17 @@ void ApiServer::HandleCompletions(const json& body, HttpResponseWriter& w, bool 
       c.held.new_token_logprobs.insert(c.held.new_token_logprobs.end(), o.new_token_logprobs.begin(), o.new_token_logprobs.end());
       c.held.new_top_logprobs.insert(c.held.new_top_logprobs.end(), o.new_top_logprobs.begin(), o.new_top_logprobs.end());
     }
-    if (!new_text.empty() || o.finished) {
+    if (!delta.empty() || o.finished) {
       if (want_lp) {
         add_output_logprobs(c, chunk_lp, c.held);
         c.held = RequestOutput{};
       }
-      json choice{{"index", index}, {"finish_reason", FinishReasonOpenAi(o)}};
+      json choice{{"index", index}, {"finish_reason", finish_reason(c, o)}};
       if (chat) {
-        choice["delta"] = new_text.empty() ? json::object() : json{{"content", new_text}};
+        choice["delta"] = delta_json(c, delta);
         choice["logprobs"] = want_lp ? json{{"content", chunk_lp}} : json();
       } else {
-        choice["text"] = new_text;
+        choice["text"] = delta.content;
         choice["logprobs"] = want_lp ? chunk_lp : json();
       }
       if (!WriteEvent(w, envelope(json::array({choice})))) return false;

@@ -306,7 +306,7 @@ TEST_F(ApiFieldsTest, UnimplementedFieldsAreRefusedByName) {
   ExpectRefused("/v1/chat/completions", chat("response_format", {{"type", "json_object"}}), "response_format");
   ExpectRefused("/v1/chat/completions", chat("response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}), "response_format");
   ExpectRefused("/v1/chat/completions", chat("tools", json::parse(R"([{"type": "function", "function": {"name": "f"}}])")), "tools");
-  ExpectRefused("/v1/chat/completions", chat("tool_choice", "auto"), "tool_choice");
+  ExpectRefused("/v1/chat/completions", chat("tool_choice", "required"), "tool_choice");
   ExpectRefused("/v1/chat/completions", chat("reasoning_effort", "low"), "reasoning_effort");
   ExpectRefused("/v1/chat/completions", chat("no_such_field", 1), "no_such_field");
   ExpectRefused("/v1/completions", {{"prompt", "x"}, {"suffix", "y"}}, "suffix");
@@ -317,6 +317,8 @@ TEST_F(ApiFieldsTest, UnimplementedFieldsAreRefusedByName) {
   PostJson("/v1/chat/completions", chat("response_format", {{"type", "text"}}));
   PostJson("/v1/chat/completions", chat("tools", json::array()));
   PostJson("/v1/chat/completions", chat("tool_choice", "none"));
+  PostJson("/v1/chat/completions", chat("tool_choice", "auto"));
+  PostJson("/v1/chat/completions", chat("separate_reasoning", true));
   // /generate: a typo in sampling_params is named, not turned into the default 128 tokens.
   ExpectRefused("/generate", {{"text", "x"}, {"sampling_params", {{"max_new_token", 3}}}}, "max_new_token");
   ExpectRefused("/generate", {{"text", "x"}, {"sampling_params", {{"regex", "[a-z]+"}}}}, "regex");

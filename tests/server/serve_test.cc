@@ -6,7 +6,6 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -247,21 +246,10 @@ TEST_F(ServeTest, DisconnectMidStreamAbortsAndFreesKv) {
 }
 
 TEST_F(ServeTest, OfficialOpenAiNodeClient) {
-  const std::string dir = std::string(MLASERVE_SOURCE_DIR) + "/tests/node";
-  if (std::system("command -v node >/dev/null 2>&1") != 0 ||
-      std::system(("test -d " + testing::ShellQuote(dir + "/node_modules/openai")).c_str()) != 0) {
-    GTEST_SKIP() << "node or the openai package is missing (scripts/setup.sh installs them)";
-  }
-  const std::string cmd = "node " + testing::ShellQuote(dir + "/openai_client.mjs") + " " +
-                          testing::ShellQuote(server_->Url("")) + " bard 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int status = pclose(p);
-  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
-  EXPECT_NE(out.find("OK:"), std::string::npos) << out;
+  const auto r = testing::RunNodeScript("openai_client.mjs", {server_->Url(""), "bard"});
+  if (!r) GTEST_SKIP() << "node or the openai package is missing (scripts/setup.sh installs them)";
+  EXPECT_EQ(r->exit_code, 0) << r->out << r->err;
+  EXPECT_NE(r->out.find("OK:"), std::string::npos) << r->out << r->err;
 }
 
 TEST_F(ServeTest, HealthGenerateFlushAndAbort) {

@@ -24,17 +24,29 @@ std::string ReadTextFile(const std::string& path) {
   return ss.str();
 }
 
-CommandResult RunMlaserve(const std::string& args) {
+CommandResult RunCommand(const std::string& command) {
   TempDir dir;
   const std::string out_path = dir.path() + "/out", err_path = dir.path() + "/err";
-  const std::string command = ShellQuote(MLASERVE_BINARY) + " " + args + " >" +
-                              ShellQuote(out_path) + " 2>" + ShellQuote(err_path) + " </dev/null";
-  const int status = std::system(command.c_str());
+  const std::string line = command + " >" + ShellQuote(out_path) + " 2>" + ShellQuote(err_path) + " </dev/null";
+  const int status = std::system(line.c_str());
   CommandResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = ReadTextFile(out_path);
   r.err = ReadTextFile(err_path);
   return r;
+}
+
+CommandResult RunMlaserve(const std::string& args) { return RunCommand(ShellQuote(MLASERVE_BINARY) + " " + args); }
+
+std::optional<CommandResult> RunNodeScript(const std::string& script, const std::vector<std::string>& args) {
+  const std::string dir = std::string(MLASERVE_SOURCE_DIR) + "/tests/node";
+  if (std::system("command -v node >/dev/null 2>&1") != 0 ||
+      std::system(("test -d " + ShellQuote(dir + "/node_modules/openai")).c_str()) != 0) {
+    return std::nullopt;
+  }
+  std::string command = "node " + ShellQuote(dir + "/" + script);
+  for (const std::string& a : args) command += " " + ShellQuote(a);
+  return RunCommand(command);
 }
 
 pid_t SpawnMlaserve(std::vector<std::string> args, const std::string& log, const std::string& cwd) {

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,8 +16,13 @@ struct CommandResult {
   std::string err;  // stderr
 };
 
+// A shell command line, stdin from /dev/null.
+CommandResult RunCommand(const std::string& command);
 // args is appended to the binary's path as written (shell-quoted by the caller).
 CommandResult RunMlaserve(const std::string& args);
+// Runs tests/node/<script> with node and the given arguments (each shell-quoted here); nullopt
+// when node or the npm packages scripts/setup.sh installs are missing (the caller skips).
+std::optional<CommandResult> RunNodeScript(const std::string& script, const std::vector<std::string>& args);
 
 // Starts the binary with `args` as a child, stdout and stderr appended to `log`, in `cwd` when
 // given; for tests that signal it while it runs.
