@@ -263,6 +263,60 @@ inline void StorePanelOutputs(const typename V::Reg (&acc)[T][NV], float* y, int
   }
 }
 
+// Reads back what StorePanelOutputs wrote (partial sums between column chunks).
+template <class V, int T, int NV>
+inline void LoadPanelOutputs(const float* y, int64_t ldy, int rows_valid, typename V::Reg (&acc)[T][NV]) {
+  for (int t = 0; t < T; ++t) {
+    if (rows_valid == NV * V::kLanes) {
+      for (int v = 0; v < NV; ++v) acc[t][v] = V::LoadF32(y + t * ldy + v * V::kLanes);
+    } else {
+      float in[NV * V::kLanes] = {};
+      for (int i = 0; i < rows_valid; ++i) in[i] = y[t * ldy + i];
+      for (int v = 0; v < NV; ++v) acc[t][v] = V::LoadF32(in + v * V::kLanes);
+    }
+  }
+}
+
+// Calls fn(std::integral_constant<int, T>{}) for T == n, 1 <= n <= kMax.
+template <int kMax, class Fn>
+inline void WithTokenCount(int n, Fn&& fn) {
+  if constexpr (kMax > 0) {
+    if (n == kMax) return fn(std::integral_constant<int, kMax>{});
+    WithTokenCount<kMax - 1>(n, fn);
+  }
+}
+
+// Quantized prefill, one chunk of columns for T tokens of a block: y[t][v] (the block's partial
+// sums; zero when `first`) += a[v][t * a_stride + i] * widened[i][v] over i < len in order,
+// widened being the block's codes already widened (and, for int4, scaled) into fp32
+// [len][NV][kLanes]. kShared: every vector reads the same activations (a[0]). The accumulators
+// are local so that they stay in registers.
+template <class V, int T, int NV, bool kShared>
+inline void AccumulateWidened(const float* const (&a)[NV], int64_t a_stride, const float* widened, int64_t len,
+                              bool first, float* y, int64_t ldy, int rows_valid) {
+  typename V::Reg acc[T][NV];
+  if (first) {
+    for (int t = 0; t < T; ++t)
+      for (int v = 0; v < NV; ++v) acc[t][v] = V::Zero();
+  } else {
+    LoadPanelOutputs<V, T, NV>(y, ldy, rows_valid, acc);
+  }
+  for (int64_t i = 0; i < len; ++i) {
+    typename V::Reg wv[NV];
+    for (int v = 0; v < NV; ++v) wv[v] = V::LoadF32(widened + (i * NV + v) * V::kLanes);
+#pragma GCC unroll 16  // the accumulators must stay in registers (GCC 12 left them in memory)
+    for (int t = 0; t < T; ++t) {
+      if constexpr (kShared) {
+        const typename V::Reg xv = V::Broadcast(a[0][t * a_stride + i]);
+        for (int v = 0; v < NV; ++v) acc[t][v] = V::Fma(xv, wv[v], acc[t][v]);
+      } else {
+        for (int v = 0; v < NV; ++v) acc[t][v] = V::Fma(V::Broadcast(a[v][t * a_stride + i]), wv[v], acc[t][v]);
+      }
+    }
+  }
+  StorePanelOutputs<V, T, NV>(acc, y, ldy, rows_valid);
+}
+
 // Dense panels ([cols][16] values of dtype D).
 template <class V, DType D>
 struct DensePanels {
@@ -270,25 +324,34 @@ struct DensePanels {
 
   template <int T, int NV>
   void Run(const float* x, const PanelBlockRows<NV>& b, float* y, int64_t ldy) const {
-    constexpr int64_t kStep = kPanelRows * kWeightBytes<D>;
     const std::byte* p[NV];
     for (int v = 0; v < NV; ++v) p[v] = w.panel(b.row[v] / kPanelRows) + (b.row[v] % kPanelRows) * kWeightBytes<D>;
-    const int64_t cols = w.cols;
     typename V::Reg acc[T][NV];
     for (int t = 0; t < T; ++t)
       for (int v = 0; v < NV; ++v) acc[t][v] = V::Zero();
+    Columns<T, NV>(x, w.cols, p, acc);
+    StorePanelOutputs<V, T, NV>(acc, y, ldy, b.rows_valid);
+  }
+
+ private:
+  static constexpr int64_t kStep = kPanelRows * kWeightBytes<D>;
+
+  // (A function of its own, with the accumulators passed in: written inline in Run, GCC 12 kept a
+  // copy of every accumulator in memory, stored each column, and ran at half speed.)
+  template <int T, int NV>
+  static void Columns(const float* x, int64_t cols, const std::byte* const (&p)[NV], typename V::Reg (&acc)[T][NV]) {
     for (int64_t c = 0; c < cols; ++c) {
       typename V::Reg wv[NV];
       for (int v = 0; v < NV; ++v) {
         PrefetchAhead(p[v] + c * kStep, kStep);
         wv[v] = V::template LoadW<D>(p[v] + c * kStep);
       }
+#pragma GCC unroll 16
       for (int t = 0; t < T; ++t) {
         const typename V::Reg xv = V::Broadcast(x[t * cols + c]);
         for (int v = 0; v < NV; ++v) acc[t][v] = V::Fma(xv, wv[v], acc[t][v]);
       }
     }
-    StorePanelOutputs<V, T, NV>(acc, y, ldy, b.rows_valid);
   }
 };
 
@@ -305,11 +368,51 @@ struct Int4Panels {
   void Run(const float* x, const PanelBlockRows<NV>& b, float* y, int64_t ldy) const {
     const std::byte* p[NV];
     for (int v = 0; v < NV; ++v) p[v] = w.panel(b.row[v] / kPanelRows) + b.row[v] % kPanelRows;
-    const int64_t cols = w.cols;
     typename V::Reg acc[T][NV];
     for (int t = 0; t < T; ++t)
       for (int v = 0; v < NV; ++v) acc[t][v] = V::Zero();
+    Columns<T, NV>(x, b, p, acc);
+    StorePanelOutputs<V, T, NV>(acc, y, ldy, b.rows_valid);
+  }
+
+  // Prefill (see MatMulPanelBlocksWidened): columns c .. c + len (even, len even) of the block's
+  // vectors as fp32 (nibble - 8) * scale, exactly the products Run forms, into widened[len][NV].
+  static constexpr int64_t kWidenColumns = 128;
+  static constexpr int kWidenAfterTiles = 3;
+  int64_t WidenLength(int64_t c) const { return std::min(kWidenColumns, w.cols - c); }
+
+  template <int NV>
+  void Widen(const PanelBlockRows<NV>& b, int64_t c0, int64_t len, float* widened) const {
+    for (int v = 0; v < NV; ++v) {
+      const std::byte* p = w.panel(b.row[v] / kPanelRows) + b.row[v] % kPanelRows;
+      typename V::Reg s = Scale(b.row[v], c0 / w.block_cols);
+      for (int64_t c = c0; c < c0 + len; c += 2) {
+        if (c % w.block_cols == 0) s = Scale(b.row[v], c / w.block_cols);
+        typename V::Reg even, odd;
+        V::LoadInt4Columns(p + (c / 2) * kPanelRows, even, odd);
+        V::StoreF32(widened + ((c - c0) * NV + v) * V::kLanes, V::Mul(even, s));
+        V::StoreF32(widened + ((c + 1 - c0) * NV + v) * V::kLanes, V::Mul(odd, s));
+      }
+    }
+  }
+
+  // y (T tokens of the block) += x[t][c0 ..] * widened, over len columns.
+  template <int T, int NV>
+  void AccumulateChunk(const float* x, const PanelBlockRows<NV>& b, int64_t c0, int64_t len, const float* widened,
+                       float* y, int64_t ldy) const {
+    const float* a[NV];
+    for (int v = 0; v < NV; ++v) a[v] = x + c0;
+    AccumulateWidened<V, T, NV, true>(a, w.cols, widened, len, c0 == 0, y, ldy, b.rows_valid);
+  }
+
+ private:
+  // Accumulates every column (a function of its own: see DensePanels::Columns).
+  template <int T, int NV>
+  void Columns(const float* x, const PanelBlockRows<NV>& b, const std::byte* const (&p)[NV],
+               typename V::Reg (&acc)[T][NV]) const {
+    const int64_t cols = w.cols;
     const auto fma_column = [&](int64_t c, const typename V::Reg (&wv)[NV]) {
+#pragma GCC unroll 16
       for (int t = 0; t < T; ++t) {
         const typename V::Reg xv = V::Broadcast(x[t * cols + c]);
         for (int v = 0; v < NV; ++v) acc[t][v] = V::Fma(xv, wv[v], acc[t][v]);
@@ -331,10 +434,8 @@ struct Int4Panels {
         fma_column(c + 1, odd);
       }
     }
-    StorePanelOutputs<V, T, NV>(acc, y, ldy, b.rows_valid);
   }
 
- private:
   // The scales of rows row.. (a multiple of kLanes) in column group g.
   typename V::Reg Scale(int64_t row, int64_t g) const {
     const auto* s = static_cast<const std::byte*>(w.scales) +
@@ -354,18 +455,31 @@ struct Fp8Panels {
   static constexpr int kPairedColumnsMaxTokens = 4;
   const WeightMatrix& w;
 
-  template <int T, int NV>
-  void Run(const float* x, const PanelBlockRows<NV>& b, float* y, int64_t ldy) const {
-    // Distinct bands of the block's vectors: vector v's scaled activations are band slot[v].
+  // The distinct bands of rows a block's vectors lie in: vector v's scaled activations are slot[v].
+  template <int NV>
+  struct Bands {
     int64_t band[NV];
     int slot[NV];
-    int bands = 0;
+    int count = 0;
+  };
+  template <int NV>
+  Bands<NV> BandsOf(const PanelBlockRows<NV>& b) const {
+    Bands<NV> r;
     for (int v = 0; v < NV; ++v) {
       const int64_t bv = b.row[v] / w.block_rows;
-      slot[v] = 0;
-      while (slot[v] < bands && band[slot[v]] != bv) ++slot[v];
-      if (slot[v] == bands) band[bands++] = bv;
+      r.slot[v] = 0;
+      while (r.slot[v] < r.count && r.band[r.slot[v]] != bv) ++r.slot[v];
+      if (r.slot[v] == r.count) r.band[r.count++] = bv;
     }
+    return r;
+  }
+
+  template <int T, int NV>
+  void Run(const float* x, const PanelBlockRows<NV>& b, float* y, int64_t ldy) const {
+    const Bands<NV> bs = BandsOf(b);
+    const int64_t* band = bs.band;
+    const int(&slot)[NV] = bs.slot;
+    const int bands = bs.count;
     const std::byte* p[NV];
     for (int v = 0; v < NV; ++v) p[v] = w.panel(b.row[v] / kPanelRows) + b.row[v] % kPanelRows;
     const int64_t cols = w.cols;
@@ -392,6 +506,44 @@ struct Fp8Panels {
     StorePanelOutputs<V, T, NV>(acc, y, ldy, b.rows_valid);
   }
 
+  // Prefill (see MatMulPanelBlocksWidened): chunks stay inside one column block (one scale).
+  static constexpr int64_t kWidenColumns = kChunk;
+  static constexpr int kWidenAfterTiles = 1;
+  int64_t WidenLength(int64_t c) const {
+    return std::min({kWidenColumns, w.cols - c, w.block_cols - c % w.block_cols});
+  }
+
+  // Columns c0 .. c0 + len of the block's vectors as fp32 code / 256, exactly what Run widens.
+  template <int NV>
+  void Widen(const PanelBlockRows<NV>& b, int64_t c0, int64_t len, float* widened) const {
+    for (int v = 0; v < NV; ++v) {
+      const std::byte* p = w.panel(b.row[v] / kPanelRows) + b.row[v] % kPanelRows;
+      for (int64_t i = 0; i < len; ++i) {
+        V::StoreF32(widened + (i * NV + v) * V::kLanes, V::LoadFp8(p + (c0 + i) * kStep));
+      }
+    }
+  }
+
+  // y (T tokens of the block) += (x[t][c0 ..] * scale of each vector's band) * widened.
+  template <int T, int NV>
+  void AccumulateChunk(const float* x, const PanelBlockRows<NV>& b, int64_t c0, int64_t len, const float* widened,
+                       float* y, int64_t ldy) const {
+    const Bands<NV> bs = BandsOf(b);
+    alignas(64) float xs[NV * T * kChunk];  // [band slot][token][column in chunk]
+    for (int s = 0; s < bs.count; ++s) {
+      const float scale =
+          LoadF32Unaligned(w.scales, size_t(bs.band[s] * w.scale_cols() + c0 / w.block_cols)) * kFp8LoadScale;
+      ScaleActivations(x + c0, w.cols, len, scale, xs + s * T * kChunk, T);
+    }
+    const float* a[NV];
+    for (int v = 0; v < NV; ++v) a[v] = xs + bs.slot[v] * T * kChunk;
+    if (bs.count == 1) {
+      AccumulateWidened<V, T, NV, true>(a, kChunk, widened, len, c0 == 0, y, ldy, b.rows_valid);
+    } else {
+      AccumulateWidened<V, T, NV, false>(a, kChunk, widened, len, c0 == 0, y, ldy, b.rows_valid);
+    }
+  }
+
  private:
   // xs[t][i] = x[t * cols + i] * scale for the chunk's len columns.
   static void ScaleActivations(const float* x, int64_t cols, int64_t len, float scale, float* xs, int T) {
@@ -411,6 +563,7 @@ struct Fp8Panels {
   static void Columns(const float* xs, const int (&slot)[NV], const std::byte* const (&p)[NV], int64_t c,
                       int64_t len, typename V::Reg (&acc)[T][NV]) {
     const auto fma_column = [&](int64_t i, const typename V::Reg (&wv)[NV]) {
+#pragma GCC unroll 16
       for (int t = 0; t < T; ++t) {
         if constexpr (kOneBand) {
           const typename V::Reg xv = V::Broadcast(xs[t * kChunk + i]);
@@ -469,15 +622,46 @@ void MatMulPanelBlocks(const K& k, const float* x, int64_t n, int64_t panel_begi
   }
 }
 
+// Quantized panels for more tokens than one tile (prefill): each block's codes are widened once
+// per chunk of columns into fp32 scratch, the very values Run holds in registers, and every token
+// tile accumulates from the scratch, its partial sums kept in y between chunks. A weight is then
+// widened once per call instead of once per tile, so prefill runs at the dense fp32 kernel's
+// speed. Each output is still the same products summed over c in order: batch-invariant.
+template <class V, class K>
+void MatMulPanelBlocksWidened(const K& k, const float* x, int64_t n, int64_t panel_begin, int64_t panel_end,
+                              float* y, int64_t ldy) {
+  const WeightMatrix& w = k.w;
+  const int64_t row_limit = std::min(w.rows, panel_end * kPanelRows);
+  constexpr int kT = V::kPanelTokens;
+  alignas(64) float widened[K::kWidenColumns * 2 * V::kLanes];  // [column in chunk][vector][lane]
+  for (int64_t row0 = panel_begin * kPanelRows; row0 < row_limit; row0 += 2 * V::kLanes) {
+    const PanelBlockRows<2> b = BlockRows<V, 2>(row0, row_limit);
+    for (int64_t c = 0, len = 0; c < w.cols; c += len) {
+      len = k.WidenLength(c);
+      k.Widen(b, c, len, widened);
+      for (int64_t t = 0; t < n; t += kT) {
+        WithTokenCount<kT>(int(std::min<int64_t>(kT, n - t)), [&](auto tokens) {
+          k.template AccumulateChunk<decltype(tokens)::value, 2>(x + t * w.cols, b, c, len, widened,
+                                                                 y + t * ldy + row0, ldy);
+        });
+      }
+    }
+  }
+}
+
 template <class V>
 void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin,
                   int64_t panel_end, float* y, int64_t ldy) {
-  if (w.format == WeightFormat::kFp8Block) {
-    return MatMulPanelBlocks<V>(Fp8Panels<V>{w}, x, n, panel_begin, panel_end, y, ldy);
-  }
-  if (w.format == WeightFormat::kInt4Group) {
-    return MatMulPanelBlocks<V>(Int4Panels<V>{w}, x, n, panel_begin, panel_end, y, ldy);
-  }
+  // Quantized: widened chunks once there are more than K::kWidenAfterTiles token tiles (where
+  // that measured faster than widening in every tile; bench-models/reference-sized matrices).
+  const auto quantized = [&](const auto& k) {
+    if (n > k.kWidenAfterTiles * V::kPanelTokens) {
+      return MatMulPanelBlocksWidened<V>(k, x, n, panel_begin, panel_end, y, ldy);
+    }
+    MatMulPanelBlocks<V>(k, x, n, panel_begin, panel_end, y, ldy);
+  };
+  if (w.format == WeightFormat::kFp8Block) return quantized(Fp8Panels<V>{w});
+  if (w.format == WeightFormat::kInt4Group) return quantized(Int4Panels<V>{w});
   WithWeightDType(w.dtype, [&](auto d) {
     MatMulPanelBlocks<V>(DensePanels<V, decltype(d)::value>{w}, x, n, panel_begin, panel_end, y, ldy);
   });
