@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/kv_scales.h"
+#include "tokenizer/unicode_version.h"
 
 namespace mlaserve::cli {
 
@@ -98,6 +99,9 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
     auto tokenizer = Tokenizer::FromDirectory(flags.model_path);
     if (!tokenizer.ok()) return tokenizer.status();
     loaded.tokenizer.emplace(std::move(tokenizer).value());
+    if (auto warning = UnicodeVersionWarning(TokenizerUnicodeVersion())) {
+      std::fprintf(stderr, "[mlaserve] warning: %s\n", warning->c_str());
+    }
   }
   return loaded;
 }

@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "server/api_server.h"
 #include "server/http_server.h"
+#include "tokenizer/unicode_version.h"
 
 namespace mlaserve::cli {
 namespace {
@@ -108,6 +109,8 @@ int RunServe(Args& args) {
   auto chat_template = ChatTemplate::ForModel(model_flags.model_path, chat_template_file, *loaded->tokenizer, c.model_type);
   if (!chat_template.ok()) return Fail("serve", chat_template.error());
   std::fprintf(stderr, "[mlaserve] chat template: %s\n", chat_template->origin().c_str());
+  std::fprintf(stderr, "[mlaserve] tokenizer: Unicode %s (libpcre2 %s; tested with %s)\n",
+               TokenizerUnicodeVersion().c_str(), Pcre2Version().c_str(), std::string(kTestedUnicodeVersion).c_str());
 
   auto pool = CreateEnginePool(*loaded, model_flags.page_size);
   if (!pool.ok()) return Fail("serve", pool.error());
@@ -145,6 +148,7 @@ int RunServe(Args& args) {
                       {"enable_metrics", enable_metrics},
                       {"reasoning_parser", reasoning_parser ? nlohmann::json(*reasoning_parser) : nlohmann::json()},
                       {"tool_call_parser", tool_call_parser ? nlohmann::json(*tool_call_parser) : nlohmann::json()},
+                      {"tokenizer_unicode_version", TokenizerUnicodeVersion()},
                       {"host", http.host},
                       {"port", http.port}};
   ApiServer api(engine, *loaded->tokenizer, model,

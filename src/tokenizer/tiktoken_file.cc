@@ -167,7 +167,8 @@ Result<std::unique_ptr<TokenizerModel>> ParseKimiTiktoken(std::string_view model
                                .behavior = SplitBehavior::kIsolated,
                                .invert = false});
   model->pre_tokenizer = PreTokenizer(std::move(steps), nullptr);
-  model->max_run_chars = 25000;  // tokenization_kimi.py's MAX_NO_WHITESPACES_CHARS
+  // tokenization_kimi.py's TIKTOKEN_MAX_ENCODE_CHARS and MAX_NO_WHITESPACES_CHARS.
+  model->long_text_cuts = LongTextCuts{.chunk_chars = 400'000, .run_chars = 25'000};
   // tiktoken emits a piece that is itself a token without running merges.
   model->bpe = BpeModel(byte_token_ids, std::move(merges), std::move(id_by_bytes),
                         BpeOptions{.ignore_merges = true});

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "tokenizer/long_text_cuts.h"
 #include "tokenizer/tokenizer_model.h"
 #include "tokenizer/utf8.h"
 
@@ -95,41 +96,6 @@ Result<Tokenizer> Tokenizer::FromJsonText(std::string_view tokenizer_json,
   return Tokenizer(std::move(model).value());
 }
 
-namespace {
-
-// Python's str.isspace() for one code point (the characters Kimi's splitter counts as space).
-bool IsPythonSpace(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-}  // namespace
-
-void SplitLongRuns(std::string_view text, size_t max_run_chars, std::vector<std::string_view>* out) {
-  std::vector<std::string_view>& parts = *out;
-  parts.clear();
-  if (max_run_chars == 0 || text.size() <= max_run_chars) {
-    parts.push_back(text);
-    return;
-  }
-  size_t part_begin = 0, run_chars = 0;
-  bool run_is_space = false;
-  for (size_t at = 0; at < text.size();) {
-    const Utf8Step step = ScanUtf8(text.substr(at));  // valid UTF-8 here (Encode repaired it)
-    const bool space = IsPythonSpace(DecodeCodePoint(text.substr(at, step.length)));
-    if (at == 0 || space != run_is_space) {
-      run_is_space = space;
-      run_chars = 1;
-    } else if (++run_chars > max_run_chars) {
-      parts.push_back(text.substr(part_begin, at - part_begin));
-      part_begin = at;
-      run_chars = 1;
-    }
-    at += step.length;
-  }
-  parts.push_back(text.substr(part_begin));
-}
-
 Result<std::vector<TokenId>> Tokenizer::Encode(std::string_view text, bool add_bos) const {
   const TokenizerModel& model = *model_;
   std::string repaired;
@@ -146,7 +112,7 @@ Result<std::vector<TokenId>> Tokenizer::Encode(std::string_view text, bool add_b
   std::vector<TextSegment> segments;
   PreTokenizeScratch pre_scratch;
   std::vector<std::string_view> pieces;
-  std::vector<std::string_view> runs;  // [1] unless the model cuts long runs (Kimi)
+  std::vector<std::string_view> parts;  // [1] unless the model cuts long text (Kimi)
   BpeScratch bpe_scratch;
 
   model.added_tokens.Split(text, &segments);
@@ -156,9 +122,12 @@ Result<std::vector<TokenId>> Tokenizer::Encode(std::string_view text, bool add_b
       continue;
     }
     const std::string_view segment_text = text.substr(segment.begin, segment.end - segment.begin);
-    SplitLongRuns(segment_text, model.max_run_chars, &runs);
-    for (std::string_view run : runs) {
-      MLA_RETURN_IF_ERROR(model.pre_tokenizer.Split(run, &pre_scratch, &pieces));
+    // Cut per segment, as Kimi's class does on transformers' path (tokenize splits on added
+    // tokens, then _tokenize -> encode cuts each piece); docs/tokenizer.md says where a bare
+    // encode(text) differs.
+    CutLongText(segment_text, model.long_text_cuts, &parts);
+    for (std::string_view part : parts) {
+      MLA_RETURN_IF_ERROR(model.pre_tokenizer.Split(part, &pre_scratch, &pieces));
       for (std::string_view piece : pieces) model.bpe.EncodePiece(piece, &bpe_scratch, &ids);
     }
   }

@@ -22,11 +22,6 @@ namespace mlaserve {
 
 struct TokenizerModel;  // tokenizer/tokenizer_model.h
 
-// Kimi's pre-split (tokenization_kimi.py): `text` cut wherever a run of whitespace or of
-// non-whitespace characters would exceed max_run_chars characters; 0: `text` whole. `out` is
-// replaced by views into `text`, which must be valid UTF-8 (its storage is reused).
-void SplitLongRuns(std::string_view text, size_t max_run_chars, std::vector<std::string_view>* out);
-
 class Tokenizer {
  public:
   // Loads model_dir/tokenizer.json, or else model_dir/tiktoken.model (Kimi-K2), and, when

@@ -12,6 +12,7 @@
 #include "core/types.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/long_text_cuts.h"
 #include "tokenizer/pretokenizer.h"
 
 namespace mlaserve {
@@ -30,9 +31,9 @@ struct TokenizerModel {
   std::optional<TokenId> bos_id;
   std::optional<TokenId> eos_id;
   bool add_bos = false;
-  // Kimi's tokenization_kimi.py cuts text before its pattern wherever a run of whitespace or of
-  // non-whitespace characters (Python's str.isspace) grows past this many characters; 0: never.
-  size_t max_run_chars = 0;
+  // Kimi's cuts of long text between added tokens, before the pattern (long_text_cuts.h);
+  // none for Hugging Face tokenizers.
+  LongTextCuts long_text_cuts;
 
   size_t vocab_size() const { return spellings.size(); }
   // Grows the per-id tables as needed and records one token.

@@ -26,6 +26,7 @@
 #include "support/prometheus_text.h"
 #include "support/run_binary.h"
 #include "support/server_process.h"
+#include "tokenizer/unicode_version.h"
 
 namespace mlaserve {
 namespace {
@@ -93,6 +94,20 @@ TEST_F(ServeTest, StartsAndLogsLikeSglang) {
   EXPECT_EQ(info["is_generation"], true);
   auto server_info = json::parse(Get(*server_, "/get_server_info").body);
   EXPECT_EQ(server_info["max_total_num_tokens"], 8192);
+}
+
+// Which Unicode tables the tokenizer's classes follow is in the start-up log (once) and in
+// /get_server_info; the warning appears only when they are not the tested version's.
+TEST_F(ServeTest, ReportsTheTokenizersUnicodeVersion) {
+  const std::string log = server_->log();
+  const std::string line = "[mlaserve] tokenizer: Unicode " + TokenizerUnicodeVersion() + " (libpcre2 ";
+  const size_t at = log.find(line);
+  EXPECT_NE(at, std::string::npos) << log;
+  EXPECT_EQ(log.find("[mlaserve] tokenizer: Unicode", at + 1), std::string::npos) << log;
+  const bool tested = TokenizerUnicodeVersion() == kTestedUnicodeVersion;
+  EXPECT_EQ(log.find("warning: the tokenizer's character classes") == std::string::npos, tested) << log;
+  auto server_info = json::parse(Get(*server_, "/get_server_info").body);
+  EXPECT_EQ(server_info["tokenizer_unicode_version"], TokenizerUnicodeVersion());
 }
 
 TEST_F(ServeTest, NativeGenerateMatchesTheCli) {

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tokenizer/long_text_cuts.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_model.h"
 
@@ -57,6 +58,22 @@ const char* kConfig = R"({
     "263": {"content": "<|im_end|>", "special": true}
   }
 })";
+
+std::vector<TokenId> EncodeOrDie(const Tokenizer& tokenizer, std::string_view text) {
+  Result<std::vector<TokenId>> ids = tokenizer.Encode(text, /*add_bos=*/false);
+  EXPECT_TRUE(ids.ok()) << ids.error();
+  return ids.ok() ? std::move(ids).value() : std::vector<TokenId>{};
+}
+
+// The texts' encodings, each encoded on its own, concatenated: what a cut between them gives.
+std::vector<TokenId> EncodeEachAlone(const Tokenizer& tokenizer, std::initializer_list<std::string_view> texts) {
+  std::vector<TokenId> ids;
+  for (std::string_view text : texts) {
+    const std::vector<TokenId> part = EncodeOrDie(tokenizer, text);
+    ids.insert(ids.end(), part.begin(), part.end());
+  }
+  return ids;
+}
 
 class TokenizerTiktoken : public ::testing::Test {
  protected:
@@ -137,28 +154,47 @@ TEST_F(TokenizerTiktoken, RunsPast25000CharactersAreCutAsKimiDoes) {
   std::string run = "b";
   while (run.size() < 25003) run += "ab";  // 25,003 letters: "ab" pairs end up aligned differently
   const std::string first = run.substr(0, 25000), rest = run.substr(25000);
-  auto whole = tokenizer->Encode(run, false);
-  auto a = tokenizer->Encode(first, false);
-  auto b = tokenizer->Encode(rest, false);
-  ASSERT_TRUE(whole.ok() && a.ok() && b.ok());
-  std::vector<TokenId> parts = *a;
-  parts.insert(parts.end(), b->begin(), b->end());
-  EXPECT_EQ(*whole, parts);
+  EXPECT_EQ(EncodeOrDie(*tokenizer, run), EncodeEachAlone(*tokenizer, {first, rest}));
   // Whitespace resets the count; a run of exactly 25,000 is not cut.
   std::vector<std::string_view> parts_of;
   const std::string two_runs = std::string(25000, 'x') + " " + std::string(25000, 'y');
-  SplitLongRuns(two_runs, 25000, &parts_of);
+  CutLongText(two_runs, {.run_chars = 25000}, &parts_of);
   EXPECT_EQ(parts_of.size(), 1u);
   const std::string long_run(25001, 'x');
-  SplitLongRuns(long_run, 25000, &parts_of);
+  CutLongText(long_run, {.run_chars = 25000}, &parts_of);
   ASSERT_EQ(parts_of.size(), 2u);
   EXPECT_EQ(parts_of[0].size(), 25000u);
   // Characters, not bytes: 25,001 two-byte letters are cut after 25,000 of them.
   std::string wide;
   for (int i = 0; i < 25001; ++i) wide += "\xC3\xA9";  // U+00E9
-  SplitLongRuns(wide, 25000, &parts_of);
+  CutLongText(wide, {.run_chars = 25000}, &parts_of);
   ASSERT_EQ(parts_of.size(), 2u);
   EXPECT_EQ(parts_of[1], "\xC3\xA9");
+}
+
+// Kimi also cuts its input every 400,000 characters (before the 25,000 run cut) and tokenizes
+// each chunk alone, so a token straddling character 400,000 splits there (issue 12, item 5).
+TEST_F(TokenizerTiktoken, TextPast400000CharactersIsCutIntoChunksAsKimiDoes) {
+  Result<Tokenizer> tokenizer = Tokenizer::FromDirectory(dir_.string());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.error();
+  // "é" then 200,000 " x": 400,001 characters in 400,002 bytes. Character 400,000 is the last
+  // "x", so the cut falls inside the last " x" (a cut at byte 400,000 would fall before it).
+  std::string first_chunk = "\xC3\xA9";
+  for (int i = 0; i < 199'999; ++i) first_chunk += " x";
+  first_chunk += " ";
+  const std::string second_chunk = "x";
+  const std::string text = first_chunk + second_chunk;
+
+  const std::vector<TokenId> whole = EncodeOrDie(*tokenizer, text);
+  EXPECT_EQ(whole, EncodeEachAlone(*tokenizer, {first_chunk, second_chunk}));
+
+  // Uncut, every " x" would be token 259: the last one is " " and "x" only because of the cut.
+  std::vector<TokenId> uncut = {0xC3, 0xA9};
+  uncut.insert(uncut.end(), 200'000, 259);
+  EXPECT_NE(whole, uncut);
+  ASSERT_EQ(whole.size(), uncut.size() + 1);
+  EXPECT_EQ(std::vector<TokenId>(whole.end() - 3, whole.end()), (std::vector<TokenId>{259, ' ', 'x'}));
+  EXPECT_EQ(tokenizer->Decode(whole), text);
 }
 
 }  // namespace
