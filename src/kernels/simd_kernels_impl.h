@@ -518,9 +518,14 @@ struct Fp8Panels {
   void Widen(const PanelBlockRows<NV>& b, int64_t c0, int64_t len, float* widened) const {
     for (int v = 0; v < NV; ++v) {
       const std::byte* p = w.panel(b.row[v] / kPanelRows) + b.row[v] % kPanelRows;
-      for (int64_t i = 0; i < len; ++i) {
-        V::StoreF32(widened + (i * NV + v) * V::kLanes, V::LoadFp8(p + (c0 + i) * kStep));
+      int64_t i = 0;
+      for (; i + 2 <= len; i += 2) {
+        typename V::Reg a, b2;
+        V::LoadFp8Columns(p + (c0 + i) * kStep, a, b2);
+        V::StoreF32(widened + (i * NV + v) * V::kLanes, a);
+        V::StoreF32(widened + ((i + 1) * NV + v) * V::kLanes, b2);
       }
+      for (; i < len; ++i) V::StoreF32(widened + (i * NV + v) * V::kLanes, V::LoadFp8(p + (c0 + i) * kStep));
     }
   }
 
