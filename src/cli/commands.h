@@ -10,6 +10,7 @@ int RunServe(Args& args);
 int RunGenerate(Args& args);
 int RunScore(Args& args);
 int RunBench(Args& args);
+int RunBenchKernels(Args& args);
 int RunInitRandom(Args& args);
 int RunKvEval(Args& args);
 int RunKvCalibrate(Args& args);
@@ -33,6 +34,7 @@ inline constexpr Command kCommands[] = {
     {"generate", "one prompt: streamed text and a timing line", RunGenerate},
     {"score", "per-token log-probabilities and perplexity, as JSON", RunScore},
     {"bench", "prefill/decode tokens/s and achieved memory bandwidth", RunBench},
+    {"bench-kernels", "the matmul kernels alone per weight format: decode bandwidth and compute rate", RunBenchKernels},
     {"init-random", "writes a randomly initialised checkpoint of any shape", RunInitRandom},
     {"quantize", "converts a bf16 checkpoint to fp8 block-scaled or int4 (compressed-tensors) weights", RunQuantize},
     {"weights-eval", "quality cost of fp8-block and int4-g32 weights against the dense checkpoint", RunWeightsEval},

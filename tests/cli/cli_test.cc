@@ -117,9 +117,27 @@ TEST(Cli, InitRandomAndBenchRun) {
   EXPECT_NE(r.out.find("machine read bandwidth"), std::string::npos) << r.out;
 }
 
+TEST(Cli, BenchKernelsTimesEveryWeightFormat) {
+  auto r = RunMlaserve("bench-kernels --stream-mb 8 --bandwidth-buffer-mb 16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* format : {"bf16", "fp8-block", "int4-g32"}) {
+    // One row in the streaming table and one in the compute table.
+    size_t rows = 0;
+    for (size_t at = r.out.find(std::string("\n") + format + " "); at != std::string::npos;
+         at = r.out.find(std::string("\n") + format + " ", at + 1)) {
+      ++rows;
+    }
+    EXPECT_EQ(rows, 2u) << format << "\n" << r.out;
+  }
+  EXPECT_NE(r.out.find("machine read bandwidth"), std::string::npos) << r.out;
+  r = RunMlaserve("bench-kernels --kernels sse9");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("sse9"), std::string::npos) << r.err;
+}
+
 TEST(Cli, HelpListsEachCommandsFlagsAndExitsZero) {
-  for (const char* command : {"serve", "generate", "score", "bench", "init-random", "kv-eval", "kv-calibrate", "plan",
-                              "bench-offline", "bench-serving", "batch"}) {
+  for (const char* command : {"serve", "generate", "score", "bench", "bench-kernels", "init-random", "kv-eval",
+                              "kv-calibrate", "plan", "bench-offline", "bench-serving", "batch"}) {
     for (const char* help : {"--help", "-h"}) {
       auto r = RunMlaserve(std::string(command) + " " + help);
       EXPECT_EQ(r.exit_code, 0) << command << " " << help << " -> " << r.err;

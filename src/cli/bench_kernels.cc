@@ -1,0 +1,171 @@
+// mlaserve bench-kernels: the packed-panel matmul kernels alone, per weight format (bf16,
+// fp8-block 128x128, int4-g32), on random weights: the bandwidth one-token products reach
+// streaming from memory on every thread (decode), and the compute rate of one thread on a
+// matrix that fits in L2, for token counts from decode to prefill tiles. The figures the kernel
+// notes in docs/benchmarks.md quote come from here.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/read_bandwidth.h"
+#include "core/float16.h"
+#include "core/thread_pool.h"
+#include "kernels/kernels.h"
+#include "kernels/ops.h"
+#include "kernels/pack.h"
+#include "kvcache/fp8.h"
+
+namespace mlaserve::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+enum class Format { kBf16, kFp8Block, kInt4G32 };
+constexpr Format kFormats[] = {Format::kBf16, Format::kFp8Block, Format::kInt4G32};
+
+const char* FormatName(Format f) {
+  switch (f) {
+    case Format::kBf16: return "bf16";
+    case Format::kFp8Block: return "fp8-block";
+    case Format::kInt4G32: return "int4-g32";
+  }
+  return "?";
+}
+
+// One random matrix in a format, packed into panels as the loader packs checkpoints. Owns its
+// bytes; `packed` views them.
+struct PackedMatrix {
+  std::vector<std::byte> packed_bytes;
+  WeightMatrix packed;
+};
+
+PackedMatrix RandomPacked(Format f, int64_t rows, int64_t cols, std::mt19937& rng, ThreadPool& pool) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  WeightMatrix w;
+  w.rows = rows;
+  w.cols = cols;
+  if (f == Format::kFp8Block) {
+    w.dtype = DType::kF8E4M3;
+    w.format = WeightFormat::kFp8Block;
+    w.block_rows = w.block_cols = 128;
+  } else if (f == Format::kInt4G32) {
+    w.dtype = DType::kI32;
+    w.format = WeightFormat::kInt4Group;
+    w.block_cols = 32;
+  }
+  std::vector<std::byte> values(w.total_bytes()), scales(w.scale_bytes());
+  switch (f) {
+    case Format::kBf16:
+      for (size_t i = 0; i < values.size(); i += 2) {
+        const uint16_t b = F32ToBf16(0.02f * normal(rng));
+        std::memcpy(&values[i], &b, 2);
+      }
+      break;
+    case Format::kFp8Block:
+      for (std::byte& b : values) b = std::byte(F32ToE4M3(100.0f * normal(rng)));
+      for (size_t i = 0; i < scales.size(); i += 4) {
+        const float s = 2e-4f;
+        std::memcpy(&scales[i], &s, 4);
+      }
+      break;
+    case Format::kInt4G32:
+      for (std::byte& b : values) b = std::byte(rng());
+      for (size_t i = 0; i < scales.size(); i += 2) {
+        const uint16_t s = F32ToBf16(3e-3f);
+        std::memcpy(&scales[i], &s, 2);
+      }
+      break;
+  }
+  w.data = values.data();
+  w.scales = scales.data();
+  PackedMatrix m;
+  m.packed_bytes.resize(PackedBytes(w) + 64);
+  auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(m.packed_bytes.data()) + 63) & ~uintptr_t(63));
+  m.packed = PackPanels(w, aligned, pool);
+  return m;
+}
+
+// Best of `repeats` timings of fn(), in seconds.
+template <class Fn>
+double BestSeconds(int repeats, Fn&& fn) {
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+int RunBenchKernels(Args& args) {
+  const std::string kernels_name = args.Str("kernels", "auto", "compute kernels: auto, portable, avx2 or avx512");
+  const int threads = args.Int("threads", 0, "worker threads; 0: one per core", {.min = 0});
+  const int stream_mb = args.Int("stream-mb", 512, "bf16 megabytes of 2048 x 2048 matrices streamed per format "
+                                 "(quantized formats stream the same matrices, in fewer bytes)", {.value_name = "MB", .min = 8});
+  const int bandwidth_mb = args.Int("bandwidth-buffer-mb", 1024, "buffer for the machine's read bandwidth, in MB",
+                                    {.value_name = "MB", .min = 1});
+  if (auto exit_code = args.Finish()) return *exit_code;
+  auto kernels = KernelsByName(kernels_name);
+  if (!kernels.ok()) return Fail("bench-kernels", kernels.error(), 2);
+  ThreadPool pool(threads > 0 ? threads : ThreadPool::DefaultThreadCount());
+  const ComputeContext ctx{*kernels, &pool};
+  std::mt19937 rng(1);
+
+  const double peak = MeasureReadBandwidth(pool, size_t(bandwidth_mb) << 20, 5);
+  std::printf("kernels %s, threads %d; machine read bandwidth %.2f GB/s\n", (*kernels)->name, pool.num_threads(),
+              peak / 1e9);
+
+  // Decode: one token through enough 2048 x 2048 matrices that nothing stays cached.
+  constexpr int64_t kSide = 2048;
+  const int num_matrices = std::max(1, int((int64_t(stream_mb) << 20) / (kSide * kSide * 2)));
+  std::printf("\none token, %d matrices of %lld x %lld streamed from memory, all threads:\n", num_matrices,
+              static_cast<long long>(kSide), static_cast<long long>(kSide));
+  std::printf("%-10s %10s %10s %10s %8s\n", "format", "MB", "ms", "GB/s", "of peak");
+  {
+    std::vector<float> x(kSide, 0.01f), y(kSide);
+    for (Format f : kFormats) {
+      std::vector<PackedMatrix> ms;
+      for (int i = 0; i < num_matrices; ++i) ms.push_back(RandomPacked(f, kSide, kSide, rng, pool));
+      size_t bytes = 0;
+      for (const PackedMatrix& m : ms) bytes += m.packed.stored_bytes();
+      const double s = BestSeconds(8, [&] {
+        for (const PackedMatrix& m : ms) MatMul(ctx, x.data(), 1, m.packed, y.data());
+      });
+      std::printf("%-10s %10.1f %10.3f %10.2f %7.0f%%\n", FormatName(f), double(bytes) / 1e6, s * 1e3,
+                  double(bytes) / s / 1e9, 100.0 * double(bytes) / s / peak);
+    }
+  }
+
+  // Compute: one thread, a 256 x 2048 matrix (1 MB in bf16) that stays in L2.
+  constexpr int64_t kRows = 256;
+  const int token_counts[] = {1, 4, 12, 13, 24, 48};
+  std::printf("\none thread, %lld x %lld in L2: weights x tokens per second (G)\n", static_cast<long long>(kRows),
+              static_cast<long long>(kSide));
+  std::printf("%-10s", "format");
+  for (int n : token_counts) std::printf(" %8s%-3d", "n=", n);
+  std::printf("\n");
+  for (Format f : kFormats) {
+    const PackedMatrix m = RandomPacked(f, kRows, kSide, rng, pool);
+    std::printf("%-10s", FormatName(f));
+    for (int n : token_counts) {
+      std::vector<float> x(size_t(n * kSide)), y(size_t(n * kRows));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (float& v : x) v = normal(rng);
+      constexpr int kCalls = 20;
+      const double s = BestSeconds(20, [&] {
+        for (int i = 0; i < kCalls; ++i) (*kernels)->matmul_panels(x.data(), n, m.packed, 0, m.packed.num_panels(), y.data(), kRows);
+      });
+      std::printf(" %11.2f", double(kRows * kSide) * n * kCalls / s / 1e9);
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+
+}  // namespace mlaserve::cli
