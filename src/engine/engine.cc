@@ -529,7 +529,8 @@ void Engine::RunBatch(const std::vector<Request*>& decodes, const std::vector<Re
     n += size_t(count);
     // Prompt logprobs need a row for every prompt token of the chunk (ChunkFor capped it).
     const bool all_logits = r->wants_input_logprobs() && start < int(r->spec.input_ids.size());
-    batch_segments_.push_back(ForwardSegment{r->kv.get(), count, all_logits});
+    batch_segments_.push_back(ForwardSegment{.pages = r->kv->pages(), .num_computed_tokens = start,
+                                             .num_tokens = count, .all_logits = all_logits});
     order.push_back(r);
     first_row.push_back(rows);
     from.push_back(start);
@@ -537,7 +538,7 @@ void Engine::RunBatch(const std::vector<Request*>& decodes, const std::vector<Re
   };
   for (Request* r : decodes) add(r, 1);
   for (size_t i = 0; i < prefills.size(); ++i) add(prefills[i], prefill_lengths[i]);
-  const Status s = model_.Forward(kernels_, std::span(batch_tokens_).first(n), batch_segments_,
+  const Status s = model_.Forward(kernels_, pool_, std::span(batch_tokens_).first(n), batch_segments_,
                                   LogitsMode::kLastPerSegment, batch_logits_.data());
   if (!s.ok()) {
     // Inputs were validated at Submit; a failure here is a bug, but never take the server down:
@@ -545,6 +546,7 @@ void Engine::RunBatch(const std::vector<Request*>& decodes, const std::vector<Re
     for (Request* r : order) Finish(*r, FinishReason::kAbort, "internal error: " + s.message());
     return;
   }
+  for (size_t i = 0; i < order.size(); ++i) order[i]->kv->MarkComputed(batch_segments_[i].num_tokens);
   const int vocab = model_.config().vocab_size;
   for (size_t i = 0; i < order.size(); ++i) {
     Request& r = *order[i];
