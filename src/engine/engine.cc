@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cinttypes>
-#include <limits>
 
 #include "core/check.h"
 #include "engine/log_line.h"
@@ -21,10 +20,6 @@ const char* FinishReasonName(FinishReason reason) {
 
 namespace {
 
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 // max_running_requests is at least 1 and at most one decode token per batch slot.
 EngineOptions Clamped(EngineOptions options, int max_batch_tokens) {
   options.max_running_requests = std::max(1, std::min(options.max_running_requests, max_batch_tokens));
@@ -38,15 +33,9 @@ Engine::Engine(ModelRunner& runner, KvPool& pool, const EngineOptions& options, 
       pool_(pool),
       options_(Clamped(options, runner.info().max_batch_tokens)),
       scheduler_(pool, options_, runner.info().max_batch_tokens),
-      sampler_(runner.info().vocab_size),
-      tokenizer_(tokenizer) {
+      output_(runner.info(), tokenizer) {
   runner_.ReserveLogitsRows(options_.max_running_requests + kLogprobChunkTokens);
   stats_.max_total_num_tokens = pool_.capacity_tokens();
-  if (runner.info().eos_token_id >= 0) eos_token_ids_.push_back(runner.info().eos_token_id);
-  if (tokenizer_ && tokenizer_->eos_id() &&
-      std::find(eos_token_ids_.begin(), eos_token_ids_.end(), *tokenizer_->eos_id()) == eos_token_ids_.end()) {
-    eos_token_ids_.push_back(*tokenizer_->eos_id());
-  }
 }
 
 Engine::~Engine() { Stop(); }
@@ -107,18 +96,7 @@ Status Engine::Submit(GenerateRequest request, OutputCallback callback) {
   r->tokens.reserve(size_t(total));
   r->kv = std::make_unique<SequenceKv>(pool_, model.max_context);
   r->penalties = PenaltyState(r->spec.sampling.max_new_tokens);
-  if (r->spec.logprob_start_len == 0) {
-    r->input_logprobs.push_back(std::numeric_limits<float>::quiet_NaN());  // no context
-    r->input_top_logprobs.emplace_back();
-  }
-  if (tokenizer_) {
-    r->decoder.emplace(*tokenizer_, r->spec.sampling.skip_special_tokens);
-    if (!r->spec.sampling.stop.empty()) {
-      r->stop_matcher.emplace(r->spec.sampling.stop, r->spec.sampling.no_stop_trim);
-    }
-  } else if (!r->spec.sampling.stop.empty()) {
-    return Status::Error("stop strings need a tokenizer");
-  }
+  MLA_RETURN_IF_ERROR(output_.Prepare(*r));
   r->submit_time = Clock::now();
   {
     std::lock_guard<std::mutex> lock(intake_mutex_);
@@ -223,7 +201,10 @@ bool Engine::Step() {
   const Result<ModelRunnerOutput> out = runner_.Execute(scheduler_.plan());
   if (out.ok()) {
     scheduler_.RecordComputed();
-    ProcessOutputs(out->logits);
+    const int sampled = output_.Process(scheduler_.plan(), scheduler_.planned_requests(), out->logits,
+                                        [this](Request& r, FinishReason reason) { Finish(r, reason); });
+    generation_tokens_total_ += sampled;
+    tokens_since_log_ += sampled;
   } else {
     // Inputs were validated at Submit; a failure here is a bug, but never take the server down:
     // fail the batch's requests with the reason.
@@ -239,90 +220,9 @@ bool Engine::Step() {
   return true;
 }
 
-void Engine::ProcessOutputs(std::span<const float> logits) {
-  const BatchPlan& plan = scheduler_.plan();
-  const std::span<Request* const> requests = scheduler_.planned_requests();
-  const size_t vocab = size_t(runner_.info().vocab_size);
-  for (size_t i = 0; i < requests.size(); ++i) {
-    Request& r = *requests[i];
-    const PlannedSequence& seq = plan.sequences[i];
-    const float* rows = logits.data() + size_t(seq.first_logits_row) * vocab;
-    if (seq.all_logits) CollectInputLogprobs(r, seq.num_computed_tokens, seq.num_new_tokens, rows);
-    if (r.pending_tokens() != 0) continue;  // a prefill chunk that is not the prompt's last
-    if (r.spec.sampling.max_new_tokens == 0) {
-      Finish(r, FinishReason::kLength);  // prefill only (e.g. to warm the prefix cache)
-      continue;
-    }
-    const float* last = rows + size_t(seq.num_logits_rows() - 1) * vocab;
-    const SampleContext context{.position = int64_t(r.tokens.size()),
-                                .seed = r.seed,
-                                .output_history = &r.penalties,
-                                .eos_token_ids = eos_token_ids_};
-    LogprobResult logprob;
-    const TokenId token = sampler_.Sample(std::span(last, vocab), r.spec.sampling, context,
-                                          r.spec.sampling.return_logprob ? &logprob : nullptr);
-    AfterToken(r, token, r.spec.sampling.return_logprob ? &logprob : nullptr);
-  }
-}
-
-void Engine::CollectInputLogprobs(Request& r, int first_position, int count, const float* logits) {
-  const int vocab = runner_.info().vocab_size;
-  const int prompt_len = int(r.spec.input_ids.size());
-  for (int j = 0; j < count; ++j) {
-    // The row at position p predicts the token at p + 1.
-    const int next = first_position + j + 1;
-    if (next >= prompt_len || next < std::max(1, r.spec.logprob_start_len)) continue;
-    // Entry k is the token at logprob_start_len + k; a recomputation after retraction must not
-    // append what is already there.
-    if (size_t(next - r.spec.logprob_start_len) != r.input_logprobs.size()) continue;
-    LogprobResult lp;
-    ComputeLogprobs(std::span(logits + size_t(j) * vocab, size_t(vocab)), 1.0f, r.spec.input_ids[size_t(next)],
-                    r.spec.sampling.top_logprobs_num, lp);
-    r.input_logprobs.push_back(lp.chosen.logprob);
-    r.input_top_logprobs.push_back(std::move(lp.top));
-  }
-}
-
-void Engine::AfterToken(Request& r, TokenId token, LogprobResult* logprob) {
-  const SamplingParams& p = r.spec.sampling;
-  r.tokens.push_back(token);
-  r.penalties.Add(token);
-  ++generation_tokens_total_;
-  ++tokens_since_log_;
-  if (!r.first_token_time) r.first_token_time = Clock::now();
-  if (logprob != nullptr) {
-    r.pending_logprobs.push_back(logprob->chosen.logprob);
-    if (p.top_logprobs_num > 0) r.pending_top_logprobs.push_back(std::move(logprob->top));
-  }
-  const int out = r.num_output_tokens();
-  if (out >= p.min_new_tokens && IsStopToken(p, eos_token_ids_, token)) {
-    r.matched_stop_token = token;
-    return Finish(r, FinishReason::kStop);
-  }
-  if (r.decoder && AppendText(r, r.decoder->Push(token))) return Finish(r, FinishReason::kStop);
-  if (out >= p.max_new_tokens || int(r.tokens.size()) >= runner_.info().max_context) {
-    return Finish(r, FinishReason::kLength);
-  }
-  Stream(r, /*finished=*/false);
-}
-
-bool Engine::AppendText(Request& r, std::string_view piece) {
-  if (!r.stop_matcher) {
-    r.pending_text.append(piece);
-    return false;
-  }
-  r.pending_text.append(r.stop_matcher->Push(piece));
-  if (!r.stop_matcher->stopped()) return false;
-  r.matched_stop_string = r.spec.sampling.stop[size_t(r.stop_matcher->matched_index())];
-  return true;
-}
-
 void Engine::Finish(Request& r, FinishReason reason, const std::string& error) {
   r.finish_reason = reason;
-  if (r.decoder && r.matched_stop_string.empty()) {
-    // Flush what the decoder and the stop matcher still hold.
-    if (!AppendText(r, r.decoder->Flush()) && r.stop_matcher) r.pending_text.append(r.stop_matcher->Finish());
-  }
+  output_.FlushText(r);
   scheduler_.ReleaseKv(r, /*cache_prefix=*/true);
   ++requests_total_;
   if (reason == FinishReason::kAbort) ++aborted_total_;
@@ -330,42 +230,7 @@ void Engine::Finish(Request& r, FinishReason reason, const std::string& error) {
     std::lock_guard<std::mutex> lock(intake_mutex_);
     live_rids_.erase(r.spec.rid);
   }
-  Stream(r, /*finished=*/true, error);
-}
-
-void Engine::Stream(Request& r, bool finished, const std::string& error) {
-  RequestOutput out;
-  out.rid = r.spec.rid;
-  out.new_token_ids.assign(r.tokens.begin() + int64_t(r.spec.input_ids.size()) + r.num_streamed, r.tokens.end());
-  out.new_token_logprobs = std::move(r.pending_logprobs);
-  r.pending_logprobs.clear();
-  out.new_top_logprobs = std::move(r.pending_top_logprobs);
-  r.pending_top_logprobs.clear();
-  const size_t expected_input = r.spec.logprob_start_len >= 0
-                                    ? r.spec.input_ids.size() - size_t(r.spec.logprob_start_len) : 0;
-  if (!r.input_logprobs_sent && expected_input > 0 && (r.input_logprobs.size() == expected_input || finished)) {
-    out.input_token_ids.assign(r.spec.input_ids.begin() + r.spec.logprob_start_len, r.spec.input_ids.end());
-    out.input_token_logprobs = std::move(r.input_logprobs);
-    out.input_top_logprobs = std::move(r.input_top_logprobs);
-    r.input_logprobs_sent = true;
-  }
-  r.num_streamed = r.num_output_tokens();
-  out.finished = finished;
-  out.finish_reason = r.finish_reason;
-  out.matched_stop_token = r.matched_stop_token;
-  out.matched_stop_string = r.matched_stop_string;
-  out.new_text = std::move(r.pending_text);
-  r.pending_text.clear();
-  out.error = error;
-  out.prompt_tokens = int(r.spec.input_ids.size());
-  out.completion_tokens = r.num_output_tokens();
-  out.cached_tokens = r.cached_tokens;
-  const Clock::time_point now = Clock::now();
-  if (r.first_scheduled_time) out.queue_time_s = Seconds(r.submit_time, *r.first_scheduled_time);
-  if (r.first_token_time) out.ttft_s = Seconds(r.submit_time, *r.first_token_time);
-  out.e2e_latency_s = Seconds(r.submit_time, now);
-  if (!finished && out.new_token_ids.empty() && out.new_text.empty()) return;
-  if (r.callback) r.callback(std::move(out));
+  output_.Deliver(r, /*finished=*/true, error);
 }
 
 // ---- logs and counters -----------------------------------------------------------------------
@@ -380,7 +245,7 @@ void Engine::LogPrefill(const AdmissionSummary& admission) {
 
 void Engine::EndDecodeInterval() {
   const Clock::time_point now = Clock::now();
-  const double elapsed = Seconds(last_decode_log_, now);
+  const double elapsed = ElapsedSeconds(last_decode_log_, now);
   last_gen_throughput_ = elapsed > 0 ? double(tokens_since_log_) / elapsed : 0.0;
   last_decode_log_ = now;
   tokens_since_log_ = 0;

@@ -2,7 +2,7 @@
 // One engine thread runs the loop
 //   intake -> Scheduler::Schedule (a BatchPlan: capacity step, then batch step)
 //          -> ModelRunner::Execute (one forward over decode tokens and prefill chunks together)
-//          -> sample, detokenize, stop checks -> stream
+//          -> OutputProcessor::Process (sample, detokenize, stop checks, stream)
 // over one paged KV pool and an optional radix prefix cache (the scheduler's), both sized at
 // start-up. The engine knows the model only through the ModelRunner interface.
 // Threads: Submit/Abort/FlushCache may be called from any thread; they touch only the intake
@@ -22,8 +22,8 @@
 
 #include "engine/engine_types.h"
 #include "engine/model_runner.h"
+#include "engine/output_processor.h"
 #include "engine/request.h"
-#include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "kvcache/kv_pool.h"
 
@@ -72,13 +72,9 @@ class Engine {
   void AbortRequest(const std::string& rid, const std::string& why);
   FlushCacheResult FlushCacheNow();
 
-  // After the runner: prompt logprobs, sampling, finish checks and streaming, per planned request.
-  void ProcessOutputs(std::span<const float> logits);
-  void AfterToken(Request& r, TokenId token, LogprobResult* logprob);
-  void CollectInputLogprobs(Request& r, int first_position, int count, const float* logits);
-  bool AppendText(Request& r, std::string_view piece);  // true when a stop string matched
+  // Ends a request: its text flushed, its KV released (full pages to the prefix cache), its id
+  // free again, its last chunk delivered. The request must be out of the queues or swept later.
   void Finish(Request& r, FinishReason reason, const std::string& error = "");
-  void Stream(Request& r, bool finished, const std::string& error = "");
   void LogPrefill(const AdmissionSummary& admission);
   // Every decode_log_interval decode steps: gen_throughput and retractions over the interval
   // (SGLang's decode stats), and the "Decode batch" line when batches are logged.
@@ -88,10 +84,8 @@ class Engine {
   ModelRunner& runner_;
   KvPool& pool_;
   EngineOptions options_;
-  Scheduler scheduler_;  // engine-thread state: the queues, the prefix cache, each step's plan
-  Sampler sampler_;
-  const Tokenizer* tokenizer_;
-  std::vector<TokenId> eos_token_ids_;
+  Scheduler scheduler_;      // engine-thread state: the queues, the prefix cache, each step's plan
+  OutputProcessor output_;   // engine-thread state: sampling, detokenization, delivery
 
   // Engine-thread state.
   int64_t tokens_since_log_ = 0;
