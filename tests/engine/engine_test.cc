@@ -13,6 +13,7 @@
 #include "engine/cpu_model_runner.h"
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
+#include "support/greedy_request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mlaserve {
@@ -110,15 +111,7 @@ class FinishedCounter {
   int finished_ = 0;
 };
 
-GenerateRequest Greedy(std::string rid, std::vector<TokenId> prompt, int max_new) {
-  GenerateRequest r;
-  r.rid = std::move(rid);
-  r.input_ids = std::move(prompt);
-  r.sampling.temperature = 0.0f;
-  r.sampling.max_new_tokens = max_new;
-  r.sampling.ignore_eos = true;
-  return r;
-}
+using testing::Greedy;
 
 TEST_F(EngineTest, BatchOfMixedLengthsMatchesSoloRunsWithRetraction) {
   // 64 requests; the pool holds a handful at once, and a low conservativeness makes the

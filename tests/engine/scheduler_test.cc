@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "support/fake_model_runner.h"
+#include "support/greedy_request.h"
 
 namespace mlaserve {
 namespace {
@@ -28,15 +29,7 @@ std::vector<TokenId> Prompt(int len, uint64_t seed) {
   return p;
 }
 
-GenerateRequest Greedy(std::string rid, std::vector<TokenId> prompt, int max_new) {
-  GenerateRequest r;
-  r.rid = std::move(rid);
-  r.input_ids = std::move(prompt);
-  r.sampling.temperature = 0.0f;
-  r.sampling.max_new_tokens = max_new;
-  r.sampling.ignore_eos = true;
-  return r;
-}
+using testing::Greedy;
 
 EngineOptions Options(int max_running_requests = 256, int chunked_prefill_size = 2048,
                       double schedule_conservativeness = 1.0) {
