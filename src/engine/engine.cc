@@ -212,9 +212,9 @@ bool Engine::Step() {
       Finish(*r, FinishReason::kAbort, "internal error: " + out.status().message());
     }
   }
-  const AdmissionSummary& admission = scheduler_.admission();
-  if (options_.log_batches && admission.new_seqs > 0) LogPrefill(admission);
-  if (admission.num_decodes > 0 && scheduler_.EndDecodeStep()) EndDecodeInterval();
+  const PlanSummary& planned = scheduler_.summary();
+  if (options_.log_batches && planned.new_seqs > 0) LogPrefill(planned);
+  if (planned.num_decodes > 0 && scheduler_.EndDecodeStep()) EndDecodeInterval();
   scheduler_.SweepFinished();
   PublishStats();
   return true;
@@ -235,11 +235,11 @@ void Engine::Finish(Request& r, FinishReason reason, const std::string& error) {
 
 // ---- logs and counters -----------------------------------------------------------------------
 
-void Engine::LogPrefill(const AdmissionSummary& admission) {
+void Engine::LogPrefill(const PlanSummary& planned) {
   const EngineStatsSnapshot s = stats();
   LogLine("Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, "
           "#running-req: %d, #queue-req: %d,",
-          admission.new_seqs, admission.new_tokens, admission.cached_tokens, s.token_usage,
+          planned.new_seqs, planned.new_tokens, planned.cached_tokens, s.token_usage,
           scheduler_.num_running(), scheduler_.num_waiting());
 }
 

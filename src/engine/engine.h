@@ -75,7 +75,7 @@ class Engine {
   // Ends a request: its text flushed, its KV released (full pages to the prefix cache), its id
   // free again, its last chunk delivered. The request must be out of the queues or swept later.
   void Finish(Request& r, FinishReason reason, const std::string& error = "");
-  void LogPrefill(const AdmissionSummary& admission);
+  void LogPrefill(const PlanSummary& planned);
   // Every decode_log_interval decode steps: gen_throughput and retractions over the interval
   // (SGLang's decode stats), and the "Decode batch" line when batches are logged.
   void EndDecodeInterval();

@@ -266,7 +266,7 @@ void Scheduler::AddToPlan(Request* r, int num_new_tokens) {
 Scheduler::Outcome Scheduler::Schedule() {
   plan_.Clear();
   planned_.clear();
-  admission_ = {};
+  summary_ = {};
   if (waiting_.empty() && running_.empty()) return Outcome::kIdle;
   ReserveDecodeSlots();
 
@@ -304,9 +304,9 @@ Scheduler::Outcome Scheduler::Schedule() {
     prefills.push_back(r);
     prefill_lengths.push_back(chunk);
     budget -= chunk;
-    ++admission_.new_seqs;
-    admission_.new_tokens += chunk;
-    admission_.cached_tokens += r->kv->num_tokens();
+    ++summary_.new_seqs;
+    summary_.new_tokens += chunk;
+    summary_.cached_tokens += r->kv->num_tokens();
   }
   if (decodes.empty() && prefills.empty()) {
     if (running_.empty()) return Outcome::kBlocked;  // waits for memory that running requests free
@@ -319,7 +319,7 @@ Scheduler::Outcome Scheduler::Schedule() {
     RetractUntil([&] { return EnsureFreePages(PagesToCover(*head, chunk)); });
     return Outcome::kRetracted;
   }
-  admission_.num_decodes = int(decodes.size());
+  summary_.num_decodes = int(decodes.size());
   for (Request* r : decodes) AddToPlan(r, 1);
   for (size_t i = 0; i < prefills.size(); ++i) AddToPlan(prefills[i], prefill_lengths[i]);
   return Outcome::kBatch;

@@ -28,8 +28,12 @@
 
 namespace mlaserve {
 
-// What the last Schedule admitted: SGLang's "Prefill batch" fields.
-struct AdmissionSummary {
+// Prompt tokens a request that wants prompt logprobs prefills per step (each needs a row of
+// logits): a plan holds at most max_running_requests + kLogprobChunkTokens logits rows.
+inline constexpr int kLogprobChunkTokens = 64;
+
+// What the last Schedule planned: its decodes, and SGLang's "Prefill batch" fields.
+struct PlanSummary {
   int num_decodes = 0;     // sequences granted their next decode token
   int new_seqs = 0;        // requests admitted from the queue
   int new_tokens = 0;      // their prefill tokens this step
@@ -67,7 +71,7 @@ class Scheduler {
   const BatchPlan& plan() const { return plan_; }
   // The requests of plan().sequences, in the same order (they stay in the running set).
   std::span<Request* const> planned_requests() const { return planned_; }
-  const AdmissionSummary& admission() const { return admission_; }
+  const PlanSummary& summary() const { return summary_; }
   // After the runner executed plan() without error: its new positions now have KV rows.
   void RecordComputed();
   // After a plan with decodes ran: new_token_ratio decays one step. True every
@@ -125,16 +129,12 @@ class Scheduler {
 
   BatchPlan plan_;
   std::vector<Request*> planned_;             // plan_.sequences' requests
-  AdmissionSummary admission_;
+  PlanSummary summary_;
   std::vector<Request*> step_decodes_;        // this step's decoding requests
   std::vector<Request*> step_prefills_;       // this step's prefill chunks...
   std::vector<int> step_prefill_lengths_;     // ...and their lengths
   std::vector<Request*> step_admitted_;       // this step's admissions...
   std::vector<int> step_admitted_chunks_;     // ...and their prefill chunks
 };
-
-// Prompt tokens a request that wants prompt logprobs prefills per step (each needs a row of
-// logits): a plan holds at most max_running_requests + kLogprobChunkTokens logits rows.
-inline constexpr int kLogprobChunkTokens = 64;
 
 }  // namespace mlaserve
