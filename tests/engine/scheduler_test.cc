@@ -203,6 +203,25 @@ TEST(Scheduler, RadixCacheLendsMatchedPagesAndTheOutputIsUnchanged) {
   h.ExpectScriptedOutputs();
 }
 
+TEST(Scheduler, LongestPrefixMatchAdmitsTheCachedPromptFirst) {
+  for (const SchedulePolicy policy : {SchedulePolicy::kFcfs, SchedulePolicy::kLpm}) {
+    EngineOptions o = Options(/*max_running_requests=*/1);
+    o.schedule_policy = policy;
+    Harness h(4096, o);
+    const std::vector<TokenId> cached = Prompt(100, 12);
+    h.Submit(Greedy("warm", cached, 2));
+    h.RunToEnd();
+    const size_t first = h.runner().steps().size();
+    h.Submit(Greedy("fresh", Prompt(50, 13), 2));
+    h.Submit(Greedy("cached", cached, 2));
+    h.RunToEnd();
+    h.ExpectScriptedOutputs();
+    // fcfs runs "fresh" first (nothing computed); lpm the one with 96 cached tokens.
+    EXPECT_EQ(h.runner().steps()[first][0].num_computed_tokens, policy == SchedulePolicy::kLpm ? 96 : 0);
+    EXPECT_EQ(h.last("cached").cached_tokens, 96);
+  }
+}
+
 TEST(Scheduler, PromptLogprobsGetARowPerPromptTokenAndBypassTheCache) {
   Harness h(4096, Options());
   const std::vector<TokenId> prompt = Prompt(100, 9);
