@@ -34,6 +34,7 @@
 #include "cli/engine_flags.h"
 #include "cli/model_setup.h"
 #include "core/read_file.h"
+#include "engine/cpu_model_runner.h"
 
 namespace mlaserve::cli {
 namespace {
@@ -434,6 +435,7 @@ int RunBatch(Args& args) {
   // Who generates.
   std::optional<LoadedModel> loaded;
   std::unique_ptr<KvPool> pool;
+  std::unique_ptr<CpuModelRunner> model_runner;
   std::unique_ptr<Engine> engine;
   std::optional<Tokenizer> own_tokenizer;
   std::optional<ChatTemplate> chat_template;
@@ -449,7 +451,8 @@ int RunBatch(Args& args) {
     auto p = CreateEnginePool(*loaded, model_flags.page_size);
     if (!p.ok()) return Fail("batch", p.error());
     pool = std::move(p).value();
-    engine = std::make_unique<Engine>(*loaded->model, *loaded->kernels, *pool, engine_options, &*loaded->tokenizer);
+    model_runner = std::make_unique<CpuModelRunner>(*loaded->model, *loaded->kernels, *pool);
+    engine = std::make_unique<Engine>(*model_runner, *pool, engine_options, &*loaded->tokenizer);
     engine->Start();
     tokenizer = &*loaded->tokenizer;
     model_type = c.model_type;

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_setup.h"
+#include "engine/cpu_model_runner.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 
@@ -81,7 +82,8 @@ int RunBenchOffline(Args& args) {
   if (!pool.ok()) return Fail("bench-offline", pool.error());
   std::fprintf(stderr, "[mlaserve] kv_cache_dtype=%s, %s\n", KvFormatName(loaded->runner_options.kv_format),
                loaded->kv_budget.log_line.c_str());
-  Engine engine(model, *loaded->kernels, **pool, engine_options);
+  CpuModelRunner runner(model, *loaded->kernels, **pool);
+  Engine engine(runner, **pool, engine_options);
 
   std::mutex mu;
   int finished = 0, failed = 0;

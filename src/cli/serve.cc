@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_setup.h"
+#include "engine/cpu_model_runner.h"
 #include "engine/engine.h"
 #include "server/api_server.h"
 #include "server/http_server.h"
@@ -131,7 +132,8 @@ int RunServe(Args& args) {
                engine_options.max_prefill_tokens, engine_options.max_running_requests, model.max_context(),
                available_gb);
 
-  Engine engine(model, *loaded->kernels, **pool, engine_options, &*loaded->tokenizer);
+  CpuModelRunner runner(model, *loaded->kernels, **pool);
+  Engine engine(runner, **pool, engine_options, &*loaded->tokenizer);
   engine.Start();
   nlohmann::json info{{"model_path", model_dir},
                       {"served_model_name", served_name},

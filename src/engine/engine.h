@@ -1,8 +1,10 @@
 // The continuous-batching engine: requests in, tokens out, many sequences per forward pass.
 // One engine thread runs the loop
-//   intake -> schedule (capacity step: KV pages, retraction; batch step: token budget)
-//          -> one Forward over decode tokens and prefill chunks together -> sample -> stream
-// over one paged KV pool and an optional radix prefix cache, both sized at start-up.
+//   intake -> Scheduler::Schedule (a BatchPlan: capacity step, then batch step)
+//          -> ModelRunner::Execute (one forward over decode tokens and prefill chunks together)
+//          -> OutputProcessor::Process (sample, detokenize, stop checks, stream)
+// over one paged KV pool and an optional radix prefix cache (the scheduler's), both sized at
+// start-up. The engine knows the model only through the ModelRunner interface.
 // Threads: Submit/Abort/FlushCache may be called from any thread; they touch only the intake
 // queue, whose lock is never held while the engine computes. Output callbacks run on the engine
 // thread.
@@ -10,7 +12,6 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <deque>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -20,22 +21,20 @@
 #include <vector>
 
 #include "engine/engine_types.h"
+#include "engine/model_runner.h"
+#include "engine/output_processor.h"
 #include "engine/request.h"
-#include "core/function_ref.h"
-#include "engine/sampler.h"
-#include "kernels/kernels.h"
+#include "engine/scheduler.h"
 #include "kvcache/kv_pool.h"
-#include "kvcache/radix_cache.h"
-#include "model/model.h"
 
 namespace mlaserve {
 
 class Engine {
  public:
-  // model, kernels and pool must outlive the engine. The pool's capacity is the KV budget.
-  // tokenizer (optional, must outlive the engine) enables text output and stop strings.
-  Engine(Model& model, const KernelSet& kernels, KvPool& pool, const EngineOptions& options,
-         const Tokenizer* tokenizer = nullptr);
+  // runner and pool must outlive the engine; the runner executes plans whose pages live in
+  // pool, whose capacity is the KV budget. tokenizer (optional, must outlive the engine)
+  // enables text output and stop strings.
+  Engine(ModelRunner& runner, KvPool& pool, const EngineOptions& options, const Tokenizer* tokenizer = nullptr);
   ~Engine();  // stops the loop; unfinished requests are aborted (their callbacks see kAbort)
 
   void Start();  // starts the engine thread
@@ -73,65 +72,25 @@ class Engine {
   void AbortRequest(const std::string& rid, const std::string& why);
   FlushCacheResult FlushCacheNow();
 
-  // Capacity step.
-  bool EnsureFreePages(int64_t pages);
-  void ReserveDecodeSlots();
-  int64_t DecodePagesNeeded() const;
-  void RetractUntil(FunctionRef<bool()> fits);
-  // Admits from the queue; `chunks` receives each admitted request's prefill chunk this step.
-  std::vector<Request*> AdmitWaiting(int token_budget, bool& logprob_segment_used, std::vector<int>& chunks);
-  int64_t ReservedFutureTokens() const;
-  // Pages `r` still needs so that its next `chunk` tokens have rows.
-  int64_t PagesToCover(const Request& r, int chunk) const;
-  // The prefill chunk `r` takes from `budget` this step: capped for prompt logprobs, which need
-  // a logits row per token (one such segment per step, kLogprobChunkTokens rows at most).
-  int ChunkFor(const Request& r, int budget, bool& logprob_segment_used) const;
-  void MatchPrefix(Request& r);
-
-  // Batch step and after.
-  void RunBatch(const std::vector<Request*>& decodes, const std::vector<Request*>& prefills,
-                const std::vector<int>& prefill_lengths);
-  void AfterToken(Request& r, TokenId token, LogprobResult* logprob);
-  void CollectInputLogprobs(Request& r, int first_position, int count, const float* logits);
-  bool AppendText(Request& r, std::string_view piece);  // true when a stop string matched
+  // Ends a request: its text flushed, its KV released (full pages to the prefix cache), its id
+  // free again, its last chunk delivered. The request must be out of the queues or swept later.
   void Finish(Request& r, FinishReason reason, const std::string& error = "");
-  void ReleaseKv(Request& r, bool cache_prefix);
-  void Stream(Request& r, bool finished, const std::string& error = "");
-  void LogPrefill(int new_seqs, int new_tokens, int cached_tokens);
+  void LogPrefill(const PlanSummary& planned);
   // Every decode_log_interval decode steps: gen_throughput and retractions over the interval
   // (SGLang's decode stats), and the "Decode batch" line when batches are logged.
   void EndDecodeInterval();
   void PublishStats();
 
-  Model& model_;
-  const KernelSet& kernels_;
+  ModelRunner& runner_;
   KvPool& pool_;
   EngineOptions options_;
-  std::unique_ptr<RadixCache> radix_;  // null with disable_radix_cache
-  Sampler sampler_;
-  const Tokenizer* tokenizer_;
-  std::vector<TokenId> eos_token_ids_;
+  Scheduler scheduler_;      // engine-thread state: the queues, the prefix cache, each step's plan
+  OutputProcessor output_;   // engine-thread state: sampling, detokenization, delivery
 
   // Engine-thread state.
-  std::deque<std::unique_ptr<Request>> waiting_;
-  std::vector<std::unique_ptr<Request>> running_;
-  double new_token_ratio_;
-  double min_new_token_ratio_;
-  double new_token_ratio_decay_;
-  int64_t decode_steps_ = 0;
   int64_t tokens_since_log_ = 0;
   Clock::time_point last_decode_log_ = Clock::now();
   uint64_t next_seed_ = 0x5eed;
-  std::vector<TokenId> batch_tokens_;          // [max_batch_tokens]
-  std::vector<ForwardSegment> batch_segments_;
-  std::vector<float> batch_logits_;            // [max_running_requests, vocab]
-  std::vector<Request*> scratch_order_;        // the batch's requests, in segment order
-  std::vector<int> scratch_rows_;              // each segment's first logits row
-  std::vector<int> scratch_from_;              // each segment's first position
-  std::vector<int> step_admitted_chunks_;      // this step's admissions' prefill chunks
-  std::vector<Request*> step_decodes_;         // this step's decoding requests
-  std::vector<Request*> step_prefills_;        // this step's prefill chunks...
-  std::vector<int> step_prefill_lengths_;      // ...and their lengths
 
   // Intake, shared with Submit/Abort.
   mutable std::mutex intake_mutex_;
@@ -144,9 +103,9 @@ class Engine {
   // Published counters.
   mutable std::mutex stats_mutex_;
   EngineStatsSnapshot stats_;
-  int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, cached_tokens_total_ = 0;
+  int64_t generation_tokens_total_ = 0;
   int64_t requests_total_ = 0, aborted_total_ = 0, max_running_seen_ = 0;
-  int64_t retracted_total_ = 0, retracted_in_interval_ = 0, retracted_last_interval_ = 0;
+  int64_t retracted_last_interval_ = 0;
   double last_gen_throughput_ = 0;
 
   std::thread thread_;

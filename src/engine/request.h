@@ -1,5 +1,7 @@
-// A request as the engine tracks it between Submit and its last output. Owned by the engine
-// (one unique_ptr per live request); the scheduler moves those pointers between its queues.
+// A request as the engine tracks it between Submit and its last output: one unique_ptr per live
+// request, held by the engine's intake, then by the Scheduler (its queues, its KV), while the
+// OutputProcessor keeps its output state here (history, detokenizer, stop matcher, undelivered
+// logprobs and text).
 #pragma once
 
 #include <chrono>
@@ -17,6 +19,10 @@
 namespace mlaserve {
 
 using Clock = std::chrono::steady_clock;
+
+inline double ElapsedSeconds(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
 
 struct Request {
   GenerateRequest spec;

@@ -34,9 +34,10 @@ Status SequenceRunner::Append(std::span<const TokenId> tokens, LogitsSink* sink)
   const LogitsMode mode = sink != nullptr ? LogitsMode::kAllTokens : LogitsMode::kLastPerSegment;
   for (size_t begin = 0; begin < tokens.size();) {
     const int count = int(std::min<size_t>(size_t(model_.max_batch_tokens()), tokens.size() - begin));
-    const ForwardSegment segment{kv_.get(), count};
-    MLA_RETURN_IF_ERROR(model_.Forward(kernels_, tokens.subspan(begin, size_t(count)),
+    const ForwardSegment segment{.pages = kv_->pages(), .num_computed_tokens = kv_->num_tokens(), .num_tokens = count};
+    MLA_RETURN_IF_ERROR(model_.Forward(kernels_, *pool_, tokens.subspan(begin, size_t(count)),
                                        std::span(&segment, 1), mode, chunk_logits_.data()));
+    kv_->MarkComputed(count);
     if (sink != nullptr) (*sink)(int(begin), count, chunk_logits_.data());
     const float* last = chunk_logits_.data() +
                         (mode == LogitsMode::kAllTokens ? size_t(count - 1) * vocab : 0);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "core/status.h"
@@ -53,6 +54,17 @@ class KvPool {
   }
   const std::byte* PageRows(int layer, PageId page) const {
     return storage_ + (size_t(layer) * size_t(options_.num_pages) + size_t(page)) * page_bytes_;
+  }
+
+  // The row of `position` in `layer` for a sequence whose page table is `pages`: row
+  // (position % page_size) of page pages[position / page_size].
+  std::byte* Row(int layer, std::span<const PageId> pages, int position) {
+    return PageRows(layer, pages[size_t(position / options_.page_size)]) +
+           size_t(position % options_.page_size) * row_bytes_;
+  }
+  const std::byte* Row(int layer, std::span<const PageId> pages, int position) const {
+    return PageRows(layer, pages[size_t(position / options_.page_size)]) +
+           size_t(position % options_.page_size) * row_bytes_;
   }
 
   // Per-layer per-tensor scale (plain fp8's k_scale, nvfp4's global scale); 1.0 by default.

@@ -34,6 +34,11 @@ void SequenceKv::Release() {
   num_tokens_ = 0;
 }
 
+void SequenceKv::MarkComputed(int num_new_tokens) {
+  MLA_CHECK(num_new_tokens >= 0 && num_tokens_ + num_new_tokens <= reserved_tokens());
+  num_tokens_ += num_new_tokens;
+}
+
 void SequenceKv::Truncate(int n) {
   MLA_CHECK(num_borrowed_pages_ == 0 || n >= num_borrowed_pages_ * pool_.page_size());
   num_tokens_ = std::min(num_tokens_, std::max(0, n));

@@ -4,9 +4,9 @@
 // destruction); the pool must outlive it. It may also start from a borrowed prefix
 // (AdoptPrefix): the first num_borrowed_pages() pages belong to someone else (the radix cache,
 // locked by the engine for as long as the sequence reads them); they are full, read-only and
-// never freed here. The forward pass borrows the sequence for one call: it writes rows for the
-// new positions (which Reserve must have covered, always past the borrowed prefix) and then
-// advances num_tokens.
+// never freed here. The forward pass sees only the page table (pages()) and writes rows for the
+// new positions, which Reserve must have covered (always past the borrowed prefix); whoever
+// planned the call then records them with MarkComputed. The model never advances a sequence.
 #pragma once
 
 #include <span>
@@ -48,18 +48,15 @@ class SequenceKv {
   int num_borrowed_pages() const { return num_borrowed_pages_; }
 
   int num_tokens() const { return num_tokens_; }
-  void set_num_tokens(int n) { num_tokens_ = n; }
+  // Rows for the next `num_new_tokens` positions were written (they must be reserved).
+  void MarkComputed(int num_new_tokens);
   int reserved_tokens() const { return int(pages_.size()) * pool_.page_size(); }
   int max_tokens() const { return max_tokens_; }
   std::span<const PageId> pages() const { return pages_; }
   KvPool& pool() const { return pool_; }
 
   // The row of `position` in `layer`.
-  std::byte* Row(int layer, int position) const {
-    const int page_size = pool_.page_size();
-    return pool_.PageRows(layer, pages_[size_t(position / page_size)]) +
-           size_t(position % page_size) * pool_.row_bytes();
-  }
+  std::byte* Row(int layer, int position) const { return pool_.Row(layer, pages_, position); }
 
  private:
   KvPool& pool_;

@@ -14,7 +14,7 @@
 
 namespace mlaserve {
 
-void Model::Attention(const ComputeContext& ctx, int layer_index, int n,
+void Model::Attention(const ComputeContext& ctx, KvPool& kv_pool, int layer_index, int n,
                       std::span<const ForwardSegment> segments) {
   const ModelConfig& c = config_;
   const AttentionWeights& w = weights_.layers[size_t(layer_index)].attn;
@@ -45,9 +45,8 @@ void Model::Attention(const ComputeContext& ctx, int layer_index, int n,
     float* row = ws.kv_a.data() + int64_t(t) * row_dim;  // [L + R], normalised in place
     RmsNorm(row, w.kv_a_norm.data(), L, c.rms_norm_eps, row);
     rope_.Apply(row + L, pos);
-    const KvPool& pool = seg.kv->pool();
-    QuantizeKvRow(pool.format(), row, L, c.qk_rope_head_dim, pool.tensor_scale(layer_index),
-                  seg.kv->Row(layer_index, pos));
+    QuantizeKvRow(kv_pool.format(), row, L, c.qk_rope_head_dim, kv_pool.tensor_scale(layer_index),
+                  kv_pool.Row(layer_index, seg.pages, pos));
   }
 
   // Absorbed queries: q_nope[h] @ W_UK[h] (rows of kv_b), then the rotated q_pe.
@@ -83,8 +82,8 @@ void Model::Attention(const ComputeContext& ctx, int layer_index, int n,
       const int t = item / head_groups;
       const int h_begin = (item % head_groups) * heads_per_group;
       const int h_end = std::min(heads, h_begin + heads_per_group);
-      const SequenceKv& kv = *segments[size_t(token_segments_[size_t(t)])].kv;
-      const KvPool& pool = kv.pool();
+      const std::span<const PageId> pages = segments[size_t(token_segments_[size_t(t)])].pages;
+      const KvPool& pool = kv_pool;
       const float tensor_scale = pool.tensor_scale(layer_index);
       const int context = token_positions_[size_t(t)] + 1;
       const float* q_lat = ws.q_lat.data() + int64_t(t) * heads * row_dim;
@@ -99,7 +98,7 @@ void Model::Attention(const ComputeContext& ctx, int layer_index, int n,
         // was read.
         const int page_end = (p0 / pool.page_size() + 1) * pool.page_size();
         rows = std::min({kKvTileRows, context - p0, page_end - p0});
-        DequantizeKvRows(pool.format(), kv.Row(layer_index, p0), rows, pool.row_bytes(), L,
+        DequantizeKvRows(pool.format(), pool.Row(layer_index, pages, p0), rows, pool.row_bytes(), L,
                          c.qk_rope_head_dim, tensor_scale, tile);
         for (int h = h_begin; h < h_end; ++h) {
           float scores[kKvTileRows];

@@ -103,7 +103,7 @@ void Model::DenseMlp(const ComputeContext& ctx, const MlpWeights& w, int n, floa
   MatMul(ctx, ws.gate.data(), n, w.down, out);
 }
 
-Status Model::Forward(const KernelSet& kernels, std::span<const TokenId> tokens,
+Status Model::Forward(const KernelSet& kernels, KvPool& kv_pool, std::span<const TokenId> tokens,
                       std::span<const ForwardSegment> segments, LogitsMode mode, float* logits) {
   const ComputeContext ctx{&kernels, &pool_};
   const ModelConfig& c = config_;
@@ -116,25 +116,25 @@ Status Model::Forward(const KernelSet& kernels, std::span<const TokenId> tokens,
                          std::to_string(ws.max_tokens));
   }
   // Validate everything before touching any KV.
+  const KvPoolOptions& po = kv_pool.options();
+  if (po.num_layers != c.num_hidden_layers || po.latent_dim != c.kv_lora_rank ||
+      po.rope_dim != c.qk_rope_head_dim) {
+    return Status::Error("KV pool shape does not match the model");
+  }
   int covered = 0;
   for (size_t s = 0; s < segments.size(); ++s) {
     const ForwardSegment& seg = segments[s];
     if (seg.num_tokens <= 0) return Status::Error("a forward segment has no tokens");
-    const int end = seg.kv->num_tokens() + seg.num_tokens;
+    const int end = seg.num_computed_tokens + seg.num_tokens;
     if (end > max_context()) {
       return Status::Error("sequence of " + std::to_string(end) +
                            " tokens exceeds the context length " + std::to_string(max_context()));
     }
-    if (end > seg.kv->reserved_tokens()) {
+    if (seg.num_computed_tokens < 0 || int64_t(end) > int64_t(seg.pages.size()) * po.page_size) {
       return Status::Error("forward segment is not covered by reserved KV pages");
     }
-    const KvPoolOptions& po = seg.kv->pool().options();
-    if (po.num_layers != c.num_hidden_layers || po.latent_dim != c.kv_lora_rank ||
-        po.rope_dim != c.qk_rope_head_dim) {
-      return Status::Error("KV pool shape does not match the model");
-    }
     for (int i = 0; i < seg.num_tokens; ++i) {
-      token_positions_[size_t(covered + i)] = seg.kv->num_tokens() + i;
+      token_positions_[size_t(covered + i)] = seg.num_computed_tokens + i;
       token_segments_[size_t(covered + i)] = int32_t(s);
     }
     covered += seg.num_tokens;
@@ -160,7 +160,7 @@ Status Model::Forward(const KernelSet& kernels, std::span<const TokenId> tokens,
       RmsNorm(ws.hidden.data() + t * H, layer.input_norm.data(), H, c.rms_norm_eps,
               ws.normed.data() + t * H);
     }
-    Attention(ctx, l, n, segments);
+    Attention(ctx, kv_pool, l, n, segments);
     for (int64_t i = 0; i < n * H; ++i) ws.hidden[size_t(i)] += ws.proj[size_t(i)];
 
     for (int t = 0; t < n; ++t) {
@@ -174,7 +174,6 @@ Status Model::Forward(const KernelSet& kernels, std::span<const TokenId> tokens,
     }
     for (int64_t i = 0; i < n * H; ++i) ws.hidden[size_t(i)] += ws.proj[size_t(i)];
   }
-  for (const ForwardSegment& seg : segments) seg.kv->set_num_tokens(seg.kv->num_tokens() + seg.num_tokens);
 
   // Final norm and lm_head, only for the rows whose logits are wanted.
   int num_out = 0;

@@ -25,11 +25,14 @@ struct ModelOptions {
   int num_threads = 0;         // 0: ThreadPool::DefaultThreadCount()
 };
 
-// One sequence's share of a Forward call: its tokens occupy positions
-// [kv->num_tokens(), kv->num_tokens() + num_tokens) and are appended to *kv, whose pages must
-// already cover them (SequenceKv::Reserve). Every segment's pool must have the model's shape.
+// One sequence's share of a Forward call: its new tokens occupy positions
+// [num_computed_tokens, num_computed_tokens + num_tokens); their KV rows are written through the
+// page table `pages` (borrowed for the call), which must already cover them. Forward reads and
+// writes rows only: it does not advance the sequence (the caller records the new positions,
+// SequenceKv::MarkComputed, once the call succeeded).
 struct ForwardSegment {
-  SequenceKv* kv;
+  std::span<const PageId> pages;  // position p: row p % page_size of pages[p / page_size]
+  int num_computed_tokens;        // positions [0, num_computed_tokens) already have rows
   int num_tokens;
   bool all_logits = false;  // logits for every token of this segment, not just its last
 };
@@ -54,14 +57,20 @@ class Model {
   // with all_logits gets a row for each of its tokens either way.
   // Errors (a token id out of range, a context overflow) leave every KV unchanged.
   // kernels: the table to compute with (DefaultKernels() unless a test compares tables).
-  Status Forward(const KernelSet& kernels, std::span<const TokenId> tokens,
+  // kv_pool: where every segment's pages live; it must have the model's shape.
+  Status Forward(const KernelSet& kernels, KvPool& kv_pool, std::span<const TokenId> tokens,
                  std::span<const ForwardSegment> segments, LogitsMode mode, float* logits);
+  // The final-normed hidden state of each logits row of the last Forward, [rows, hidden_size]
+  // (what lm_head multiplied); valid until the next Forward.
+  std::span<const float> last_hidden_rows(int num_rows) const {
+    return std::span(workspace_.last_hidden).first(size_t(num_rows) * size_t(config_.hidden_size));
+  }
 
  private:
   Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWeights weights,
         const ModelOptions& options, int max_context, int num_threads);
 
-  void Attention(const ComputeContext& ctx, int layer, int num_tokens,
+  void Attention(const ComputeContext& ctx, KvPool& kv_pool, int layer, int num_tokens,
                  std::span<const ForwardSegment> segments);
   void DenseMlp(const ComputeContext& ctx, const MlpWeights& w, int num_tokens, float* out);
   void Moe(const ComputeContext& ctx, const MoeWeights& w, int num_tokens);

@@ -16,6 +16,7 @@
 #include "chat/reasoning_parser.h"
 #include "chat/tool_call_parser.h"
 #include "engine/engine.h"
+#include "model/model.h"
 #include "nlohmann/json.hpp"
 #include "server/http_server.h"
 #include "server/metrics.h"

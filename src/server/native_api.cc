@@ -9,6 +9,7 @@
 #include "server/api_json.h"
 #include "server/api_server.h"
 #include "server/client_json.h"
+#include "server/native_answer.h"
 #include "server/request_id.h"
 #include "server/sampling_json.h"
 
@@ -111,15 +112,6 @@ Status CheckGenerateFields(const json& body) {
              {"priority", "priority scheduling is not implemented"}});
 }
 
-// One generation's accumulated answer.
-struct NativeResult {
-  std::string rid;
-  int max_new_tokens = 0;
-  std::string text;
-  json output_ids = json::array(), logprobs = json::array(), top_logprobs = json::array();
-  json input_logprobs, input_top_logprobs;  // null until the prompt's arrive
-};
-
 }  // namespace
 
 void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
@@ -194,11 +186,9 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
   const bool want_text = *text_in_logprobs;
   const int req_top_logprobs = *top_logprobs_num;
 
-  std::vector<NativeResult> results(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    results[i].rid = requests[i].rid;
-    results[i].max_new_tokens = requests[i].sampling.max_new_tokens;
-  }
+  std::vector<NativeAnswer> results;
+  results.reserve(requests.size());
+  for (const GenerateRequest& req : requests) results.emplace_back(req.rid, req.sampling.max_new_tokens);
   // SGLang's logprob entry: [logprob or null, token id, text or null].
   auto entry = [&](float logprob, TokenId token) {
     return json::array({std::isnan(logprob) ? json() : json(logprob), token,
@@ -209,55 +199,57 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
     for (const TokenLogprob& t : top) list.push_back(entry(t.logprob, t.token));
     return list;
   };
-  auto answer = [&](const NativeResult& r, const RequestOutput& o) {
-    json meta{{"id", r.rid}, {"finish_reason", FinishReasonNative(o, r.max_new_tokens)},
-              {"prompt_tokens", o.prompt_tokens}, {"completion_tokens", o.completion_tokens},
-              {"cached_tokens", o.cached_tokens}, {"e2e_latency", o.e2e_latency_s}};
-    if (want_logprobs) {
-      meta["output_token_logprobs"] = r.logprobs;
-      if (!r.top_logprobs.empty()) meta["output_top_logprobs"] = r.top_logprobs;
-      if (!r.input_logprobs.is_null()) meta["input_token_logprobs"] = r.input_logprobs;
-      if (!r.input_top_logprobs.is_null()) meta["input_top_logprobs"] = r.input_top_logprobs;
-    }
-    return json{{"text", r.text}, {"output_ids", r.output_ids}, {"meta_info", std::move(meta)}};
-  };
-  json finished_answers = json::array();
-  for (size_t i = 0; i < results.size(); ++i) finished_answers.push_back(nullptr);
+  // Each answer's JSON text: a list answer joins them, a stream sends the latest as an event.
+  std::vector<std::string> finished_answers(results.size());
+  std::string event;
   size_t num_finished = 0;
   bool started = false;
   const Status s = Drive(std::move(requests), w, [&](size_t index, const RequestOutput& o) {
-    NativeResult& r = results[index];
-    r.text += o.new_text;
+    NativeAnswer& r = results[index];
+    r.AppendText(o.new_text);
     if (!o.input_token_ids.empty()) {
-      r.input_logprobs = json::array();
+      json input_logprobs = json::array();
       for (size_t i = 0; i < o.input_token_ids.size(); ++i) {
-        r.input_logprobs.push_back(entry(i < o.input_token_logprobs.size() ? o.input_token_logprobs[i] : NAN,
-                                         o.input_token_ids[i]));
+        input_logprobs.push_back(entry(i < o.input_token_logprobs.size() ? o.input_token_logprobs[i] : NAN,
+                                       o.input_token_ids[i]));
       }
+      std::optional<std::string> input_top;
       if (req_top_logprobs > 0) {
-        r.input_top_logprobs = json::array();
-        for (const auto& top : o.input_top_logprobs) r.input_top_logprobs.push_back(top.empty() ? json() : top_entries(top));
+        json list = json::array();
+        for (const auto& top : o.input_top_logprobs) list.push_back(top.empty() ? json() : top_entries(top));
+        input_top = api::Dump(list);
       }
+      r.SetInputLogprobs(api::Dump(input_logprobs), std::move(input_top));
     }
     for (size_t i = 0; i < o.new_token_ids.size(); ++i) {
-      r.output_ids.push_back(o.new_token_ids[i]);
-      if (i < o.new_token_logprobs.size()) r.logprobs.push_back(entry(o.new_token_logprobs[i], o.new_token_ids[i]));
-      if (i < o.new_top_logprobs.size()) r.top_logprobs.push_back(top_entries(o.new_top_logprobs[i]));
+      r.AppendToken(o.new_token_ids[i]);
+      if (i < o.new_token_logprobs.size()) r.AppendLogprob(api::Dump(entry(o.new_token_logprobs[i], o.new_token_ids[i])));
+      if (i < o.new_top_logprobs.size()) r.AppendTopLogprobs(api::Dump(top_entries(o.new_top_logprobs[i])));
     }
     if (o.finished) ++num_finished;
     const bool all_done = num_finished == results.size();
+    const std::string finish_reason = api::Dump(FinishReasonNative(o, r.max_new_tokens()));
     if (!stream) {
-      if (o.finished) finished_answers[index] = answer(r, o);
-      if (all_done) SendJson(w, 200, list_answer ? finished_answers : finished_answers[0]);
+      if (o.finished) r.Serialize(o, finish_reason, want_logprobs, std::nullopt, finished_answers[index]);
+      if (!all_done) return true;
+      if (!list_answer) {
+        w.Send(200, "application/json", finished_answers[0]);
+        return true;
+      }
+      std::string joined = "[";
+      for (size_t i = 0; i < finished_answers.size(); ++i) joined += (i > 0 ? "," : "") + finished_answers[i];
+      joined += "]";
+      w.Send(200, "application/json", joined);
       return true;
     }
     if (!started) {
       w.BeginStream(200, "text/event-stream");
       started = true;
     }
-    json event = answer(r, o);
-    if (list_answer) event["index"] = index;
-    if (!WriteEvent(w, event)) return false;
+    event.assign("data: ");
+    r.Serialize(o, finish_reason, want_logprobs, list_answer ? std::optional<size_t>(index) : std::nullopt, event);
+    event.append("\n\n");
+    if (!w.Write(event)) return false;
     if (all_done) {
       api::EndEvents(w);
     }

@@ -10,8 +10,10 @@
 #include <map>
 #include <mutex>
 
+#include "engine/cpu_model_runner.h"
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
+#include "support/greedy_request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mlaserve {
@@ -109,15 +111,7 @@ class FinishedCounter {
   int finished_ = 0;
 };
 
-GenerateRequest Greedy(std::string rid, std::vector<TokenId> prompt, int max_new) {
-  GenerateRequest r;
-  r.rid = std::move(rid);
-  r.input_ids = std::move(prompt);
-  r.sampling.temperature = 0.0f;
-  r.sampling.max_new_tokens = max_new;
-  r.sampling.ignore_eos = true;
-  return r;
-}
+using testing::Greedy;
 
 TEST_F(EngineTest, BatchOfMixedLengthsMatchesSoloRunsWithRetraction) {
   // 64 requests; the pool holds a handful at once, and a low conservativeness makes the
@@ -127,7 +121,8 @@ TEST_F(EngineTest, BatchOfMixedLengthsMatchesSoloRunsWithRetraction) {
   o.chunked_prefill_size = 48;  // longer prompts are chunked
   o.schedule_conservativeness = 0.2;
   o.log_batches = false;
-  Engine engine(*model_, DefaultKernels(), *pool, o);
+  CpuModelRunner runner(*model_, DefaultKernels(), *pool);
+  Engine engine(runner, *pool, o);
   Collected got;
   std::map<std::string, std::vector<TokenId>> expected;
   for (int i = 0; i < 64; ++i) {
@@ -176,7 +171,8 @@ TEST_F(EngineTest, SeededSamplingIsTheSameAloneAndInABusyBatch) {
     auto pool = Pool(2048);
     EngineOptions o;
     o.log_batches = false;
-    Engine engine(*model_, DefaultKernels(), *pool, o);
+    CpuModelRunner runner(*model_, DefaultKernels(), *pool);
+    Engine engine(runner, *pool, o);
     ASSERT_TRUE(engine.Submit(sampled("s", prompt), Collect(alone)).ok());
     while (engine.Step()) {
     }
@@ -187,7 +183,8 @@ TEST_F(EngineTest, SeededSamplingIsTheSameAloneAndInABusyBatch) {
     EngineOptions o;
     o.log_batches = false;
     o.schedule_conservativeness = 0.2;
-    Engine engine(*model_, DefaultKernels(), *pool, o);
+    CpuModelRunner runner(*model_, DefaultKernels(), *pool);
+    Engine engine(runner, *pool, o);
     for (int i = 0; i < 12; ++i) {
       ASSERT_TRUE(engine.Submit(Greedy("n" + std::to_string(i), Prompt(20 + i, uint64_t(i)), 60), Collect(busy)).ok());
     }
@@ -205,7 +202,8 @@ TEST_F(EngineTest, StopStringsEndTheRequestAndAreTrimmed) {
   auto pool = Pool(2048);
   EngineOptions o;
   o.log_batches = false;
-  Engine engine(*model_, DefaultKernels(), *pool, o, &*tokenizer);
+  CpuModelRunner runner(*model_, DefaultKernels(), *pool);
+  Engine engine(runner, *pool, o, &*tokenizer);
   auto prompt = tokenizer->Encode("ROMEO:\n", /*add_bos=*/true);
   ASSERT_TRUE(prompt.ok());
   std::map<std::string, std::string> text;
@@ -235,7 +233,8 @@ TEST_F(EngineTest, PrefixCacheServesARepeatedPromptWithTheSameOutput) {
   auto pool = Pool(4096);
   EngineOptions o;
   o.log_batches = false;
-  Engine engine(*model_, DefaultKernels(), *pool, o);
+  CpuModelRunner runner(*model_, DefaultKernels(), *pool);
+  Engine engine(runner, *pool, o);
   const auto prompt = Prompt(100, 7);
   Collected got;
   ASSERT_TRUE(engine.Submit(Greedy("a", prompt, 20), Collect(got)).ok());
@@ -252,7 +251,8 @@ TEST_F(EngineTest, PrefixCacheServesARepeatedPromptWithTheSameOutput) {
 
 TEST_F(EngineTest, FlushCacheFreesCachedPrefixesOnlyWhenNothingRunsOrWaits) {
   auto pool = Pool(2048);
-  Engine engine(*model_, DefaultKernels(), *pool, Quiet());
+  CpuModelRunner runner(*model_, DefaultKernels(), *pool);
+  Engine engine(runner, *pool, Quiet());
   const int64_t free_at_start = pool->num_free_pages();
   const auto prompt = Prompt(100, 11);
   Collected got;
@@ -301,7 +301,8 @@ TEST_F(EngineTest, FlushCacheFreesCachedPrefixesOnlyWhenNothingRunsOrWaits) {
 
 TEST_F(EngineTest, FlushCacheOnTheEngineThreadAnswersWhenDone) {
   auto pool = Pool(2048);
-  Engine engine(*model_, DefaultKernels(), *pool, Quiet());
+  CpuModelRunner runner(*model_, DefaultKernels(), *pool);
+  Engine engine(runner, *pool, Quiet());
   engine.Start();
   FinishedCounter finished;
   ASSERT_TRUE(engine.Submit(Greedy("a", Prompt(100, 12), 20), finished.Callback()).ok());
@@ -324,7 +325,8 @@ TEST_F(EngineTest, RejectsWhatCanNeverFitAndAborts) {
   auto pool = Pool(256);
   EngineOptions o;
   o.log_batches = false;
-  Engine engine(*model_, DefaultKernels(), *pool, o);
+  CpuModelRunner runner(*model_, DefaultKernels(), *pool);
+  Engine engine(runner, *pool, o);
   Collected got;
   Status too_big = engine.Submit(Greedy("big", Prompt(200, 1), 100), Collect(got));
   EXPECT_FALSE(too_big.ok());
@@ -348,7 +350,8 @@ TEST_F(EngineTest, EdgeRequests) {
   auto pool = Pool(2048);
   EngineOptions o;
   o.log_batches = false;
-  Engine engine(*model_, DefaultKernels(), *pool, o);
+  CpuModelRunner runner(*model_, DefaultKernels(), *pool);
+  Engine engine(runner, *pool, o);
   Collected got;
   // max_new_tokens 0: prefill only, no token.
   ASSERT_TRUE(engine.Submit(Greedy("zero", Prompt(20, 3), 0), Collect(got)).ok());
@@ -372,7 +375,8 @@ TEST_F(EngineTest, EdgeRequests) {
 
 TEST_F(EngineTest, ThreadedEngineAcceptsRequestsWhileRunning) {
   auto pool = Pool(2048);
-  Engine engine(*model_, DefaultKernels(), *pool, Quiet());
+  CpuModelRunner runner(*model_, DefaultKernels(), *pool);
+  Engine engine(runner, *pool, Quiet());
   engine.Start();
   FinishedCounter finished;
   for (int i = 0; i < 20; ++i) {

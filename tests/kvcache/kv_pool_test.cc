@@ -44,7 +44,7 @@ TEST(KvPool, SequencesReserveAndReleasePages) {
     ASSERT_TRUE(b.Reserve(8).ok());
     EXPECT_EQ(pool->num_free_pages(), 0);
     // Rows of different positions are distinct and within their page.
-    a.set_num_tokens(9);
+    a.MarkComputed(9);
     EXPECT_NE(a.Row(0, 3), a.Row(0, 4));
     EXPECT_EQ(a.Row(1, 5) - a.Row(1, 4), ptrdiff_t(pool->row_bytes()));
     a.Release();

@@ -339,7 +339,7 @@ TEST(RadixCache, SequenceWithAdoptedPrefixReleasesOnlyItsOwnPages) {
     SequenceKv seq(*pool, 64);
     EXPECT_EQ(cache.MatchPrefix(prompt, int64_t(prompt.size()) - 1).num_tokens, 0);
     ASSERT_TRUE(seq.Reserve(13).ok());
-    seq.set_num_tokens(13);
+    seq.MarkComputed(13);
     EXPECT_EQ(pool->num_free_pages(), 12);
     const int full_pages = seq.num_tokens() / pool->page_size();
     std::span<const PageId> pages = seq.HandOverPages(full_pages);
@@ -373,7 +373,7 @@ TEST(RadixCache, SequenceWithAdoptedPrefixReleasesOnlyItsOwnPages) {
   ASSERT_TRUE(seq.AdoptPrefix(m.pages, int(m.num_tokens)).ok());
   ASSERT_TRUE(seq.Reserve(6).ok());
   std::vector<PageId> own(seq.pages().begin() + 2, seq.pages().end());
-  seq.set_num_tokens(14);
+  seq.MarkComputed(6);  // positions 8..13
   const Tokens out2 = Concat(prompt2, {23, 24});
   std::span<const PageId> pages = seq.HandOverPages(3);
   EXPECT_EQ(cache.Insert(std::span<const TokenId>(out2).first(12), pages), 1);

@@ -1,0 +1,152 @@
+#include "engine/output_processor.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace mlaserve {
+
+OutputProcessor::OutputProcessor(const ModelRunnerInfo& model, const Tokenizer* tokenizer)
+    : vocab_size_(model.vocab_size),
+      max_context_(model.max_context),
+      tokenizer_(tokenizer),
+      sampler_(model.vocab_size) {
+  if (model.eos_token_id >= 0) eos_token_ids_.push_back(model.eos_token_id);
+  if (tokenizer_ && tokenizer_->eos_id() &&
+      std::find(eos_token_ids_.begin(), eos_token_ids_.end(), *tokenizer_->eos_id()) == eos_token_ids_.end()) {
+    eos_token_ids_.push_back(*tokenizer_->eos_id());
+  }
+}
+
+Status OutputProcessor::Prepare(Request& r) const {
+  if (r.spec.logprob_start_len == 0) {
+    r.input_logprobs.push_back(std::numeric_limits<float>::quiet_NaN());  // no context
+    r.input_top_logprobs.emplace_back();
+  }
+  if (tokenizer_) {
+    r.decoder.emplace(*tokenizer_, r.spec.sampling.skip_special_tokens);
+    if (!r.spec.sampling.stop.empty()) {
+      r.stop_matcher.emplace(r.spec.sampling.stop, r.spec.sampling.no_stop_trim);
+    }
+  } else if (!r.spec.sampling.stop.empty()) {
+    return Status::Error("stop strings need a tokenizer");
+  }
+  return Status::Ok();
+}
+
+int OutputProcessor::Process(const BatchPlan& plan, std::span<Request* const> requests,
+                             std::span<const float> logits, FinishFn finish) {
+  const size_t vocab = size_t(vocab_size_);
+  int sampled = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Request& r = *requests[i];
+    const PlannedSequence& seq = plan.sequences[i];
+    const float* rows = logits.data() + size_t(seq.first_logits_row) * vocab;
+    if (seq.all_logits) CollectInputLogprobs(r, seq.num_computed_tokens, seq.num_new_tokens, rows);
+    if (r.pending_tokens() != 0) continue;  // a prefill chunk that is not the prompt's last
+    if (r.spec.sampling.max_new_tokens == 0) {
+      finish(r, FinishReason::kLength);  // prefill only (e.g. to warm the prefix cache)
+      continue;
+    }
+    const float* last = rows + size_t(seq.num_logits_rows() - 1) * vocab;
+    const SampleContext context{.position = int64_t(r.tokens.size()),
+                                .seed = r.seed,
+                                .output_history = &r.penalties,
+                                .eos_token_ids = eos_token_ids_};
+    LogprobResult logprob;
+    const TokenId token = sampler_.Sample(std::span(last, vocab), r.spec.sampling, context,
+                                          r.spec.sampling.return_logprob ? &logprob : nullptr);
+    ++sampled;
+    AfterToken(r, token, r.spec.sampling.return_logprob ? &logprob : nullptr, finish);
+  }
+  return sampled;
+}
+
+void OutputProcessor::CollectInputLogprobs(Request& r, int first_position, int count, const float* logits) const {
+  const int prompt_len = int(r.spec.input_ids.size());
+  for (int j = 0; j < count; ++j) {
+    // The row at position p predicts the token at p + 1.
+    const int next = first_position + j + 1;
+    if (next >= prompt_len || next < std::max(1, r.spec.logprob_start_len)) continue;
+    // Entry k is the token at logprob_start_len + k; a recomputation after retraction must not
+    // append what is already there.
+    if (size_t(next - r.spec.logprob_start_len) != r.input_logprobs.size()) continue;
+    LogprobResult lp;
+    ComputeLogprobs(std::span(logits + size_t(j) * size_t(vocab_size_), size_t(vocab_size_)), 1.0f,
+                    r.spec.input_ids[size_t(next)], r.spec.sampling.top_logprobs_num, lp);
+    r.input_logprobs.push_back(lp.chosen.logprob);
+    r.input_top_logprobs.push_back(std::move(lp.top));
+  }
+}
+
+void OutputProcessor::AfterToken(Request& r, TokenId token, LogprobResult* logprob, FinishFn finish) {
+  const SamplingParams& p = r.spec.sampling;
+  r.tokens.push_back(token);
+  r.penalties.Add(token);
+  if (!r.first_token_time) r.first_token_time = Clock::now();
+  if (logprob != nullptr) {
+    r.pending_logprobs.push_back(logprob->chosen.logprob);
+    if (p.top_logprobs_num > 0) r.pending_top_logprobs.push_back(std::move(logprob->top));
+  }
+  const int out = r.num_output_tokens();
+  if (out >= p.min_new_tokens && IsStopToken(p, eos_token_ids_, token)) {
+    r.matched_stop_token = token;
+    return finish(r, FinishReason::kStop);
+  }
+  if (r.decoder && AppendText(r, r.decoder->Push(token))) return finish(r, FinishReason::kStop);
+  if (out >= p.max_new_tokens || int(r.tokens.size()) >= max_context_) return finish(r, FinishReason::kLength);
+  Deliver(r, /*finished=*/false);
+}
+
+bool OutputProcessor::AppendText(Request& r, std::string_view piece) {
+  if (!r.stop_matcher) {
+    r.pending_text.append(piece);
+    return false;
+  }
+  r.pending_text.append(r.stop_matcher->Push(piece));
+  if (!r.stop_matcher->stopped()) return false;
+  r.matched_stop_string = r.spec.sampling.stop[size_t(r.stop_matcher->matched_index())];
+  return true;
+}
+
+void OutputProcessor::FlushText(Request& r) {
+  if (r.decoder && r.matched_stop_string.empty()) {
+    if (!AppendText(r, r.decoder->Flush()) && r.stop_matcher) r.pending_text.append(r.stop_matcher->Finish());
+  }
+}
+
+void OutputProcessor::Deliver(Request& r, bool finished, const std::string& error) {
+  RequestOutput out;
+  out.rid = r.spec.rid;
+  out.new_token_ids.assign(r.tokens.begin() + int64_t(r.spec.input_ids.size()) + r.num_streamed, r.tokens.end());
+  out.new_token_logprobs = std::move(r.pending_logprobs);
+  r.pending_logprobs.clear();
+  out.new_top_logprobs = std::move(r.pending_top_logprobs);
+  r.pending_top_logprobs.clear();
+  const size_t expected_input = r.spec.logprob_start_len >= 0
+                                    ? r.spec.input_ids.size() - size_t(r.spec.logprob_start_len) : 0;
+  if (!r.input_logprobs_sent && expected_input > 0 && (r.input_logprobs.size() == expected_input || finished)) {
+    out.input_token_ids.assign(r.spec.input_ids.begin() + r.spec.logprob_start_len, r.spec.input_ids.end());
+    out.input_token_logprobs = std::move(r.input_logprobs);
+    out.input_top_logprobs = std::move(r.input_top_logprobs);
+    r.input_logprobs_sent = true;
+  }
+  r.num_streamed = r.num_output_tokens();
+  out.finished = finished;
+  out.finish_reason = r.finish_reason;
+  out.matched_stop_token = r.matched_stop_token;
+  out.matched_stop_string = r.matched_stop_string;
+  out.new_text = std::move(r.pending_text);
+  r.pending_text.clear();
+  out.error = error;
+  out.prompt_tokens = int(r.spec.input_ids.size());
+  out.completion_tokens = r.num_output_tokens();
+  out.cached_tokens = r.cached_tokens;
+  const Clock::time_point now = Clock::now();
+  if (r.first_scheduled_time) out.queue_time_s = ElapsedSeconds(r.submit_time, *r.first_scheduled_time);
+  if (r.first_token_time) out.ttft_s = ElapsedSeconds(r.submit_time, *r.first_token_time);
+  out.e2e_latency_s = ElapsedSeconds(r.submit_time, now);
+  if (!finished && out.new_token_ids.empty() && out.new_text.empty()) return;
+  if (r.callback) r.callback(std::move(out));
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,61 @@
+// What happens to a step's logits: prompt logprobs, sampling, finish checks (EOS, stop token
+// ids, stop strings, max_new_tokens, context), detokenization, and one RequestOutput chunk per
+// request per step through its callback. Per-request state lives on the Request (its history,
+// penalties, decoder, stop matcher, undelivered text and logprobs); the processor owns the
+// sampler's scratch, so one processor serves one thread (the engine thread).
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/function_ref.h"
+#include "core/status.h"
+#include "engine/batch_plan.h"
+#include "engine/model_runner.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+
+namespace mlaserve {
+
+class OutputProcessor {
+ public:
+  // Ends a request for a reason; the engine's Finish (it calls FlushText and Deliver back).
+  using FinishFn = FunctionRef<void(Request&, FinishReason)>;
+
+  // tokenizer (optional) must outlive the processor: it enables text output and stop strings.
+  OutputProcessor(const ModelRunnerInfo& model, const Tokenizer* tokenizer);
+
+  // At Submit: the request's output state (detokenizer, stop matcher, prompt-logprob slots).
+  // An error when the request asks for what cannot be done (stop strings without a tokenizer).
+  Status Prepare(Request& r) const;
+
+  // The step's outputs: for each planned request (in plan order, `requests` parallel to
+  // plan.sequences) its prompt logprobs from the logits rows, then, once its prompt is computed,
+  // one sampled token, the finish checks, and a chunk to its callback. `logits` is the runner's
+  // [plan.num_logits_rows, vocab]. Requests that end are passed to `finish`. Returns the number
+  // of tokens sampled.
+  int Process(const BatchPlan& plan, std::span<Request* const> requests, std::span<const float> logits,
+              FinishFn finish);
+
+  // At the end of a request (any reason): what the detokenizer and the stop matcher still hold
+  // becomes pending text, unless a stop string ended it.
+  void FlushText(Request& r);
+  // Sends what `r` has not delivered yet (tokens, logprobs, text) as one chunk; an unfinished
+  // chunk only when there is something new. `error`: why it was aborted or rejected.
+  void Deliver(Request& r, bool finished, const std::string& error = "");
+
+ private:
+  // One sampled token: history, logprobs, finish checks, text; streams or finishes.
+  void AfterToken(Request& r, TokenId token, LogprobResult* logprob, FinishFn finish);
+  void CollectInputLogprobs(Request& r, int first_position, int count, const float* logits) const;
+  bool AppendText(Request& r, std::string_view piece);  // true when a stop string matched
+
+  int vocab_size_;
+  int max_context_;
+  const Tokenizer* tokenizer_;
+  std::vector<TokenId> eos_token_ids_;  // the model's and the tokenizer's
+  Sampler sampler_;
+};
+
+}  // namespace mlaserve

@@ -1,0 +1,74 @@
+// The default ModelRunner on the bundled model: a plan of several sequences gives each the
+// logits it gets alone, prompt-logprob sequences get a row per token, and the hidden states
+// asked for are the rows lm_head multiplied.
+#include "engine/cpu_model_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "engine/sampler.h"
+#include "engine/sequence_runner.h"
+
+namespace mlaserve {
+namespace {
+
+const std::string kModel = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla";
+
+std::vector<TokenId> Prompt(int len, uint64_t seed) {
+  std::vector<TokenId> p{0};
+  for (int i = 1; i < len; ++i) p.push_back(TokenId(1 + CounterUniform(seed, uint64_t(i)) * 2000));
+  return p;
+}
+
+TEST(CpuModelRunner, ExecutesAPlanAsEachSequenceRunsAlone) {
+  auto model = Model::Load(kModel, ModelOptions{.max_batch_tokens = 128, .max_context = 256});
+  ASSERT_TRUE(model.ok()) << model.error();
+  const ModelConfig& c = (*model)->config();
+  auto pool = KvPool::Create({.format = KvFormat::kBF16, .num_layers = c.num_hidden_layers,
+                              .latent_dim = c.kv_lora_rank, .rope_dim = c.qk_rope_head_dim,
+                              .page_size = 16, .num_pages = 32});
+  ASSERT_TRUE(pool.ok()) << pool.error();
+  CpuModelRunner runner(**model, DefaultKernels(), **pool);
+  EXPECT_EQ(runner.info().vocab_size, c.vocab_size);
+  EXPECT_EQ(runner.info().max_batch_tokens, 128);
+  EXPECT_EQ(runner.info().max_context, 256);
+  runner.ReserveLogitsRows(16);
+
+  const std::vector<TokenId> a = Prompt(20, 1), b = Prompt(9, 2);
+  SequenceKv kv_a(**pool, 256), kv_b(**pool, 256);
+  ASSERT_TRUE(kv_a.Reserve(int(a.size())).ok());
+  ASSERT_TRUE(kv_b.Reserve(int(b.size())).ok());
+  BatchPlan plan;
+  plan.Add(kv_a.pages(), 0, a, /*all_logits=*/false);
+  plan.Add(kv_b.pages(), 0, b, /*all_logits=*/true);
+  plan.return_hidden_states = true;
+  ASSERT_EQ(plan.num_logits_rows, 1 + 9);
+  auto out = runner.Execute(plan);
+  ASSERT_TRUE(out.ok()) << out.error();
+  const size_t vocab = size_t(c.vocab_size);
+  ASSERT_EQ(out->logits.size(), 10 * vocab);
+  ASSERT_EQ(out->hidden_states.size(), 10 * size_t(c.hidden_size));
+  EXPECT_EQ(kv_a.num_tokens(), 0);  // the runner records nothing: the scheduler does
+
+  auto solo = [&](const std::vector<TokenId>& prompt) {
+    auto r = SequenceRunner::Create(**model, DefaultKernels(), {.kv_format = KvFormat::kBF16});
+    EXPECT_TRUE(r.ok());
+    EXPECT_TRUE((*r)->Append(prompt).ok());
+    return std::vector<float>((*r)->last_logits().begin(), (*r)->last_logits().end());
+  };
+  // Bitwise: the forward pass is batch-invariant.
+  const std::vector<float> solo_a = solo(a), solo_b = solo(b);
+  EXPECT_TRUE(std::equal(solo_a.begin(), solo_a.end(), out->logits.begin()));
+  EXPECT_TRUE(std::equal(solo_b.begin(), solo_b.end(), out->logits.begin() + int64_t(9 * vocab)));
+  for (float h : out->hidden_states) ASSERT_TRUE(std::isfinite(h));
+
+  // A plan past the reserved rows is an error that writes nothing.
+  BatchPlan big;
+  big.Add(kv_a.pages(), 0, a, /*all_logits=*/true);
+  EXPECT_FALSE(runner.Execute(big).ok());
+}
+
+}  // namespace
+}  // namespace mlaserve
