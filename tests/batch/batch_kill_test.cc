@@ -8,11 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -40,6 +40,22 @@ std::string Slurp(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Complete lines in the file at `path`; a line a live writer is still writing does not count.
+size_t CompleteLines(const std::string& path) {
+  const std::string text = Slurp(path);
+  return size_t(std::count(text.begin(), text.end(), '\n'));
+}
+
+// Polls until `path` holds more than `lines` complete lines (true), or 30 s pass.
+bool WaitForMoreLines(const std::string& path, size_t lines) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (CompleteLines(path) <= lines) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 // `mlaserve serve` on the bundled model; port 0 picks one. Stopped (SIGTERM) on destruction.
@@ -117,22 +133,21 @@ TEST(BatchKill, ClientKilledRepeatedlyEndsExactlyOnceAndByteIdentical) {
 
   const std::string out = dir.path() + "/out.jsonl";
   const std::string log = dir.path() + "/out.log";
-  std::mt19937 rng(12345);
+  // Each run is killed as soon as it has added a record to the output, while its other streams
+  // are in flight: a condition, not a delay, so on any machine the kill lands mid-run.
   int kills = 0;
-  for (int attempt = 0; attempt < 6 && kills < 3; ++attempt) {
+  size_t lines_before_final = 0;
+  for (int run = 0; run < 3; ++run) {
     const pid_t pid = SpawnMlaserve(BatchArgs(in, out, server.url(), kTokens, kConcurrency), log);
-    // Let it do some work first: the progress DB exists and it has streamed for a while.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (std::ifstream(out + ".progress.db-wal").fail() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(50, 300)(rng)));
-    if (kill(pid, SIGKILL) == 0) ++kills;
-    WaitExit(pid);
+    const bool progressed = WaitForMoreLines(out, lines_before_final);
+    kill(pid, SIGKILL);
+    const int exit_code = WaitExit(pid);
+    EXPECT_TRUE(progressed) << "run " << run << " added no record\n" << Slurp(log);
+    EXPECT_EQ(exit_code, 128 + SIGKILL) << "run " << run << " ended before the kill\n" << Slurp(log);
+    kills += exit_code == 128 + SIGKILL;
+    lines_before_final = CompleteLines(out);
   }
-  EXPECT_GE(kills, 3);
-  const size_t lines_before_final = IdCounts(Slurp(out)).size();
-  EXPECT_LT(lines_before_final, 24u) << "the kills landed after the work was done";
+  ASSERT_EQ(kills, 3);
   ASSERT_EQ(WaitExit(SpawnMlaserve(BatchArgs(in, out, server.url(), kTokens, kConcurrency), log)), 0) << Slurp(log);
 
   const std::map<std::string, int> counts = IdCounts(Slurp(out));
@@ -167,14 +182,10 @@ TEST(BatchKill, ServerKilledAndRestartedWithAnotherKvFormatContinues) {
   const std::string out = dir.path() + "/out.jsonl";
   const std::string log = dir.path() + "/out.log";
   const pid_t client = SpawnMlaserve(BatchArgs(in, out, url, kTokens, kConcurrency), log);
-  // Kill the server while streams are in flight: once the client has checkpointed something.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (std::ifstream(out + ".progress.db-wal").fail() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  // Kill the server while streams are in flight: as soon as the client has written its first
+  // record, when the other streams of its concurrency are mid-generation.
+  ASSERT_TRUE(WaitForMoreLines(out, 0)) << Slurp(log);
   server->Kill9();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   server = std::make_unique<Server>(port, "fp8_ds_mla");
   ASSERT_EQ(server->port(), port);
   ASSERT_EQ(WaitExit(client), 0) << Slurp(log);
