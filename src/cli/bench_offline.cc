@@ -79,7 +79,7 @@ int RunBenchOffline(Args& args) {
 
   auto pool = CreateEnginePool(*loaded, model_flags.page_size);
   if (!pool.ok()) return Fail("bench-offline", pool.error());
-  std::fprintf(stderr, "[mlaserve] kv_cache_dtype=%s, %s\n", KvFormatName(loaded->runner_options.kv_format),
+  std::fprintf(stderr, "[mlaserve] kv_cache_dtype=%s, %s\n", KvFormatName(loaded->kv_cache.kv_format),
                loaded->kv_budget.log_line.c_str());
   Engine engine(model, *loaded->kernels, **pool, engine_options);
 
@@ -109,7 +109,7 @@ int RunBenchOffline(Args& args) {
   const double duration = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const EngineStatsSnapshot stats = engine.stats();
   std::printf("\n====== Offline Throughput Benchmark Result =======\n");
-  std::printf("%-40s %s\n", "KV cache dtype:", KvFormatName(loaded->runner_options.kv_format));
+  std::printf("%-40s %s\n", "KV cache dtype:", KvFormatName(loaded->kv_cache.kv_format));
   std::printf("%-40s %lld\n", "max_total_num_tokens:", (long long)stats.max_total_num_tokens);
   std::printf("%-40s %d\n", "Successful requests:", finished - failed);
   std::printf("%-40s %.2f\n", "Benchmark duration (s):", duration);
@@ -124,7 +124,7 @@ int RunBenchOffline(Args& args) {
   std::printf("%-40s %.4f\n", "Cache hit rate:", stats.cache_hit_rate);
   std::printf("==================================================\n");
   if (!json_path.empty()) {
-    nlohmann::json j{{"kv_cache_dtype", KvFormatName(loaded->runner_options.kv_format)},
+    nlohmann::json j{{"kv_cache_dtype", KvFormatName(loaded->kv_cache.kv_format)},
                      {"max_total_num_tokens", stats.max_total_num_tokens},
                      {"successful_requests", finished - failed},
                      {"duration_s", duration},

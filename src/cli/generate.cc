@@ -53,14 +53,14 @@ int RunGenerate(Args& args) {
                                 std::to_string(model.max_context()), 2);
   }
 
-  auto created = SequenceRunner::Create(model, *loaded->kernels, loaded->runner_options);
+  auto created = SequenceRunner::Create(model, *loaded->kernels, loaded->kv_cache);
   if (!created.ok()) return Fail("generate", created.error());
   SequenceRunner& runner = **created;
-  if (KvFormatUsesTensorScale(loaded->runner_options.kv_format)) {
+  if (KvFormatUsesTensorScale(loaded->kv_cache.kv_format)) {
     std::fprintf(stderr, "[mlaserve] kv scales: %s\n", loaded->kv_scales_source.c_str());
   }
   std::fprintf(stderr, "[mlaserve] model=%s, kv_cache_dtype=%s, %s\n", model_flags.model_path.c_str(),
-               KvFormatName(loaded->runner_options.kv_format), loaded->kv_budget.log_line.c_str());
+               KvFormatName(loaded->kv_cache.kv_format), loaded->kv_budget.log_line.c_str());
   if (runner.pool().capacity_tokens() < int64_t(ids->size()) + max_new_tokens) {
     return Fail("generate", "the KV budget holds " + std::to_string(loaded->kv_budget.max_total_num_tokens) +
                                 " tokens, fewer than this request needs (" +

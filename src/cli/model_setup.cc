@@ -68,8 +68,8 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
   auto format = ParseKvCacheDtype(flags.kv_cache_dtype, config.torch_dtype);
   if (!format.ok()) return format.status();
   MLA_RETURN_IF_ERROR(ValidateKvFormatDims(*format, config.kv_lora_rank, config.qk_rope_head_dim));
-  loaded.runner_options.kv_format = *format;
-  loaded.runner_options.page_size = flags.page_size;
+  loaded.kv_cache.kv_format = *format;
+  loaded.kv_cache.page_size = flags.page_size;
   auto budget = ComputeKvBudget(KvBudgetRequest{
       .device_memory_bytes = flags.device_memory_gb * 1e9,
       .mem_fraction_static = flags.mem_fraction_static,
@@ -80,20 +80,20 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
       .page_size = flags.page_size});
   if (!budget.ok()) return budget.status();
   loaded.kv_budget = *budget;
-  loaded.runner_options.pool_tokens =
+  loaded.kv_cache.pool_tokens =
       std::min<int64_t>(budget->max_total_num_tokens, loaded.model->max_context());
   auto from_checkpoint = CheckpointKvScales(loaded.model->checkpoint(), config);
   if (!from_checkpoint.ok()) return from_checkpoint.status();
   loaded.kv_scales_source = "1.0 (none: give --kv-scales from mlaserve kv-calibrate)";
   if (!from_checkpoint->empty() && KvFormatUsesTensorScale(*format)) {
-    loaded.runner_options.kv_tensor_scales = std::move(from_checkpoint).value();
+    loaded.kv_cache.kv_tensor_scales = std::move(from_checkpoint).value();
     loaded.kv_scales_source = "checkpoint";
   }
   if (!flags.kv_scales.empty()) {
     loaded.kv_scales_source = "file " + flags.kv_scales;
     auto scales = LoadKvScales(flags.kv_scales, config, *format);
     if (!scales.ok()) return scales.status();
-    loaded.runner_options.kv_tensor_scales = std::move(scales).value();
+    loaded.kv_cache.kv_tensor_scales = std::move(scales).value();
   }
   if (need_tokenizer) {
     auto tokenizer = Tokenizer::FromDirectory(flags.model_path);
@@ -108,15 +108,15 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
 
 Result<std::unique_ptr<KvPool>> CreateEnginePool(const LoadedModel& loaded, int page_size) {
   const ModelConfig& c = loaded.model->config();
-  auto pool = KvPool::Create(KvPoolOptions{.format = loaded.runner_options.kv_format,
+  auto pool = KvPool::Create(KvPoolOptions{.format = loaded.kv_cache.kv_format,
                                            .num_layers = c.num_hidden_layers,
                                            .latent_dim = c.kv_lora_rank,
                                            .rope_dim = c.qk_rope_head_dim,
                                            .page_size = page_size,
                                            .num_pages = loaded.kv_budget.max_total_num_tokens / page_size});
   if (!pool.ok()) return pool.status();
-  if (!loaded.runner_options.kv_tensor_scales.empty()) {
-    MLA_RETURN_IF_ERROR((*pool)->SetTensorScales(loaded.runner_options.kv_tensor_scales));
+  if (!loaded.kv_cache.kv_tensor_scales.empty()) {
+    MLA_RETURN_IF_ERROR((*pool)->SetTensorScales(loaded.kv_cache.kv_tensor_scales));
   }
   return pool;
 }

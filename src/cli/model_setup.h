@@ -42,9 +42,9 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   std::optional<Tokenizer> tokenizer;
   const KernelSet* kernels = nullptr;
-  SequenceRunnerOptions runner_options;  // the KV format, scales and page size asked for
-  std::string kv_scales_source;          // "file PATH", "checkpoint", or "1.0 (none)"
-  KvBudget kv_budget;                    // what the memory budget holds (SGLang's arithmetic)
+  SequenceRunnerOptions kv_cache;  // the KV cache asked for: format, scales, page size, pool tokens
+  std::string kv_scales_source;    // "file PATH", "checkpoint", or "1.0 (none)"
+  KvBudget kv_budget;              // what the memory budget holds (SGLang's arithmetic)
 };
 
 // Logs that --trust-remote-code has no effect when it was given.

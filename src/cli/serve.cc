@@ -117,10 +117,10 @@ int RunServe(Args& args) {
   std::fprintf(stderr, "[mlaserve] model=%s (%s, %d layers), served_model_name=%s, kernels=%s, threads=%d\n",
                model_flags.model_path.c_str(), c.model_type.c_str(), c.num_hidden_layers, served_name.c_str(),
                loaded->kernels->name, model.pool().num_threads());
-  if (KvFormatUsesTensorScale(loaded->runner_options.kv_format)) {
+  if (KvFormatUsesTensorScale(loaded->kv_cache.kv_format)) {
     std::fprintf(stderr, "[mlaserve] kv scales: %s\n", loaded->kv_scales_source.c_str());
   }
-  std::fprintf(stderr, "[mlaserve] kv_cache_dtype=%s, %s\n", KvFormatName(loaded->runner_options.kv_format),
+  std::fprintf(stderr, "[mlaserve] kv_cache_dtype=%s, %s\n", KvFormatName(loaded->kv_cache.kv_format),
                loaded->kv_budget.log_line.c_str());
   const double available_gb =
       (loaded->kv_budget.device_memory_bytes - double(model.weight_bytes()) - loaded->kv_budget.kv_bytes) / 1e9;
@@ -135,7 +135,7 @@ int RunServe(Args& args) {
   engine.Start();
   nlohmann::json info{{"model_path", model_dir},
                       {"served_model_name", served_name},
-                      {"kv_cache_dtype", KvFormatName(loaded->runner_options.kv_format)},
+                      {"kv_cache_dtype", KvFormatName(loaded->kv_cache.kv_format)},
                       {"page_size", model_flags.page_size},
                       {"context_length", model.max_context()},
                       {"max_batch_tokens", model.max_batch_tokens()},
