@@ -17,7 +17,9 @@
 #include <sstream>
 #include <thread>
 
+#include "server/http_client.h"
 #include "support/batch_job.h"
+#include "support/prometheus_text.h"
 #include "support/run_binary.h"
 
 namespace mlaserve {
@@ -58,13 +60,24 @@ bool WaitForMoreLines(const std::string& path, size_t lines) {
   return true;
 }
 
+// Tokens the server at `url` has generated since it started (its
+// sglang:generation_tokens_total, counted per token); -1 when it does not answer.
+double GeneratedTokens(const std::string& url) {
+  const auto r = HttpClient().Request("GET", url + "/metrics", "", {}, 5000);
+  if (!r.ok() || r->status_code != 200) return -1;
+  const auto families = testing::ParsePrometheusText(r->body);
+  if (!families.ok()) return -1;
+  const testing::PromFamily* f = testing::FindFamily(*families, "sglang:generation_tokens_total");
+  return f == nullptr || f->samples.empty() ? -1 : f->samples.back().value;
+}
+
 // `mlaserve serve` on the bundled model; port 0 picks one. Stopped (SIGTERM) on destruction.
 class Server {
  public:
   Server(int port, const std::string& kv_format) {
     log_ = dir_.path() + "/server.log";
     pid_ = SpawnMlaserve({"serve", "--model-path", kModel, "--port", std::to_string(port), "--max-total-tokens", "16384",
-                  "--kv-cache-dtype", kv_format},
+                  "--kv-cache-dtype", kv_format, "--enable-metrics"},
                  log_);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     const std::regex listening("listening on http://[^:]+:([0-9]+)");
@@ -182,9 +195,18 @@ TEST(BatchKill, ServerKilledAndRestartedWithAnotherKvFormatContinues) {
   const std::string out = dir.path() + "/out.jsonl";
   const std::string log = dir.path() + "/out.log";
   const pid_t client = SpawnMlaserve(BatchArgs(in, out, url, kTokens, kConcurrency), log);
-  // Kill the server while streams are in flight: as soon as the client has written its first
-  // record, when the other streams of its concurrency are mid-generation.
+  // Kill the server once a record is written (it ran on bf16 only) and then 100 more tokens have
+  // been generated (about 12 for each of 8 streams): the streams then in flight have tokens to
+  // continue from. Counts, not delays, so this holds however fast the machine is.
   ASSERT_TRUE(WaitForMoreLines(out, 0)) << Slurp(log);
+  const double generated_before = GeneratedTokens(url);
+  ASSERT_GE(generated_before, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  double generated = 0;
+  while ((generated = GeneratedTokens(url) - generated_before) < 100 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_GE(generated, 100) << Slurp(log);
   server->Kill9();
   server = std::make_unique<Server>(port, "fp8_ds_mla");
   ASSERT_EQ(server->port(), port);
@@ -214,6 +236,7 @@ TEST(BatchKill, ServerKilledAndRestartedWithAnotherKvFormatContinues) {
     }
     if (kv == "bf16+fp8_ds_mla") ++straddled;
   }
+  EXPECT_GT(exact, 0);
   EXPECT_GT(straddled, 0);
   std::fprintf(stderr, "[server restart] %d records exact (bf16 only), %d straddled bf16+fp8_ds_mla\n%s", exact,
                straddled, text.c_str());
