@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_setup.h"
+#include "core/log.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 
@@ -79,8 +80,8 @@ int RunBenchOffline(Args& args) {
 
   auto pool = CreateEnginePool(*loaded, model_flags.page_size);
   if (!pool.ok()) return Fail("bench-offline", pool.error());
-  std::fprintf(stderr, "[mlaserve] kv_cache_dtype=%s, %s\n", KvFormatName(loaded->kv_cache.kv_format),
-               loaded->kv_budget.log_line.c_str());
+  Log(LogLevel::kInfo, "[mlaserve] kv_cache_dtype=%s, %s", KvFormatName(loaded->kv_cache.kv_format),
+      loaded->kv_budget.log_line.c_str());
   Engine engine(model, *loaded->kernels, **pool, engine_options);
 
   std::mutex mu;

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/kv_scales.h"
+#include "core/log.h"
 #include "tokenizer/unicode_version.h"
 
 namespace mlaserve::cli {
@@ -35,6 +36,9 @@ ModelFlags ReadModelFlags(Args& args, ForwardSize forward_size) {
   f.kv_scales = args.Str("kv-scales", "", "per-layer KV scales from mlaserve kv-calibrate (plain fp8, nvfp4)",
                          {.value_name = "FILE", .shown_default = "the checkpoint's, else 1.0"});
   f.page_size = args.Int("page-size", 16, "tokens per KV page", {.min = 1, .max = 4096});
+  const std::string log_level = args.Str("log-level", "info", "log lines below this level are dropped",
+                                         {.choices = {"debug", "info", "warning", "error"}});
+  if (auto level = ParseLogLevel(log_level); level.ok()) SetLogLevel(*level);  // a bad name: args.Finish says so
   f.device_memory_gb = args.Double("device-memory", 0.0, "memory the KV budget is computed from, in GB",
                                    {.value_name = "GB", .shown_default = "physical memory", .min = 0});
   f.mem_fraction_static = args.Double("mem-fraction-static", 0.88, "fraction of --device-memory for weights + KV",
@@ -47,8 +51,8 @@ ModelFlags ReadModelFlags(Args& args, ForwardSize forward_size) {
 Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
   if (flags.model_path.empty()) return Status::Error("--model-path is required");
   if (flags.trust_remote_code) {
-    std::fprintf(stderr,
-                 "[mlaserve] --trust-remote-code has no effect (mlaserve runs no model code from the checkpoint)\n");
+    Log(LogLevel::kWarning,
+        "[mlaserve] --trust-remote-code has no effect (mlaserve runs no model code from the checkpoint)");
   }
   LoadedModel loaded;
   auto kernels = KernelsByName(flags.kernels);
@@ -59,11 +63,11 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
   loaded.model = std::move(model).value();
   const ModelConfig& config = loaded.model->config();
   if (!config.tensor_prefix.empty()) {
-    std::fprintf(stderr, "[mlaserve] %s: serving its text model (tensors %s*)%s\n", config.model_type.c_str(),
-                 config.tensor_prefix.c_str(),
-                 config.has_vision_tower
-                     ? "; the vision tower (vision_tower.*, mm_projector.*) is not loaded, so image and video inputs are refused"
-                     : "");
+    Log(LogLevel::kInfo, "[mlaserve] %s: serving its text model (tensors %s*)%s", config.model_type.c_str(),
+        config.tensor_prefix.c_str(),
+        config.has_vision_tower
+            ? "; the vision tower (vision_tower.*, mm_projector.*) is not loaded, so image and video inputs are refused"
+            : "");
   }
   auto format = ParseKvCacheDtype(flags.kv_cache_dtype, config.torch_dtype);
   if (!format.ok()) return format.status();
@@ -100,7 +104,7 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
     if (!tokenizer.ok()) return tokenizer.status();
     loaded.tokenizer.emplace(std::move(tokenizer).value());
     if (auto warning = UnicodeVersionWarning(TokenizerUnicodeVersion())) {
-      std::fprintf(stderr, "[mlaserve] warning: %s\n", warning->c_str());
+      Log(LogLevel::kWarning, "[mlaserve] warning: %s", warning->c_str());
     }
   }
   return loaded;

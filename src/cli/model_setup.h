@@ -35,7 +35,8 @@ enum class ForwardSize { kFixed, kEngineStep };
 
 // Reads --model-path, --trust-remote-code, --threads, --kernels, --context-length,
 // --max-batch-tokens, --kv-cache-dtype, --kv-scales, --page-size, --device-memory,
-// --mem-fraction-static, --max-total-tokens. Bad values are reported through args.Finish().
+// --mem-fraction-static, --max-total-tokens, and --log-level, which it applies to the process's
+// logger (core/log.h) at once. Bad values are reported through args.Finish().
 ModelFlags ReadModelFlags(Args& args, ForwardSize forward_size = ForwardSize::kFixed);
 
 struct LoadedModel {

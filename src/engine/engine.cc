@@ -2,13 +2,11 @@
 
 #include <algorithm>
 #include <cinttypes>
-#include <cstdarg>
-#include <cstdio>
-#include <ctime>
 #include <limits>
 
 #include "core/check.h"
 #include "core/function_ref.h"
+#include "core/log.h"
 
 namespace mlaserve {
 
@@ -34,21 +32,6 @@ constexpr int kRetractDecodeSteps = 20;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-void LogLine(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void LogLine(const char* fmt, ...) {
-  char stamp[32];
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&now, &tm);
-  std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
-  char body[512];
-  va_list args;
-  va_start(args, fmt);
-  std::vsnprintf(body, sizeof body, fmt, args);
-  va_end(args);
-  std::fprintf(stderr, "[%s] %s\n", stamp, body);
 }
 
 }  // namespace
@@ -251,10 +234,10 @@ FlushCacheResult Engine::FlushCacheNow() {
     result.locked_tokens = radix_->locked_pages() * radix_->page_size();
   }
   if (result.flushed) {
-    LogLine("Cache flushed successfully! #freed-token: %" PRId64, result.freed_tokens);
+    Log(LogLevel::kInfo, "Cache flushed successfully! #freed-token: %" PRId64, result.freed_tokens);
   } else {
-    LogLine("Cache not flushed because there are pending requests. #queue-req: %" PRId64 ", #running-req: %" PRId64,
-            result.num_queue_reqs, result.num_running_reqs);
+    Log(LogLevel::kWarning, "Cache not flushed because there are pending requests. #queue-req: %" PRId64 ", #running-req: %" PRId64,
+        result.num_queue_reqs, result.num_running_reqs);
   }
   PublishStats();
   return result;
@@ -343,8 +326,8 @@ void Engine::RetractUntil(FunctionRef<bool()> fits) {
   retracted_total_ += retracted;
   retracted_in_interval_ += retracted;
   if (options_.log_batches) {
-    LogLine("KV cache pool is full. Retract requests. #retracted_reqs: %d, #new_token_ratio: %.4f -> %.4f",
-            retracted, old_ratio, new_token_ratio_);
+    Log(LogLevel::kWarning, "KV cache pool is full. Retract requests. #retracted_reqs: %d, #new_token_ratio: %.4f -> %.4f",
+        retracted, old_ratio, new_token_ratio_);
   }
 }
 
@@ -691,9 +674,9 @@ void Engine::Stream(Request& r, bool finished, const std::string& error) {
 
 void Engine::LogPrefill(int new_seqs, int new_tokens, int cached_tokens) {
   const EngineStatsSnapshot s = stats();
-  LogLine("Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, "
-          "#running-req: %zu, #queue-req: %zu,",
-          new_seqs, new_tokens, cached_tokens, s.token_usage, running_.size(), waiting_.size());
+  Log(LogLevel::kInfo, "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, "
+      "#running-req: %zu, #queue-req: %zu,",
+      new_seqs, new_tokens, cached_tokens, s.token_usage, running_.size(), waiting_.size());
 }
 
 void Engine::EndDecodeInterval() {
@@ -709,9 +692,9 @@ void Engine::EndDecodeInterval() {
   for (const auto& r : running_) tokens += r->kv->num_tokens();
   PublishStats();
   const EngineStatsSnapshot s = stats();
-  LogLine("Decode batch, #running-req: %zu, #token: %" PRId64 ", token usage: %.2f, "
-          "gen throughput (token/s): %.2f, #queue-req: %zu,",
-          running_.size(), tokens, s.token_usage, last_gen_throughput_, waiting_.size());
+  Log(LogLevel::kInfo, "Decode batch, #running-req: %zu, #token: %" PRId64 ", token usage: %.2f, "
+      "gen throughput (token/s): %.2f, #queue-req: %zu,",
+      running_.size(), tokens, s.token_usage, last_gen_throughput_, waiting_.size());
 }
 
 void Engine::PublishStats() {
