@@ -16,16 +16,24 @@ using testing::TempDir;
 
 const std::string kModel = ShellQuote(std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla");
 
-TEST(KvEval, EveryFormatIsMeasuredAgainstBf16) {
+// Runs kv-eval on the bundled model with `flags`; its JSON report (null when it failed), and
+// its table in *table.
+nlohmann::json RunKvEval(const std::string& flags, std::string* table = nullptr) {
   TempDir dir;
   const std::string json = dir.path() + "/eval.json";
-  auto r = RunMlaserve("kv-eval --model-path " + kModel +
-                       " --max-tokens 1024 --window 256 --num-prompts 4 --continuation-len 16 --json " +
-                       ShellQuote(json));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("| fp8_ds_mla |"), std::string::npos) << r.out;
+  auto r = RunMlaserve("kv-eval --model-path " + kModel + " " + flags + " --json " + ShellQuote(json));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  if (table != nullptr) *table = r.out;
   nlohmann::json j;
-  std::ifstream(json) >> j;
+  if (r.exit_code == 0) std::ifstream(json) >> j;
+  return j;
+}
+
+TEST(KvEval, EveryFormatIsMeasuredAgainstBf16) {
+  std::string table;
+  const nlohmann::json j = RunKvEval("--max-tokens 1024 --window 256 --num-prompts 4 --continuation-len 16", &table);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_NE(table.find("| fp8_ds_mla |"), std::string::npos) << table;
   const double ref_ppl = j["formats"][0]["perplexity"].get<double>();
   EXPECT_GT(ref_ppl, 1.0);
   std::map<std::string, nlohmann::json> by_name;
@@ -48,14 +56,8 @@ TEST(KvEval, EveryFormatIsMeasuredAgainstBf16) {
 }
 
 TEST(KvEval, Bf16AgainstItselfIsExact) {
-  TempDir dir;
-  const std::string json = dir.path() + "/eval.json";
-  auto r = RunMlaserve("kv-eval --model-path " + kModel +
-                       " --formats bf16 --max-tokens 512 --window 256 --num-prompts 2 --continuation-len 8 --json " +
-                       ShellQuote(json));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  nlohmann::json j;
-  std::ifstream(json) >> j;
+  const nlohmann::json j = RunKvEval("--formats bf16 --max-tokens 512 --window 256 --num-prompts 2 --continuation-len 8");
+  ASSERT_TRUE(j.is_object());
   ASSERT_EQ(j["formats"].size(), 2u) << j.dump();
   const auto& same = j["formats"][1];
   EXPECT_EQ(same["format"], "bf16");
