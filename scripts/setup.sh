@@ -7,6 +7,11 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# node and npm run the tests against third-party clients and the reference Jinja renderer. Any
+# install will do (NodeSource's nodejs carries its own npm, which Debian's npm would conflict with);
+# without one, Debian's.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -17,7 +22,10 @@ fi
 # npm packages for tests: openai (a real third-party client against the server) and
 # @huggingface/jinja (the reference renderer for chat templates).
 node_tests="$(cd "$(dirname "$0")/.." && pwd)/tests/node"
-if command -v npm >/dev/null 2>&1 && { [ ! -d "$node_tests/node_modules/openai" ] || [ ! -d "$node_tests/node_modules/@huggingface/jinja" ]; }; then
-  (cd "$node_tests" && npm install --no-audit --no-fund --silent) ||
-    echo "setup: npm install in tests/node failed; the openai client and chat template reference tests will be skipped"
+if [ ! -d "$node_tests/node_modules/openai" ] || [ ! -d "$node_tests/node_modules/@huggingface/jinja" ]; then
+  if ! (cd "$node_tests" && npm install --no-audit --no-fund --silent); then
+    echo "setup: npm install in tests/node failed; without it the openai client and chat template reference" \
+         "tests are skipped, so setup stops here" >&2
+    exit 1
+  fi
 fi

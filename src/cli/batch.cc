@@ -461,11 +461,11 @@ int RunBatch(Args& args) {
     chat_template = std::move(ct).value();
     if (f.runner.output.model.empty()) f.runner.output.model = model_flags.model_path;
     generator = std::make_unique<batch::EngineGenerator>(
-        *engine, batch::Serving{.kv_cache_dtype = KvFormatName(loaded->runner_options.kv_format),
+        *engine, batch::Serving{.kv_cache_dtype = KvFormatName(loaded->kv_cache.kv_format),
                                 .model = model_flags.model_path,
                                 .server_id = "in-process"});
     std::fprintf(stderr, "batch: in-process engine on %s, kv_cache_dtype=%s\n", model_flags.model_path.c_str(),
-                 KvFormatName(loaded->runner_options.kv_format));
+                 KvFormatName(loaded->kv_cache.kv_format));
   } else {
     HttpHeaders headers = {{"Content-Type", "application/json"}};
     if (const char* key = std::getenv("OPENAI_API_KEY"); key != nullptr && *key != '\0') {

@@ -90,7 +90,7 @@ int BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
   for (int i = 0; i < prompt_len; ++i) {
     prompt[size_t(i)] = TokenId(CounterUniform(7, uint64_t(i)) * c.vocab_size);
   }
-  auto created = SequenceRunner::Create(model, *loaded->kernels, loaded->runner_options);
+  auto created = SequenceRunner::Create(model, *loaded->kernels, loaded->kv_cache);
   if (!created.ok()) return Fail("bench", created.error());
   SequenceRunner& runner = **created;
   // Warm-up: touch every weight page once so the first timed step does not page-fault.
@@ -175,7 +175,7 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
     if (settings.prompt_len + settings.decode_tokens + 1 > e.loaded.model->max_context()) {
       return Fail("bench", "--prompt-len + --decode-tokens exceeds the context length", 2);
     }
-    auto runner = SequenceRunner::Create(*e.loaded.model, *e.loaded.kernels, e.loaded.runner_options);
+    auto runner = SequenceRunner::Create(*e.loaded.model, *e.loaded.kernels, e.loaded.kv_cache);
     if (!runner.ok()) return Fail("bench", runner.error());
     e.runner = std::move(runner).value();
     int moe_layers = 0;

@@ -13,6 +13,7 @@
 #include "cli/engine_flags.h"
 #include "cli/model_setup.h"
 #include "engine/cpu_model_runner.h"
+#include "core/log.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 
@@ -80,8 +81,8 @@ int RunBenchOffline(Args& args) {
 
   auto pool = CreateEnginePool(*loaded, model_flags.page_size);
   if (!pool.ok()) return Fail("bench-offline", pool.error());
-  std::fprintf(stderr, "[mlaserve] kv_cache_dtype=%s, %s\n", KvFormatName(loaded->runner_options.kv_format),
-               loaded->kv_budget.log_line.c_str());
+  Log(LogLevel::kInfo, "[mlaserve] kv_cache_dtype=%s, %s", KvFormatName(loaded->kv_cache.kv_format),
+      loaded->kv_budget.log_line.c_str());
   CpuModelRunner runner(model, *loaded->kernels, **pool);
   Engine engine(runner, **pool, engine_options);
 
@@ -111,7 +112,7 @@ int RunBenchOffline(Args& args) {
   const double duration = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const EngineStatsSnapshot stats = engine.stats();
   std::printf("\n====== Offline Throughput Benchmark Result =======\n");
-  std::printf("%-40s %s\n", "KV cache dtype:", KvFormatName(loaded->runner_options.kv_format));
+  std::printf("%-40s %s\n", "KV cache dtype:", KvFormatName(loaded->kv_cache.kv_format));
   std::printf("%-40s %lld\n", "max_total_num_tokens:", (long long)stats.max_total_num_tokens);
   std::printf("%-40s %d\n", "Successful requests:", finished - failed);
   std::printf("%-40s %.2f\n", "Benchmark duration (s):", duration);
@@ -126,7 +127,7 @@ int RunBenchOffline(Args& args) {
   std::printf("%-40s %.4f\n", "Cache hit rate:", stats.cache_hit_rate);
   std::printf("==================================================\n");
   if (!json_path.empty()) {
-    nlohmann::json j{{"kv_cache_dtype", KvFormatName(loaded->runner_options.kv_format)},
+    nlohmann::json j{{"kv_cache_dtype", KvFormatName(loaded->kv_cache.kv_format)},
                      {"max_total_num_tokens", stats.max_total_num_tokens},
                      {"successful_requests", finished - failed},
                      {"duration_s", duration},

@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "core/percentile.h"
 #include "core/read_file.h"
 #include "engine/sampler.h"
 #include "server/http_client.h"
@@ -226,7 +227,10 @@ std::string RequestBody(const ServingFlags& f, const std::string& model, const B
   return body.dump(-1, ' ', false, json::error_handler_t::replace);  // a bad --model byte must not throw
 }
 
-int IntField(const json& obj, const char* key, int fallback) {
+// What a server reported, leniently: the integer at `key`, or `fallback` when obj is not an
+// object or the value is absent or not an integer (server/client_json.h's IntField, for client
+// input, refuses those instead).
+int IntOr(const json& obj, const char* key, int fallback) {
   if (!obj.is_object()) return fallback;
   auto it = obj.find(key);
   return it != obj.end() && it->is_number_integer() ? it->get<int>() : fallback;
@@ -289,8 +293,8 @@ RequestResult RunRequest(const HttpClient& client, const std::string& url, const
     int new_tokens = 0;
     if (f.backend == Backend::kSglang) {
       const json meta = chunk.value("meta_info", json::object());
-      out.prompt_len = IntField(meta, "prompt_tokens", out.prompt_len);
-      const int completion = IntField(meta, "completion_tokens", -1);
+      out.prompt_len = IntOr(meta, "prompt_tokens", out.prompt_len);
+      const int completion = IntOr(meta, "completion_tokens", -1);
       if (completion >= 0) {
         reported_output_len = completion;
         new_tokens = std::max(0, completion - last_output_len);
@@ -301,8 +305,8 @@ RequestResult RunRequest(const HttpClient& client, const std::string& url, const
     } else {
       new_tokens = ChunkText(f.backend, chunk).empty() ? 0 : 1;
       if (auto usage = chunk.find("usage"); usage != chunk.end() && usage->is_object()) {
-        out.prompt_len = IntField(*usage, "prompt_tokens", out.prompt_len);
-        reported_output_len = IntField(*usage, "completion_tokens", reported_output_len);
+        out.prompt_len = IntOr(*usage, "prompt_tokens", out.prompt_len);
+        reported_output_len = IntOr(*usage, "completion_tokens", reported_output_len);
       }
     }
     if (new_tokens == 0) return;
@@ -328,16 +332,6 @@ RequestResult RunRequest(const HttpClient& client, const std::string& url, const
   out.output_len = reported_output_len >= 0 ? reported_output_len : token_chunks;
   out.success = out.error.empty();
   return out;
-}
-
-// numpy's default percentile: linear interpolation between closest ranks. Empty: 0, as SGLang.
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double rank = p / 100.0 * double(v.size() - 1);
-  const size_t lo = size_t(rank);
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (rank - double(lo));
 }
 
 double Mean(const std::vector<double>& v) {
@@ -483,7 +477,7 @@ Result<int> DiscoverVocabSize(const HttpClient& client, const std::string& base_
   if (!response.ok()) return Status::Error("cannot ask " + base_url + " for its vocabulary: " + response.error());
   if (response->status_code != 200) return 0;
   const json j = json::parse(response->body, nullptr, false);
-  return j.is_discarded() ? 0 : std::max(0, IntField(j, "vocab_size", 0));
+  return j.is_discarded() ? 0 : std::max(0, IntOr(j, "vocab_size", 0));
 }
 
 // Each request in flight holds a socket; the usual soft limit of 1024 descriptors is too few for

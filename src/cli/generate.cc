@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_setup.h"
+#include "core/log.h"
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
 #include "tokenizer/chat_template.h"
@@ -53,14 +54,14 @@ int RunGenerate(Args& args) {
                                 std::to_string(model.max_context()), 2);
   }
 
-  auto created = SequenceRunner::Create(model, *loaded->kernels, loaded->runner_options);
+  auto created = SequenceRunner::Create(model, *loaded->kernels, loaded->kv_cache);
   if (!created.ok()) return Fail("generate", created.error());
   SequenceRunner& runner = **created;
-  if (KvFormatUsesTensorScale(loaded->runner_options.kv_format)) {
-    std::fprintf(stderr, "[mlaserve] kv scales: %s\n", loaded->kv_scales_source.c_str());
+  if (KvFormatUsesTensorScale(loaded->kv_cache.kv_format)) {
+    Log(LogLevel::kInfo, "[mlaserve] kv scales: %s", loaded->kv_scales_source.c_str());
   }
-  std::fprintf(stderr, "[mlaserve] model=%s, kv_cache_dtype=%s, %s\n", model_flags.model_path.c_str(),
-               KvFormatName(loaded->runner_options.kv_format), loaded->kv_budget.log_line.c_str());
+  Log(LogLevel::kInfo, "[mlaserve] model=%s, kv_cache_dtype=%s, %s", model_flags.model_path.c_str(),
+      KvFormatName(loaded->kv_cache.kv_format), loaded->kv_budget.log_line.c_str());
   if (runner.pool().capacity_tokens() < int64_t(ids->size()) + max_new_tokens) {
     return Fail("generate", "the KV budget holds " + std::to_string(loaded->kv_budget.max_total_num_tokens) +
                                 " tokens, fewer than this request needs (" +
@@ -89,12 +90,12 @@ int RunGenerate(Args& args) {
   const auto t2 = Clock::now();
   const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
   const double decode_s = std::chrono::duration<double>(t2 - t1).count();
-  std::fprintf(stderr,
-               "[mlaserve] prompt: %zu tokens, %.1f tokens/s | decode: %d tokens, %.1f tokens/s "
-               "| kernels: %s, threads: %d\n",
-               ids->size(), double(ids->size()) / std::max(prefill_s, 1e-9), generated,
-               double(generated) / std::max(decode_s, 1e-9), loaded->kernels->name,
-               model.pool().num_threads());
+  Log(LogLevel::kInfo,
+      "[mlaserve] prompt: %zu tokens, %.1f tokens/s | decode: %d tokens, %.1f tokens/s "
+      "| kernels: %s, threads: %d",
+      ids->size(), double(ids->size()) / std::max(prefill_s, 1e-9), generated,
+      double(generated) / std::max(decode_s, 1e-9), loaded->kernels->name,
+      model.pool().num_threads());
   return 0;
 }
 

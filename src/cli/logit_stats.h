@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "core/percentile.h"
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
 
@@ -20,13 +21,6 @@ inline void LogSoftmax(const float* logits, int vocab, std::vector<double>& out)
   for (int i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - max);
   const double log_sum = std::log(sum) + max;
   for (int i = 0; i < vocab; ++i) out[size_t(i)] = double(logits[i]) - log_sum;
-}
-
-// The q-quantile (0..1) of v, nearest rank; 0 for an empty v.
-inline double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, size_t(q * double(v.size() - 1) + 0.5))];
 }
 
 // Teacher-forced agreement of a candidate's logits with a reference's, row by row.
@@ -59,7 +53,7 @@ struct LogitAgreement {
     for (double k : kl) sum += k;
     return sum / double(std::max<size_t>(1, kl.size()));
   }
-  double P99Kl() const { return Percentile(kl, 0.99); }
+  double P99Kl() const { return Percentile(kl, 99); }
   double Top1() const { return double(top1_agree) / double(std::max<int64_t>(1, scored)); }
 };
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/kv_scales.h"
+#include "core/log.h"
 #include "tokenizer/unicode_version.h"
 
 namespace mlaserve::cli {
@@ -35,6 +36,9 @@ ModelFlags ReadModelFlags(Args& args, ForwardSize forward_size) {
   f.kv_scales = args.Str("kv-scales", "", "per-layer KV scales from mlaserve kv-calibrate (plain fp8, nvfp4)",
                          {.value_name = "FILE", .shown_default = "the checkpoint's, else 1.0"});
   f.page_size = args.Int("page-size", 16, "tokens per KV page", {.min = 1, .max = 4096});
+  const std::string log_level = args.Str("log-level", "info", "log lines below this level are dropped",
+                                         {.choices = {"debug", "info", "warning", "error"}});
+  if (auto level = ParseLogLevel(log_level); level.ok()) SetLogLevel(*level);  // a bad name: args.Finish says so
   f.device_memory_gb = args.Double("device-memory", 0.0, "memory the KV budget is computed from, in GB",
                                    {.value_name = "GB", .shown_default = "physical memory", .min = 0});
   f.mem_fraction_static = args.Double("mem-fraction-static", 0.88, "fraction of --device-memory for weights + KV",
@@ -47,8 +51,8 @@ ModelFlags ReadModelFlags(Args& args, ForwardSize forward_size) {
 Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
   if (flags.model_path.empty()) return Status::Error("--model-path is required");
   if (flags.trust_remote_code) {
-    std::fprintf(stderr,
-                 "[mlaserve] --trust-remote-code has no effect (mlaserve runs no model code from the checkpoint)\n");
+    Log(LogLevel::kWarning,
+        "[mlaserve] --trust-remote-code has no effect (mlaserve runs no model code from the checkpoint)");
   }
   LoadedModel loaded;
   auto kernels = KernelsByName(flags.kernels);
@@ -59,17 +63,17 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
   loaded.model = std::move(model).value();
   const ModelConfig& config = loaded.model->config();
   if (!config.tensor_prefix.empty()) {
-    std::fprintf(stderr, "[mlaserve] %s: serving its text model (tensors %s*)%s\n", config.model_type.c_str(),
-                 config.tensor_prefix.c_str(),
-                 config.has_vision_tower
-                     ? "; the vision tower (vision_tower.*, mm_projector.*) is not loaded, so image and video inputs are refused"
-                     : "");
+    Log(LogLevel::kInfo, "[mlaserve] %s: serving its text model (tensors %s*)%s", config.model_type.c_str(),
+        config.tensor_prefix.c_str(),
+        config.has_vision_tower
+            ? "; the vision tower (vision_tower.*, mm_projector.*) is not loaded, so image and video inputs are refused"
+            : "");
   }
   auto format = ParseKvCacheDtype(flags.kv_cache_dtype, config.torch_dtype);
   if (!format.ok()) return format.status();
   MLA_RETURN_IF_ERROR(ValidateKvFormatDims(*format, config.kv_lora_rank, config.qk_rope_head_dim));
-  loaded.runner_options.kv_format = *format;
-  loaded.runner_options.page_size = flags.page_size;
+  loaded.kv_cache.kv_format = *format;
+  loaded.kv_cache.page_size = flags.page_size;
   auto budget = ComputeKvBudget(KvBudgetRequest{
       .device_memory_bytes = flags.device_memory_gb * 1e9,
       .mem_fraction_static = flags.mem_fraction_static,
@@ -80,27 +84,27 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
       .page_size = flags.page_size});
   if (!budget.ok()) return budget.status();
   loaded.kv_budget = *budget;
-  loaded.runner_options.pool_tokens =
+  loaded.kv_cache.pool_tokens =
       std::min<int64_t>(budget->max_total_num_tokens, loaded.model->max_context());
   auto from_checkpoint = CheckpointKvScales(loaded.model->checkpoint(), config);
   if (!from_checkpoint.ok()) return from_checkpoint.status();
   loaded.kv_scales_source = "1.0 (none: give --kv-scales from mlaserve kv-calibrate)";
   if (!from_checkpoint->empty() && KvFormatUsesTensorScale(*format)) {
-    loaded.runner_options.kv_tensor_scales = std::move(from_checkpoint).value();
+    loaded.kv_cache.kv_tensor_scales = std::move(from_checkpoint).value();
     loaded.kv_scales_source = "checkpoint";
   }
   if (!flags.kv_scales.empty()) {
     loaded.kv_scales_source = "file " + flags.kv_scales;
     auto scales = LoadKvScales(flags.kv_scales, config, *format);
     if (!scales.ok()) return scales.status();
-    loaded.runner_options.kv_tensor_scales = std::move(scales).value();
+    loaded.kv_cache.kv_tensor_scales = std::move(scales).value();
   }
   if (need_tokenizer) {
     auto tokenizer = Tokenizer::FromDirectory(flags.model_path);
     if (!tokenizer.ok()) return tokenizer.status();
     loaded.tokenizer.emplace(std::move(tokenizer).value());
     if (auto warning = UnicodeVersionWarning(TokenizerUnicodeVersion())) {
-      std::fprintf(stderr, "[mlaserve] warning: %s\n", warning->c_str());
+      Log(LogLevel::kWarning, "[mlaserve] warning: %s", warning->c_str());
     }
   }
   return loaded;
@@ -108,15 +112,15 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
 
 Result<std::unique_ptr<KvPool>> CreateEnginePool(const LoadedModel& loaded, int page_size) {
   const ModelConfig& c = loaded.model->config();
-  auto pool = KvPool::Create(KvPoolOptions{.format = loaded.runner_options.kv_format,
+  auto pool = KvPool::Create(KvPoolOptions{.format = loaded.kv_cache.kv_format,
                                            .num_layers = c.num_hidden_layers,
                                            .latent_dim = c.kv_lora_rank,
                                            .rope_dim = c.qk_rope_head_dim,
                                            .page_size = page_size,
                                            .num_pages = loaded.kv_budget.max_total_num_tokens / page_size});
   if (!pool.ok()) return pool.status();
-  if (!loaded.runner_options.kv_tensor_scales.empty()) {
-    MLA_RETURN_IF_ERROR((*pool)->SetTensorScales(loaded.runner_options.kv_tensor_scales));
+  if (!loaded.kv_cache.kv_tensor_scales.empty()) {
+    MLA_RETURN_IF_ERROR((*pool)->SetTensorScales(loaded.kv_cache.kv_tensor_scales));
   }
   return pool;
 }

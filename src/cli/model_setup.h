@@ -35,16 +35,17 @@ enum class ForwardSize { kFixed, kEngineStep };
 
 // Reads --model-path, --trust-remote-code, --threads, --kernels, --context-length,
 // --max-batch-tokens, --kv-cache-dtype, --kv-scales, --page-size, --device-memory,
-// --mem-fraction-static, --max-total-tokens. Bad values are reported through args.Finish().
+// --mem-fraction-static, --max-total-tokens, and --log-level, which it applies to the process's
+// logger (core/log.h) at once. Bad values are reported through args.Finish().
 ModelFlags ReadModelFlags(Args& args, ForwardSize forward_size = ForwardSize::kFixed);
 
 struct LoadedModel {
   std::unique_ptr<Model> model;
   std::optional<Tokenizer> tokenizer;
   const KernelSet* kernels = nullptr;
-  SequenceRunnerOptions runner_options;  // the KV format, scales and page size asked for
-  std::string kv_scales_source;          // "file PATH", "checkpoint", or "1.0 (none)"
-  KvBudget kv_budget;                    // what the memory budget holds (SGLang's arithmetic)
+  SequenceRunnerOptions kv_cache;  // the KV cache asked for: format, scales, page size, pool tokens
+  std::string kv_scales_source;    // "file PATH", "checkpoint", or "1.0 (none)"
+  KvBudget kv_budget;              // what the memory budget holds (SGLang's arithmetic)
 };
 
 // Logs that --trust-remote-code has no effect when it was given.

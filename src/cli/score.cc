@@ -65,7 +65,7 @@ int RunScore(Args& args) {
   if (ids.empty()) return Fail("score", "nothing to score: no tokens", 2);
 
   std::vector<double> logprobs(ids.size(), 0.0);
-  auto created = SequenceRunner::Create(model, *loaded->kernels, loaded->runner_options);
+  auto created = SequenceRunner::Create(model, *loaded->kernels, loaded->kv_cache);
   if (!created.ok()) return Fail("score", created.error());
   SequenceRunner& runner = **created;
   auto sink = [&](int first, int count, const float* logits) {

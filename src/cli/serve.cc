@@ -13,6 +13,7 @@
 #include "cli/engine_flags.h"
 #include "cli/model_setup.h"
 #include "engine/cpu_model_runner.h"
+#include "core/log.h"
 #include "engine/engine.h"
 #include "server/api_server.h"
 #include "server/http_server.h"
@@ -82,8 +83,6 @@ int RunServe(Args& args) {
   const std::string api_key = args.Str("api-key", "", "every endpoint but /health requires Authorization: Bearer KEY",
                                        {.value_name = "KEY"});
   const bool enable_metrics = args.Switch("enable-metrics", "serve Prometheus /metrics");
-  const std::string log_level = args.Str("log-level", "info", "debug and info log the batch lines",
-                                         {.choices = {"debug", "info", "warning", "error"}});
   const double drain_timeout_s = args.Double(
       "drain-timeout", 30.0, "seconds SIGTERM/SIGINT waits for in-flight requests", {.value_name = "S", .min = 0});
   const std::string chat_template_file = args.Str(
@@ -97,7 +96,6 @@ int RunServe(Args& args) {
       {.value_name = "NAME", .choices = {"deepseekv3", "kimi_k2"}});
   RefuseUnimplemented(args);
   if (auto exit_code = args.Finish()) return *exit_code;
-  engine_options.log_batches = log_level == "debug" || log_level == "info";
 
   auto loaded = LoadModel(model_flags, /*need_tokenizer=*/true);
   if (!loaded.ok()) return Fail("serve", loaded.error());
@@ -109,35 +107,35 @@ int RunServe(Args& args) {
 
   auto chat_template = ChatTemplate::ForModel(model_flags.model_path, chat_template_file, *loaded->tokenizer, c.model_type);
   if (!chat_template.ok()) return Fail("serve", chat_template.error());
-  std::fprintf(stderr, "[mlaserve] chat template: %s\n", chat_template->origin().c_str());
-  std::fprintf(stderr, "[mlaserve] tokenizer: Unicode %s (libpcre2 %s; tested with %s)\n",
-               TokenizerUnicodeVersion().c_str(), Pcre2Version().c_str(), std::string(kTestedUnicodeVersion).c_str());
+  Log(LogLevel::kInfo, "[mlaserve] chat template: %s", chat_template->origin().c_str());
+  Log(LogLevel::kInfo, "[mlaserve] tokenizer: Unicode %s (libpcre2 %s; tested with %s)",
+      TokenizerUnicodeVersion().c_str(), Pcre2Version().c_str(), std::string(kTestedUnicodeVersion).c_str());
 
   auto pool = CreateEnginePool(*loaded, model_flags.page_size);
   if (!pool.ok()) return Fail("serve", pool.error());
-  std::fprintf(stderr, "[mlaserve] model=%s (%s, %d layers), served_model_name=%s, kernels=%s, threads=%d\n",
-               model_flags.model_path.c_str(), c.model_type.c_str(), c.num_hidden_layers, served_name.c_str(),
-               loaded->kernels->name, model.pool().num_threads());
-  if (KvFormatUsesTensorScale(loaded->runner_options.kv_format)) {
-    std::fprintf(stderr, "[mlaserve] kv scales: %s\n", loaded->kv_scales_source.c_str());
+  Log(LogLevel::kInfo, "[mlaserve] model=%s (%s, %d layers), served_model_name=%s, kernels=%s, threads=%d",
+      model_flags.model_path.c_str(), c.model_type.c_str(), c.num_hidden_layers, served_name.c_str(),
+      loaded->kernels->name, model.pool().num_threads());
+  if (KvFormatUsesTensorScale(loaded->kv_cache.kv_format)) {
+    Log(LogLevel::kInfo, "[mlaserve] kv scales: %s", loaded->kv_scales_source.c_str());
   }
-  std::fprintf(stderr, "[mlaserve] kv_cache_dtype=%s, %s\n", KvFormatName(loaded->runner_options.kv_format),
-               loaded->kv_budget.log_line.c_str());
+  Log(LogLevel::kInfo, "[mlaserve] kv_cache_dtype=%s, %s", KvFormatName(loaded->kv_cache.kv_format),
+      loaded->kv_budget.log_line.c_str());
   const double available_gb =
       (loaded->kv_budget.device_memory_bytes - double(model.weight_bytes()) - loaded->kv_budget.kv_bytes) / 1e9;
-  std::fprintf(stderr,
-               "[mlaserve] max_total_num_tokens=%lld, chunked_prefill_size=%d, max_prefill_tokens=%d, "
-               "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB\n",
-               (long long)(*pool)->capacity_tokens(), engine_options.chunked_prefill_size,
-               engine_options.max_prefill_tokens, engine_options.max_running_requests, model.max_context(),
-               available_gb);
+  Log(LogLevel::kInfo,
+      "[mlaserve] max_total_num_tokens=%lld, chunked_prefill_size=%d, max_prefill_tokens=%d, "
+      "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB",
+      (long long)(*pool)->capacity_tokens(), engine_options.chunked_prefill_size,
+      engine_options.max_prefill_tokens, engine_options.max_running_requests, model.max_context(),
+      available_gb);
 
   CpuModelRunner runner(model, *loaded->kernels, **pool);
   Engine engine(runner, **pool, engine_options, &*loaded->tokenizer);
   engine.Start();
   nlohmann::json info{{"model_path", model_dir},
                       {"served_model_name", served_name},
-                      {"kv_cache_dtype", KvFormatName(loaded->runner_options.kv_format)},
+                      {"kv_cache_dtype", KvFormatName(loaded->kv_cache.kv_format)},
                       {"page_size", model_flags.page_size},
                       {"context_length", model.max_context()},
                       {"max_batch_tokens", model.max_batch_tokens()},
@@ -170,14 +168,14 @@ int RunServe(Args& args) {
     engine.Stop();
     return Fail("serve", server.error());
   }
-  std::fprintf(stderr, "[mlaserve] HTTP server listening on http://%s:%d\n", http.host.c_str(),
-               (*server)->port());
-  std::fprintf(stderr, "The server is fired up and ready to roll!\n");
+  Log(LogLevel::kInfo, "[mlaserve] HTTP server listening on http://%s:%d", http.host.c_str(),
+      (*server)->port());
+  Log(LogLevel::kInfo, "The server is fired up and ready to roll!");
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
-  std::fprintf(stderr, "[mlaserve] received %s: draining (new requests get 503; up to %.0f s for %d in flight)\n",
-               signal_number == SIGTERM ? "SIGTERM" : "SIGINT", drain_timeout_s, api.in_flight());
+  Log(LogLevel::kInfo, "[mlaserve] received %s: draining (new requests get 503; up to %.0f s for %d in flight)",
+      signal_number == SIGTERM ? "SIGTERM" : "SIGINT", drain_timeout_s, api.in_flight());
   api.StartDraining();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(drain_timeout_s);
   while ((api.in_flight() > 0 || !engine.idle()) && std::chrono::steady_clock::now() < deadline) {
@@ -187,7 +185,7 @@ int RunServe(Args& args) {
   engine.Stop();  // aborts whatever is still running: those clients get finish_reason "abort"
   while (api.in_flight() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   (*server)->Stop();
-  std::fprintf(stderr, "[mlaserve] drained: %d request(s) aborted at the drain timeout; exiting\n", left);
+  Log(LogLevel::kInfo, "[mlaserve] drained: %d request(s) aborted at the drain timeout; exiting", left);
   return 0;
 }
 

@@ -79,11 +79,11 @@ int RunWeightsEval(Args& args) {
     auto loaded = LoadModel(flags, /*need_tokenizer=*/false);
     if (!loaded.ok()) return Fail("weights-eval", cand.name + ": " + loaded.error());
     cand.loaded = std::make_unique<LoadedModel>(std::move(loaded).value());
-    auto runner = SequenceRunner::Create(*cand.loaded->model, *cand.loaded->kernels, cand.loaded->runner_options);
+    auto runner = SequenceRunner::Create(*cand.loaded->model, *cand.loaded->kernels, cand.loaded->kv_cache);
     if (!runner.ok()) return Fail("weights-eval", runner.error());
     cand.runner = std::move(runner).value();
   }
-  auto reference = SequenceRunner::Create(model, *base->kernels, base->runner_options);
+  auto reference = SequenceRunner::Create(model, *base->kernels, base->kv_cache);
   if (!reference.ok()) return Fail("weights-eval", reference.error());
 
   auto heldout = ReadHeldoutTokens(model_flags.model_path, data_arg, *base->tokenizer, window);

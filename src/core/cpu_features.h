@@ -4,10 +4,8 @@
 namespace mlaserve {
 
 struct CpuFeatures {
-  bool avx2_fma = false;    // AVX2 + FMA + F16C: every x86-64 from ~2013 on
-  bool avx512 = false;      // AVX-512 F/BW/VL/DQ
-  bool avx512_bf16 = false;
-  bool avx512_vnni = false;
+  bool avx2_fma_f16c = false;  // AVX2 + FMA + F16C: what the AVX2 table is compiled for
+  bool avx512 = false;         // AVX-512 F/BW/VL/DQ, and all of the above
 };
 
 const CpuFeatures& GetCpuFeatures();

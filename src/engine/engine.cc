@@ -4,7 +4,7 @@
 #include <cinttypes>
 
 #include "core/check.h"
-#include "engine/log_line.h"
+#include "core/log.h"
 
 namespace mlaserve {
 
@@ -176,10 +176,10 @@ void Engine::TakeIntake() {
 FlushCacheResult Engine::FlushCacheNow() {
   const FlushCacheResult result = scheduler_.FlushCache();
   if (result.flushed) {
-    LogLine("Cache flushed successfully! #freed-token: %" PRId64, result.freed_tokens);
+    Log(LogLevel::kInfo, "Cache flushed successfully! #freed-token: %" PRId64, result.freed_tokens);
   } else {
-    LogLine("Cache not flushed because there are pending requests. #queue-req: %" PRId64 ", #running-req: %" PRId64,
-            result.num_queue_reqs, result.num_running_reqs);
+    Log(LogLevel::kWarning, "Cache not flushed because there are pending requests. #queue-req: %" PRId64 ", #running-req: %" PRId64,
+        result.num_queue_reqs, result.num_running_reqs);
   }
   PublishStats();
   return result;
@@ -237,10 +237,10 @@ void Engine::Finish(Request& r, FinishReason reason, const std::string& error) {
 
 void Engine::LogPrefill(const PlanSummary& planned) {
   const EngineStatsSnapshot s = stats();
-  LogLine("Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, "
-          "#running-req: %d, #queue-req: %d,",
-          planned.new_seqs, planned.new_tokens, planned.cached_tokens, s.token_usage,
-          scheduler_.num_running(), scheduler_.num_waiting());
+  Log(LogLevel::kInfo, "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, "
+      "#running-req: %d, #queue-req: %d,",
+      planned.new_seqs, planned.new_tokens, planned.cached_tokens, s.token_usage,
+      scheduler_.num_running(), scheduler_.num_waiting());
 }
 
 void Engine::EndDecodeInterval() {
@@ -254,9 +254,9 @@ void Engine::EndDecodeInterval() {
   const int64_t tokens = scheduler_.running_kv_tokens();
   PublishStats();
   const EngineStatsSnapshot s = stats();
-  LogLine("Decode batch, #running-req: %d, #token: %" PRId64 ", token usage: %.2f, "
-          "gen throughput (token/s): %.2f, #queue-req: %d,",
-          scheduler_.num_running(), tokens, s.token_usage, last_gen_throughput_, scheduler_.num_waiting());
+  Log(LogLevel::kInfo, "Decode batch, #running-req: %d, #token: %" PRId64 ", token usage: %.2f, "
+      "gen throughput (token/s): %.2f, #queue-req: %d,",
+      scheduler_.num_running(), tokens, s.token_usage, last_gen_throughput_, scheduler_.num_waiting());
 }
 
 void Engine::PublishStats() {

@@ -56,16 +56,4 @@ void ComputeLogprobs(std::span<const float> logits, float temperature, TokenId t
   for (TokenLogprob& entry : out.top) entry.logprob = logprob_of(entry.token);
 }
 
-void PromptLogprobs(std::span<const float> logits_rows, int vocab, std::span<const TokenId> next_tokens,
-                    std::span<float> logprobs) {
-  MLA_CHECK(vocab > 0 && logits_rows.size() == next_tokens.size() * size_t(vocab) &&
-            logprobs.size() == next_tokens.size());
-  for (size_t i = 0; i < next_tokens.size(); ++i) {
-    const std::span<const float> row = logits_rows.subspan(i * size_t(vocab), size_t(vocab));
-    const TokenId token = next_tokens[i];
-    MLA_CHECK(token >= 0 && token < vocab);
-    logprobs[i] = float(double(row[size_t(token)]) - LogSumExp(row));
-  }
-}
-
 }  // namespace mlaserve

@@ -7,8 +7,8 @@
 //   log(softmax(logits / T)) unless SGLANG_RETURN_ORIGINAL_LOGPROB is set). Greedy uses T = 1.
 //   Sampler::Sample fills these.
 // - Prompt (input) tokens: the model's raw logits, T = 1 (SGLang's temp_scaled_logprobs is off
-//   by default). Row i of a prompt's logits predicts token i + 1: call PromptLogprobs or
-//   ComputeLogprobs per row.
+//   by default). Row i of a prompt's logits predicts token i + 1: call ComputeLogprobs per
+//   row.
 // Masked tokens (logit -inf) have logprob -inf.
 #pragma once
 
@@ -38,10 +38,5 @@ double LogSumExp(std::span<const float> logits, float temperature = 1.0f);
 // O(vocab * top_n) worst case, O(vocab) typical.
 void ComputeLogprobs(std::span<const float> logits, float temperature, TokenId token, int top_n,
                      LogprobResult& out);
-
-// Prompt logprobs: logits_rows is [next_tokens.size(), vocab] raw logits where row i predicts
-// next_tokens[i]; writes logprobs[i] (same length as next_tokens).
-void PromptLogprobs(std::span<const float> logits_rows, int vocab, std::span<const TokenId> next_tokens,
-                    std::span<float> logprobs);
 
 }  // namespace mlaserve

@@ -60,12 +60,6 @@ void PenaltyState::Add(TokenId token) {
   if (entries_.size() * 2 > slots_.size()) Rehash(slots_.size() * 2);
 }
 
-void PenaltyState::Clear() {
-  entries_.clear();
-  std::fill(slots_.begin(), slots_.end(), -1);
-  num_output_tokens_ = 0;
-}
-
 int32_t PenaltyState::CountOf(TokenId token) const {
   if (token < 0) return 0;
   const int32_t index = slots_[SlotOf(token)];

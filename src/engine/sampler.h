@@ -39,7 +39,6 @@ class PenaltyState {
   explicit PenaltyState(int expected_output_tokens = 0);
 
   void Add(TokenId token);  // records one output token; token >= 0
-  void Clear();             // forgets every token, keeps the storage
 
   int64_t num_output_tokens() const { return num_output_tokens_; }
   std::span<const Entry> entries() const { return entries_; }

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "core/check.h"
-#include "engine/log_line.h"
+#include "core/log.h"
 
 namespace mlaserve {
 
@@ -150,8 +150,8 @@ void Scheduler::RetractUntil(FunctionRef<bool()> fits) {
   counters_.retracted_total += retracted;
   retracted_in_interval_ += retracted;
   if (options_.log_batches) {
-    LogLine("KV cache pool is full. Retract requests. #retracted_reqs: %d, #new_token_ratio: %.4f -> %.4f",
-            retracted, old_ratio, new_token_ratio_);
+    Log(LogLevel::kWarning, "KV cache pool is full. Retract requests. #retracted_reqs: %d, #new_token_ratio: %.4f -> %.4f",
+        retracted, old_ratio, new_token_ratio_);
   }
 }
 

@@ -10,7 +10,7 @@ namespace mlaserve {
 bool CpuSupports(KernelIsa isa) {
   switch (isa) {
     case KernelIsa::kPortable: return true;
-    case KernelIsa::kAvx2: return GetCpuFeatures().avx2_fma && Avx2Kernels() != nullptr;
+    case KernelIsa::kAvx2: return GetCpuFeatures().avx2_fma_f16c && Avx2Kernels() != nullptr;
     case KernelIsa::kAvx512: return GetCpuFeatures().avx512 && Avx512Kernels() != nullptr;
   }
   return false;
@@ -24,7 +24,7 @@ Result<const KernelSet*> KernelsByName(std::string_view name) {
   }
   if (name == "portable") return &PortableKernels();
   if (name == "avx2") {
-    if (!CpuSupports(KernelIsa::kAvx2)) return Status::Error("kernels 'avx2': this CPU lacks AVX2/FMA");
+    if (!CpuSupports(KernelIsa::kAvx2)) return Status::Error("kernels 'avx2': this CPU lacks AVX2, FMA or F16C");
     return Avx2Kernels();
   }
   if (name == "avx512") {

@@ -39,11 +39,6 @@ void SequenceKv::MarkComputed(int num_new_tokens) {
   num_tokens_ += num_new_tokens;
 }
 
-void SequenceKv::Truncate(int n) {
-  MLA_CHECK(num_borrowed_pages_ == 0 || n >= num_borrowed_pages_ * pool_.page_size());
-  num_tokens_ = std::min(num_tokens_, std::max(0, n));
-}
-
 Status SequenceKv::AdoptPrefix(std::span<const PageId> pages, int num_tokens) {
   if (num_tokens_ != 0 || !pages_.empty()) {
     return Status::Error("a cached prefix can only start an empty sequence");

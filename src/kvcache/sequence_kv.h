@@ -30,9 +30,6 @@ class SequenceKv {
   Status Reserve(int additional_tokens);
   // Returns every page it owns to the pool (not the borrowed ones); the sequence becomes empty.
   void Release();
-  // Forgets positions past n (keeps the pages). Never below the borrowed prefix, whose rows must
-  // not be rewritten.
-  void Truncate(int n);
 
   // Starts an empty sequence from a cached prefix: `pages` are full pages holding positions
   // [0, num_tokens), num_tokens == pages.size() * page_size. They are borrowed (see above): the

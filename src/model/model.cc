@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "core/float16.h"
+#include "core/log.h"
 
 namespace mlaserve {
 
@@ -42,10 +43,10 @@ void LogSkippedMtpLayers(const ModelConfig& config, const Checkpoint& checkpoint
     last_layer = std::max(last_layer, layer);
   }
   if (num_tensors == 0) return;
-  std::fprintf(stderr, "mlaserve: skipping MTP (nextn) layer%s %d%s: %zu tensors, %.1f MB, not loaded\n",
-               first_layer == last_layer ? "" : "s", first_layer,
-               first_layer == last_layer ? "" : ("-" + std::to_string(last_layer)).c_str(), num_tensors,
-               double(num_bytes) / 1e6);
+  Log(LogLevel::kInfo, "mlaserve: skipping MTP (nextn) layer%s %d%s: %zu tensors, %.1f MB, not loaded",
+      first_layer == last_layer ? "" : "s", first_layer,
+      first_layer == last_layer ? "" : ("-" + std::to_string(last_layer)).c_str(), num_tensors,
+      double(num_bytes) / 1e6);
 }
 
 // After packing, only the embedding and kv_b_proj (read by rows, with their scales) are read from

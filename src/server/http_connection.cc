@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 
+#include "core/log.h"
 #include "server/http_response.h"
 
 namespace mlaserve {
@@ -127,12 +128,12 @@ bool RunHandler(HttpConnection& connection, const HttpAnswerContext& context) {
     (*context.handler)(request, writer);
   } catch (const std::exception& error) {
     threw = true;
-    std::fprintf(stderr, "mlaserve: http handler for %s %s threw: %s\n", request.method.c_str(),
-                 request.path.c_str(), error.what());
+    Log(LogLevel::kError, "mlaserve: http handler for %s %s threw: %s", request.method.c_str(),
+        request.path.c_str(), error.what());
   } catch (...) {
     threw = true;
-    std::fprintf(stderr, "mlaserve: http handler for %s %s threw\n", request.method.c_str(),
-                 request.path.c_str());
+    Log(LogLevel::kError, "mlaserve: http handler for %s %s threw", request.method.c_str(),
+        request.path.c_str());
   }
   switch (writer.phase()) {
     case ConnectionResponseWriter::Phase::kNothingSent: {
@@ -159,9 +160,9 @@ bool AnswerRequest(HttpConnection& connection, const HttpAnswerContext& context)
     return RunHandler(connection, context);
   } catch (const std::exception& error) {
     // Allocation failure (a response at the limit on a starved machine): drop this connection.
-    std::fprintf(stderr, "mlaserve: http connection dropped: %s\n", error.what());
+    Log(LogLevel::kWarning, "mlaserve: http connection dropped: %s", error.what());
   } catch (...) {
-    std::fprintf(stderr, "mlaserve: http connection dropped\n");
+    Log(LogLevel::kWarning, "mlaserve: http connection dropped");
   }
   return false;
 }

@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "core/check.h"
+#include "core/log.h"
 #include "server/http_response.h"
 
 namespace mlaserve {
@@ -425,7 +426,7 @@ void HttpEventLoop::StartLingering(int fd, Entry& entry, Clock::time_point now) 
 }
 
 void HttpEventLoop::DropAfterError(int fd, const std::exception& error) {
-  std::fprintf(stderr, "mlaserve: http connection dropped: %s\n", error.what());
+  Log(LogLevel::kWarning, "mlaserve: http connection dropped: %s", error.what());
   if (entries_.contains(fd) && entries_.at(fd).phase != Phase::kAnswering) Close(fd);
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/log.h"
 #include "server/http_connection.h"
 #include "server/http_event_loop.h"
 #include "server/http_handler_threads.h"
@@ -33,10 +34,10 @@ int FitOpenFileLimit(int max_connections) {
   if (limit.rlim_cur >= needed) return max_connections;
   const int fitted = std::max<int>(
       1, static_cast<int>(limit.rlim_cur) - HttpEventLoop::kMaxOverCapConnections - kSpareFds);
-  std::fprintf(stderr,
-               "mlaserve: http max_connections lowered from %d to %d: the open-file limit is %llu "
-               "(raise it with ulimit -n)\n",
-               max_connections, fitted, static_cast<unsigned long long>(limit.rlim_cur));
+  Log(LogLevel::kWarning,
+      "mlaserve: http max_connections lowered from %d to %d: the open-file limit is %llu "
+      "(raise it with ulimit -n)",
+      max_connections, fitted, static_cast<unsigned long long>(limit.rlim_cur));
   return fitted;
 }
 

@@ -75,21 +75,5 @@ TEST(Logprobs, LogSumExpIsStable) {
   EXPECT_EQ(LogSumExp(std::vector<float>{-inf, -inf}), -inf);
 }
 
-TEST(Logprobs, PromptLogprobsAreRowwiseLogSoftmax) {
-  const int vocab = 64;
-  const std::vector<float> row0 = TestLogits(vocab);
-  std::vector<float> rows = row0;
-  for (int i = 0; i < vocab; ++i) rows.push_back(row0[size_t(vocab - 1 - i)] * 0.5f);
-  const std::vector<TokenId> next{5, 60};
-  std::vector<float> out(2);
-  PromptLogprobs(rows, vocab, next, out);
-  LogprobResult r;
-  ComputeLogprobs(std::span(rows).subspan(0, size_t(vocab)), 1.0f, 5, 0, r);
-  EXPECT_FLOAT_EQ(out[0], r.chosen.logprob);
-  ComputeLogprobs(std::span(rows).subspan(size_t(vocab), size_t(vocab)), 1.0f, 60, 0, r);
-  EXPECT_FLOAT_EQ(out[1], r.chosen.logprob);
-  EXPECT_LT(out[0], 0.0f);
-}
-
 }  // namespace
 }  // namespace mlaserve

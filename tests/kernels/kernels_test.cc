@@ -276,6 +276,69 @@ TEST(Kernels, PackedPanelsMatchRowMajorAndAreBatchInvariant) {
   }
 }
 
+// The shapes DeepSeek-V3 runs (hidden 7168, expert intermediate 2048) in the formats its
+// checkpoints ship: every SIMD table, row-major and packed, against the portable row-major
+// product. Long rows are where a dropped tail chunk, a mis-strided scale block or a
+// reassociated sum hides; small shapes cannot show them. One token is checked on every row;
+// thirteen (the token tiles of prefill) on three bands of 128 rows, the middle one straddling a
+// 128-row scale block, so that the scalar reference stays within a second or two.
+TEST(Kernels, RealShapesSimdMatchPortable) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const auto tables = SimdTables();
+  if (tables.empty()) GTEST_SKIP() << "no SIMD kernels on this CPU";
+  ThreadPool pool(2);
+  struct Shape {
+    int64_t rows, cols;
+  };
+  constexpr Shape kShapes[] = {{7168, 2048}, {2048, 7168}};  // [out, in]: down_proj, up_proj
+  constexpr Kind kKinds[] = {Kind::kBF16, Kind::kFp8Rows128, Kind::kInt4};  // int4: groups of 32
+  constexpr int64_t kBandRows = 128;
+  for (const Shape& shape : kShapes) {
+    for (Kind kind : kKinds) {
+      const auto w = MakeWeights(kind, shape.rows, shape.cols, rng);
+      ASSERT_TRUE(w.has_value());
+      std::vector<std::byte> packed_bytes(PackedBytes(w->matrix()));
+      const WeightMatrix packed = PackPanels(w->matrix(), packed_bytes.data(), pool);
+      const int64_t bands[] = {0, shape.rows / 2 - kBandRows / 2, shape.rows - kBandRows};  // first rows
+      for (int64_t n : {1, 13}) {
+        std::vector<float> x(size_t(n * shape.cols));
+        for (float& v : x) v = dist(rng);
+        // The reference on the rows checked: all of them for one token, the bands for more.
+        std::vector<float> expected(size_t(n * shape.rows), std::nanf(""));
+        if (n == 1) {
+          PortableKernels().matmul_rows(x.data(), n, w->matrix(), 0, shape.rows, expected.data(), shape.rows);
+        } else {
+          for (int64_t first : bands) {
+            PortableKernels().matmul_rows(x.data(), n, w->matrix(), first, first + kBandRows, expected.data(),
+                                          shape.rows);
+          }
+        }
+        for (const KernelSet* k : tables) {
+          SCOPED_TRACE(std::string(k->name) + " " + KindName(kind) + " " + std::to_string(shape.rows) + "x" +
+                       std::to_string(shape.cols) + " n=" + std::to_string(n));
+          std::vector<float> rows_out(size_t(n * shape.rows), -7.0f), panels_out(size_t(n * shape.rows), -7.0f);
+          k->matmul_rows(x.data(), n, w->matrix(), 0, shape.rows, rows_out.data(), shape.rows);
+          k->matmul_panels(x.data(), n, packed, 0, packed.num_panels(), panels_out.data(), shape.rows);
+          int64_t compared = 0;
+          for (size_t i = 0; i < rows_out.size(); ++i) {
+            const float want = expected[i];
+            if (std::isnan(want)) continue;  // a row outside the bands
+            // fp32 sums of cols terms in another order: a few ulps of the row's magnitude.
+            const float tolerance = 2e-5f * (std::sqrt(float(shape.cols)) + std::abs(want));
+            ASSERT_NEAR(rows_out[i], want, tolerance) << "matmul_rows, token " << i / size_t(shape.rows) << " row "
+                                                      << i % size_t(shape.rows);
+            ASSERT_NEAR(panels_out[i], want, tolerance) << "matmul_panels, token " << i / size_t(shape.rows)
+                                                        << " row " << i % size_t(shape.rows);
+            ++compared;
+          }
+          EXPECT_EQ(compared, n == 1 ? shape.rows : n * 3 * kBandRows);
+        }
+      }
+    }
+  }
+}
+
 TEST(Kernels, ByNameRejectsUnknown) {
   auto k = KernelsByName("sse9");
   ASSERT_FALSE(k.ok());

@@ -267,7 +267,7 @@ TEST_F(ServeTest, OfficialOpenAiNodeClient) {
   EXPECT_NE(r->out.find("OK:"), std::string::npos) << r->out << r->err;
 }
 
-TEST_F(ServeTest, HealthGenerateFlushAndAbort) {
+TEST_F(ServeTest, HealthGenerateAndFlush) {
   EXPECT_EQ(Get(*server_, "/health_generate").status_code, 200);
   // A cached prefix is reused, then flushed.
   const std::string body = R"({"text": "To be, or not to be, that is the question: whether 'tis nobler in the mind",
@@ -286,20 +286,35 @@ TEST_F(ServeTest, HealthGenerateFlushAndAbort) {
   auto flushed = json::parse(Post(*server_, "/generate", body).body);
   EXPECT_EQ(flushed["meta_info"]["cached_tokens"], 0);
 
-  // /abort_request ends a running request with finish_reason abort.
-  json result;
-  std::thread client([&] {
-    auto r = HttpClient().Request("POST", server_->Url("/generate"),
-                                  R"({"rid": "victim", "text": "KING:", "sampling_params": {"max_new_tokens": 1900, "ignore_eos": true}})",
-                                  {}, 30000);
-    if (r.ok()) result = json::parse(r->body, nullptr, false);
-  });
-  EXPECT_TRUE(testing::WaitForRunningRequests(*server_)) << "the request never started";
-  EXPECT_EQ(Post(*server_, "/abort_request", R"({"rid": "victim"})").status_code, 200);
-  client.join();
-  ASSERT_TRUE(result.is_object());
-  EXPECT_EQ(result["meta_info"]["finish_reason"]["type"], "abort");
-  EXPECT_LT(result["meta_info"]["completion_tokens"].get<int>(), 1900);
+}
+
+// /abort_request ends a request with finish_reason abort. The server runs one request at a time,
+// so the victim waits behind a long request and cannot finish before the abort however slowly
+// the test runs (aborting a running request instead raced its 1900 tokens on a loaded machine).
+TEST(ServeAbort, AbortRequestEndsTheRequestItNames) {
+  ServerProcess server({"--max-running-requests", "1"});
+  const auto generate = [&](const std::string& rid, json& result) {
+    return std::thread([&server, rid, &result] {
+      auto r = HttpClient().Request("POST", server.Url("/generate"),
+                                    R"({"rid": ")" + rid + R"(", "text": "KING:", "sampling_params": )"
+                                    R"({"max_new_tokens": 1900, "ignore_eos": true}})",
+                                    {}, 60000);
+      if (r.ok()) result = json::parse(r->body, nullptr, false);
+    });
+  };
+  json blocker_result, victim_result;
+  std::thread blocker = generate("blocker", blocker_result);
+  ASSERT_TRUE(testing::WaitForRunningRequests(server)) << "the blocker never started";
+  std::thread victim = generate("victim", victim_result);
+  ASSERT_TRUE(testing::WaitForQueuedRequests(server)) << "the victim never queued";
+  EXPECT_EQ(Post(server, "/abort_request", R"({"rid": "victim"})").status_code, 200);
+  victim.join();
+  // Aborting the blocker only ends the test sooner; whether it finished first is a race.
+  Post(server, "/abort_request", R"({"rid": "blocker"})");
+  blocker.join();
+  ASSERT_TRUE(victim_result.is_object());
+  EXPECT_EQ(victim_result["meta_info"]["finish_reason"]["type"], "abort") << victim_result.dump();
+  EXPECT_LT(victim_result["meta_info"]["completion_tokens"].get<int>(), 1900);
 }
 
 TEST_F(ServeTest, FlushCacheIsRefusedWhileARequestRunsAndFreesNothing) {

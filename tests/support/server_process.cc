@@ -95,17 +95,30 @@ HttpResponse Get(const ServerProcess& s, const std::string& path, const HttpHead
   return r.ok() ? *r : HttpResponse{};
 }
 
-bool WaitForRunningRequests(const ServerProcess& s, int count) {
+namespace {
+
+// Polls /get_server_info until its `field` reaches count (30 s at most).
+bool WaitForServerInfoCount(const ServerProcess& s, const char* field, int count) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < deadline) {
     auto r = HttpClient().Request("GET", s.Url("/get_server_info"), "", {}, 5000);
     if (r.ok() && r->status_code == 200) {
       const nlohmann::json info = nlohmann::json::parse(r->body, nullptr, false);
-      if (info.is_object() && info.value("num_running_reqs", 0) >= count) return true;
+      if (info.is_object() && info.value(field, 0) >= count) return true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
+}
+
+}  // namespace
+
+bool WaitForRunningRequests(const ServerProcess& s, int count) {
+  return WaitForServerInfoCount(s, "num_running_reqs", count);
+}
+
+bool WaitForQueuedRequests(const ServerProcess& s, int count) {
+  return WaitForServerInfoCount(s, "num_queue_reqs", count);
 }
 
 std::vector<std::string> StreamEvents(const ServerProcess& s, const std::string& path, const std::string& body) {

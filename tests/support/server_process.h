@@ -58,6 +58,8 @@ HttpResponse Get(const ServerProcess& s, const std::string& path, const HttpHead
 // Polls /get_server_info until at least `count` requests are running (true), or 30 s pass. For
 // tests that must act while a generation is in progress: a condition, not a guessed delay.
 bool WaitForRunningRequests(const ServerProcess& s, int count = 1);
+// True once at least `count` requests wait in the queue (num_queue_reqs), false after 30 s.
+bool WaitForQueuedRequests(const ServerProcess& s, int count = 1);
 // Streams a POST and returns the SSE data payloads.
 std::vector<std::string> StreamEvents(const ServerProcess& s, const std::string& path, const std::string& body);
 
