@@ -8,8 +8,10 @@
 //
 // V provides: kLanes; type Reg; Zero(); LoadF32(const float*); LoadW<DType>(const std::byte*)
 // (kLanes weights -> fp32); LoadFp8(p) (kLanes E4M3 codes -> value / 256); LoadInt4(p) (kLanes
-// nibbles, lane 2j low in byte j -> nibble - 8); Mul; Fma(a, b, acc) = a*b+acc; Sum(Reg);
-// StoreF32(float*, Reg).
+// nibbles, lane 2j low in byte j -> nibble - 8); LoadFp8Columns(p, first, second) (two fp8
+// panel columns, codes at p and p + 16); LoadInt4Columns(p, low, high) (kLanes bytes of a paired
+// int4 panel -> its two columns, each nibble - 8); Mul; Fma(a, b, acc) = a*b+acc; Sum(Reg);
+// StoreF32(float*, Reg). kPanelTokens: tokens a panel tile keeps in registers.
 
 #include <cstring>
 #include <type_traits>
