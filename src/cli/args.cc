@@ -207,6 +207,10 @@ std::optional<int> Args::Finish() {
   return 2;
 }
 
+bool Args::WasGiven(const std::string& name) const {
+  return std::any_of(given_.begin(), given_.end(), [&](const Given& g) { return g.name == name; });
+}
+
 int Fail(const std::string& command, const std::string& message, int code) {
   std::fprintf(stderr, "mlaserve %s: %s\n", command.c_str(), message.c_str());
   return code;

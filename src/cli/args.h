@@ -37,6 +37,9 @@ class Args {
   // Every value given for a repeatable flag, in order.
   std::vector<std::string> All(const std::string& name, const char* help, const FlagSpec& spec = {});
 
+  // Whether the command line gave `name` (for flags that only mean something with others).
+  bool WasGiven(const std::string& name) const;
+
   // A flag SGLang has and mlaserve refuses: listed in --help; given, it is an error naming `why`.
   void Refuse(const std::string& name, const std::string& why);
   // An error found by the command before Finish() (a value out of what another flag allows):

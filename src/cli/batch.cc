@@ -319,7 +319,8 @@ int RunBatch(Args& args) {
   f.dry_run = args.Switch("dry-run", "validate the input and print the counts; contact no one");
   f.accept_existing = args.Switch("accept-existing",
                                   "keep output lines the progress DB lacks even if made with other settings");
-  f.request_timeout_s = args.Double("request-timeout", 600, "seconds per request", {.value_name = "S", .above = 0});
+  f.request_timeout_s = args.Double("request-timeout", 600, "seconds per request to --endpoint servers",
+                                    {.value_name = "S", .above = 0});
   f.progress_interval_s = args.Double("progress-interval", 10, "seconds between progress lines off a terminal",
                                       {.value_name = "S", .above = 0});
   f.runner.concurrency = args.Int("concurrency", 8, "requests in flight", {.min = 1});
@@ -352,6 +353,9 @@ int RunBatch(Args& args) {
   }
   if (in_process && !f.tokenizer.empty()) {
     args.Reject("--tokenizer is for --endpoint runs; in process the tokenizer is --model-path's");
+  }
+  if (in_process && args.WasGiven("request-timeout")) {
+    args.Reject("--request-timeout is for --endpoint runs; in process no request times out");
   }
   if (auto exit_code = args.Finish()) return *exit_code;
   if (f.errors.empty()) f.errors = ErrorsPathFor(f.output);

@@ -179,6 +179,10 @@ TEST(Cli, FlagsWithNoEffectInACombinationAreRefused) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--tokenizer is for --endpoint runs"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--checkpoint-interval"), std::string::npos) << r.err;
+  r = RunMlaserve("batch --model-path " + kModel + " --request-timeout 5 --input " + ShellQuote(dir.path() + "/in") +
+                  " --output " + ShellQuote(dir.path() + "/out.jsonl"));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--request-timeout is for --endpoint runs"), std::string::npos) << r.err;
 }
 
 TEST(Cli, UnknownAndRefusedFlagsAreAllReportedAtOnce) {
