@@ -26,18 +26,21 @@ TEST(CpuModelRunner, ExecutesAPlanAsEachSequenceRunsAlone) {
   auto model = Model::Load(kModel, ModelOptions{.max_batch_tokens = 128, .max_context = 256});
   ASSERT_TRUE(model.ok()) << model.error();
   const ModelConfig& c = (*model)->config();
-  auto pool = KvPool::Create({.format = KvFormat::kBF16, .num_layers = c.num_hidden_layers,
-                              .latent_dim = c.kv_lora_rank, .rope_dim = c.qk_rope_head_dim,
-                              .page_size = 16, .num_pages = 32});
-  ASSERT_TRUE(pool.ok()) << pool.error();
-  CpuModelRunner runner(**model, DefaultKernels(), **pool);
+  // The runner holds the bytes; the test, standing in for the scheduler, the page ids.
+  auto storage = HostKvStorage::Create({.format = KvFormat::kBF16, .num_layers = c.num_hidden_layers,
+                                        .latent_dim = c.kv_lora_rank, .rope_dim = c.qk_rope_head_dim,
+                                        .page_size = 16, .num_pages = 32});
+  ASSERT_TRUE(storage.ok()) << storage.error();
+  auto pages = PageAllocator::Create(16, 32);
+  ASSERT_TRUE(pages.ok()) << pages.error();
+  CpuModelRunner runner(**model, DefaultKernels(), **storage);
   EXPECT_EQ(runner.info().vocab_size, c.vocab_size);
   EXPECT_EQ(runner.info().max_batch_tokens, 128);
   EXPECT_EQ(runner.info().max_context, 256);
   runner.ReserveLogitsRows(16);
 
   const std::vector<TokenId> a = Prompt(20, 1), b = Prompt(9, 2);
-  SequenceKv kv_a(**pool, 256), kv_b(**pool, 256);
+  SequenceKv kv_a(**pages, 256), kv_b(**pages, 256);
   ASSERT_TRUE(kv_a.Reserve(int(a.size())).ok());
   ASSERT_TRUE(kv_b.Reserve(int(b.size())).ok());
   BatchPlan plan;
