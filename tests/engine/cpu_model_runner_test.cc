@@ -22,18 +22,24 @@ std::vector<TokenId> Prompt(int len, uint64_t seed) {
   return p;
 }
 
+// The bytes of num_pages pages in the model's KV shape.
+std::unique_ptr<HostKvStorage> StorageFor(const ModelConfig& c, KvFormat format, int page_size, int64_t num_pages) {
+  auto storage = HostKvStorage::Create({.format = format, .num_layers = c.num_hidden_layers,
+                                        .latent_dim = c.kv_lora_rank, .rope_dim = c.qk_rope_head_dim,
+                                        .page_size = page_size, .num_pages = num_pages});
+  EXPECT_TRUE(storage.ok()) << storage.error();
+  return std::move(storage).value();
+}
+
 TEST(CpuModelRunner, ExecutesAPlanAsEachSequenceRunsAlone) {
   auto model = Model::Load(kModel, ModelOptions{.max_batch_tokens = 128, .max_context = 256});
   ASSERT_TRUE(model.ok()) << model.error();
   const ModelConfig& c = (*model)->config();
   // The runner holds the bytes; the test, standing in for the scheduler, the page ids.
-  auto storage = HostKvStorage::Create({.format = KvFormat::kBF16, .num_layers = c.num_hidden_layers,
-                                        .latent_dim = c.kv_lora_rank, .rope_dim = c.qk_rope_head_dim,
-                                        .page_size = 16, .num_pages = 32});
-  ASSERT_TRUE(storage.ok()) << storage.error();
+  std::unique_ptr<HostKvStorage> storage = StorageFor(c, KvFormat::kBF16, 16, 32);
   auto pages = PageAllocator::Create(16, 32);
   ASSERT_TRUE(pages.ok()) << pages.error();
-  CpuModelRunner runner(**model, DefaultKernels(), **storage);
+  CpuModelRunner runner(**model, DefaultKernels(), *storage);
   EXPECT_EQ(runner.info().vocab_size, c.vocab_size);
   EXPECT_EQ(runner.info().max_batch_tokens, 128);
   EXPECT_EQ(runner.info().max_context, 256);
@@ -88,13 +94,10 @@ TEST(CpuModelRunner, WritesRowsIntoItsStorageAtThePlansPageIds) {
   auto model = Model::Load(kModel, ModelOptions{.max_batch_tokens = 64, .max_context = 64});
   ASSERT_TRUE(model.ok()) << model.error();
   const ModelConfig& c = (*model)->config();
-  auto storage = HostKvStorage::Create({.format = KvFormat::kFP8DsMla, .num_layers = c.num_hidden_layers,
-                                        .latent_dim = c.kv_lora_rank, .rope_dim = c.qk_rope_head_dim,
-                                        .page_size = 4, .num_pages = 8});
-  ASSERT_TRUE(storage.ok()) << storage.error();
-  CpuModelRunner runner(**model, DefaultKernels(), **storage);
+  std::unique_ptr<HostKvStorage> storage = StorageFor(c, KvFormat::kFP8DsMla, 4, 8);
+  CpuModelRunner runner(**model, DefaultKernels(), *storage);
   runner.ReserveLogitsRows(4);
-  const KvHostRows rows = (*storage)->HostRows();
+  const KvHostRows rows = storage->HostRows();
 
   const std::vector<PageId> page_table = {6, 2};  // 7 tokens: rows 0-3 of page 6, 0-2 of page 2
   BatchPlan plan;
