@@ -438,7 +438,7 @@ int RunBatch(Args& args) {
 
   // Who generates.
   std::optional<LoadedModel> loaded;
-  std::unique_ptr<KvPool> pool;
+  EngineKv kv;
   std::unique_ptr<CpuModelRunner> model_runner;
   std::unique_ptr<Engine> engine;
   std::optional<Tokenizer> own_tokenizer;
@@ -452,11 +452,11 @@ int RunBatch(Args& args) {
     if (!l.ok()) return Fail("batch", l.error());
     loaded = std::move(l).value();
     const ModelConfig& c = loaded->model->config();
-    auto p = CreateEnginePool(*loaded, model_flags.page_size);
-    if (!p.ok()) return Fail("batch", p.error());
-    pool = std::move(p).value();
-    model_runner = std::make_unique<CpuModelRunner>(*loaded->model, *loaded->kernels, *pool);
-    engine = std::make_unique<Engine>(*model_runner, *pool, engine_options, &*loaded->tokenizer);
+    auto created_kv = CreateEngineKv(*loaded, model_flags.page_size);
+    if (!created_kv.ok()) return Fail("batch", created_kv.error());
+    kv = std::move(created_kv).value();
+    model_runner = std::make_unique<CpuModelRunner>(*loaded->model, *loaded->kernels, *kv.storage);
+    engine = std::make_unique<Engine>(*model_runner, *kv.allocator, engine_options, &*loaded->tokenizer);
     engine->Start();
     tokenizer = &*loaded->tokenizer;
     model_type = c.model_type;

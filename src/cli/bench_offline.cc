@@ -79,12 +79,12 @@ int RunBenchOffline(Args& args) {
     }
   }
 
-  auto pool = CreateEnginePool(*loaded, model_flags.page_size);
-  if (!pool.ok()) return Fail("bench-offline", pool.error());
+  auto kv = CreateEngineKv(*loaded, model_flags.page_size);
+  if (!kv.ok()) return Fail("bench-offline", kv.error());
   Log(LogLevel::kInfo, "[mlaserve] kv_cache_dtype=%s, %s", KvFormatName(loaded->kv_cache.kv_format),
       loaded->kv_budget.log_line.c_str());
-  CpuModelRunner runner(model, *loaded->kernels, **pool);
-  Engine engine(runner, **pool, engine_options);
+  CpuModelRunner runner(model, *loaded->kernels, *kv->storage);
+  Engine engine(runner, *kv->allocator, engine_options);
 
   std::mutex mu;
   int finished = 0, failed = 0;

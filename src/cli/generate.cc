@@ -62,7 +62,7 @@ int RunGenerate(Args& args) {
   }
   Log(LogLevel::kInfo, "[mlaserve] model=%s, kv_cache_dtype=%s, %s", model_flags.model_path.c_str(),
       KvFormatName(loaded->kv_cache.kv_format), loaded->kv_budget.log_line.c_str());
-  if (runner.pool().capacity_tokens() < int64_t(ids->size()) + max_new_tokens) {
+  if (runner.allocator().capacity_tokens() < int64_t(ids->size()) + max_new_tokens) {
     return Fail("generate", "the KV budget holds " + std::to_string(loaded->kv_budget.max_total_num_tokens) +
                                 " tokens, fewer than this request needs (" +
                                 std::to_string(ids->size() + size_t(max_new_tokens)) + ")", 2);

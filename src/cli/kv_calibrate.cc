@@ -47,9 +47,10 @@ int RunKvCalibrate(Args& args) {
     if (Status s = (*runner)->Append(std::span(*ids).subspan(begin, count)); !s.ok()) {
       return Fail("kv-calibrate", s.message());
     }
+    const KvHostRows rows = (*runner)->storage().HostRows();
     for (int l = 0; l < c.num_hidden_layers; ++l) {
       for (int p = 0; p < int(count); ++p) {
-        const std::byte* row = (*runner)->kv().Row(l, p);
+        const std::byte* row = rows.Row(l, (*runner)->kv().pages(), p);
         for (int i = 0; i < c.kv_cache_dim(); ++i) {
           float v;
           std::memcpy(&v, row + 4 * i, 4);

@@ -110,19 +110,22 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
   return loaded;
 }
 
-Result<std::unique_ptr<KvPool>> CreateEnginePool(const LoadedModel& loaded, int page_size) {
+Result<EngineKv> CreateEngineKv(const LoadedModel& loaded, int page_size) {
   const ModelConfig& c = loaded.model->config();
-  auto pool = KvPool::Create(KvPoolOptions{.format = loaded.kv_cache.kv_format,
-                                           .num_layers = c.num_hidden_layers,
-                                           .latent_dim = c.kv_lora_rank,
-                                           .rope_dim = c.qk_rope_head_dim,
-                                           .page_size = page_size,
-                                           .num_pages = loaded.kv_budget.max_total_num_tokens / page_size});
-  if (!pool.ok()) return pool.status();
+  const int64_t num_pages = loaded.kv_budget.max_total_num_tokens / page_size;
+  auto storage = HostKvStorage::Create(KvStorageShape{.format = loaded.kv_cache.kv_format,
+                                                      .num_layers = c.num_hidden_layers,
+                                                      .latent_dim = c.kv_lora_rank,
+                                                      .rope_dim = c.qk_rope_head_dim,
+                                                      .page_size = page_size,
+                                                      .num_pages = num_pages});
+  if (!storage.ok()) return storage.status();
   if (!loaded.kv_cache.kv_tensor_scales.empty()) {
-    MLA_RETURN_IF_ERROR((*pool)->SetTensorScales(loaded.kv_cache.kv_tensor_scales));
+    MLA_RETURN_IF_ERROR((*storage)->SetTensorScales(loaded.kv_cache.kv_tensor_scales));
   }
-  return pool;
+  auto allocator = PageAllocator::Create(page_size, num_pages);
+  if (!allocator.ok()) return allocator.status();
+  return EngineKv{.allocator = std::move(allocator).value(), .storage = std::move(storage).value()};
 }
 
 }  // namespace mlaserve::cli

@@ -9,6 +9,8 @@
 #include "kernels/kernels.h"
 #include "engine/sequence_runner.h"
 #include "kvcache/kv_budget.h"
+#include "kvcache/kv_storage.h"
+#include "kvcache/page_allocator.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -51,8 +53,13 @@ struct LoadedModel {
 // Logs that --trust-remote-code has no effect when it was given.
 Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer);
 
-// The engine's KV pool for a loaded model: its format, scales and page size, sized to the
-// whole budget (max_total_num_tokens).
-Result<std::unique_ptr<KvPool>> CreateEnginePool(const LoadedModel& loaded, int page_size);
+// The engine's KV cache for a loaded model, sized to the whole budget (max_total_num_tokens):
+// the page ids (for the Engine's scheduler) and their bytes in the model's KV format and scales
+// (for the CpuModelRunner). Both have the same page_size and num_pages.
+struct EngineKv {
+  std::unique_ptr<PageAllocator> allocator;
+  std::unique_ptr<HostKvStorage> storage;
+};
+Result<EngineKv> CreateEngineKv(const LoadedModel& loaded, int page_size);
 
 }  // namespace mlaserve::cli

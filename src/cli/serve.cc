@@ -111,8 +111,8 @@ int RunServe(Args& args) {
   Log(LogLevel::kInfo, "[mlaserve] tokenizer: Unicode %s (libpcre2 %s; tested with %s)",
       TokenizerUnicodeVersion().c_str(), Pcre2Version().c_str(), std::string(kTestedUnicodeVersion).c_str());
 
-  auto pool = CreateEnginePool(*loaded, model_flags.page_size);
-  if (!pool.ok()) return Fail("serve", pool.error());
+  auto kv = CreateEngineKv(*loaded, model_flags.page_size);
+  if (!kv.ok()) return Fail("serve", kv.error());
   Log(LogLevel::kInfo, "[mlaserve] model=%s (%s, %d layers), served_model_name=%s, kernels=%s, threads=%d",
       model_flags.model_path.c_str(), c.model_type.c_str(), c.num_hidden_layers, served_name.c_str(),
       loaded->kernels->name, model.pool().num_threads());
@@ -126,12 +126,12 @@ int RunServe(Args& args) {
   Log(LogLevel::kInfo,
       "[mlaserve] max_total_num_tokens=%lld, chunked_prefill_size=%d, max_prefill_tokens=%d, "
       "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB",
-      (long long)(*pool)->capacity_tokens(), engine_options.chunked_prefill_size,
+      (long long)kv->allocator->capacity_tokens(), engine_options.chunked_prefill_size,
       engine_options.max_prefill_tokens, engine_options.max_running_requests, model.max_context(),
       available_gb);
 
-  CpuModelRunner runner(model, *loaded->kernels, **pool);
-  Engine engine(runner, **pool, engine_options, &*loaded->tokenizer);
+  CpuModelRunner runner(model, *loaded->kernels, *kv->storage);
+  Engine engine(runner, *kv->allocator, engine_options, &*loaded->tokenizer);
   engine.Start();
   nlohmann::json info{{"model_path", model_dir},
                       {"served_model_name", served_name},

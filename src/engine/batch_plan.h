@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/types.h"
-#include "kvcache/kv_pool.h"
+#include "kvcache/page_allocator.h"
 
 namespace mlaserve {
 

@@ -4,10 +4,10 @@
 
 namespace mlaserve {
 
-CpuModelRunner::CpuModelRunner(Model& model, const KernelSet& kernels, KvPool& kv_pool)
+CpuModelRunner::CpuModelRunner(Model& model, const KernelSet& kernels, KvStorage& kv)
     : model_(model),
       kernels_(kernels),
-      kv_pool_(kv_pool),
+      kv_(kv),
       info_{.vocab_size = model.config().vocab_size,
             .hidden_size = int(model.config().hidden_size),
             .max_batch_tokens = model.max_batch_tokens(),
@@ -31,7 +31,7 @@ Result<ModelRunnerOutput> CpuModelRunner::Execute(const BatchPlan& plan) {
                                        .num_tokens = s.num_new_tokens,
                                        .all_logits = s.all_logits});
   }
-  MLA_RETURN_IF_ERROR(model_.Forward(kernels_, kv_pool_, plan.tokens, segments_, LogitsMode::kLastPerSegment,
+  MLA_RETURN_IF_ERROR(model_.Forward(kernels_, kv_, plan.tokens, segments_, LogitsMode::kLastPerSegment,
                                      logits_.data()));
   ModelRunnerOutput out{.logits = std::span(logits_).first(size_t(plan.num_logits_rows) * size_t(info_.vocab_size))};
   if (plan.return_hidden_states) out.hidden_states = model_.last_hidden_rows(plan.num_logits_rows);

@@ -28,14 +28,14 @@ EngineOptions Clamped(EngineOptions options, int max_batch_tokens) {
 
 }  // namespace
 
-Engine::Engine(ModelRunner& runner, KvPool& pool, const EngineOptions& options, const Tokenizer* tokenizer)
+Engine::Engine(ModelRunner& runner, PageAllocator& allocator, const EngineOptions& options, const Tokenizer* tokenizer)
     : runner_(runner),
-      pool_(pool),
+      allocator_(allocator),
       options_(Clamped(options, runner.info().max_batch_tokens)),
-      scheduler_(pool, options_, runner.info().max_batch_tokens),
+      scheduler_(allocator, options_, runner.info().max_batch_tokens),
       output_(runner.info(), tokenizer) {
   runner_.ReserveLogitsRows(options_.max_running_requests + kLogprobChunkTokens);
-  stats_.max_total_num_tokens = pool_.capacity_tokens();
+  stats_.max_total_num_tokens = allocator_.capacity_tokens();
 }
 
 Engine::~Engine() { Stop(); }
@@ -84,17 +84,17 @@ Status Engine::Submit(GenerateRequest request, OutputCallback callback) {
                          " tokens) plus max_new_tokens (" + std::to_string(request.sampling.max_new_tokens) +
                          ") exceeds the context length " + std::to_string(model.max_context));
   }
-  if (total > pool_.capacity_tokens()) {
+  if (total > allocator_.capacity_tokens()) {
     return Status::Error("the request needs " + std::to_string(total) +
                          " tokens of KV cache, more than the whole pool holds (max_total_num_tokens=" +
-                         std::to_string(pool_.capacity_tokens()) + ")");
+                         std::to_string(allocator_.capacity_tokens()) + ")");
   }
   auto r = std::make_unique<Request>();
   r->spec = std::move(request);
   r->callback = std::move(callback);
   r->tokens = r->spec.input_ids;
   r->tokens.reserve(size_t(total));
-  r->kv = std::make_unique<SequenceKv>(pool_, model.max_context);
+  r->kv = std::make_unique<SequenceKv>(allocator_, model.max_context);
   r->penalties = PenaltyState(r->spec.sampling.max_new_tokens);
   MLA_RETURN_IF_ERROR(output_.Prepare(*r));
   r->submit_time = Clock::now();
@@ -260,9 +260,9 @@ void Engine::EndDecodeInterval() {
 }
 
 void Engine::PublishStats() {
-  const int64_t capacity = pool_.capacity_tokens();
+  const int64_t capacity = allocator_.capacity_tokens();
   const int64_t evictable = scheduler_.evictable_pages();
-  const int64_t used = capacity - (pool_.num_free_pages() + evictable) * pool_.page_size();
+  const int64_t used = capacity - (allocator_.num_free_pages() + evictable) * allocator_.page_size();
   max_running_seen_ = std::max<int64_t>(max_running_seen_, int64_t(scheduler_.num_running()));
   const SchedulerCounters& counters = scheduler_.counters();
   std::lock_guard<std::mutex> lock(stats_mutex_);

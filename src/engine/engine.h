@@ -3,8 +3,9 @@
 //   intake -> Scheduler::Schedule (a BatchPlan: capacity step, then batch step)
 //          -> ModelRunner::Execute (one forward over decode tokens and prefill chunks together)
 //          -> OutputProcessor::Process (sample, detokenize, stop checks, stream)
-// over one paged KV pool and an optional radix prefix cache (the scheduler's), both sized at
-// start-up. The engine knows the model only through the ModelRunner interface.
+// over the page ids of one paged KV cache (a PageAllocator) and an optional radix prefix cache
+// (the scheduler's), both sized at start-up. The engine knows the model only through the
+// ModelRunner interface, and the KV bytes not at all (the runner's KvStorage holds them).
 // Threads: Submit/Abort/FlushCache may be called from any thread; they touch only the intake
 // queue, whose lock is never held while the engine computes. Output callbacks run on the engine
 // thread.
@@ -25,16 +26,16 @@
 #include "engine/output_processor.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
-#include "kvcache/kv_pool.h"
+#include "kvcache/page_allocator.h"
 
 namespace mlaserve {
 
 class Engine {
  public:
-  // runner and pool must outlive the engine; the runner executes plans whose pages live in
-  // pool, whose capacity is the KV budget. tokenizer (optional, must outlive the engine)
+  // runner and allocator must outlive the engine; the allocator's page ids index the runner's
+  // KV storage (same page_size and num_pages), and its capacity is the KV budget. tokenizer (optional, must outlive the engine)
   // enables text output and stop strings.
-  Engine(ModelRunner& runner, KvPool& pool, const EngineOptions& options, const Tokenizer* tokenizer = nullptr);
+  Engine(ModelRunner& runner, PageAllocator& allocator, const EngineOptions& options, const Tokenizer* tokenizer = nullptr);
   ~Engine();  // stops the loop; unfinished requests are aborted (their callbacks see kAbort)
 
   void Start();  // starts the engine thread
@@ -47,7 +48,7 @@ class Engine {
   // Aborts a queued or running request; its last chunk has finish_reason kAbort. Unknown ids
   // are ignored (the request may have finished already).
   void Abort(const std::string& rid);
-  // SGLang's /flush_cache: returns every cached prefix page to the pool, but only when no request
+  // SGLang's /flush_cache: returns every cached prefix page to the allocator, but only when no request
   // is running or queued (otherwise changes nothing; the result says what stayed and why).
   // Blocks until the engine thread has done it (at most one step). Without Start(), runs on the
   // calling thread, which must be the one that calls Step(). An error once Stop() has begun.
@@ -82,7 +83,7 @@ class Engine {
   void PublishStats();
 
   ModelRunner& runner_;
-  KvPool& pool_;
+  PageAllocator& allocator_;
   EngineOptions options_;
   Scheduler scheduler_;      // engine-thread state: the queues, the prefix cache, each step's plan
   OutputProcessor output_;   // engine-thread state: sampling, detokenization, delivery

@@ -17,15 +17,15 @@ constexpr int kRetractDecodeSteps = 20;
 
 }  // namespace
 
-Scheduler::Scheduler(KvPool& pool, const EngineOptions& options, int max_batch_tokens)
-    : pool_(pool), options_(options), max_batch_tokens_(max_batch_tokens) {
+Scheduler::Scheduler(PageAllocator& allocator, const EngineOptions& options, int max_batch_tokens)
+    : allocator_(allocator), options_(options), max_batch_tokens_(max_batch_tokens) {
   planned_.reserve(size_t(options_.max_running_requests));
   plan_.sequences.reserve(size_t(options_.max_running_requests));
   plan_.tokens.reserve(size_t(max_batch_tokens_));
   step_decodes_.reserve(size_t(options_.max_running_requests));
   step_prefills_.reserve(size_t(options_.max_running_requests));
   step_prefill_lengths_.reserve(size_t(options_.max_running_requests));
-  if (!options_.disable_radix_cache) radix_ = std::make_unique<RadixCache>(pool_);
+  if (!options_.disable_radix_cache) radix_ = std::make_unique<RadixCache>(allocator_);
   const double c = std::max(0.0, options_.schedule_conservativeness);
   new_token_ratio_ = std::min(1.0, 0.7 * c);
   min_new_token_ratio_ = std::min(new_token_ratio_, 0.14 * c);
@@ -89,9 +89,9 @@ int64_t Scheduler::TakeIntervalRetractions() { return std::exchange(retracted_in
 // ---- capacity step ---------------------------------------------------------------------------
 
 bool Scheduler::EnsureFreePages(int64_t pages) {
-  if (pool_.num_free_pages() >= pages) return true;
-  if (radix_) radix_->Evict(pages - pool_.num_free_pages());
-  return pool_.num_free_pages() >= pages;
+  if (allocator_.num_free_pages() >= pages) return true;
+  if (radix_) radix_->Evict(pages - allocator_.num_free_pages());
+  return allocator_.num_free_pages() >= pages;
 }
 
 int64_t Scheduler::ReservedFutureTokens() const {
@@ -160,7 +160,7 @@ void Scheduler::ReleaseKv(Request& r, bool cache_prefix) {
   if (radix_ && cache_prefix) {
     // The cache takes the full pages (recognising the borrowed ones as its own and freeing any
     // duplicates); Release then frees the partial last page and unused reservations.
-    const int page_size = pool_.page_size();
+    const int page_size = allocator_.page_size();
     const std::span<const PageId> pages = kv.HandOverPages(kv.num_tokens() / page_size);
     radix_->Insert(std::span(r.tokens).first(pages.size() * size_t(page_size)), pages);
   }
@@ -184,7 +184,7 @@ void Scheduler::MatchPrefix(Request& r) {
 }
 
 int64_t Scheduler::PagesToCover(const Request& r, int chunk) const {
-  const int page_size = pool_.page_size();
+  const int page_size = allocator_.page_size();
   return (r.kv->num_tokens() + chunk + page_size - 1) / page_size - int64_t(r.kv->pages().size());
 }
 
@@ -214,8 +214,8 @@ void Scheduler::AdmitWaiting(int token_budget, bool& logprob_segment_used, std::
     for (auto& [len, i] : keyed) sorted.push_back(std::move(waiting_[i]));
     waiting_ = std::move(sorted);
   }
-  const int page_size = pool_.page_size();
-  int64_t available = (pool_.num_free_pages() + (radix_ ? radix_->evictable_pages() : 0)) * page_size -
+  const int page_size = allocator_.page_size();
+  int64_t available = (allocator_.num_free_pages() + (radix_ ? radix_->evictable_pages() : 0)) * page_size -
                       ReservedFutureTokens();
   int prefill_tokens = 0;
   while (!waiting_.empty() && int(running_.size()) < options_.max_running_requests &&

@@ -9,7 +9,8 @@
 //             queue (fcfs or lpm), which match the longest cached prefix and reserve KV pages.
 // Ownership: the scheduler owns the queued and running requests (the engine hands them over at
 // intake and takes them back to abort), the radix prefix cache, and the page bookkeeping of
-// every request's SequenceKv; the pool's bytes belong to whoever executes the plan.
+// every request's SequenceKv, through the PageAllocator it borrows; the pages' bytes are the
+// KvStorage of whoever executes the plan (kvcache/kv_storage.h).
 // Threads: the engine thread only.
 #pragma once
 
@@ -23,7 +24,7 @@
 #include "engine/batch_plan.h"
 #include "engine/engine_types.h"
 #include "engine/request.h"
-#include "kvcache/kv_pool.h"
+#include "kvcache/page_allocator.h"
 #include "kvcache/radix_cache.h"
 
 namespace mlaserve {
@@ -55,10 +56,10 @@ class Scheduler {
     kBatch,      // plan() holds this step's work
   };
 
-  // pool must outlive the scheduler. max_batch_tokens: the most tokens one plan may hold.
-  Scheduler(KvPool& pool, const EngineOptions& options, int max_batch_tokens);
+  // allocator (page ids, the KV budget) must outlive the scheduler. max_batch_tokens: the most tokens one plan may hold.
+  Scheduler(PageAllocator& allocator, const EngineOptions& options, int max_batch_tokens);
 
-  // The queue's tail. The request's kv must be an empty sequence in the scheduler's pool.
+  // The queue's tail. The request's kv must be an empty sequence on the scheduler's allocator.
   void Enqueue(std::unique_ptr<Request> r);
   // Takes a queued or running request out (null when there is none with that id).
   std::unique_ptr<Request> Remove(const std::string& rid);
@@ -113,7 +114,7 @@ class Scheduler {
   void MatchPrefix(Request& r);
   void AddToPlan(Request* r, int num_new_tokens);
 
-  KvPool& pool_;
+  PageAllocator& allocator_;
   EngineOptions options_;
   int max_batch_tokens_;
   std::unique_ptr<RadixCache> radix_;  // null with disable_radix_cache

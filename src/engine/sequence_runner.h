@@ -1,7 +1,8 @@
 // Runs one sequence through a Model without the batching engine: appends tokens (chunked to the
 // model's max_batch_tokens) and keeps the last token's logits. Used by generate, score, bench,
-// kv-eval and the reference tests. Owns a KV pool sized for one full-context sequence in the
-// chosen format, and its logits buffers, all allocated once.
+// kv-eval and the reference tests. Owns a KV cache sized for one full-context sequence in the
+// chosen format (its page ids, a PageAllocator, and their bytes, a HostKvStorage), and its logits
+// buffers, all allocated once.
 #pragma once
 
 #include <memory>
@@ -9,7 +10,8 @@
 #include <vector>
 
 #include "core/function_ref.h"
-#include "kvcache/kv_pool.h"
+#include "kvcache/kv_storage.h"
+#include "kvcache/page_allocator.h"
 #include "kvcache/sequence_kv.h"
 #include "model/model.h"
 
@@ -39,14 +41,17 @@ class SequenceRunner {
   int num_tokens() const { return kv_->num_tokens(); }
   void Reset() { kv_->Release(); }
   const SequenceKv& kv() const { return *kv_; }
-  const KvPool& pool() const { return *pool_; }
+  const PageAllocator& allocator() const { return *allocator_; }
+  HostKvStorage& storage() { return *storage_; }
 
  private:
-  SequenceRunner(Model& model, const KernelSet& kernels, std::unique_ptr<KvPool> pool);
+  SequenceRunner(Model& model, const KernelSet& kernels, std::unique_ptr<PageAllocator> allocator,
+                 std::unique_ptr<HostKvStorage> storage);
 
   Model& model_;
   const KernelSet& kernels_;
-  std::unique_ptr<KvPool> pool_;
+  std::unique_ptr<PageAllocator> allocator_;
+  std::unique_ptr<HostKvStorage> storage_;
   std::unique_ptr<SequenceKv> kv_;
   std::vector<float> chunk_logits_;  // [max_batch_tokens, vocab]
   std::vector<float> last_logits_;   // [vocab]

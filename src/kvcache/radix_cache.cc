@@ -8,12 +8,12 @@
 
 namespace mlaserve {
 
-RadixCache::RadixCache(KvPool& pool)
-    : pool_(pool),
-      page_size_(pool.page_size()),
-      page_tokens_(size_t(pool.num_pages()) * size_t(pool.page_size())),
-      next_page_(size_t(pool.num_pages()), kNone),
-      page_in_tree_(size_t(pool.num_pages()), 0) {
+RadixCache::RadixCache(PageAllocator& allocator)
+    : allocator_(allocator),
+      page_size_(allocator.page_size()),
+      page_tokens_(size_t(allocator.num_pages()) * size_t(allocator.page_size())),
+      next_page_(size_t(allocator.num_pages()), kNone),
+      page_in_tree_(size_t(allocator.num_pages()), 0) {
   nodes_.push_back(Node{.alive = true});  // the root: the empty prefix, never evicted
 }
 
@@ -200,7 +200,7 @@ int32_t RadixCache::Split(int32_t id, int32_t num_pages) {
 // ---- Page ownership ----
 
 void RadixCache::AdoptPage(PageId page, std::span<const TokenId> page_tokens) {
-  MLA_CHECK(page >= 0 && page < pool_.num_pages());
+  MLA_CHECK(page >= 0 && page < allocator_.num_pages());
   MLA_CHECK(!page_in_tree_[size_t(page)]);  // the same page given twice would be freed twice
   page_in_tree_[size_t(page)] = 1;
   std::copy(page_tokens.begin(), page_tokens.end(),
@@ -210,9 +210,9 @@ void RadixCache::AdoptPage(PageId page, std::span<const TokenId> page_tokens) {
 
 void RadixCache::DropDuplicate(PageId given_page, PageId tree_page) {
   if (given_page == tree_page) return;  // a borrowed prefix page: already the tree's own
-  MLA_CHECK(given_page >= 0 && given_page < pool_.num_pages());
+  MLA_CHECK(given_page >= 0 && given_page < allocator_.num_pages());
   MLA_CHECK(!page_in_tree_[size_t(given_page)]);  // a tree page at another position: a bug
-  pool_.Free(given_page);
+  allocator_.Free(given_page);
 }
 
 void RadixCache::FreeChain(PageId page) {
@@ -220,7 +220,7 @@ void RadixCache::FreeChain(PageId page) {
     const PageId next = next_page_[size_t(page)];
     next_page_[size_t(page)] = kNone;
     page_in_tree_[size_t(page)] = 0;
-    pool_.Free(page);
+    allocator_.Free(page);
     page = next;
   }
 }

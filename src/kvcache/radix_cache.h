@@ -7,8 +7,8 @@
 // matched and inserted in multiples of page_size; a match stops at the last whole page shared.
 //
 // Ownership:
-//   - Every page stored in the tree is owned by the cache, which returns it to the pool when it is
-//     evicted, on Reset, or when the cache is destroyed. The pool must outlive the cache.
+//   - Every page stored in the tree is owned by the cache, which returns it to the allocator when it is
+//     evicted, on Reset, or when the cache is destroyed. The allocator must outlive the cache.
 //   - Insert takes ownership of the pages it is given (see Insert for the one exception: pages
 //     that are already the tree's own, i.e. a prefix the caller borrowed from MatchPrefix).
 //   - A request borrows matched pages read-only. They stay valid only while the request holds a
@@ -16,7 +16,7 @@
 // Memory: nodes live in a vector-backed arena addressed by index; each page's tokens live in one
 // flat array indexed by PageId and an edge is a chain of pages, so there is no heap object per
 // node or per page (the child index and the LRU set allocate an entry per node).
-// Not thread-safe: called from the engine thread only, like the pool.
+// Not thread-safe: called from the engine thread only, like the allocator.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +28,7 @@
 
 #include "core/status.h"
 #include "core/types.h"
-#include "kvcache/kv_pool.h"
+#include "kvcache/page_allocator.h"
 
 namespace mlaserve {
 
@@ -50,10 +50,10 @@ class RadixCache {
     NodeHandle node;
   };
 
-  // The pool must outlive the cache. Allocates page-indexed side tables once: 4 bytes per pool
+  // The allocator must outlive the cache. Allocates page-indexed side tables once: 4 bytes per
   // token (the tokens of cached pages) and 5 per page.
-  explicit RadixCache(KvPool& pool);
-  // Returns every cached page to the pool; no request may still be reading a borrowed prefix.
+  explicit RadixCache(PageAllocator& allocator);
+  // Returns every cached page to the allocator; no request may still be reading a borrowed prefix.
   ~RadixCache();
   RadixCache(const RadixCache&) = delete;
   RadixCache& operator=(const RadixCache&) = delete;
@@ -76,7 +76,7 @@ class RadixCache {
   //   tokens.size() % page_size == 0, pages.size() == tokens.size() / page_size.
   // Ownership of every given page passes to the cache. Where the tree already holds the same
   // tokens (a prefix cached earlier, or a duplicate another request computed at the same time),
-  // the given page is returned to the pool rather than stored twice - unless it *is* the tree's
+  // the given page is returned to the allocator rather than stored twice - unless it *is* the tree's
   // page at that position (a borrowed prefix from MatchPrefix), which is left alone. Splits edges
   // as needed; bumps the LRU time of the whole path. Returns the number of pages adopted into
   // the tree. Handles of existing nodes stay valid (a split keeps the deeper half's id).
@@ -84,11 +84,11 @@ class RadixCache {
 
   // Frees up to num_pages pages, taking from the least recently used unlocked leaf first (its
   // tail pages first when only part of it is needed); a parent left without children becomes an
-  // evictable leaf in turn. Returns how many pages went back to the pool: min(num_pages,
+  // evictable leaf in turn. Returns how many pages went back to the allocator: min(num_pages,
   // evictable_pages()), since every unlocked node has only unlocked descendants.
   int64_t Evict(int64_t num_pages);
 
-  // flush_cache: returns every cached page to the pool. Refuses (and changes nothing) while any
+  // flush_cache: returns every cached page to the allocator. Refuses (and changes nothing) while any
   // page is locked, i.e. while a running request borrows a prefix.
   Status Reset();
 
@@ -134,7 +134,7 @@ class RadixCache {
   void AdoptPage(PageId page, std::span<const TokenId> page_tokens);
   // Insert's rule for a given page whose tokens the tree already holds in tree_page.
   void DropDuplicate(PageId given_page, PageId tree_page);
-  // Returns the pages of a chain, from `page` to its end, to the pool.
+  // Returns the pages of a chain, from `page` to its end, to the allocator.
   void FreeChain(PageId page);
 
   // Keeps lru_leaves_ in step with a node's leaf/lock state and last_access.
@@ -144,7 +144,7 @@ class RadixCache {
 
   void CheckHandle(NodeHandle handle) const;
 
-  KvPool& pool_;
+  PageAllocator& allocator_;
   int page_size_;
   std::vector<Node> nodes_;          // arena; [0] is the root
   std::vector<int32_t> free_nodes_;  // recycled arena slots

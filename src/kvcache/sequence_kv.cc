@@ -7,8 +7,8 @@
 
 namespace mlaserve {
 
-SequenceKv::SequenceKv(KvPool& pool, int max_tokens) : pool_(pool), max_tokens_(max_tokens) {
-  pages_.reserve(size_t((max_tokens + pool.page_size() - 1) / pool.page_size()));
+SequenceKv::SequenceKv(PageAllocator& allocator, int max_tokens) : allocator_(allocator), max_tokens_(max_tokens) {
+  pages_.reserve(size_t((max_tokens + allocator.page_size() - 1) / allocator.page_size()));
 }
 
 Status SequenceKv::Reserve(int additional_tokens) {
@@ -17,18 +17,18 @@ Status SequenceKv::Reserve(int additional_tokens) {
     return Status::Error("sequence of " + std::to_string(needed_tokens) +
                          " tokens exceeds the context length " + std::to_string(max_tokens_));
   }
-  const size_t needed_pages = size_t((needed_tokens + pool_.page_size() - 1) / pool_.page_size());
+  const size_t needed_pages = size_t((needed_tokens + allocator_.page_size() - 1) / allocator_.page_size());
   if (needed_pages <= pages_.size()) return Status::Ok();
-  if (int64_t(needed_pages - pages_.size()) > pool_.num_free_pages()) {
+  if (int64_t(needed_pages - pages_.size()) > allocator_.num_free_pages()) {
     return Status::Error("KV cache pool is full: " + std::to_string(needed_pages - pages_.size()) +
-                         " more pages needed, " + std::to_string(pool_.num_free_pages()) + " free");
+                         " more pages needed, " + std::to_string(allocator_.num_free_pages()) + " free");
   }
-  while (pages_.size() < needed_pages) pages_.push_back(*pool_.Allocate());
+  while (pages_.size() < needed_pages) pages_.push_back(*allocator_.Allocate());
   return Status::Ok();
 }
 
 void SequenceKv::Release() {
-  for (size_t i = size_t(num_borrowed_pages_); i < pages_.size(); ++i) pool_.Free(pages_[i]);
+  for (size_t i = size_t(num_borrowed_pages_); i < pages_.size(); ++i) allocator_.Free(pages_[i]);
   pages_.clear();  // keeps the capacity reserved at construction
   num_borrowed_pages_ = 0;
   num_tokens_ = 0;
@@ -43,9 +43,9 @@ Status SequenceKv::AdoptPrefix(std::span<const PageId> pages, int num_tokens) {
   if (num_tokens_ != 0 || !pages_.empty()) {
     return Status::Error("a cached prefix can only start an empty sequence");
   }
-  if (int64_t(num_tokens) != int64_t(pages.size()) * pool_.page_size()) {
+  if (int64_t(num_tokens) != int64_t(pages.size()) * allocator_.page_size()) {
     return Status::Error("a cached prefix of " + std::to_string(pages.size()) + " pages holds " +
-                         std::to_string(pages.size() * size_t(pool_.page_size())) + " tokens, not " +
+                         std::to_string(pages.size() * size_t(allocator_.page_size())) + " tokens, not " +
                          std::to_string(num_tokens));
   }
   if (num_tokens > max_tokens_) {

@@ -1,7 +1,8 @@
-// One sequence's view of the paged KV pool: its page table and how many positions are written.
-// Position p of layer l lives in row (p % page_size) of page pages()[p / page_size].
-// Ownership: a SequenceKv owns the pages it reserved (returns them to the pool on Release or
-// destruction); the pool must outlive it. It may also start from a borrowed prefix
+// One sequence's share of the paged KV cache: its page table and how many positions are written.
+// Position p of layer l lives in row (p % page_size) of page pages()[p / page_size] of whatever
+// KvStorage the runner holds (kv_storage.h); this is bookkeeping only and never touches bytes.
+// Ownership: a SequenceKv owns the pages it reserved (returns them to the allocator on Release or
+// destruction); the allocator must outlive it. It may also start from a borrowed prefix
 // (AdoptPrefix): the first num_borrowed_pages() pages belong to someone else (the radix cache,
 // locked by the engine for as long as the sequence reads them); they are full, read-only and
 // never freed here. The forward pass sees only the page table (pages()) and writes rows for the
@@ -13,22 +14,22 @@
 #include <vector>
 
 #include "core/status.h"
-#include "kvcache/kv_pool.h"
+#include "kvcache/page_allocator.h"
 
 namespace mlaserve {
 
 class SequenceKv {
  public:
   // max_tokens bounds the page table, reserved here so Reserve never allocates.
-  SequenceKv(KvPool& pool, int max_tokens);
+  SequenceKv(PageAllocator& allocator, int max_tokens);
   ~SequenceKv() { Release(); }
   SequenceKv(const SequenceKv&) = delete;
   SequenceKv& operator=(const SequenceKv&) = delete;
 
-  // Makes room for `additional_tokens` past num_tokens(), taking pages from the pool. On error
-  // (pool exhausted, or past max_tokens) nothing changes.
+  // Makes room for `additional_tokens` past num_tokens(), taking pages from the allocator. On error
+  // (no free page, or past max_tokens) nothing changes.
   Status Reserve(int additional_tokens);
-  // Returns every page it owns to the pool (not the borrowed ones); the sequence becomes empty.
+  // Returns every page it owns to the allocator (not the borrowed ones); the sequence becomes empty.
   void Release();
 
   // Starts an empty sequence from a cached prefix: `pages` are full pages holding positions
@@ -47,16 +48,13 @@ class SequenceKv {
   int num_tokens() const { return num_tokens_; }
   // Rows for the next `num_new_tokens` positions were written (they must be reserved).
   void MarkComputed(int num_new_tokens);
-  int reserved_tokens() const { return int(pages_.size()) * pool_.page_size(); }
+  int reserved_tokens() const { return int(pages_.size()) * allocator_.page_size(); }
   int max_tokens() const { return max_tokens_; }
   std::span<const PageId> pages() const { return pages_; }
-  KvPool& pool() const { return pool_; }
-
-  // The row of `position` in `layer`.
-  std::byte* Row(int layer, int position) const { return pool_.Row(layer, pages_, position); }
+  PageAllocator& allocator() const { return allocator_; }
 
  private:
-  KvPool& pool_;
+  PageAllocator& allocator_;
   int max_tokens_;
   int num_tokens_ = 0;
   int num_borrowed_pages_ = 0;  // pages_[0, num_borrowed_pages_) are not ours to free

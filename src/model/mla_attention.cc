@@ -9,12 +9,12 @@
 #include <cmath>
 #include <limits>
 
-#include "kvcache/kv_format.h"
+#include "kvcache/kv_storage.h"
 #include "model/model.h"
 
 namespace mlaserve {
 
-void Model::Attention(const ComputeContext& ctx, KvPool& kv_pool, int layer_index, int n,
+void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, int layer_index, int n,
                       std::span<const ForwardSegment> segments) {
   const ModelConfig& c = config_;
   const AttentionWeights& w = weights_.layers[size_t(layer_index)].attn;
@@ -37,7 +37,7 @@ void Model::Attention(const ComputeContext& ctx, KvPool& kv_pool, int layer_inde
   }
 
   // The new tokens' cache rows: normalised latent and rotated rope key, quantized once into the
-  // pool's format as they are written.
+  // storage's format as they are written.
   MatMul(ctx, ws.normed.data(), n, w.kv_a, ws.kv_a.data());
   for (int t = 0; t < n; ++t) {
     const ForwardSegment& seg = segments[size_t(token_segments_[size_t(t)])];
@@ -45,8 +45,7 @@ void Model::Attention(const ComputeContext& ctx, KvPool& kv_pool, int layer_inde
     float* row = ws.kv_a.data() + int64_t(t) * row_dim;  // [L + R], normalised in place
     RmsNorm(row, w.kv_a_norm.data(), L, c.rms_norm_eps, row);
     rope_.Apply(row + L, pos);
-    QuantizeKvRow(kv_pool.format(), row, L, c.qk_rope_head_dim, kv_pool.tensor_scale(layer_index),
-                  kv_pool.Row(layer_index, seg.pages, pos));
+    kv.WriteRow(layer_index, seg.pages, pos, row);
   }
 
   // Absorbed queries: q_nope[h] @ W_UK[h] (rows of kv_b), then the rotated q_pe.
@@ -83,8 +82,6 @@ void Model::Attention(const ComputeContext& ctx, KvPool& kv_pool, int layer_inde
       const int h_begin = (item % head_groups) * heads_per_group;
       const int h_end = std::min(heads, h_begin + heads_per_group);
       const std::span<const PageId> pages = segments[size_t(token_segments_[size_t(t)])].pages;
-      const KvPool& pool = kv_pool;
-      const float tensor_scale = pool.tensor_scale(layer_index);
       const int context = token_positions_[size_t(t)] + 1;
       const float* q_lat = ws.q_lat.data() + int64_t(t) * heads * row_dim;
       for (int h = h_begin; h < h_end; ++h) {
@@ -96,10 +93,9 @@ void Model::Attention(const ComputeContext& ctx, KvPool& kv_pool, int layer_inde
       for (int p0 = 0, rows = 0; p0 < context; p0 += rows) {
         // Tiles never cross a page: clip at the page end (any page size), then move on by what
         // was read.
-        const int page_end = (p0 / pool.page_size() + 1) * pool.page_size();
+        const int page_end = (p0 / kv.page_size() + 1) * kv.page_size();
         rows = std::min({kKvTileRows, context - p0, page_end - p0});
-        DequantizeKvRows(pool.format(), pool.Row(layer_index, pages, p0), rows, pool.row_bytes(), L,
-                         c.qk_rope_head_dim, tensor_scale, tile);
+        kv.ReadRows(layer_index, pages, p0, rows, tile);
         for (int h = h_begin; h < h_end; ++h) {
           float scores[kKvTileRows];
           float tile_max = -std::numeric_limits<float>::infinity();

@@ -104,7 +104,7 @@ void Model::DenseMlp(const ComputeContext& ctx, const MlpWeights& w, int n, floa
   MatMul(ctx, ws.gate.data(), n, w.down, out);
 }
 
-Status Model::Forward(const KernelSet& kernels, KvPool& kv_pool, std::span<const TokenId> tokens,
+Status Model::Forward(const KernelSet& kernels, KvStorage& kv, std::span<const TokenId> tokens,
                       std::span<const ForwardSegment> segments, LogitsMode mode, float* logits) {
   const ComputeContext ctx{&kernels, &pool_};
   const ModelConfig& c = config_;
@@ -117,11 +117,13 @@ Status Model::Forward(const KernelSet& kernels, KvPool& kv_pool, std::span<const
                          std::to_string(ws.max_tokens));
   }
   // Validate everything before touching any KV.
-  const KvPoolOptions& po = kv_pool.options();
+  const KvStorageShape& po = kv.shape();
   if (po.num_layers != c.num_hidden_layers || po.latent_dim != c.kv_lora_rank ||
       po.rope_dim != c.qk_rope_head_dim) {
     return Status::Error("KV pool shape does not match the model");
   }
+  const KvHostRows kv_rows = kv.HostRows();
+  if (kv_rows.empty()) return Status::Error("the KV storage has no rows in host memory to compute with");
   int covered = 0;
   for (size_t s = 0; s < segments.size(); ++s) {
     const ForwardSegment& seg = segments[s];
@@ -133,6 +135,11 @@ Status Model::Forward(const KernelSet& kernels, KvPool& kv_pool, std::span<const
     }
     if (seg.num_computed_tokens < 0 || int64_t(end) > int64_t(seg.pages.size()) * po.page_size) {
       return Status::Error("forward segment is not covered by reserved KV pages");
+    }
+    for (PageId page : seg.pages.first(size_t((end + po.page_size - 1) / po.page_size))) {
+      if (page < 0 || page >= po.num_pages) {
+        return Status::Error("forward segment's KV page " + std::to_string(page) + " is outside the storage");
+      }
     }
     for (int i = 0; i < seg.num_tokens; ++i) {
       token_positions_[size_t(covered + i)] = seg.num_computed_tokens + i;
@@ -161,7 +168,7 @@ Status Model::Forward(const KernelSet& kernels, KvPool& kv_pool, std::span<const
       RmsNorm(ws.hidden.data() + t * H, layer.input_norm.data(), H, c.rms_norm_eps,
               ws.normed.data() + t * H);
     }
-    Attention(ctx, kv_pool, l, n, segments);
+    Attention(ctx, kv_rows, l, n, segments);
     for (int64_t i = 0; i < n * H; ++i) ws.hidden[size_t(i)] += ws.proj[size_t(i)];
 
     for (int t = 0; t < n; ++t) {

@@ -10,7 +10,7 @@
 #include "core/status.h"
 #include "core/types.h"
 #include "kernels/ops.h"
-#include "kvcache/sequence_kv.h"
+#include "kvcache/kv_storage.h"
 #include "model/config.h"
 #include "model/rope.h"
 #include "model/safetensors.h"
@@ -57,8 +57,10 @@ class Model {
   // with all_logits gets a row for each of its tokens either way.
   // Errors (a token id out of range, a context overflow) leave every KV unchanged.
   // kernels: the table to compute with (DefaultKernels() unless a test compares tables).
-  // kv_pool: where every segment's pages live; it must have the model's shape.
-  Status Forward(const KernelSet& kernels, KvPool& kv_pool, std::span<const TokenId> tokens,
+  // kv: the storage every segment's page ids index; it must have the model's shape, and the
+  // segments' pages must be in host memory (PageLocation::kHost): rows are read and written
+  // through its HostRows view, resolved once per call.
+  Status Forward(const KernelSet& kernels, KvStorage& kv, std::span<const TokenId> tokens,
                  std::span<const ForwardSegment> segments, LogitsMode mode, float* logits);
   // The final-normed hidden state of each logits row of the last Forward, [rows, hidden_size]
   // (what lm_head multiplied); valid until the next Forward.
@@ -70,7 +72,7 @@ class Model {
   Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWeights weights,
         const ModelOptions& options, int max_context, int num_threads);
 
-  void Attention(const ComputeContext& ctx, KvPool& kv_pool, int layer, int num_tokens,
+  void Attention(const ComputeContext& ctx, const KvHostRows& kv, int layer, int num_tokens,
                  std::span<const ForwardSegment> segments);
   void DenseMlp(const ComputeContext& ctx, const MlpWeights& w, int num_tokens, float* out);
   void Moe(const ComputeContext& ctx, const MoeWeights& w, int num_tokens);

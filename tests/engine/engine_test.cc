@@ -30,13 +30,20 @@ class EngineTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete model_; }
 
-  std::unique_ptr<KvPool> Pool(int64_t tokens, int page_size = 16) {
+  // The engine's page ids (pool->...: the allocator) and the runner's bytes for them.
+  struct Kv {
+    std::unique_ptr<PageAllocator> allocator;
+    std::unique_ptr<HostKvStorage> storage;
+    PageAllocator* operator->() { return allocator.get(); }
+  };
+  Kv Pool(int64_t tokens, int page_size = 16) {
     const ModelConfig& c = model_->config();
-    auto p = KvPool::Create({.format = KvFormat::kBF16, .num_layers = c.num_hidden_layers,
-                             .latent_dim = c.kv_lora_rank, .rope_dim = c.qk_rope_head_dim,
-                             .page_size = page_size, .num_pages = tokens / page_size});
-    EXPECT_TRUE(p.ok());
-    return std::move(p).value();
+    auto storage = HostKvStorage::Create({.format = KvFormat::kBF16, .num_layers = c.num_hidden_layers,
+                                          .latent_dim = c.kv_lora_rank, .rope_dim = c.qk_rope_head_dim,
+                                          .page_size = page_size, .num_pages = tokens / page_size});
+    auto allocator = PageAllocator::Create(page_size, tokens / page_size);
+    EXPECT_TRUE(storage.ok() && allocator.ok());
+    return Kv{.allocator = std::move(allocator).value(), .storage = std::move(storage).value()};
   }
 
   // Greedy tokens for a prompt, run alone.
@@ -121,8 +128,8 @@ TEST_F(EngineTest, BatchOfMixedLengthsMatchesSoloRunsWithRetraction) {
   o.chunked_prefill_size = 48;  // longer prompts are chunked
   o.schedule_conservativeness = 0.2;
   o.log_batches = false;
-  CpuModelRunner runner(*model_, DefaultKernels(), *pool);
-  Engine engine(runner, *pool, o);
+  CpuModelRunner runner(*model_, DefaultKernels(), *pool.storage);
+  Engine engine(runner, *pool.allocator, o);
   Collected got;
   std::map<std::string, std::vector<TokenId>> expected;
   for (int i = 0; i < 64; ++i) {
@@ -171,8 +178,8 @@ TEST_F(EngineTest, SeededSamplingIsTheSameAloneAndInABusyBatch) {
     auto pool = Pool(2048);
     EngineOptions o;
     o.log_batches = false;
-    CpuModelRunner runner(*model_, DefaultKernels(), *pool);
-    Engine engine(runner, *pool, o);
+    CpuModelRunner runner(*model_, DefaultKernels(), *pool.storage);
+    Engine engine(runner, *pool.allocator, o);
     ASSERT_TRUE(engine.Submit(sampled("s", prompt), Collect(alone)).ok());
     while (engine.Step()) {
     }
@@ -183,8 +190,8 @@ TEST_F(EngineTest, SeededSamplingIsTheSameAloneAndInABusyBatch) {
     EngineOptions o;
     o.log_batches = false;
     o.schedule_conservativeness = 0.2;
-    CpuModelRunner runner(*model_, DefaultKernels(), *pool);
-    Engine engine(runner, *pool, o);
+    CpuModelRunner runner(*model_, DefaultKernels(), *pool.storage);
+    Engine engine(runner, *pool.allocator, o);
     for (int i = 0; i < 12; ++i) {
       ASSERT_TRUE(engine.Submit(Greedy("n" + std::to_string(i), Prompt(20 + i, uint64_t(i)), 60), Collect(busy)).ok());
     }
@@ -202,8 +209,8 @@ TEST_F(EngineTest, StopStringsEndTheRequestAndAreTrimmed) {
   auto pool = Pool(2048);
   EngineOptions o;
   o.log_batches = false;
-  CpuModelRunner runner(*model_, DefaultKernels(), *pool);
-  Engine engine(runner, *pool, o, &*tokenizer);
+  CpuModelRunner runner(*model_, DefaultKernels(), *pool.storage);
+  Engine engine(runner, *pool.allocator, o, &*tokenizer);
   auto prompt = tokenizer->Encode("ROMEO:\n", /*add_bos=*/true);
   ASSERT_TRUE(prompt.ok());
   std::map<std::string, std::string> text;
@@ -233,8 +240,8 @@ TEST_F(EngineTest, PrefixCacheServesARepeatedPromptWithTheSameOutput) {
   auto pool = Pool(4096);
   EngineOptions o;
   o.log_batches = false;
-  CpuModelRunner runner(*model_, DefaultKernels(), *pool);
-  Engine engine(runner, *pool, o);
+  CpuModelRunner runner(*model_, DefaultKernels(), *pool.storage);
+  Engine engine(runner, *pool.allocator, o);
   const auto prompt = Prompt(100, 7);
   Collected got;
   ASSERT_TRUE(engine.Submit(Greedy("a", prompt, 20), Collect(got)).ok());
@@ -251,8 +258,8 @@ TEST_F(EngineTest, PrefixCacheServesARepeatedPromptWithTheSameOutput) {
 
 TEST_F(EngineTest, FlushCacheFreesCachedPrefixesOnlyWhenNothingRunsOrWaits) {
   auto pool = Pool(2048);
-  CpuModelRunner runner(*model_, DefaultKernels(), *pool);
-  Engine engine(runner, *pool, Quiet());
+  CpuModelRunner runner(*model_, DefaultKernels(), *pool.storage);
+  Engine engine(runner, *pool.allocator, Quiet());
   const int64_t free_at_start = pool->num_free_pages();
   const auto prompt = Prompt(100, 11);
   Collected got;
@@ -301,8 +308,8 @@ TEST_F(EngineTest, FlushCacheFreesCachedPrefixesOnlyWhenNothingRunsOrWaits) {
 
 TEST_F(EngineTest, FlushCacheOnTheEngineThreadAnswersWhenDone) {
   auto pool = Pool(2048);
-  CpuModelRunner runner(*model_, DefaultKernels(), *pool);
-  Engine engine(runner, *pool, Quiet());
+  CpuModelRunner runner(*model_, DefaultKernels(), *pool.storage);
+  Engine engine(runner, *pool.allocator, Quiet());
   engine.Start();
   FinishedCounter finished;
   ASSERT_TRUE(engine.Submit(Greedy("a", Prompt(100, 12), 20), finished.Callback()).ok());
@@ -325,8 +332,8 @@ TEST_F(EngineTest, RejectsWhatCanNeverFitAndAborts) {
   auto pool = Pool(256);
   EngineOptions o;
   o.log_batches = false;
-  CpuModelRunner runner(*model_, DefaultKernels(), *pool);
-  Engine engine(runner, *pool, o);
+  CpuModelRunner runner(*model_, DefaultKernels(), *pool.storage);
+  Engine engine(runner, *pool.allocator, o);
   const int64_t free_at_start = pool->num_free_pages();
   Collected got;
   Status too_big = engine.Submit(Greedy("big", Prompt(200, 1), 100), Collect(got));
@@ -356,8 +363,8 @@ TEST_F(EngineTest, EdgeRequests) {
   auto pool = Pool(2048);
   EngineOptions o;
   o.log_batches = false;
-  CpuModelRunner runner(*model_, DefaultKernels(), *pool);
-  Engine engine(runner, *pool, o);
+  CpuModelRunner runner(*model_, DefaultKernels(), *pool.storage);
+  Engine engine(runner, *pool.allocator, o);
   Collected got;
   // max_new_tokens 0: prefill only, no token.
   ASSERT_TRUE(engine.Submit(Greedy("zero", Prompt(20, 3), 0), Collect(got)).ok());
@@ -381,8 +388,8 @@ TEST_F(EngineTest, EdgeRequests) {
 
 TEST_F(EngineTest, ThreadedEngineAcceptsRequestsWhileRunning) {
   auto pool = Pool(2048);
-  CpuModelRunner runner(*model_, DefaultKernels(), *pool);
-  Engine engine(runner, *pool, Quiet());
+  CpuModelRunner runner(*model_, DefaultKernels(), *pool.storage);
+  Engine engine(runner, *pool.allocator, Quiet());
   engine.Start();
   FinishedCounter finished;
   for (int i = 0; i < 20; ++i) {

@@ -41,8 +41,8 @@ EngineOptions Options(int max_running_requests = 256, int chunked_prefill_size =
   return o;
 }
 
-// A pool (one tiny layer: only the page bookkeeping matters), the fake runner, an engine, and
-// what each request received.
+// A page allocator (only the page bookkeeping matters: the fake runner keeps no KV bytes), the
+// fake runner, an engine, and what each request received.
 class Harness {
  public:
   explicit Harness(int64_t pool_tokens, const EngineOptions& options, int max_batch_tokens = 256)
@@ -76,7 +76,7 @@ class Harness {
     }
   }
 
-  KvPool& pool() { return *pool_; }
+  PageAllocator& pool() { return *pool_; }
   FakeModelRunner& runner() { return runner_; }
   Engine& engine() { return engine_; }
   const RequestOutput& last(const std::string& rid) { return last_[rid]; }
@@ -84,14 +84,13 @@ class Harness {
   const std::vector<float>& input_logprobs(const std::string& rid) { return input_logprobs_[rid]; }
 
  private:
-  static std::unique_ptr<KvPool> MakePool(int64_t tokens) {
-    auto p = KvPool::Create({.format = KvFormat::kF32, .num_layers = 1, .latent_dim = 4, .rope_dim = 4,
-                             .page_size = 16, .num_pages = tokens / 16});
+  static std::unique_ptr<PageAllocator> MakePool(int64_t tokens) {
+    auto p = PageAllocator::Create(16, tokens / 16);
     EXPECT_TRUE(p.ok()) << p.error();
     return std::move(p).value();
   }
 
-  std::unique_ptr<KvPool> pool_;
+  std::unique_ptr<PageAllocator> pool_;
   FakeModelRunner runner_;
   Engine engine_;
   std::map<std::string, std::vector<TokenId>> prompts_, tokens_;

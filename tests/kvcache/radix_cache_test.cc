@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <random>
 #include <set>
 #include <vector>
@@ -15,40 +14,47 @@ namespace {
 
 using Tokens = std::vector<TokenId>;
 
-std::unique_ptr<KvPool> MakePool(int64_t num_pages, int page_size) {
-  auto pool = KvPool::Create({.format = KvFormat::kBF16, .num_layers = 1, .latent_dim = 64,
-                              .rope_dim = 16, .page_size = page_size, .num_pages = num_pages});
-  EXPECT_TRUE(pool.ok()) << pool.error();
-  return std::move(pool).value();
+// Page ids (the allocator the cache returns pages to) and, standing in for KV rows, the token
+// each position of each page was computed for: the cache never touches bytes, so the test keeps
+// its own.
+struct TestPool {
+  std::unique_ptr<PageAllocator> allocator;
+  std::vector<TokenId> stamped;  // [num_pages * page_size]
+
+  PageAllocator& operator*() { return *allocator; }
+  PageAllocator* operator->() { return allocator.get(); }
+};
+
+TestPool MakePool(int64_t num_pages, int page_size) {
+  auto allocator = PageAllocator::Create(page_size, num_pages);
+  EXPECT_TRUE(allocator.ok()) << allocator.error();
+  return TestPool{.allocator = std::move(allocator).value(),
+                  .stamped = std::vector<TokenId>(size_t(num_pages * page_size), -1)};
 }
 
-// "Computes" KV for page-aligned `tokens`: takes fresh pages and writes each position's token id
-// at the start of its row, so a test can later see which tokens a page really holds.
-std::vector<PageId> Compute(KvPool& pool, std::span<const TokenId> tokens) {
-  const size_t page_size = size_t(pool.page_size());
+// "Computes" KV for page-aligned `tokens`: takes fresh pages and stamps each position with its
+// token id, so a test can later see which tokens a page really holds.
+std::vector<PageId> Compute(TestPool& pool, std::span<const TokenId> tokens) {
+  const size_t page_size = size_t(pool->page_size());
   EXPECT_EQ(tokens.size() % page_size, 0u);
   std::vector<PageId> pages;
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (i % page_size == 0) {
-      std::optional<PageId> page = pool.Allocate();
+      std::optional<PageId> page = pool->Allocate();
       EXPECT_TRUE(page.has_value());
       pages.push_back(*page);
     }
-    std::memcpy(pool.PageRows(0, pages.back()) + (i % page_size) * pool.row_bytes(), &tokens[i],
-                sizeof(TokenId));
+    pool.stamped[size_t(pages.back()) * page_size + i % page_size] = tokens[i];
   }
   return pages;
 }
 
 // Whether `pages` hold tokens[0, pages.size() * page_size), as stamped by Compute.
-bool PagesHold(const KvPool& pool, std::span<const PageId> pages, std::span<const TokenId> tokens) {
-  const size_t page_size = size_t(pool.page_size());
+bool PagesHold(TestPool& pool, std::span<const PageId> pages, std::span<const TokenId> tokens) {
+  const size_t page_size = size_t(pool->page_size());
   if (tokens.size() < pages.size() * page_size) return false;
   for (size_t i = 0; i < pages.size() * page_size; ++i) {
-    TokenId stored;
-    std::memcpy(&stored, pool.PageRows(0, pages[i / page_size]) + (i % page_size) * pool.row_bytes(),
-                sizeof(TokenId));
-    if (stored != tokens[i]) return false;
+    if (pool.stamped[size_t(pages[i / page_size]) * page_size + i % page_size] != tokens[i]) return false;
   }
   return true;
 }
@@ -79,7 +85,7 @@ TEST(RadixCache, MatchesWholePagesOnly) {
   auto pool = MakePool(16, 4);
   RadixCache cache(*pool);
   const Tokens seq = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
-  const std::vector<PageId> pages = Compute(*pool, seq);
+  const std::vector<PageId> pages = Compute(pool, seq);
   EXPECT_EQ(cache.Insert(seq, pages), 3);
   EXPECT_EQ(cache.cached_pages(), 3);
   EXPECT_EQ(cache.cached_tokens(), 12);
@@ -115,7 +121,7 @@ TEST(RadixCache, PageSizeOneMatchesEveryToken) {
   auto pool = MakePool(16, 1);
   RadixCache cache(*pool);
   const Tokens seq = {5, 6, 7, 8};
-  EXPECT_EQ(cache.Insert(seq, Compute(*pool, seq)), 4);
+  EXPECT_EQ(cache.Insert(seq, Compute(pool, seq)), 4);
   EXPECT_EQ(cache.MatchPrefix(Tokens{5, 6, 9}, 3).num_tokens, 2);
   EXPECT_EQ(cache.MatchPrefix(seq, 3).num_tokens, 3);
 }
@@ -126,11 +132,11 @@ TEST(RadixCache, InsertSplitsEdges) {
   const Tokens a = {1, 2, 3, 4, 5, 6};
   const Tokens b = {1, 2, 3, 4, 7, 8};   // shares two pages with a
   const Tokens c = {1, 9, 9, 9};         // same first token as a, diverges inside the first page
-  const std::vector<PageId> a_pages = Compute(*pool, a);
+  const std::vector<PageId> a_pages = Compute(pool, a);
   EXPECT_EQ(cache.Insert(a, a_pages), 3);
   EXPECT_EQ(cache.num_nodes(), 1);
 
-  std::vector<PageId> b_pages = Compute(*pool, b);
+  std::vector<PageId> b_pages = Compute(pool, b);
   EXPECT_EQ(cache.Insert(b, b_pages), 1);  // the two shared pages are a's
   EXPECT_EQ(cache.num_nodes(), 3);         // [1 2 3 4] -> {[5 6], [7 8]}
   EXPECT_EQ(cache.MatchPrefix(a, 6).pages, a_pages);
@@ -138,14 +144,14 @@ TEST(RadixCache, InsertSplitsEdges) {
   EXPECT_EQ(mb.num_tokens, 6);
   EXPECT_EQ(mb.pages, (std::vector<PageId>{a_pages[0], a_pages[1], b_pages[2]}));
 
-  EXPECT_EQ(cache.Insert(c, Compute(*pool, c)), 2);
+  EXPECT_EQ(cache.Insert(c, Compute(pool, c)), 2);
   EXPECT_EQ(cache.num_nodes(), 4);  // a sibling at the root sharing the first token
   EXPECT_EQ(cache.MatchPrefix(c, 4).num_tokens, 4);
   EXPECT_EQ(cache.MatchPrefix(a, 6).num_tokens, 6);
 
   // A key that ends inside an edge splits it; the copy of the prefix goes back to the pool.
   const int64_t free_before = pool->num_free_pages();
-  EXPECT_EQ(cache.Insert(Tokens{1, 2}, Compute(*pool, Tokens{1, 2})), 0);
+  EXPECT_EQ(cache.Insert(Tokens{1, 2}, Compute(pool, Tokens{1, 2})), 0);
   EXPECT_EQ(pool->num_free_pages(), free_before);
   EXPECT_EQ(cache.num_nodes(), 5);  // root -> {[1 2] -> [3 4] -> {[5 6], [7 8]}, [1 9 9 9]}
   EXPECT_EQ(cache.MatchPrefix(b, 6).num_tokens, 6);
@@ -157,10 +163,10 @@ TEST(RadixCache, DuplicateInsertReturnsTheCopiesToThePool) {
   auto pool = MakePool(16, 4);
   RadixCache cache(*pool);
   const Tokens seq = {1, 2, 3, 4, 5, 6, 7, 8};
-  const std::vector<PageId> first = Compute(*pool, seq);
+  const std::vector<PageId> first = Compute(pool, seq);
   EXPECT_EQ(cache.Insert(seq, first), 2);
   // Another request computed the same prompt at the same time.
-  const std::vector<PageId> second = Compute(*pool, seq);
+  const std::vector<PageId> second = Compute(pool, seq);
   EXPECT_EQ(pool->num_free_pages(), 12);
   EXPECT_EQ(cache.Insert(seq, second), 0);
   EXPECT_EQ(pool->num_free_pages(), 14);
@@ -168,7 +174,7 @@ TEST(RadixCache, DuplicateInsertReturnsTheCopiesToThePool) {
   EXPECT_EQ(cache.MatchPrefix(seq, 8).pages, first);
   // A longer duplicate: the shared pages go back, the new one is adopted.
   const Tokens longer = Concat(seq, {9, 10, 11, 12});
-  const std::vector<PageId> third = Compute(*pool, longer);
+  const std::vector<PageId> third = Compute(pool, longer);
   EXPECT_EQ(cache.Insert(longer, third), 1);
   EXPECT_EQ(pool->num_free_pages(), 13);
   EXPECT_EQ(cache.MatchPrefix(longer, 12).pages,
@@ -179,26 +185,26 @@ TEST(RadixCache, BorrowedPrefixPagesAreRecognisedNotFreed) {
   auto pool = MakePool(16, 4);
   RadixCache cache(*pool);
   const Tokens prompt = {1, 2, 3, 4, 5, 6, 7, 8};
-  EXPECT_EQ(cache.Insert(prompt, Compute(*pool, prompt)), 2);
+  EXPECT_EQ(cache.Insert(prompt, Compute(pool, prompt)), 2);
   const Tokens full = Concat(prompt, {9, 10, 11, 12});
   RadixCache::MatchResult m = cache.MatchPrefix(full, int64_t(full.size()) - 1);
   ASSERT_EQ(m.num_tokens, 8);
   cache.Lock(m.node);
   std::vector<PageId> pages = m.pages;
-  const std::vector<PageId> computed = Compute(*pool, Tokens{9, 10, 11, 12});
+  const std::vector<PageId> computed = Compute(pool, Tokens{9, 10, 11, 12});
   pages.push_back(computed[0]);
   EXPECT_EQ(cache.Insert(full, pages), 1);
   cache.Unlock(m.node);
   EXPECT_EQ(cache.cached_pages(), 3);
   EXPECT_EQ(pool->num_free_pages(), 13);
-  EXPECT_TRUE(PagesHold(*pool, cache.MatchPrefix(full, 12).pages, full));
+  EXPECT_TRUE(PagesHold(pool, cache.MatchPrefix(full, 12).pages, full));
 }
 
 TEST(RadixCache, LockPreventsEvictionUnlockAllowsIt) {
   auto pool = MakePool(16, 4);
   RadixCache cache(*pool);
   const Tokens seq = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
-  cache.Insert(seq, Compute(*pool, seq));
+  cache.Insert(seq, Compute(pool, seq));
   RadixCache::MatchResult m = cache.MatchPrefix(seq, 11);  // ends inside the edge
   cache.Lock(m.node);
   cache.Lock(m.node);  // two requests share it
@@ -207,7 +213,7 @@ TEST(RadixCache, LockPreventsEvictionUnlockAllowsIt) {
   EXPECT_EQ(cache.Evict(10), 0);
   cache.Unlock(m.node);
   EXPECT_EQ(cache.Evict(10), 0);
-  EXPECT_TRUE(PagesHold(*pool, m.pages, seq));
+  EXPECT_TRUE(PagesHold(pool, m.pages, seq));
   cache.Unlock(m.node);
   EXPECT_EQ(cache.locked_pages(), 0);
   EXPECT_EQ(cache.evictable_pages(), 3);
@@ -219,8 +225,8 @@ TEST(RadixCache, LockPreventsEvictionUnlockAllowsIt) {
 TEST(RadixCache, LockingADeepNodeProtectsItsAncestorsOnly) {
   auto pool = MakePool(16, 1);
   RadixCache cache(*pool);
-  cache.Insert(Tokens{1, 2, 3}, Compute(*pool, Tokens{1, 2, 3}));
-  cache.Insert(Tokens{1, 2, 4, 5}, Compute(*pool, Tokens{1, 2, 4, 5}));  // [1 2] -> {[3], [4 5]}
+  cache.Insert(Tokens{1, 2, 3}, Compute(pool, Tokens{1, 2, 3}));
+  cache.Insert(Tokens{1, 2, 4, 5}, Compute(pool, Tokens{1, 2, 4, 5}));  // [1 2] -> {[3], [4 5]}
   RadixCache::MatchResult m = cache.MatchPrefix(Tokens{1, 2, 4, 5}, 4);
   cache.Lock(m.node);
   EXPECT_EQ(cache.locked_pages(), 4);
@@ -235,9 +241,9 @@ TEST(RadixCache, EvictsLeastRecentlyUsedFirst) {
   auto pool = MakePool(16, 2);
   RadixCache cache(*pool);
   const Tokens a = {1, 1, 1, 1}, b = {2, 2, 2, 2}, c = {3, 3, 3, 3};
-  cache.Insert(a, Compute(*pool, a));
-  cache.Insert(b, Compute(*pool, b));
-  cache.Insert(c, Compute(*pool, c));
+  cache.Insert(a, Compute(pool, a));
+  cache.Insert(b, Compute(pool, b));
+  cache.Insert(c, Compute(pool, c));
   // Use a again: b is now the least recently used, then c.
   RadixCache::MatchResult m = cache.MatchPrefix(a, 4);
   cache.Lock(m.node);
@@ -247,7 +253,7 @@ TEST(RadixCache, EvictsLeastRecentlyUsedFirst) {
   EXPECT_EQ(cache.MatchPrefix(a, 4).num_tokens, 4);
   EXPECT_EQ(cache.MatchPrefix(c, 4).num_tokens, 4);
   // Insert also counts as a use: re-inserting c makes a the oldest.
-  cache.Insert(c, Compute(*pool, c));
+  cache.Insert(c, Compute(pool, c));
   // Only one page needed: the tail of the oldest leaf goes, its front stays matchable.
   EXPECT_EQ(cache.Evict(1), 1);
   EXPECT_EQ(cache.MatchPrefix(a, 4).num_tokens, 2);
@@ -259,9 +265,9 @@ TEST(RadixCache, EvictionCascadesToParents) {
   auto pool = MakePool(16, 2);
   RadixCache cache(*pool);
   const Tokens a = {1, 2, 3, 4}, b = {1, 2, 5, 6}, d = {7, 7};
-  cache.Insert(a, Compute(*pool, a));
-  cache.Insert(b, Compute(*pool, b));  // [1 2] -> {[3 4], [5 6]}
-  cache.Insert(d, Compute(*pool, d));  // the most recent
+  cache.Insert(a, Compute(pool, a));
+  cache.Insert(b, Compute(pool, b));  // [1 2] -> {[3 4], [5 6]}
+  cache.Insert(d, Compute(pool, d));  // the most recent
   EXPECT_EQ(cache.num_nodes(), 4);
   // Both leaves under [1 2] are older than d; once they are gone, [1 2] is a leaf older than d.
   EXPECT_EQ(cache.Evict(3), 3);
@@ -276,8 +282,8 @@ TEST(RadixCache, ResetRefusesWhileLocked) {
   auto pool = MakePool(16, 4);
   RadixCache cache(*pool);
   const Tokens a = {1, 2, 3, 4}, b = {5, 6, 7, 8};
-  cache.Insert(a, Compute(*pool, a));
-  cache.Insert(b, Compute(*pool, b));
+  cache.Insert(a, Compute(pool, a));
+  cache.Insert(b, Compute(pool, b));
   RadixCache::MatchResult m = cache.MatchPrefix(a, 4);
   cache.Lock(m.node);
   Status refused = cache.Reset();
@@ -290,7 +296,7 @@ TEST(RadixCache, ResetRefusesWhileLocked) {
   EXPECT_EQ(cache.num_nodes(), 0);
   EXPECT_EQ(pool->num_free_pages(), 16);
   // The tree is usable again.
-  EXPECT_EQ(cache.Insert(a, Compute(*pool, a)), 1);
+  EXPECT_EQ(cache.Insert(a, Compute(pool, a)), 1);
   EXPECT_EQ(cache.MatchPrefix(a, 4).num_tokens, 4);
 }
 
@@ -298,7 +304,7 @@ TEST(RadixCache, DestructorReturnsCachedPages) {
   auto pool = MakePool(8, 4);
   {
     RadixCache cache(*pool);
-    cache.Insert(Tokens{1, 2, 3, 4, 5, 6, 7, 8}, Compute(*pool, Tokens{1, 2, 3, 4, 5, 6, 7, 8}));
+    cache.Insert(Tokens{1, 2, 3, 4, 5, 6, 7, 8}, Compute(pool, Tokens{1, 2, 3, 4, 5, 6, 7, 8}));
     EXPECT_EQ(pool->num_free_pages(), 6);
   }
   EXPECT_EQ(pool->num_free_pages(), 8);
@@ -308,18 +314,18 @@ TEST(RadixCacheDeathTest, MisuseIsACheckFailure) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   auto pool = MakePool(8, 1);
   RadixCache cache(*pool);
-  cache.Insert(Tokens{1, 2}, Compute(*pool, Tokens{1, 2}));
+  cache.Insert(Tokens{1, 2}, Compute(pool, Tokens{1, 2}));
   RadixCache::MatchResult m = cache.MatchPrefix(Tokens{1, 2}, 2);
   EXPECT_DEATH(cache.Unlock(m.node), "check failed");  // unlock below zero
   EXPECT_EQ(cache.Evict(2), 2);
   EXPECT_DEATH(cache.Lock(m.node), "check failed");  // stale handle: the node was evicted
-  cache.Insert(Tokens{5, 6, 7}, Compute(*pool, Tokens{5, 6, 7}));
+  cache.Insert(Tokens{5, 6, 7}, Compute(pool, Tokens{5, 6, 7}));
   RadixCache::MatchResult trimmed = cache.MatchPrefix(Tokens{5, 6, 7}, 3);
   EXPECT_EQ(cache.Evict(1), 1);  // frees the page holding 7, which `trimmed` names
   EXPECT_DEATH(cache.Lock(trimmed.node), "check failed");
   EXPECT_EQ(cache.MatchPrefix(Tokens{5, 6, 7}, 3).num_tokens, 2);
   // A page given twice.
-  std::vector<PageId> pages = Compute(*pool, Tokens{3});
+  std::vector<PageId> pages = Compute(pool, Tokens{3});
   pages.push_back(pages[0]);
   EXPECT_DEATH(cache.Insert(Tokens{3, 4}, pages), "check failed");
   // Keys and pages must be page-aligned and agree.
@@ -360,7 +366,7 @@ TEST(RadixCache, SequenceWithAdoptedPrefixReleasesOnlyItsOwnPages) {
   EXPECT_EQ(seq.reserved_tokens(), 8);
   ASSERT_TRUE(seq.Reserve(6).ok());  // 4 prompt tokens + 2 outputs -> 14 positions, 4 pages
   EXPECT_EQ(pool->num_free_pages(), 11);
-  EXPECT_EQ(seq.Row(0, 5), pool->PageRows(0, m.pages[1]) + pool->row_bytes());
+  EXPECT_EQ(seq.pages()[5 / 4], m.pages[1]);  // position 5 reads the cache's second page
 
   // Retracted: only its own two pages go back; the cached prefix stays.
   seq.Release();
@@ -474,7 +480,7 @@ void RunRandomized(int page_size, uint32_t seed) {
     const int64_t needed = int64_t(tokens.size() / size_t(page_size) - from_page);
     if (pool->num_free_pages() < needed) evict(needed - pool->num_free_pages());
     if (pool->num_free_pages() < needed) return std::nullopt;
-    return Compute(*pool, std::span<const TokenId>(tokens).subspan(from_page * size_t(page_size)));
+    return Compute(pool, std::span<const TokenId>(tokens).subspan(from_page * size_t(page_size)));
   };
   auto finish = [&](const RunningRequest& r) {
     std::optional<std::vector<PageId>> rest = compute(r.tokens, r.match.pages.size());
@@ -496,7 +502,7 @@ void RunRandomized(int page_size, uint32_t seed) {
       r.match = cache.MatchPrefix(r.tokens, max_tokens);
       ASSERT_EQ(r.match.num_tokens, naive.Match(r.tokens, max_tokens));
       ASSERT_EQ(int64_t(r.match.pages.size()) * page_size, r.match.num_tokens);
-      ASSERT_TRUE(PagesHold(*pool, r.match.pages, r.tokens));
+      ASSERT_TRUE(PagesHold(pool, r.match.pages, r.tokens));
       cache.Lock(r.match.node);
       if (uniform(0, 2) == 0) {
         running.push_back(std::move(r));
@@ -505,7 +511,7 @@ void RunRandomized(int page_size, uint32_t seed) {
       }
     } else if (op < 60 && !running.empty()) {  // a running request finishes
       const size_t i = size_t(uniform(0, int(running.size()) - 1));
-      ASSERT_TRUE(PagesHold(*pool, running[i].match.pages, running[i].tokens));  // still locked
+      ASSERT_TRUE(PagesHold(pool, running[i].match.pages, running[i].tokens));  // still locked
       finish(running[i]);
       running.erase(running.begin() + ptrdiff_t(i));
     } else if (op < 75) {  // a request computed without looking at the cache: a duplicate
@@ -538,7 +544,7 @@ void RunRandomized(int page_size, uint32_t seed) {
       std::set<PageId> distinct;
       for (const Tokens& p : naive.prefixes) {
         RadixCache::MatchResult m = cache.MatchPrefix(p, int64_t(p.size()));
-        ASSERT_TRUE(PagesHold(*pool, m.pages, p));
+        ASSERT_TRUE(PagesHold(pool, m.pages, p));
         distinct.insert(m.pages.back());
       }
       ASSERT_EQ(distinct.size(), naive.prefixes.size());

@@ -6,7 +6,7 @@
 
 namespace mlaserve::testing {
 
-FakeModelRunner::FakeModelRunner(const KvPool& pool, int vocab_size, int max_batch_tokens, int max_context)
+FakeModelRunner::FakeModelRunner(const PageAllocator& pool, int vocab_size, int max_batch_tokens, int max_context)
     : pool_(pool),
       info_{.vocab_size = vocab_size, .hidden_size = 0, .max_batch_tokens = max_batch_tokens,
             .max_context = max_context, .eos_token_id = -1},

@@ -1,9 +1,9 @@
 // A ModelRunner without a model, for scheduler and engine tests: the "model" is a script.
-// It keeps a shadow of the KV pool that records, for each row it writes, the token at that
-// position, and a logits row is one-hot at NextToken(context), where the context is what the
-// sequence's page table points at for positions [0, p]. So a plan that reads a row nobody
-// wrote fails the Execute, and a page table pointing at the wrong pages (a bad radix match, a
-// page reused while still in use) changes the output: the scheduler's bookkeeping is checked
+// It keeps no KV bytes, only a shadow indexed by page id that records, for each row it writes,
+// the token at that position, and a logits row is one-hot at NextToken(context), where the
+// context is what the sequence's page table points at for positions [0, p]. So a plan that
+// reads a row nobody wrote fails the Execute, and a page table pointing at the wrong pages (a
+// bad radix match, a page reused while still in use) changes the output: the scheduler's bookkeeping is checked
 // end to end by comparing outputs with Greedy().
 // It also records every plan it executed (ExecutedSequence), and can be told to fail.
 #pragma once
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/model_runner.h"
-#include "kvcache/kv_pool.h"
+#include "kvcache/page_allocator.h"
 
 namespace mlaserve::testing {
 
@@ -24,8 +24,8 @@ class FakeModelRunner final : public ModelRunner {
     bool all_logits;
   };
 
-  // pool must outlive the runner; its page geometry is the shadow's.
-  FakeModelRunner(const KvPool& pool, int vocab_size, int max_batch_tokens, int max_context);
+  // pool (the scheduler's page ids) must outlive the runner; its page geometry is the shadow's.
+  FakeModelRunner(const PageAllocator& pool, int vocab_size, int max_batch_tokens, int max_context);
 
   // The script: the next token after `context`, a hash of every token and its position.
   static TokenId NextToken(std::span<const TokenId> context, int vocab_size);
@@ -44,7 +44,7 @@ class FakeModelRunner final : public ModelRunner {
  private:
   TokenId& Shadow(std::span<const PageId> page_table, int position);
 
-  const KvPool& pool_;
+  const PageAllocator& pool_;
   ModelRunnerInfo info_;
   std::vector<TokenId> shadow_;  // [num_pages * page_size]: the token whose row this is; -1 unwritten
   std::vector<float> logits_;    // [max_logits_rows, vocab]
