@@ -1,8 +1,7 @@
-// OpenAI's POST /v1/completions and /v1/chat/completions over the engine: `n` samples per
-// prompt (sharing the prompt's prefix cache), a list of prompts (independent choices, index =
-// prompt * n + sample, as vLLM numbers them), `echo` (the prompt, and with `logprobs` its
-// logprobs, before the completion), logprobs with `text_offset`, `logit_bias`, streaming.
-// Every field is implemented, refused by name with a reason, or unknown (refused).
+// The answer side of OpenAI's protocol for /v1/completions and /v1/chat/completions: one
+// GenerateRequest per prompt and sample (request_builder.h), driven together, answered as one
+// response or as a stream of chunks: choices, logprobs with `text_offset` (completions) or
+// per-token entries (chat), chat replies split into reasoning, content and tool calls, usage.
 #include <cmath>
 #include <ctime>
 #include <optional>
@@ -11,11 +10,10 @@
 #include "chat/chat_output.h"
 #include "server/api_json.h"
 #include "server/api_server.h"
-#include "server/chat_request.h"
-#include "server/client_json.h"
+#include "server/openai_request.h"
+#include "server/request_builder.h"
 #include "server/request_id.h"
 #include "server/sampling_json.h"
-#include "tokenizer/chat_template.h"
 
 namespace mlaserve {
 namespace {
@@ -24,51 +22,6 @@ using nlohmann::json;
 using api::SendError;
 using api::SendJson;
 using api::WriteEvent;
-
-
-// Fields both endpoints implement, and those both refuse.
-#define MLASERVE_OPENAI_SHARED_FIELDS                                                                \
-  {"model"}, {"max_tokens"}, {"temperature"}, {"top_p"}, {"n"}, {"stream"}, {"stream_options"},      \
-      {"logprobs"}, {"stop"}, {"presence_penalty"}, {"frequency_penalty"}, {"seed"}, {"logit_bias"}, \
-      {"user"}, {"top_k"}, {"min_p"}, {"repetition_penalty"}, {"min_tokens"}, {"ignore_eos"},        \
-      {"stop_token_ids"}, {"skip_special_tokens"}, {"no_stop_trim"},                                 \
-      {"response_format", "structured output (json_object, json_schema) is not implemented",         \
-       R"({"type":"text"})"},                                                                        \
-      {"regex", "constrained decoding is not implemented"},                                          \
-      {"json_schema", "constrained decoding is not implemented"},                                    \
-      {"ebnf", "constrained decoding is not implemented"},                                           \
-      {"lora_path", "LoRA adapters are not implemented"},                                            \
-      {"functions", "the legacy 'functions' field is not implemented (use 'tools')"},                 \
-      {"function_call", "the legacy 'function_call' field is not implemented (use 'tool_choice')"}
-
-Status CheckCompletionFields(const json& body) {
-  return CheckFields(body, {MLASERVE_OPENAI_SHARED_FIELDS, {"prompt"}, {"echo"},
-                            {"tools", "tools are for /v1/chat/completions", "[]"},
-                            {"tool_choice", "tools are for /v1/chat/completions", R"("none")"},
-                            {"parallel_tool_calls", "tools are for /v1/chat/completions"},
-                            {"suffix", "fill-in-the-middle (suffix) is not implemented"},
-                            {"best_of", "best_of other than 1 is not implemented", "1"}});
-}
-
-Status CheckChatFields(const json& body) {
-  return CheckFields(
-      body, {MLASERVE_OPENAI_SHARED_FIELDS, {"messages"}, {"max_completion_tokens"}, {"top_logprobs"},
-             {"modalities", "only text output is implemented", R"(["text"])"},
-             {"audio", "audio output is not implemented"},
-             {"prediction", "predicted outputs are not implemented"},
-             {"reasoning_effort", "reasoning controls are not implemented"},
-             {"store", "stored completions are not implemented", "false"},
-             {"metadata", "stored completions are not implemented"},
-             {"service_tier", "service tiers are not implemented"},
-             {"web_search_options", "web search is not implemented"},
-             {"chat_template_kwargs"}, {"tools"}, {"tool_choice"},
-             {"parallel_tool_calls", "limiting the reply to one tool call needs constrained decoding, which is not "
-                                     "implemented", "true"},
-             {"continue_final_message", "continuing the final message is not implemented"},
-             {"separate_reasoning"}, {"stream_reasoning"}});
-}
-
-#undef MLASERVE_OPENAI_SHARED_FIELDS
 
 // OpenAI's finish_reason: "stop", "length", or "abort" (SGLang's extension).
 json FinishReasonOpenAi(const RequestOutput& o) {
@@ -81,54 +34,6 @@ int64_t CodePoints(std::string_view text) {
   int64_t n = 0;
   for (const char c : text) n += (uint8_t(c) & 0xC0) != 0x80;
   return n;
-}
-
-// One prompt of a completions request: its ids and, for echo, its text.
-struct Prompt {
-  std::vector<TokenId> input_ids;
-  std::string text;
-};
-
-Result<std::vector<Prompt>> ReadCompletionPrompts(const json& body, const Tokenizer& tokenizer) {
-  if (!body.contains("prompt") || body["prompt"].is_null()) return Status::Error("'prompt' is required");
-  const json& prompt = body["prompt"];
-  std::vector<Prompt> prompts;
-  auto from_text = [&](const json& text, const std::string& name) -> Status {
-    if (text.get_ref<const std::string&>().empty()) return Status::Error("'" + name + "' is empty");
-    auto ids = tokenizer.Encode(text.get<std::string>(), tokenizer.add_bos());
-    if (!ids.ok()) return Status::Error("'" + name + "': " + ids.error());
-    prompts.push_back({std::move(ids).value(), text.get<std::string>()});
-    return Status::Ok();
-  };
-  auto from_ids = [&](const json& ids, const std::string& name) -> Status {
-    Prompt p;
-    for (const json& id : ids) {
-      if (!id.is_number_integer()) return Status::Error("'" + name + "' as token ids must be a list of integers");
-      p.input_ids.push_back(TokenIdFromJson(id));
-    }
-    if (p.input_ids.empty()) return Status::Error("'" + name + "' is empty");
-    prompts.push_back(std::move(p));
-    return Status::Ok();
-  };
-  if (prompt.is_string()) {
-    MLA_RETURN_IF_ERROR(from_text(prompt, "prompt"));
-  } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number_integer()) {
-    MLA_RETURN_IF_ERROR(from_ids(prompt, "prompt"));
-  } else if (prompt.is_array() && !prompt.empty()) {
-    for (size_t i = 0; i < prompt.size(); ++i) {
-      const std::string name = "prompt[" + std::to_string(i) + "]";
-      if (prompt[i].is_string()) {
-        MLA_RETURN_IF_ERROR(from_text(prompt[i], name));
-      } else if (prompt[i].is_array()) {
-        MLA_RETURN_IF_ERROR(from_ids(prompt[i], name));
-      } else {
-        return Status::Error("'" + name + "' must be a string or a list of token ids");
-      }
-    }
-  } else {
-    return Status::Error("'prompt' must be a string, a list of token ids, or a list of those");
-  }
-  return prompts;
 }
 
 // One choice being generated: what it has said so far and its logprobs.
@@ -151,113 +56,31 @@ struct Choice {
 
 }  // namespace
 
-void ApiServer::HandleCompletions(const json& body, std::string_view raw_body, HttpResponseWriter& w, bool chat) {
-  if (Status s = chat ? CheckChatFields(body) : CheckCompletionFields(body); !s.ok()) {
-    return SendError(w, 400, s.message());
+bool ApiServer::CheckServedModel(const json& body, HttpResponseWriter& w) {
+  if (!body.contains("model") || body["model"].is_null()) return true;
+  if (!body["model"].is_string()) {
+    SendError(w, 400, "'model' must be a string");
+    return false;
   }
-  if (body.contains("model") && !body["model"].is_null()) {
-    if (!body["model"].is_string()) return SendError(w, 400, "'model' must be a string");
-    const std::string name = body["model"].get<std::string>();
-    if (name != options_.served_model_name && name != options_.model_path) {
-      return SendError(w, 404, "The model '" + name + "' does not exist (this server serves '" +
-                                   options_.served_model_name + "')", "not_found_error");
-    }
-  }
-  std::vector<Prompt> prompts;
-  // Chat only: how each reply is split (reasoning, content, tool calls).
-  std::optional<chat::ReasoningParser> reasoning;
-  std::optional<chat::ToolCallFormat> tool_format;
-  size_t history_calls = 0;
-  bool tools_given = false;
-  bool stream_reasoning = true;  // false: the reasoning is sent in one delta, once it ends (SGLang's field)
-  if (chat) {
-    auto messages = ReadChatMessages(body);
-    if (!messages.ok()) return SendError(w, 400, messages.error());
-    const json kwargs = body.contains("chat_template_kwargs") ? body["chat_template_kwargs"] : json();
-    if (!kwargs.is_null() && !kwargs.is_object()) return SendError(w, 400, "'chat_template_kwargs' must be an object");
-    auto tools = ReadChatTools(body);
-    if (!tools.ok()) return SendError(w, 400, tools.error());
-    const auto separate = BoolField(body, "separate_reasoning", true);
-    if (!separate.ok()) return SendError(w, 400, separate.error());
-    const auto stream_reasoning_field = BoolField(body, "stream_reasoning", true);
-    if (!stream_reasoning_field.ok()) return SendError(w, 400, stream_reasoning_field.error());
-    stream_reasoning = *stream_reasoning_field;
-    // What the template receives beside the messages, in the client's key order: HF's tojson
-    // (Kimi-K2's template writes `tools | tojson`) keeps it, and the prompt must be the same.
-    // raw_body parsed into `body` already, so it parses again.
-    const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(raw_body, nullptr, false);
-    auto ordered_field = [&](const char* key) {
-      return ordered.is_object() && ordered.contains(key) ? ordered[key] : nlohmann::ordered_json();
-    };
-    nlohmann::ordered_json template_kwargs =
-        kwargs.is_object() ? ordered_field("chat_template_kwargs") : nlohmann::ordered_json::object();
-    if (!tools->is_null()) {
-      if (!chat_template_.is_jinja()) {
-        return SendError(w, 400, "'tools' need the model's Jinja chat template; this server uses the " +
-                                     chat_template_.origin() + " (give --chat-template FILE)");
-      }
-      if (kwargs.is_object() && kwargs.contains("tools")) {
-        return SendError(w, 400, "give tools in 'tools', not in 'chat_template_kwargs'");
-      }
-      template_kwargs["tools"] = ordered_field("tools");
-      tools_given = true;
-      tool_format = options_.tool_call_parser;
-      history_calls = CountToolCalls(*messages);
-    }
-    if (options_.reasoning_parser && *separate) reasoning.emplace(*options_.reasoning_parser, !ThinkingTurnedOff(kwargs));
-    const auto template_messages =
-        nlohmann::ordered_json::parse(messages->dump(-1, ' ', false, json::error_handler_t::replace));
-    auto text = chat_template_.Render(template_messages, /*add_generation_prompt=*/true, template_kwargs);
-    if (!text.ok()) return SendError(w, 400, text.error());
-    auto ids = tokenizer_.Encode(*text, /*add_bos=*/false);
-    if (!ids.ok()) return SendError(w, 400, ids.error());
-    prompts.push_back({std::move(ids).value(), ""});
-  } else {
-    auto read = ReadCompletionPrompts(body, tokenizer_);
-    if (!read.ok()) return SendError(w, 400, read.error());
-    prompts = std::move(read).value();
-  }
-  const auto echo_field = chat ? Result<bool>(false) : BoolField(body, "echo", false);
-  const auto n_field = IntField(body, "n", 1);
-  const auto stream_field = BoolField(body, "stream", false);
-  for (const Status* st : {&echo_field.status(), &n_field.status(), &stream_field.status()}) {
-    if (!st->ok()) return SendError(w, 400, st->message());
-  }
-  const bool echo = *echo_field, stream = *stream_field;
-  if (!stream_reasoning && !stream) return SendError(w, 400, "'stream_reasoning' is only allowed with \"stream\": true");
-  const int n = *n_field;
-  if (n < 1 || int64_t(n) * int64_t(prompts.size()) > kMaxGenerations) {
-    return SendError(w, 400, "'n' times the number of prompts must be in [1, " + std::to_string(kMaxGenerations) + "]");
-  }
-  bool include_usage = false;
-  if (body.contains("stream_options") && !body["stream_options"].is_null()) {
-    if (!body["stream_options"].is_object()) return SendError(w, 400, "'stream_options' must be an object");
-    if (Status s = CheckFields(body["stream_options"], {{"include_usage"}}, "stream_options: "); !s.ok()) {
-      return SendError(w, 400, s.message());
-    }
-    const auto usage_field = BoolField(body["stream_options"], "include_usage", false);
-    if (!usage_field.ok()) return SendError(w, 400, usage_field.error());
-    if (!stream) return SendError(w, 400, "'stream_options' is only allowed with \"stream\": true");
-    include_usage = *usage_field;
-  }
-  // Logprobs: completions take an int (top-N); chat takes a bool plus top_logprobs.
-  bool want_lp = false;
-  int top_lp = 0;
-  if (chat) {
-    const auto lp = BoolField(body, "logprobs", false);
-    const auto top = IntField(body, "top_logprobs", 0);
-    if (!lp.ok()) return SendError(w, 400, lp.error());
-    if (!top.ok()) return SendError(w, 400, top.error());
-    want_lp = *lp;
-    top_lp = *top;
-    if (top_lp > 0 && !want_lp) return SendError(w, 400, "'top_logprobs' requires \"logprobs\": true");
-  } else if (body.contains("logprobs") && !body["logprobs"].is_null()) {
-    const auto top = IntField(body, "logprobs", 0);
-    if (!top.ok()) return SendError(w, 400, top.error());
-    want_lp = true;
-    top_lp = *top;
-  }
+  const std::string name = body["model"].get<std::string>();
+  if (name == options_.served_model_name || name == options_.model_path) return true;
+  SendError(w, 404, "The model '" + name + "' does not exist (this server serves '" + options_.served_model_name + "')",
+            "not_found_error");
+  return false;
+}
 
+void ApiServer::RespondOpenAi(const json& body, OpenAiEndpoint endpoint, const OpenAiFields& fields,
+                              std::vector<OpenAiPrompt> prompts, ChatReplyFormat format, HttpResponseWriter& w) {
+  const bool chat = endpoint == OpenAiEndpoint::kChat;
+  const bool echo = fields.echo, stream = fields.stream, want_lp = fields.want_logprobs;
+  const std::optional<chat::ReasoningParser>& reasoning = format.reasoning;
+  const std::optional<chat::ToolCallFormat>& tool_format = format.tool_format;
+  const bool stream_reasoning = format.stream_reasoning;
+  const LogprobRequest logprobs{.return_logprob = want_lp,
+                                .top_logprobs_num = fields.top_logprobs,
+                                // with echo, the prompt's logprobs come back too
+                                .logprob_start_len = echo && want_lp ? 0 : -1};
+  const int n = fields.n;
   const std::string id = NewRequestId(chat ? "chatcmpl-" : "cmpl-");
   std::vector<GenerateRequest> requests;
   std::vector<Choice> choices;
@@ -265,14 +88,9 @@ void ApiServer::HandleCompletions(const json& body, std::string_view raw_body, H
     const int remaining = std::max(1, model_.max_context() - int(prompts[p].input_ids.size()));
     auto sampling = SamplingFromOpenAi(body, chat ? std::min(remaining, 4096) : 16);
     if (!sampling.ok()) return SendError(w, 400, sampling.error());
-    GenerateRequest req;
-    req.input_ids = std::move(prompts[p].input_ids);
-    req.sampling = std::move(sampling).value();
+    GenerateRequest req = BuildGenerateRequest(std::move(prompts[p].input_ids), std::move(sampling).value(), logprobs);
     // Tool-call markers are special tokens in Kimi's vocabulary: keep them in the text, as SGLang does.
-    if (tools_given) req.sampling.skip_special_tokens = false;
-    req.sampling.return_logprob = want_lp;
-    req.sampling.top_logprobs_num = top_lp;
-    if (echo && want_lp) req.logprob_start_len = 0;  // the prompt's logprobs come back too
+    if (format.tools_given) req.sampling.skip_special_tokens = false;
     std::string echo_text;
     if (echo) echo_text = prompts[p].text.empty() ? tokenizer_.Decode(req.input_ids) : prompts[p].text;
     const size_t first = requests.size();
@@ -360,7 +178,7 @@ void ApiServer::HandleCompletions(const json& body, std::string_view raw_body, H
     for (const chat::ToolCallDelta& d : delta.calls) {
       if (!d.starts) continue;
       c.call_ids.push_back(tool_format == chat::ToolCallFormat::kKimiK2
-                               ? "functions." + d.name + ":" + std::to_string(history_calls + d.index)
+                               ? "functions." + d.name + ":" + std::to_string(format.history_calls + d.index)
                                : NewRequestId("call_").substr(0, 5 + 24));
     }
     return delta;
@@ -481,7 +299,7 @@ void ApiServer::HandleCompletions(const json& body, std::string_view raw_body, H
       if (!WriteEvent(w, envelope(json::array({choice})))) return false;
     }
     if (all_done) {
-      if (include_usage) {
+      if (fields.include_usage) {
         json last = envelope(json::array());
         last["usage"] = usage();
         if (!WriteEvent(w, last)) return false;
