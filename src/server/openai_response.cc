@@ -1,8 +1,7 @@
 // The answer side of OpenAI's protocol for /v1/completions and /v1/chat/completions: one
 // GenerateRequest per prompt and sample (request_builder.h), driven together, answered as one
-// response or as a stream of chunks: choices, logprobs with `text_offset` (completions) or
-// per-token entries (chat), chat replies split into reasoning, content and tool calls, usage.
-#include <cmath>
+// response or as a stream of chunks: choices, their logprobs (openai_logprobs.cc), chat replies
+// split into reasoning, content and tool calls, usage.
 #include <ctime>
 #include <optional>
 #include <utility>
@@ -10,6 +9,7 @@
 #include "chat/chat_output.h"
 #include "server/api_json.h"
 #include "server/api_server.h"
+#include "server/openai_logprobs.h"
 #include "server/openai_request.h"
 #include "server/request_builder.h"
 #include "server/request_id.h"
@@ -27,13 +27,6 @@ using api::WriteEvent;
 json FinishReasonOpenAi(const RequestOutput& o) {
   if (!o.finished) return nullptr;
   return FinishReasonName(o.finish_reason);
-}
-
-// Characters (code points) of valid UTF-8, as Python clients count text_offset.
-int64_t CodePoints(std::string_view text) {
-  int64_t n = 0;
-  for (const char c : text) n += (uint8_t(c) & 0xC0) != 0x80;
-  return n;
 }
 
 // One choice being generated: what it has said so far and its logprobs.
@@ -103,54 +96,8 @@ void ApiServer::RespondOpenAi(const json& body, OpenAiEndpoint endpoint, const O
   const bool show_reasoning = reasoning.has_value();
   const int64_t created = int64_t(std::time(nullptr));
   const std::string object = chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
-  auto empty_logprobs = [&] {
-    return chat ? json::array()
-                : json{{"tokens", json::array()}, {"token_logprobs", json::array()},
-                       {"top_logprobs", json::array()}, {"text_offset", json::array()}};
-  };
-  for (Choice& c : choices) c.logprobs = empty_logprobs();
-  // Appends tokens' logprobs to `out` (a chunk's or the whole choice's); text_offset counts the
-  // characters of the tokens' own text, from where `choice` has reached.
-  auto add_token = [&](Choice& choice, json& out, TokenId t, std::optional<float> logprob,
-                       const std::vector<TokenLogprob>* top) {
-    const std::string token = tokenizer_.Decode(std::span(&t, 1));
-    json top_map = json::object(), top_list = json::array();
-    if (top != nullptr) {
-      for (const TokenLogprob& tl : *top) {
-        const std::string s = tokenizer_.Decode(std::span(&tl.token, 1));
-        top_map[s] = tl.logprob;
-        const std::string_view b = tokenizer_.TokenBytes(tl.token);
-        top_list.push_back({{"token", s}, {"logprob", tl.logprob}, {"bytes", std::vector<uint8_t>(b.begin(), b.end())}});
-      }
-    }
-    if (chat) {
-      const std::string_view raw = tokenizer_.TokenBytes(t);
-      out.push_back({{"token", token}, {"logprob", logprob ? json(*logprob) : json()},
-                     {"bytes", std::vector<uint8_t>(raw.begin(), raw.end())}, {"top_logprobs", top_list}});
-      return;
-    }
-    out["tokens"].push_back(token);
-    out["token_logprobs"].push_back(logprob ? json(*logprob) : json());
-    out["top_logprobs"].push_back(top != nullptr ? top_map : json());
-    out["text_offset"].push_back(choice.text_offset);
-    // Offsets index the choice's text, which shows no special tokens (an echoed BOS).
-    if (!tokenizer_.IsSpecial(t)) choice.text_offset += CodePoints(token);
-  };
-  auto add_output_logprobs = [&](Choice& choice, json& out, const RequestOutput& o) {
-    for (size_t i = 0; i < o.new_token_logprobs.size() && i < o.new_token_ids.size(); ++i) {
-      add_token(choice, out, o.new_token_ids[i], o.new_token_logprobs[i],
-                i < o.new_top_logprobs.size() ? &o.new_top_logprobs[i] : nullptr);
-    }
-  };
-  // The echoed prompt's logprobs (the first token has none: null).
-  auto add_prompt_logprobs = [&](Choice& choice, json& out, const RequestOutput& o) {
-    for (size_t i = 0; i < o.input_token_ids.size(); ++i) {
-      const float lp = i < o.input_token_logprobs.size() ? o.input_token_logprobs[i] : NAN;
-      const std::vector<TokenLogprob>* top =
-          i < o.input_top_logprobs.size() && !o.input_top_logprobs[i].empty() ? &o.input_top_logprobs[i] : nullptr;
-      add_token(choice, out, o.input_token_ids[i], std::isnan(lp) ? std::nullopt : std::optional<float>(lp), top);
-    }
-  };
+  const OpenAiLogprobs logprobs_json(tokenizer_, endpoint);
+  for (Choice& c : choices) c.logprobs = logprobs_json.Empty();
   auto usage = [&] {
     int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
     for (const Choice& c : choices) {
@@ -242,8 +189,8 @@ void ApiServer::RespondOpenAi(const json& body, OpenAiEndpoint endpoint, const O
       c.text += delta.content;
       c.reasoning += delta.reasoning;
       if (want_lp) {
-        add_prompt_logprobs(c, c.logprobs, o);
-        add_output_logprobs(c, c.logprobs, o);
+        logprobs_json.AddPrompt(o, c.logprobs, c.text_offset);
+        logprobs_json.AddOutput(o, c.logprobs, c.text_offset);
       }
       if (!all_done) return true;
       json list = json::array();
@@ -276,16 +223,16 @@ void ApiServer::RespondOpenAi(const json& body, OpenAiEndpoint endpoint, const O
     // Logprobs of tokens whose text is still held back (a split UTF-8 character, a possible
     // stop string, a possible reasoning or tool-call marker) wait for the next event that
     // carries something.
-    json chunk_lp = want_lp ? empty_logprobs() : json();
+    json chunk_lp = want_lp ? logprobs_json.Empty() : json();
     if (want_lp) {
-      add_prompt_logprobs(c, chunk_lp, o);
+      logprobs_json.AddPrompt(o, chunk_lp, c.text_offset);
       c.held.new_token_ids.insert(c.held.new_token_ids.end(), o.new_token_ids.begin(), o.new_token_ids.end());
       c.held.new_token_logprobs.insert(c.held.new_token_logprobs.end(), o.new_token_logprobs.begin(), o.new_token_logprobs.end());
       c.held.new_top_logprobs.insert(c.held.new_top_logprobs.end(), o.new_top_logprobs.begin(), o.new_top_logprobs.end());
     }
     if (!delta.empty() || o.finished) {
       if (want_lp) {
-        add_output_logprobs(c, chunk_lp, c.held);
+        logprobs_json.AddOutput(c.held, chunk_lp, c.text_offset);
         c.held = RequestOutput{};
       }
       json choice{{"index", index}, {"finish_reason", finish_reason(c, o)}};
