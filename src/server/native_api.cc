@@ -167,7 +167,8 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
     if (Status st = CheckGenerations(*n, int64_t(requests.size()) + *n); !st.ok()) {
       return SendError(w, 400, "sampling_params: " + st.message());
     }
-    const GenerateRequest req = BuildGenerateRequest(std::move(prompts->input_ids[p]), std::move(sampling).value(), logprobs);
+    const GenerateRequest req =
+        BuildGenerateRequest(std::move(prompts->input_ids[p]), std::move(sampling).value(), logprobs);
     const std::string rid = rid_field.is_null() ? NewRequestId("gen-")
                             : rid_field.is_array() ? rid_field[p].get<std::string>() : rid_field.get<std::string>();
     const int samples = *n;
