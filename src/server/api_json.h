@@ -1,5 +1,5 @@
 // Small response helpers shared by the API handlers (api_server.cc, native_api.cc,
-// openai_api.cc): JSON bodies, OpenAI-shaped errors and SSE events.
+// openai_response.cc and the endpoints' files): JSON bodies, OpenAI-shaped errors and SSE events.
 #pragma once
 
 #include <string>

@@ -144,7 +144,8 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponseWriter& w) {
   } done{in_flight_};
   if (draining_.load()) return SendError(w, 503, "the server is shutting down", "service_unavailable");
   if (p == "/generate") return HandleGenerate(body, w);
-  return HandleCompletions(body, req.body, w, /*chat=*/p == "/v1/chat/completions");
+  if (p == "/v1/chat/completions") return HandleChat(body, req.body, w);
+  return HandleCompletions(body, w);
 }
 
 // ---- driving one generation ------------------------------------------------------------------

@@ -20,13 +20,12 @@
 #include "nlohmann/json.hpp"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/openai_request.h"
+#include "server/request_builder.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mlaserve {
-
-// Generations one request may ask for: n times the number of prompts, on every endpoint.
-inline constexpr int kMaxGenerations = 128;
 
 struct ApiServerOptions {
   std::string served_model_name;
@@ -60,10 +59,16 @@ class ApiServer {
 
  private:
   void HandleGenerate(const nlohmann::json& body, HttpResponseWriter& writer);  // native_api.cc
+  void HandleCompletions(const nlohmann::json& body, HttpResponseWriter& writer);  // openai_completions.cc
   // raw_body: the body as sent (already parsed into `body`); chat templates see the client's
   // key order of `tools` and `chat_template_kwargs` (a template's tojson writes it).
-  void HandleCompletions(const nlohmann::json& body, std::string_view raw_body, HttpResponseWriter& writer,
-                         bool chat);  // openai_api.cc
+  void HandleChat(const nlohmann::json& body, std::string_view raw_body, HttpResponseWriter& writer);  // openai_chat.cc
+  // openai_response.cc: false when `model` names another model (the error is sent).
+  bool CheckServedModel(const nlohmann::json& body, HttpResponseWriter& writer);
+  // openai_response.cc: generates n samples of each prompt and answers in OpenAI's shape for
+  // `endpoint` (fields already read; format: how a chat reply is split).
+  void RespondOpenAi(const nlohmann::json& body, OpenAiEndpoint endpoint, const OpenAiFields& fields,
+                     std::vector<OpenAiPrompt> prompts, ChatReplyFormat format, HttpResponseWriter& writer);
   void HandleHealthGenerate(HttpResponseWriter& writer);
 
   // Submits every request and calls on_output(index into requests, output) for each output,

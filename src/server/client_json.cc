@@ -47,7 +47,7 @@ Result<json> ParseClientJson(std::string_view text, int max_depth) {
   return value;
 }
 
-Status CheckFields(const json& object, std::initializer_list<FieldRule> rules, std::string_view where) {
+Status CheckFields(const json& object, std::span<const FieldRule> rules, std::string_view where) {
   std::string unknown;
   for (const auto& [key, value] : object.items()) {
     const FieldRule* rule = nullptr;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -38,8 +39,11 @@ struct FieldRule {
 // The first field of `object` that `rules` does not name ("unknown field 'x'") or refuses
 // ("'tools' is not supported: ..."); every unknown field is listed in one message. `where`
 // prefixes the message (e.g. "sampling_params: ").
-Status CheckFields(const nlohmann::json& object, std::initializer_list<FieldRule> rules,
-                   std::string_view where = "");
+Status CheckFields(const nlohmann::json& object, std::span<const FieldRule> rules, std::string_view where = "");
+inline Status CheckFields(const nlohmann::json& object, std::initializer_list<FieldRule> rules,
+                          std::string_view where = "") {
+  return CheckFields(object, std::span<const FieldRule>(rules.begin(), rules.size()), where);
+}
 
 // Typed optional fields (json's own value() throws on a mismatched type). Absent or null
 // gives `fallback`; a wrong type is an error naming the key.

@@ -10,6 +10,7 @@
 #include "server/api_server.h"
 #include "server/client_json.h"
 #include "server/native_answer.h"
+#include "server/request_builder.h"
 #include "server/request_id.h"
 #include "server/sampling_json.h"
 
@@ -47,19 +48,15 @@ Result<Prompts> ReadPrompts(const json& body, const Tokenizer& tokenizer) {
   Prompts prompts;
   auto add_text = [&](const json& text, const std::string& name) -> Status {
     if (!text.is_string()) return Status::Error("'" + name + "' must be a string");
-    if (text.get_ref<const std::string&>().empty()) return Status::Error("'" + name + "' is empty");
-    auto ids = tokenizer.Encode(text.get<std::string>(), tokenizer.add_bos());
-    if (!ids.ok()) return Status::Error("'" + name + "': " + ids.error());
+    auto ids = EncodePromptText(tokenizer, text.get<std::string>(), name);
+    if (!ids.ok()) return ids.status();
     prompts.input_ids.push_back(std::move(ids).value());
     return Status::Ok();
   };
   auto add_ids = [&](const json& ids, const std::string& name) -> Status {
-    std::vector<TokenId> out;
-    for (const json& id : ids) {
-      if (!id.is_number_integer()) return Status::Error("'" + name + "' must be a list of token ids");
-      out.push_back(TokenIdFromJson(id));
-    }
-    prompts.input_ids.push_back(std::move(out));
+    auto out = PromptIdsFromJson(ids, "'" + name + "' must be a list of token ids");
+    if (!out.ok()) return out.status();
+    prompts.input_ids.push_back(std::move(out).value());
     return Status::Ok();
   };
   if (has_text) {
@@ -157,6 +154,9 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
     return SendError(w, 400, "'top_logprobs_num' and 'return_text_in_logprobs' require \"return_logprob\": true");
   }
 
+  const LogprobRequest logprobs{.return_logprob = *return_logprob,
+                                .top_logprobs_num = *top_logprobs_num,
+                                .logprob_start_len = *logprob_start >= 0 && *return_logprob ? *logprob_start : -1};
   std::vector<GenerateRequest> requests;
   for (size_t p = 0; p < num_prompts; ++p) {
     const json& params = params_field.is_array() ? params_field[p] : params_field;
@@ -164,16 +164,11 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
     if (!sampling.ok()) return SendError(w, 400, sampling.error());
     const auto n = params.is_object() ? IntField(params, "n", 1) : Result<int>(1);
     if (!n.ok()) return SendError(w, 400, "sampling_params: " + n.error());
-    if (*n < 1 || requests.size() + size_t(*n) > size_t(kMaxGenerations)) {
-      return SendError(w, 400, "sampling_params: 'n' times the number of prompts must be in [1, " +
-                                   std::to_string(kMaxGenerations) + "]");
+    if (Status st = CheckGenerations(*n, int64_t(requests.size()) + *n); !st.ok()) {
+      return SendError(w, 400, "sampling_params: " + st.message());
     }
-    GenerateRequest req;
-    req.input_ids = std::move(prompts->input_ids[p]);
-    req.sampling = std::move(sampling).value();
-    req.sampling.return_logprob = *return_logprob;
-    req.sampling.top_logprobs_num = *top_logprobs_num;
-    if (*logprob_start >= 0 && *return_logprob) req.logprob_start_len = *logprob_start;
+    const GenerateRequest req =
+        BuildGenerateRequest(std::move(prompts->input_ids[p]), std::move(sampling).value(), logprobs);
     const std::string rid = rid_field.is_null() ? NewRequestId("gen-")
                             : rid_field.is_array() ? rid_field[p].get<std::string>() : rid_field.get<std::string>();
     const int samples = *n;

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/peer_has_read.h"
 #include "support/run_binary.h"
 
 namespace mlaserve {
@@ -216,7 +217,7 @@ TEST(HttpClientTest, ChunkedResponseIsDecoded) {
   TestServer server([](int fd, const std::string&) {
     SendAll(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
     SendAll(fd, Chunk("Hello, "));
-    std::this_thread::sleep_for(5ms);
+    EXPECT_TRUE(testing::PeerHasRead(fd));  // the client decodes the rest from later reads
     SendAll(fd, "C;ext=1\r\nchunked worl\r\n");  // upper-case hex and a chunk extension
     SendAll(fd, Chunk("d"));
     SendAll(fd, "0\r\nX-Trailer: t\r\n\r\n");
@@ -229,7 +230,7 @@ TEST(HttpClientTest, ChunkedResponseIsDecoded) {
 TEST(HttpClientTest, BodyUntilCloseAndInterim100Continue) {
   TestServer server([](int fd, const std::string&) {
     SendAll(fd, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 200 OK\r\n\r\nall of ");
-    std::this_thread::sleep_for(5ms);
+    EXPECT_TRUE(testing::PeerHasRead(fd));  // the body's end comes in a later read
     SendAll(fd, "it");
   });
   auto r = HttpClient().Request("POST", server.Url("/"), "x", {}, 2000);
@@ -279,6 +280,8 @@ TEST(HttpClientTest, StreamStopsEarlyAndClosesTheConnection) {
         server_saw_close = true;
         return;
       }
+      // Paces the ticks like a token stream; nothing waits on it: the loop ends when the client
+      // has gone (the send fails), however the ticks were grouped into reads.
       std::this_thread::sleep_for(2ms);
     }
   });
@@ -329,9 +332,14 @@ TEST(HttpClientTest, ConnectionRefused) {
 }
 
 TEST(HttpClientTest, TimesOutWhenTheServerGoesQuiet) {
+  // Quiet until the client hangs up (bounded, so the server thread always ends): the silence
+  // lasts however long the client takes to give up, so it cannot end before the timeout does.
   const auto go_quiet = [](int fd, const std::string&) {
     SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc");
-    std::this_thread::sleep_for(600ms);
+    pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
+    char byte;
+    while (::poll(&p, 1, 10'000) == 1 && ::recv(fd, &byte, 1, 0) > 0) {
+    }
   };
   TestServer server(go_quiet);
   const auto start = std::chrono::steady_clock::now();
@@ -341,7 +349,7 @@ TEST(HttpClientTest, TimesOutWhenTheServerGoesQuiet) {
   EXPECT_NE(r.error().find("timed out after 100 ms"), std::string::npos) << r.error();
   EXPECT_LT(elapsed, 500ms);
 
-  TestServer stream_server(go_quiet);  // the first one is still busy being quiet
+  TestServer stream_server(go_quiet);
   bool called = false;
   Status s = HttpClient().Stream("GET", stream_server.Url("/"), "", {}, 100, [&](std::string_view) {
     called = true;
@@ -377,7 +385,9 @@ TEST(HttpClientTest, MalformedAndTruncatedResponsesAreErrors) {
 }
 
 // A fake server speaking just enough of SGLang's /generate and OpenAI's /v1/completions streams
-// for bench-serving: each request gets max tokens chunks, one token each, then [DONE].
+// for bench-serving: each request gets max tokens chunks, one token each, then [DONE]. The 1 ms
+// between chunks paces them like tokens so the latencies are not all zero; no assertion depends
+// on it (counts come from meta_info / usage and from events, however they are grouped in reads).
 void FakeLlmServer(int fd, const std::string& request) {
   const size_t body_at = request.find("\r\n\r\n");
   const size_t target_at = request.find(' ') + 1;

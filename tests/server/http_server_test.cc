@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "server/http_parser.h"
+#include "support/peer_has_read.h"
 
 namespace mlaserve {
 namespace {
@@ -79,6 +80,7 @@ class TestClient {
 
   bool connected() const { return fd_ >= 0; }
   int connect_errno() const { return connect_errno_; }
+  int fd() const { return fd_; }
 
   bool Send(std::string_view bytes) {
     while (!bytes.empty()) {
@@ -359,7 +361,7 @@ TEST(HttpServer, ChunkedRequestBodyIsDecoded) {
   ASSERT_NE(server, nullptr);
   TestClient client(server->port());
   ASSERT_TRUE(client.Send("POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nWiki\r\n"));
-  std::this_thread::sleep_for(20ms);  // the body arrives in pieces
+  ASSERT_TRUE(testing::PeerHasRead(client.fd()));  // the server decodes the rest from a later read
   ASSERT_TRUE(client.Send("5;name=value\r\npedia\r\n0\r\nX-Trailer: t\r\n\r\n"));
   auto response = client.ReadResponse();
   ASSERT_TRUE(response);
@@ -848,6 +850,10 @@ TEST(HttpServer, StopWaitsForInFlightHandler) {
   TestClient late(port);
   EXPECT_FALSE(late.connected());  // the listening socket is gone
   EXPECT_EQ(late.connect_errno(), ECONNREFUSED);
+  // Stop() has begun (the listener is gone, the idle client closed); a Stop() that did not wait
+  // for the running handler would return within this window. A sleep, because the event checked
+  // for is one that must not happen: a correct server passes whatever the timing (the handler
+  // cannot return before `release`, below), so it cannot fail falsely.
   std::this_thread::sleep_for(50ms);
   EXPECT_FALSE(stop_returned.load());  // the handler is still running
 
