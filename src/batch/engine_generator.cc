@@ -1,5 +1,6 @@
 #include "batch/engine_generator.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -8,7 +9,8 @@ namespace mlaserve::batch {
 namespace {
 
 // What the engine thread hands the waiting worker. Shared, because the engine's callback may
-// still hold it while the worker returns.
+// still hold it while the worker returns. `ids` is reserved for the whole generation up front,
+// so appending a token never allocates.
 struct Mailbox {
   std::mutex mu;
   std::condition_variable cv;
@@ -29,16 +31,18 @@ TurnOutcome EngineGenerator::Generate(const TurnRequest& request, OnTokens on_to
   req.sampling.top_p = float(request.top_p);
   req.sampling.max_new_tokens = request.max_new_tokens;
   req.sampling.seed = request.seed;
-  auto box = std::make_shared<Mailbox>();
   TurnOutcome out;
   out.serving = serving_;
-  const Status submitted = engine_.Submit(std::move(req), [box](RequestOutput&& o) {
+  auto box = std::make_shared<Mailbox>();
+  box->ids.reserve(size_t(std::max(0, request.max_new_tokens)));
+  out.new_ids.reserve(box->ids.capacity());
+  const Status submitted = engine_.Submit(std::move(req), [box](const OutputView& o) {
     std::lock_guard<std::mutex> lock(box->mu);
     box->ids.insert(box->ids.end(), o.new_token_ids.begin(), o.new_token_ids.end());
     if (o.finished) {
       box->finished = true;
       box->reason = o.finish_reason;
-      box->error = o.error;
+      box->error.assign(o.error);
     }
     box->cv.notify_one();
   });

@@ -98,7 +98,7 @@ int RunBenchOffline(Args& args) {
     req.sampling.max_new_tokens = w.output_lens[i];
     req.sampling.ignore_eos = !no_ignore_eos;
     input_tokens += int64_t(req.input_ids.size());
-    Status s = engine.Submit(std::move(req), [&](RequestOutput&& out) {
+    Status s = engine.Submit(std::move(req), [&](const OutputView& out) {
       if (!out.finished) return;
       std::lock_guard<std::mutex> lock(mu);
       ++finished;

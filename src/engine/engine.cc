@@ -8,16 +8,6 @@
 
 namespace mlaserve {
 
-const char* FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kNone: return "none";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAbort: return "abort";
-  }
-  return "none";
-}
-
 namespace {
 
 // max_running_requests is at least 1 and at most one decode token per batch slot.

@@ -43,7 +43,8 @@ class Engine {
 
   // Queues a request. Errors (bad sampling parameters, a prompt that can never fit) are
   // returned here and the callback is never called; otherwise the callback receives the
-  // request's outputs, ending with exactly one finished chunk.
+  // request's outputs (views valid during each call: see OutputView), ending with exactly one
+  // finished chunk.
   Status Submit(GenerateRequest request, OutputCallback callback);
   // Aborts a queued or running request; its last chunk has finish_reason kAbort. Unknown ids
   // are ignored (the request may have finished already).

@@ -1,10 +1,13 @@
-// What clients hand the engine and what it hands back. These are values: the engine copies a
-// request in at Submit and streams RequestOutput chunks back through the request's callback.
+// What clients hand the engine and what it hands back. A request is a value the engine copies in
+// at Submit; its outputs come back as OutputView chunks (borrowed, valid during the callback
+// only), which a consumer copies into a RequestOutput it owns when it keeps them.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/types.h"
@@ -27,24 +30,31 @@ struct GenerateRequest {
 
 // One chunk of a request's progress, delivered in order. The last chunk has finished == true;
 // exactly one such chunk is delivered per submitted request (also on abort or rejection).
-struct RequestOutput {
-  std::string rid;
-  std::vector<TokenId> new_token_ids;  // tokens sampled since the previous chunk
-  std::vector<float> new_token_logprobs;  // with sampling.return_logprob
+//
+// Ownership: the spans and string_views point into the request's state on the engine thread
+// (its token history, its undelivered logprobs and text), which the engine reuses for the next
+// chunk. They are valid only until the callback returns; a consumer that keeps anything copies
+// it (RequestOutput::Assign reuses the target's capacity, so a consumer that recycles its
+// RequestOutputs copies without allocating once they have grown). The engine never allocates
+// to deliver a chunk: the views cost nothing and its buffers keep their capacity.
+struct OutputView {
+  std::string_view rid;
+  std::span<const TokenId> new_token_ids;   // tokens sampled since the previous chunk
+  std::span<const float> new_token_logprobs;  // with sampling.return_logprob
   // With return_logprob and top_logprobs_num > 0: per new token, the most likely tokens.
-  std::vector<std::vector<TokenLogprob>> new_top_logprobs;
+  std::span<const std::vector<TokenLogprob>> new_top_logprobs;
   // With logprob_start_len >= 0, once (in the chunk that carries the first token): the prompt
   // tokens from that position and each one's logprob given the ones before it (NaN for the
   // first token of the prompt, which has no context), and the top-N alternatives.
-  std::vector<TokenId> input_token_ids;
-  std::vector<float> input_token_logprobs;
-  std::vector<std::vector<TokenLogprob>> input_top_logprobs;
+  std::span<const TokenId> input_token_ids;
+  std::span<const float> input_token_logprobs;
+  std::span<const std::vector<TokenLogprob>> input_top_logprobs;
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
-  std::string new_text;              // detokenized text since the previous chunk (with a tokenizer)
+  std::string_view new_text;         // detokenized text since the previous chunk (with a tokenizer)
   TokenId matched_stop_token = -1;   // the stop token id that ended it, if any
-  std::string matched_stop_string;   // the stop string that ended it, if any
-  std::string error;                 // rejected or aborted: why
+  std::string_view matched_stop_string;  // the stop string that ended it, if any
+  std::string_view error;            // rejected or aborted: why
   int prompt_tokens = 0;
   int completion_tokens = 0;
   int cached_tokens = 0;             // prompt tokens served from the prefix cache
@@ -53,8 +63,37 @@ struct RequestOutput {
   double e2e_latency_s = 0;          // submit -> finish (on the last chunk)
 };
 
-// Called on the engine thread: must be quick and must not call back into the engine.
-using OutputCallback = std::function<void(RequestOutput&&)>;
+// An OutputView copied into storage its holder owns (the fields mean the same).
+struct RequestOutput {
+  std::string rid;
+  std::vector<TokenId> new_token_ids;
+  std::vector<float> new_token_logprobs;
+  std::vector<std::vector<TokenLogprob>> new_top_logprobs;
+  std::vector<TokenId> input_token_ids;
+  std::vector<float> input_token_logprobs;
+  std::vector<std::vector<TokenLogprob>> input_top_logprobs;
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string new_text;
+  TokenId matched_stop_token = -1;
+  std::string matched_stop_string;
+  std::string error;
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int cached_tokens = 0;
+  double queue_time_s = 0;
+  double ttft_s = 0;
+  double e2e_latency_s = 0;
+
+  // Replaces every field with the view's. Assigns into the existing strings and vectors, so it
+  // allocates only where one must grow past what it held before (top-logprob lists aside: their
+  // inner vectors are copied per token).
+  void Assign(const OutputView& v);
+};
+
+// Called on the engine thread with a view valid only during the call (see OutputView): must be
+// quick, must not call back into the engine, and copies what it keeps.
+using OutputCallback = std::function<void(const OutputView&)>;
 
 enum class SchedulePolicy { kFcfs, kLpm };
 

@@ -114,31 +114,29 @@ void OutputProcessor::FlushText(Request& r) {
   }
 }
 
-void OutputProcessor::Deliver(Request& r, bool finished, const std::string& error) {
-  RequestOutput out;
+void OutputProcessor::Deliver(Request& r, bool finished, std::string_view error) {
+  const size_t prompt_len = r.spec.input_ids.size();
+  const std::span<const TokenId> history(r.tokens);
+  OutputView out;
   out.rid = r.spec.rid;
-  out.new_token_ids.assign(r.tokens.begin() + int64_t(r.spec.input_ids.size()) + r.num_streamed, r.tokens.end());
-  out.new_token_logprobs = std::move(r.pending_logprobs);
-  r.pending_logprobs.clear();
-  out.new_top_logprobs = std::move(r.pending_top_logprobs);
-  r.pending_top_logprobs.clear();
-  const size_t expected_input = r.spec.logprob_start_len >= 0
-                                    ? r.spec.input_ids.size() - size_t(r.spec.logprob_start_len) : 0;
-  if (!r.input_logprobs_sent && expected_input > 0 && (r.input_logprobs.size() == expected_input || finished)) {
-    out.input_token_ids.assign(r.spec.input_ids.begin() + r.spec.logprob_start_len, r.spec.input_ids.end());
-    out.input_token_logprobs = std::move(r.input_logprobs);
-    out.input_top_logprobs = std::move(r.input_top_logprobs);
-    r.input_logprobs_sent = true;
+  out.new_token_ids = history.subspan(prompt_len + size_t(r.num_streamed));
+  out.new_token_logprobs = r.pending_logprobs;
+  out.new_top_logprobs = r.pending_top_logprobs;
+  const size_t expected_input = r.spec.logprob_start_len >= 0 ? prompt_len - size_t(r.spec.logprob_start_len) : 0;
+  const bool send_input = !r.input_logprobs_sent && expected_input > 0 &&
+                          (r.input_logprobs.size() == expected_input || finished);
+  if (send_input) {
+    out.input_token_ids = std::span<const TokenId>(r.spec.input_ids).subspan(size_t(r.spec.logprob_start_len));
+    out.input_token_logprobs = r.input_logprobs;
+    out.input_top_logprobs = r.input_top_logprobs;
   }
-  r.num_streamed = r.num_output_tokens();
   out.finished = finished;
   out.finish_reason = r.finish_reason;
   out.matched_stop_token = r.matched_stop_token;
   out.matched_stop_string = r.matched_stop_string;
-  out.new_text = std::move(r.pending_text);
-  r.pending_text.clear();
+  out.new_text = r.pending_text;
   out.error = error;
-  out.prompt_tokens = int(r.spec.input_ids.size());
+  out.prompt_tokens = int(prompt_len);
   out.completion_tokens = r.num_output_tokens();
   out.cached_tokens = r.cached_tokens;
   const Clock::time_point now = Clock::now();
@@ -146,7 +144,20 @@ void OutputProcessor::Deliver(Request& r, bool finished, const std::string& erro
   if (r.first_token_time) out.ttft_s = ElapsedSeconds(r.submit_time, *r.first_token_time);
   out.e2e_latency_s = ElapsedSeconds(r.submit_time, now);
   if (!finished && out.new_token_ids.empty() && out.new_text.empty()) return;
-  if (r.callback) r.callback(std::move(out));
+  if (r.callback) r.callback(out);
+  // Delivered: the buffers empty but keep their capacity for the next chunk. The prompt
+  // logprobs go once, so theirs is let go.
+  r.num_streamed = r.num_output_tokens();
+  r.pending_logprobs.clear();
+  r.pending_top_logprobs.clear();
+  r.pending_text.clear();
+  if (send_input) {
+    r.input_logprobs_sent = true;
+    r.input_logprobs.clear();
+    r.input_logprobs.shrink_to_fit();
+    r.input_top_logprobs.clear();
+    r.input_top_logprobs.shrink_to_fit();
+  }
 }
 
 }  // namespace mlaserve

@@ -1,12 +1,14 @@
 // What happens to a step's logits: prompt logprobs, sampling, finish checks (EOS, stop token
-// ids, stop strings, max_new_tokens, context), detokenization, and one RequestOutput chunk per
-// request per step through its callback. Per-request state lives on the Request (its history,
+// ids, stop strings, max_new_tokens, context), detokenization, and one OutputView chunk per
+// request per step through its callback (a view of the request's own buffers: delivering
+// allocates nothing). Per-request state lives on the Request (its history,
 // penalties, decoder, stop matcher, undelivered text and logprobs); the processor owns the
 // sampler's scratch, so one processor serves one thread (the engine thread).
 #pragma once
 
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/function_ref.h"
@@ -42,8 +44,10 @@ class OutputProcessor {
   // becomes pending text, unless a stop string ended it.
   void FlushText(Request& r);
   // Sends what `r` has not delivered yet (tokens, logprobs, text) as one chunk; an unfinished
-  // chunk only when there is something new. `error`: why it was aborted or rejected.
-  void Deliver(Request& r, bool finished, const std::string& error = "");
+  // chunk only when there is something new. `error`: why it was aborted or rejected. The view
+  // points into `r` and is valid during the callback; afterwards the delivered tokens count as
+  // streamed and the pending buffers are cleared (capacity kept).
+  void Deliver(Request& r, bool finished, std::string_view error = {});
 
  private:
   // One sampled token: history, logprobs, finish checks, text; streams or finishes.

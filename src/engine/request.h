@@ -1,7 +1,7 @@
 // A request as the engine tracks it between Submit and its last output: one unique_ptr per live
 // request, held by the engine's intake, then by the Scheduler (its queues, its KV), while the
 // OutputProcessor keeps its output state here (history, detokenizer, stop matcher, undelivered
-// logprobs and text).
+// logprobs and text: the buffers each delivered OutputView points into, reused chunk after chunk).
 #pragma once
 
 #include <chrono>

@@ -177,8 +177,8 @@ Status ApiServer::Drive(std::vector<GenerateRequest> requests, HttpResponseWrite
   } guard{engine_, rids, finished, submitted};
   for (; submitted < requests.size(); ++submitted) {
     const size_t index = submitted;
-    const Status s = engine_.Submit(std::move(requests[index]), [channel, index](RequestOutput&& o) {
-      channel->Push(index, std::move(o));
+    const Status s = engine_.Submit(std::move(requests[index]), [channel, index](const OutputView& o) {
+      channel->Push(index, o);
     });
     if (!s.ok()) {
       abort_all();  // the guard would too; this says it happens before returning
@@ -187,25 +187,26 @@ Status ApiServer::Drive(std::vector<GenerateRequest> requests, HttpResponseWrite
   }
   std::vector<std::optional<Clock::time_point>> last_token(requests.size());
   Clock::time_point next_client_check = Clock::now();
+  OutputChannel::Item item;  // swapped with the channel's slots: its buffers circulate, reused
   while (num_finished < requests.size()) {
-    std::optional<OutputChannel::Item> item = channel->Pop(std::chrono::milliseconds(50));
+    const bool popped = channel->Pop(item, std::chrono::milliseconds(50));
     // Poll the client every 50 ms whether or not outputs keep coming (fast steps would
     // otherwise never leave time to notice a client that left a non-streaming request).
     if (!aborted && Clock::now() >= next_client_check) {
       next_client_check = Clock::now() + std::chrono::milliseconds(50);
       if (w.ClientGone()) abort_all();  // free the KV now; keep reading until the last chunks
     }
-    if (!item) continue;
-    const RequestOutput& o = item->output;
+    if (!popped) continue;
+    const RequestOutput& o = item.output;
     if (!o.new_token_ids.empty()) {
       const Clock::time_point now = Clock::now();
-      auto& last = last_token[item->index];
+      auto& last = last_token[item.index];
       if (last && !internal) metrics_.ObserveInterTokenLatency(std::chrono::duration<double>(now - *last).count());
       last = now;
     }
-    if (!aborted && !on_output(item->index, o)) abort_all();
+    if (!aborted && !on_output(item.index, o)) abort_all();
     if (o.finished) {
-      finished[item->index] = true;
+      finished[item.index] = true;
       ++num_finished;
       if (!internal) metrics_.ObserveRequest(o.queue_time_s, o.ttft_s, o.e2e_latency_s, o.completion_tokens);
     }

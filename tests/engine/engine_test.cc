@@ -86,12 +86,13 @@ struct Collected {
 };
 
 OutputCallback Collect(Collected& c) {
-  return [&c](RequestOutput&& out) {
-    auto& t = c.tokens[out.rid];
+  return [&c](const OutputView& out) {
+    const std::string rid(out.rid);
+    auto& t = c.tokens[rid];
     t.insert(t.end(), out.new_token_ids.begin(), out.new_token_ids.end());
     if (out.finished) {
-      c.finished_chunks[out.rid]++;
-      c.last[out.rid] = out;
+      c.finished_chunks[rid]++;
+      c.last[rid].Assign(out);
     }
   };
 }
@@ -100,7 +101,7 @@ OutputCallback Collect(Collected& c) {
 class FinishedCounter {
  public:
   OutputCallback Callback() {
-    return [this](RequestOutput&& out) {
+    return [this](const OutputView& out) {
       if (!out.finished) return;
       std::lock_guard<std::mutex> lock(mu_);
       ++finished_;
@@ -215,9 +216,10 @@ TEST_F(EngineTest, StopStringsEndTheRequestAndAreTrimmed) {
   ASSERT_TRUE(prompt.ok());
   std::map<std::string, std::string> text;
   std::map<std::string, RequestOutput> last;
-  auto collect = [&](RequestOutput&& out) {
-    text[out.rid] += out.new_text;
-    if (out.finished) last[out.rid] = out;
+  auto collect = [&](const OutputView& out) {
+    const std::string rid(out.rid);
+    text[rid] += out.new_text;
+    if (out.finished) last[rid].Assign(out);
   };
   ASSERT_TRUE(engine.Submit(Greedy("free", *prompt, 60), collect).ok());
   while (engine.Step()) {

@@ -53,14 +53,15 @@ class Harness {
   void Submit(GenerateRequest request) {
     prompts_[request.rid] = request.input_ids;
     max_new_[request.rid] = request.sampling.max_new_tokens;
-    ASSERT_TRUE(engine_.Submit(std::move(request), [this](RequestOutput&& out) {
-      auto& t = tokens_[out.rid];
+    ASSERT_TRUE(engine_.Submit(std::move(request), [this](const OutputView& out) {
+      const std::string rid(out.rid);
+      auto& t = tokens_[rid];
       t.insert(t.end(), out.new_token_ids.begin(), out.new_token_ids.end());
-      auto& lp = input_logprobs_[out.rid];
+      auto& lp = input_logprobs_[rid];
       lp.insert(lp.end(), out.input_token_logprobs.begin(), out.input_token_logprobs.end());
       if (out.finished) {
-        ++finished_chunks_[out.rid];
-        last_[out.rid] = std::move(out);
+        ++finished_chunks_[rid];
+        last_[rid].Assign(out);
       }
     }).ok());
   }
