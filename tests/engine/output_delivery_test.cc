@@ -10,8 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
 #include "engine/output_processor.h"
 #include "server/output_channel.h"
+#include "support/fake_model_runner.h"
+#include "support/greedy_request.h"
 
 namespace {
 thread_local bool t_counting = false;
@@ -137,6 +140,38 @@ TEST(OutputDeliveryTest, ChannelGrowsOnlyWhileOutputsBackUpAndKeepsTheirOrder) {
     EXPECT_EQ(item.output.new_token_ids, std::vector<TokenId>{1000 + i});
   }
   EXPECT_FALSE(channel.Pop(item, std::chrono::milliseconds(0)));
+}
+
+// Through the engine: every chunk's tokens are a view of one token history, reserved for prompt +
+// max_new_tokens at Submit, so the history never moves (a reallocation would show as a new base
+// address) and the view is valid, and exactly the new tokens, during each call.
+TEST(OutputDeliveryTest, EngineChunksViewOneHistoryThatNeverMoves) {
+  auto pool = PageAllocator::Create(16, 64);
+  ASSERT_TRUE(pool.ok()) << pool.error();
+  testing::FakeModelRunner runner(**pool, /*vocab_size=*/97, /*max_batch_tokens=*/256, /*max_context=*/512);
+  EngineOptions options;
+  options.log_batches = false;
+  Engine engine(runner, **pool, options);
+  std::vector<const TokenId*> bases;
+  std::vector<TokenId> received;
+  int chunks = 0;
+  bool finished = false;
+  ASSERT_TRUE(engine.Submit(testing::Greedy("r", {1, 2, 3, 4, 5}, 100), [&](const OutputView& o) {
+    ++chunks;
+    finished = o.finished;
+    if (o.new_token_ids.empty()) return;
+    // The history starts prompt_tokens + the tokens delivered before this chunk earlier.
+    const size_t delivered_before = size_t(o.completion_tokens) - o.new_token_ids.size();
+    bases.push_back(o.new_token_ids.data() - delivered_before - size_t(o.prompt_tokens));
+    received.insert(received.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+  }).ok());
+  while (engine.Step()) {
+  }
+  ASSERT_TRUE(finished);
+  EXPECT_EQ(received.size(), 100u);
+  EXPECT_GE(chunks, 100);
+  ASSERT_FALSE(bases.empty());
+  for (const TokenId* base : bases) EXPECT_EQ(base, bases.front());
 }
 
 }  // namespace
