@@ -1,14 +1,19 @@
 // --incremental-streaming-output through the real server: streamed /generate events carry
 // disjoint segments (the new text, output_ids and output logprob entries, as SGLang's
 // tokenizer_manager slices them) that join to the non-streamed answer, and an event's size does
-// not grow with its position. Without the flag the events stay cumulative.
+// not grow with its position. Without the flag the events stay cumulative. `mlaserve batch`, a
+// client of the stream, writes the same answers from either kind of server.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <vector>
 
+#include "support/batch_job.h"
+#include "support/run_binary.h"
 #include "support/server_process.h"
 
 namespace mlaserve {
@@ -179,6 +184,25 @@ TEST(CumulativeStream, EventsCarryTheAnswerSoFar) {
   EXPECT_EQ(events.back()["output_ids"], full["output_ids"]);
   EXPECT_EQ(events.back()["meta_info"]["output_token_logprobs"], full["meta_info"]["output_token_logprobs"]);
   EXPECT_EQ(events.back()["meta_info"]["output_top_logprobs"], full["meta_info"]["output_top_logprobs"]);
+}
+
+// The batch client reads /get_server_info's incremental_streaming_output and joins the segments:
+// its output lines are those it writes from a cumulative server, but for the server ids.
+TEST(IncrementalStreamBatch, BatchWritesTheSameAnswersFromEitherServer) {
+  testing::TempDir dir;
+  const std::string in = dir.path() + "/in.jsonl";
+  std::ofstream(in) << testing::MakeBatchInput(6);
+  auto run = [&](const std::vector<std::string>& flags, const std::string& name) {
+    ServerProcess server(flags);
+    EXPECT_TRUE(server.running()) << server.log();
+    const std::string out = dir.path() + "/" + name + ".jsonl", log = dir.path() + "/" + name + ".log";
+    EXPECT_EQ(testing::WaitExit(testing::SpawnMlaserve(testing::BatchArgs(in, out, server.Url(""), 24, 2), log)), 0)
+        << testing::ReadTextFile(log);
+    return std::regex_replace(testing::ReadTextFile(out), std::regex(R"("server_id":"[^"]*")"), "\"server_id\":\"\"");
+  };
+  const std::string cumulative = run({}, "cumulative");
+  EXPECT_EQ(testing::IdCounts(cumulative).size(), 6u) << cumulative;
+  EXPECT_EQ(run({"--incremental-streaming-output"}, "incremental"), cumulative);
 }
 
 }  // namespace
