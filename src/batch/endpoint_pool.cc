@@ -44,6 +44,8 @@ bool EndpointPool::Probe(size_t index) {
     if (j.is_object()) {
       fresh.kv_format = j.value("kv_cache_dtype", "unknown");
       if (j.contains("server_id") && j["server_id"].is_string()) fresh.server_id = j["server_id"].get<std::string>();
+      const auto incremental = j.find("incremental_streaming_output");
+      fresh.incremental_stream = incremental != j.end() && incremental->is_boolean() && incremental->get<bool>();
     }
   }
   // A server without SGLang's native API answers 404 (no route); ours answers 400 to "{}".

@@ -21,6 +21,9 @@ struct EndpointInfo {
   bool native = true;             // has SGLang's /generate (else: OpenAI chat only)
   std::string kv_format;          // /get_server_info's kv_cache_dtype; "unknown" if not reported
   std::string server_id;          // /get_server_info's server_id (one per server process), else host:port
+  // /get_server_info's incremental_streaming_output (ours and SGLang's): each /generate stream
+  // event carries only the new output_ids, not all so far.
+  bool incremental_stream = false;
   std::string model_path;         // /get_model_info's; empty if not reported
   std::string model_type;
   std::string served_model_name;

@@ -87,7 +87,12 @@ TurnOutcome HttpGenerator::Native(const EndpointInfo& endpoint, const TurnReques
       return;
     }
     if (chunk.contains("output_ids") && chunk["output_ids"].is_array()) {
-      out.new_ids = chunk["output_ids"].get<std::vector<TokenId>>();
+      auto ids = chunk["output_ids"].get<std::vector<TokenId>>();
+      if (endpoint.incremental_stream) {
+        out.new_ids.insert(out.new_ids.end(), ids.begin(), ids.end());
+      } else {
+        out.new_ids = std::move(ids);
+      }
       on_tokens(out.new_ids, serving);
     }
     const std::string type = FinishType(chunk.value("meta_info", json::object()));

@@ -83,6 +83,9 @@ int RunServe(Args& args) {
   const std::string api_key = args.Str("api-key", "", "every endpoint but /health requires Authorization: Bearer KEY",
                                        {.value_name = "KEY"});
   const bool enable_metrics = args.Switch("enable-metrics", "serve Prometheus /metrics");
+  const bool incremental_streaming_output = args.Switch(
+      "incremental-streaming-output",
+      "each streamed /generate event carries only what is new (text, output_ids, output logprobs), not the answer so far");
   const double drain_timeout_s = args.Double(
       "drain-timeout", 30.0, "seconds SIGTERM/SIGINT waits for in-flight requests", {.value_name = "S", .min = 0});
   const std::string chat_template_file = args.Str(
@@ -146,6 +149,7 @@ int RunServe(Args& args) {
                       {"schedule_conservativeness", engine_options.schedule_conservativeness},
                       {"disable_radix_cache", engine_options.disable_radix_cache},
                       {"enable_metrics", enable_metrics},
+                      {"incremental_streaming_output", incremental_streaming_output},
                       {"reasoning_parser", reasoning_parser ? nlohmann::json(*reasoning_parser) : nlohmann::json()},
                       {"tool_call_parser", tool_call_parser ? nlohmann::json(*tool_call_parser) : nlohmann::json()},
                       {"tokenizer_unicode_version", TokenizerUnicodeVersion()},
@@ -158,6 +162,7 @@ int RunServe(Args& args) {
                                  .enable_metrics = enable_metrics,
                                  .server_info = info,
                                  .prefix_cache = !engine_options.disable_radix_cache,
+                                 .incremental_streaming_output = incremental_streaming_output,
                                  .chat_template = std::move(chat_template).value(),
                                  .reasoning_parser = reasoning_parser ? std::optional(*chat::ReasoningFormatFromName(*reasoning_parser))
                                                                       : std::nullopt,

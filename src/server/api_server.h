@@ -34,6 +34,9 @@ struct ApiServerOptions {
   bool enable_metrics = false;
   nlohmann::json server_info;   // what /get_server_info reports (the effective flags)
   bool prefix_cache = true;     // the engine has a radix prefix cache (n > 1 samples share it)
+  // --incremental-streaming-output: each /generate stream event carries only the text, output_ids
+  // and output logprob entries new since the previous one (SGLang's disjoint segments).
+  bool incremental_streaming_output = false;
   // The model's chat template (ChatTemplate::ForModel); unset: the built-in format for the
   // tokenizer (ChatFormatFor).
   std::optional<ChatTemplate> chat_template;

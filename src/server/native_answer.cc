@@ -13,6 +13,14 @@ void NativeAnswer::AppendItem(std::string& list, size_t& count, std::string_view
 
 void NativeAnswer::AppendToken(TokenId id) { AppendItem(output_ids_, num_output_ids_, std::to_string(id)); }
 
+void NativeAnswer::ForgetSentOutput() {
+  text_.clear();
+  output_ids_.clear();
+  logprobs_.clear();
+  top_logprobs_.clear();
+  num_output_ids_ = num_logprobs_ = num_top_logprobs_ = 0;
+}
+
 void NativeAnswer::Serialize(const RequestOutput& o, std::string_view finish_reason_json, bool with_logprobs,
                              std::optional<size_t> index, std::string& out) const {
   auto key = [&](std::string_view name) {
@@ -62,7 +70,7 @@ void NativeAnswer::Serialize(const RequestOutput& o, std::string_view finish_rea
     key("output_token_logprobs");
     list(logprobs_);
     out.push_back(',');
-    if (num_top_logprobs_ > 0) {
+    if (has_top_logprobs_) {
       key("output_top_logprobs");
       list(top_logprobs_);
       out.push_back(',');

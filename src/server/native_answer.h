@@ -5,6 +5,9 @@
 // of those bytes plus the text (escaped per event, since the text may end mid-character).
 // Serialize() writes exactly the bytes nlohmann's dump of the same object writes (keys sorted,
 // as nlohmann::json's std::map orders them), so answers are unchanged.
+// With --incremental-streaming-output a stream sends disjoint segments instead (SGLang's
+// tokenizer_manager: the new text, output_ids and output logprob entries of each chunk);
+// ForgetSentOutput() after each event makes the next Serialize() write only what came since.
 // Not thread-safe: one handler thread owns it.
 #pragma once
 
@@ -28,7 +31,10 @@ class NativeAnswer {
   void AppendToken(TokenId id);
   // An output token's logprob entry and its top-N list, each one serialized JSON value.
   void AppendLogprob(std::string_view entry_json) { AppendItem(logprobs_, num_logprobs_, entry_json); }
-  void AppendTopLogprobs(std::string_view list_json) { AppendItem(top_logprobs_, num_top_logprobs_, list_json); }
+  void AppendTopLogprobs(std::string_view list_json) {
+    has_top_logprobs_ = true;
+    AppendItem(top_logprobs_, num_top_logprobs_, list_json);
+  }
   // The prompt's logprobs (and top-N lists, when asked), serialized JSON arrays; once.
   void SetInputLogprobs(std::string logprobs_json, std::optional<std::string> top_json) {
     input_logprobs_ = std::move(logprobs_json);
@@ -41,6 +47,11 @@ class NativeAnswer {
   void Serialize(const RequestOutput& o, std::string_view finish_reason_json, bool with_logprobs,
                  std::optional<size_t> index, std::string& out) const;
 
+  // Drops the text, output ids and output logprob entries serialized so far (keeping the
+  // buffers' capacity); the prompt's logprobs stay, as SGLang repeats them in every chunk. The
+  // counts and finish_reason come from each RequestOutput and stay whole.
+  void ForgetSentOutput();
+
  private:
   static void AppendItem(std::string& list, size_t& count, std::string_view item);
 
@@ -49,6 +60,9 @@ class NativeAnswer {
   std::string text_;
   std::string output_ids_, logprobs_, top_logprobs_;  // comma-separated items, no brackets
   size_t num_output_ids_ = 0, num_logprobs_ = 0, num_top_logprobs_ = 0;
+  // output_top_logprobs is written once any top-N list came, even when none is held since the
+  // last ForgetSentOutput(), as SGLang sends the key with an empty slice.
+  bool has_top_logprobs_ = false;
   std::optional<std::string> input_logprobs_, input_top_logprobs_;
 };
 

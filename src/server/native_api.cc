@@ -2,7 +2,8 @@
 // `input_ids` as a list of lists), `sampling_params` (one object for all, or one per prompt),
 // `n` samples per prompt, streaming, and logprobs of the output and (from logprob_start_len)
 // of the prompt. One prompt with n = 1 answers one object, as SGLang does; anything else
-// answers a list in prompt-major order (and streams events carrying their `index`).
+// answers a list in prompt-major order (and streams events carrying their `index`). A stream's
+// events carry the answer so far, or with --incremental-streaming-output only what is new.
 #include <cmath>
 #include <set>
 
@@ -243,6 +244,7 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
     }
     event.assign("data: ");
     r.Serialize(o, finish_reason, want_logprobs, list_answer ? std::optional<size_t>(index) : std::nullopt, event);
+    if (options_.incremental_streaming_output) r.ForgetSentOutput();
     event.append("\n\n");
     if (!w.Write(event)) return false;
     if (all_done) {

@@ -66,5 +66,42 @@ TEST(NativeAnswer, SerializesAsTheJsonTreeDumps) {
   EXPECT_EQ(got, api::Dump(none));
 }
 
+// --incremental-streaming-output: after ForgetSentOutput the next answer holds only what came
+// since (SGLang's disjoint segments), with output_top_logprobs kept as an empty list, and the
+// prompt's logprobs repeated as SGLang repeats them.
+TEST(NativeAnswer, ForgetSentOutputLeavesOnlyTheNextSegment) {
+  NativeAnswer answer("gen-2", 4);
+  const json input = json::array({json::array({nullptr, 1, nullptr})});
+  answer.SetInputLogprobs(api::Dump(input), std::nullopt);
+  const json first = json::array({-0.5f, 11, nullptr}), second = json::array({-0.75f, 12, nullptr});
+  answer.AppendText("ab");
+  answer.AppendToken(TokenId(11));
+  answer.AppendLogprob(api::Dump(first));
+  answer.AppendTopLogprobs(api::Dump(json::array({first})));
+  answer.ForgetSentOutput();
+
+  RequestOutput o;
+  o.prompt_tokens = 1;
+  o.completion_tokens = 2;
+  auto meta = [&](const json& logprobs, const json& tops) {
+    return json{{"id", "gen-2"}, {"finish_reason", nullptr}, {"prompt_tokens", 1}, {"completion_tokens", 2},
+                {"cached_tokens", 0}, {"e2e_latency", 0.0}, {"output_token_logprobs", logprobs},
+                {"output_top_logprobs", tops}, {"input_token_logprobs", input}};
+  };
+  std::string got;
+  answer.Serialize(o, "null", /*with_logprobs=*/true, std::nullopt, got);
+  EXPECT_EQ(got, api::Dump(json{{"text", ""}, {"output_ids", json::array()},
+                                {"meta_info", meta(json::array(), json::array())}}));
+
+  answer.AppendText("c");
+  answer.AppendToken(TokenId(12));
+  answer.AppendLogprob(api::Dump(second));
+  answer.AppendTopLogprobs(api::Dump(json::array({second})));
+  got.clear();
+  answer.Serialize(o, "null", /*with_logprobs=*/true, std::nullopt, got);
+  EXPECT_EQ(got, api::Dump(json{{"text", "c"}, {"output_ids", {12}},
+                                {"meta_info", meta(json::array({second}), json::array({json::array({second})}))}}));
+}
+
 }  // namespace
 }  // namespace mlaserve
