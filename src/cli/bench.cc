@@ -1,6 +1,7 @@
 // mlaserve bench: prefill and decode tokens/s of one sequence on any checkpoint (typically one
 // from init-random), the weight bytes each decode step reads, the bandwidth that achieves, and
-// this machine's read bandwidth measured the same way for comparison.
+// this machine's read bandwidth measured the same way for comparison; likewise prefill's FLOP/s
+// against the kernel table's fp32 FMA peak measured in the same run.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/fma_peak.h"
 #include "cli/model_setup.h"
 #include "cli/read_bandwidth.h"
 #include "core/thread_pool.h"
@@ -24,36 +26,80 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// Calls visit(matrix) for every matrix each token of a forward pass multiplies by, except the
+// lm_head (only for the tokens whose logits are wanted) and the routed experts (top-k per token).
+template <class Visit>
+void ForEachPerTokenMatrix(const Model& model, Visit&& visit) {
+  for (const LayerWeights& l : model.weights().layers) {
+    const AttentionWeights& a = l.attn;
+    for (const WeightMatrix* m : {&a.q_a, &a.q_b, &a.q_proj, &a.kv_a, &a.kv_b, &a.o_proj}) visit(*m);
+    if (l.is_moe) {
+      visit(l.moe.router);
+      if (l.moe.has_shared) {
+        for (const WeightMatrix* m : {&l.moe.shared.gate, &l.moe.shared.up, &l.moe.shared.down}) visit(*m);
+      }
+    } else {
+      for (const WeightMatrix* m : {&l.mlp.gate, &l.mlp.up, &l.mlp.down}) visit(*m);
+    }
+  }
+}
+
+int64_t Params(const WeightMatrix& m) { return m.rows * m.cols; }
+
 // Weight bytes one decode step reads: everything but the embedding table and the experts the
 // router did not pick, which are counted per step from the actual routing.
 size_t DenseBytesPerToken(const Model& model) {
   const ModelWeights& w = model.weights();
   size_t bytes = w.lm_head.stored_bytes() + w.embed.row_bytes();
-  for (const LayerWeights& l : w.layers) {
-    const AttentionWeights& a = l.attn;
-    bytes += a.q_a.stored_bytes() + a.q_b.stored_bytes() + a.q_proj.stored_bytes() +
-             a.kv_a.stored_bytes() + a.kv_b.stored_bytes() + a.o_proj.stored_bytes();
-    if (l.is_moe) {
-      bytes += l.moe.router.stored_bytes();
-      if (l.moe.has_shared) {
-        bytes += l.moe.shared.gate.stored_bytes() + l.moe.shared.up.stored_bytes() +
-                 l.moe.shared.down.stored_bytes();
-      }
-    } else {
-      bytes += l.mlp.gate.stored_bytes() + l.mlp.up.stored_bytes() + l.mlp.down.stored_bytes();
-    }
-  }
+  ForEachPerTokenMatrix(model, [&](const WeightMatrix& m) { bytes += m.stored_bytes(); });
   return bytes;
 }
 
-size_t ExpertBytes(const Model& model) {
+// Weight elements each token multiplies by, lm_head and routed experts excepted (see above).
+int64_t DenseParamsPerToken(const Model& model) {
+  int64_t params = 0;
+  ForEachPerTokenMatrix(model, [&](const WeightMatrix& m) { params += Params(m); });
+  return params;
+}
+
+const MlpWeights* FirstExpert(const Model& model) {
   for (const LayerWeights& l : model.weights().layers) {
-    if (l.is_moe && !l.moe.experts.empty()) {
-      const MlpWeights& e = l.moe.experts[0];
-      return e.gate.stored_bytes() + e.up.stored_bytes() + e.down.stored_bytes();
-    }
+    if (l.is_moe && !l.moe.experts.empty()) return &l.moe.experts[0];
   }
-  return 0;
+  return nullptr;
+}
+
+size_t ExpertBytes(const Model& model) {
+  const MlpWeights* e = FirstExpert(model);
+  return e == nullptr ? 0 : e->gate.stored_bytes() + e->up.stored_bytes() + e->down.stored_bytes();
+}
+
+int MoeLayers(const ModelConfig& c) {
+  int moe_layers = 0;
+  for (int l = 0; l < c.num_hidden_layers; ++l) moe_layers += c.IsMoeLayer(l) ? 1 : 0;
+  return moe_layers;
+}
+
+// FLOPs of one prefill of `prompt_len` tokens from an empty cache, counting 2 per multiply-add:
+//   2 x (per-token weight elements + top-k routed experts' elements) x prompt_len
+//   + 2 x lm_head elements x prompt chunks (logits only for each chunk's last token)
+//   + layers x heads x (2 (kv_lora_rank + rope_dim) + 2 kv_lora_rank) x prompt_len (prompt_len + 1) / 2,
+// the last term being the absorbed MLA attention: each query scores every cached position with
+// the latent and rope parts, and sums the latent values, over the causal prompt (query i attends
+// i + 1 positions). kv_b counts once per token: the absorbed form applies W_UK and W_UV per query.
+// Softmax, norms, RoPE and routing are not counted.
+double PrefillFlops(const Model& model, int prompt_len) {
+  const ModelConfig& c = model.config();
+  int64_t expert_params = 0;
+  if (const MlpWeights* e = FirstExpert(model)) expert_params = Params(e->gate) + Params(e->up) + Params(e->down);
+  const double per_token =
+      double(DenseParamsPerToken(model)) + double(MoeLayers(c)) * c.num_experts_per_tok * double(expert_params);
+  const int chunks = (prompt_len + model.max_batch_tokens() - 1) / model.max_batch_tokens();
+  const double attended = double(prompt_len) * (prompt_len + 1) / 2.0;
+  const double attention_per_position =
+      double(c.num_hidden_layers) * c.num_attention_heads * (2.0 * c.kv_cache_dim() + 2.0 * c.kv_lora_rank);
+  return 2.0 * per_token * prompt_len + 2.0 * double(Params(model.weights().lm_head)) * chunks +
+         attention_per_position * attended;
 }
 
 const char* WeightsName(const ModelConfig& c) {
@@ -103,11 +149,8 @@ int BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
   if (Status s = runner.Append(prompt); !s.ok()) return Fail("bench", s.message());
   const double prefill_s = Seconds(t0, Clock::now());
 
-  const size_t dense_bytes = DenseBytesPerToken(model);
-  const size_t expert_bytes = ExpertBytes(model);
-  int moe_layers = 0;
-  for (int l = 0; l < c.num_hidden_layers; ++l) moe_layers += c.IsMoeLayer(l) ? 1 : 0;
-  const size_t decode_bytes = dense_bytes + size_t(moe_layers * c.num_experts_per_tok) * expert_bytes;
+  const size_t decode_bytes =
+      DenseBytesPerToken(model) + size_t(MoeLayers(c) * c.num_experts_per_tok) * ExpertBytes(model);
 
   const auto t1 = Clock::now();
   for (int i = 0; i < decode_tokens; ++i) {
@@ -118,6 +161,9 @@ int BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
   const double decode_tps = decode_tokens / decode_s;
   const double achieved = double(decode_bytes) * decode_tps;
   const double machine = MeasureReadBandwidth(model.pool(), size_t(bandwidth_mb) << 20, 5);
+  const FmaPeak fma = MeasureFmaPeak(model.pool(), *loaded->kernels);
+  const double prefill_flops = PrefillFlops(model, prompt_len);
+  const double prefill_flops_per_s = prefill_flops / prefill_s;
 
   std::printf("model: %s (%s), %.3f GB of weights\n", model_flags.model_path.c_str(),
               c.model_type.c_str(), double(model.weight_bytes()) / 1e9);
@@ -129,6 +175,10 @@ int BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
   std::printf("weights read per decode step: %.1f MB\n", double(decode_bytes) / 1e6);
   std::printf("decode bandwidth: %.2f GB/s achieved, machine read bandwidth %.2f GB/s (%.0f%%)\n",
               achieved / 1e9, machine / 1e9, 100.0 * achieved / machine);
+  std::printf("fp32 FMA peak (%s): %.1f GFLOP/s all threads, %.1f GFLOP/s one thread\n", loaded->kernels->name,
+              fma.all_threads_flops / 1e9, fma.one_thread_flops / 1e9);
+  std::printf("prefill compute: %.1f GFLOP/s achieved (%.1f GFLOP in the prompt), %.0f%% of the FMA peak\n",
+              prefill_flops_per_s / 1e9, prefill_flops / 1e9, 100.0 * prefill_flops_per_s / fma.all_threads_flops);
   if (matmul_sweep) {
     // The matmul kernel alone on the lm_head matrix, for batches of n tokens: where decode turns
     // from bandwidth-bound to compute-bound.
@@ -178,10 +228,8 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
     auto runner = SequenceRunner::Create(*e.loaded.model, *e.loaded.kernels, e.loaded.kv_cache);
     if (!runner.ok()) return Fail("bench", runner.error());
     e.runner = std::move(runner).value();
-    int moe_layers = 0;
-    for (int l = 0; l < c.num_hidden_layers; ++l) moe_layers += c.IsMoeLayer(l) ? 1 : 0;
     e.decode_bytes = DenseBytesPerToken(*e.loaded.model) +
-                     size_t(moe_layers * c.num_experts_per_tok) * ExpertBytes(*e.loaded.model);
+                     size_t(MoeLayers(c) * c.num_experts_per_tok) * ExpertBytes(*e.loaded.model);
     std::printf("model: %s (%s), %.3f GB of weights, kernels %s, threads %d\n", path.c_str(), WeightsName(c),
                 double(e.loaded.model->weight_bytes()) / 1e9, e.loaded.kernels->name,
                 e.loaded.model->pool().num_threads());
@@ -211,21 +259,27 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
       e.decode_s += Seconds(t0, Clock::now());
     }
   }
-  const double machine = MeasureReadBandwidth(entries[0].loaded.model->pool(), size_t(settings.bandwidth_mb) << 20, 5);
+  Model& model0 = *entries[0].loaded.model;
+  const double machine = MeasureReadBandwidth(model0.pool(), size_t(settings.bandwidth_mb) << 20, 5);
+  const FmaPeak fma = MeasureFmaPeak(model0.pool(), *entries[0].loaded.kernels);
   std::printf("interleaved: %d-token prompt x %d rounds, %d decode steps, model after model; machine read bandwidth "
               "%.2f GB/s\n",
               settings.prompt_len, kPrefillRounds, settings.decode_tokens, machine / 1e9);
-  std::printf("%-14s %14s %14s %10s %12s %8s %10s %10s\n", "weights", "prefill tok/s", "decode tok/s", "MB/token",
-              "decode GB/s", "of peak", "decode x", "prefill x");
+  std::printf("fp32 FMA peak (%s): %.1f GFLOP/s all threads\n", entries[0].loaded.kernels->name,
+              fma.all_threads_flops / 1e9);
+  std::printf("%-14s %14s %14s %10s %12s %8s %10s %10s %15s\n", "weights", "prefill tok/s", "decode tok/s", "MB/token",
+              "decode GB/s", "of peak", "decode x", "prefill x", "prefill of peak");
   const double prefill0 = kPrefillRounds * settings.prompt_len / entries[0].prefill_s;
   const double decode0 = settings.decode_tokens / entries[0].decode_s;
   for (const Entry& e : entries) {
     const double prefill = kPrefillRounds * settings.prompt_len / e.prefill_s;
     const double decode = settings.decode_tokens / e.decode_s;
     const double decode_bandwidth = double(e.decode_bytes) * decode;
-    std::printf("%-14s %14.1f %14.2f %10.1f %12.2f %7.0f%% %9.2fx %9.2fx\n", WeightsName(e.loaded.model->config()),
+    const double prefill_flops_per_s =
+        PrefillFlops(*e.loaded.model, settings.prompt_len) / settings.prompt_len * prefill;
+    std::printf("%-14s %14.1f %14.2f %10.1f %12.2f %7.0f%% %9.2fx %9.2fx %14.0f%%\n", WeightsName(e.loaded.model->config()),
                 prefill, decode, double(e.decode_bytes) / 1e6, decode_bandwidth / 1e9, 100.0 * decode_bandwidth / machine,
-                decode / decode0, prefill / prefill0);
+                decode / decode0, prefill / prefill0, 100.0 * prefill_flops_per_s / fma.all_threads_flops);
   }
   return 0;
 }

@@ -8,9 +8,11 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/fma_peak.h"
 #include "cli/read_bandwidth.h"
 #include "core/float16.h"
 #include "core/thread_pool.h"
@@ -118,8 +120,11 @@ int RunBenchKernels(Args& args) {
   std::mt19937 rng(1);
 
   const double peak = MeasureReadBandwidth(pool, size_t(bandwidth_mb) << 20, 5);
+  const FmaPeak fma = MeasureFmaPeak(pool, **kernels);
   std::printf("kernels %s, threads %d; machine read bandwidth %.2f GB/s\n", (*kernels)->name, pool.num_threads(),
               peak / 1e9);
+  std::printf("fp32 FMA peak: %.1f GFLOP/s all threads, %.1f GFLOP/s one thread\n", fma.all_threads_flops / 1e9,
+              fma.one_thread_flops / 1e9);
 
   // Decode: one token through enough 2048 x 2048 matrices that nothing stays cached.
   constexpr int64_t kSide = 2048;
@@ -145,10 +150,11 @@ int RunBenchKernels(Args& args) {
   // Compute: one thread, a 256 x 2048 matrix (1 MB in bf16) that stays in L2.
   constexpr int64_t kRows = 256;
   const int token_counts[] = {1, 4, 12, 13, 24, 48};
-  std::printf("\none thread, %lld x %lld in L2: weights x tokens per second (G)\n", static_cast<long long>(kRows),
-              static_cast<long long>(kSide));
+  // Each weight x token is one multiply-add (2 FLOP): the share is of the one-thread FMA peak.
+  std::printf("\none thread, %lld x %lld in L2: weights x tokens per second (G), share of the one-thread FMA peak\n",
+              static_cast<long long>(kRows), static_cast<long long>(kSide));
   std::printf("%-10s", "format");
-  for (int n : token_counts) std::printf(" %8s%-3d", "n=", n);
+  for (int n : token_counts) std::printf(" %14s", ("n=" + std::to_string(n)).c_str());
   std::printf("\n");
   for (Format f : kFormats) {
     const PackedMatrix m = RandomPacked(f, kRows, kSide, rng, pool);
@@ -161,7 +167,8 @@ int RunBenchKernels(Args& args) {
       const double s = BestSeconds(20, [&] {
         for (int i = 0; i < kCalls; ++i) (*kernels)->matmul_panels(x.data(), n, m.packed, 0, m.packed.num_panels(), y.data(), kRows);
       });
-      std::printf(" %11.2f", double(kRows * kSide) * n * kCalls / s / 1e9);
+      const double madds = double(kRows * kSide) * n * kCalls / s;
+      std::printf(" %8.2f %4.0f%%", madds / 1e9, 100.0 * 2.0 * madds / fma.one_thread_flops);
     }
     std::printf("\n");
   }

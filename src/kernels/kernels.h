@@ -34,7 +34,17 @@ struct KernelSet {
   float (*dot_f32)(const float* a, const float* b, int64_t n);
   // y[i] += a * x[i]
   void (*axpy_f32)(float a, const float* x, float* y, int64_t n);
+  // The compute roofline probe: `iterations` rounds of kFmaChains independent fp32 multiply-add
+  // chains per vector lane (each chain depends only on its own previous value, so enough are in
+  // flight to cover the FMA latency times the FMA ports). Writes the chains' sum to *sink (read
+  // first as the chains' seed, in (0, 1)) so that none is optimized away. Returns the
+  // floating-point operations done: 2 per multiply-add per lane. The caller times it.
+  double (*fma_chains)(int64_t iterations, float* sink);
 };
+
+// Chains in flight per thread: at least latency (4-5 cycles) x FMA ports (2) on current x86
+// cores, and with the two operands still within the 16 vector registers of AVX2.
+inline constexpr int kFmaChains = 12;
 
 const KernelSet& PortableKernels();
 const KernelSet* Avx2Kernels();    // nullptr when not compiled in

@@ -73,7 +73,8 @@ struct Avx2 {
 
 const KernelSet* Avx2Kernels() {
   static const KernelSet kSet{KernelIsa::kAvx2, "avx2", avx2::MatMulRows<Avx2>, avx2::MatMulPanels<Avx2>,
-                              avx2::AxpyRow<Avx2>, avx2::DotF32<Avx2>, avx2::AxpyF32<Avx2>};
+                              avx2::AxpyRow<Avx2>, avx2::DotF32<Avx2>, avx2::AxpyF32<Avx2>,
+                              avx2::FmaChains<Avx2>};
   return &kSet;
 }
 

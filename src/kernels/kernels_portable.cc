@@ -51,11 +51,27 @@ void AxpyF32(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+// Plain floats, eight per chain: whatever the baseline ISA's compiler makes of them (SSE2 mul and
+// add on x86-64) is the portable table's peak.
+double FmaChains(int64_t iterations, float* sink) {
+  constexpr int kWidth = 8;
+  const float b = *sink, a = 1.0f - *sink;
+  float acc[kFmaChains * kWidth];
+  for (int j = 0; j < kFmaChains * kWidth; ++j) acc[j] = float(j / kWidth);
+  for (int64_t i = 0; i < iterations; ++i) {
+    for (float& v : acc) v = v * b + a;
+  }
+  float sum = 0.0f;
+  for (float v : acc) sum += v;
+  *sink = sum;
+  return 2.0 * kWidth * kFmaChains * double(iterations);
+}
+
 }  // namespace
 
 const KernelSet& PortableKernels() {
   static const KernelSet kSet{KernelIsa::kPortable, "portable", MatMulRows, MatMulPanels, AxpyRow,
-                              DotF32, AxpyF32};
+                              DotF32, AxpyF32, FmaChains};
   return kSet;
 }
 

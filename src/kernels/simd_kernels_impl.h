@@ -715,4 +715,20 @@ void AxpyF32(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
+// acc = acc * b + a converges to a / (1 - b) = 1 with a = 1 - b: no overflow, no denormals.
+template <class V>
+double FmaChains(int64_t iterations, float* sink) {
+  const typename V::Reg b = V::Broadcast(*sink), a = V::Broadcast(1.0f - *sink);
+  typename V::Reg acc[kFmaChains];
+  for (int j = 0; j < kFmaChains; ++j) acc[j] = V::Broadcast(float(j));
+  for (int64_t i = 0; i < iterations; ++i) {
+#pragma GCC unroll 16
+    for (int j = 0; j < kFmaChains; ++j) acc[j] = V::Fma(acc[j], b, a);
+  }
+  typename V::Reg sum = V::Zero();
+  for (int j = 0; j < kFmaChains; ++j) sum = V::Add(sum, acc[j]);
+  *sink = V::Sum(sum);
+  return 2.0 * double(V::kLanes) * kFmaChains * double(iterations);
+}
+
 }  // namespace mlaserve::MLASERVE_SIMD_NS

@@ -115,6 +115,14 @@ TEST(Cli, InitRandomAndBenchRun) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("decode: 4 tokens"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("machine read bandwidth"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fp32 FMA peak ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("GFLOP/s all threads"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("prefill compute: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("% of the FMA peak"), std::string::npos) << r.out;
+  r = RunMlaserve("bench --model-path " + ShellQuote(dir.path()) + " --compare-model-path " + ShellQuote(dir.path()) +
+                  " --prompt-len 20 --decode-tokens 2 --bandwidth-buffer-mb 16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("prefill of peak"), std::string::npos) << r.out;
 }
 
 TEST(Cli, BenchKernelsTimesEveryWeightFormat) {
@@ -130,6 +138,8 @@ TEST(Cli, BenchKernelsTimesEveryWeightFormat) {
     EXPECT_EQ(rows, 2u) << format << "\n" << r.out;
   }
   EXPECT_NE(r.out.find("machine read bandwidth"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fp32 FMA peak: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("share of the one-thread FMA peak"), std::string::npos) << r.out;
   r = RunMlaserve("bench-kernels --kernels sse9");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("sse9"), std::string::npos) << r.err;

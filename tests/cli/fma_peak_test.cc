@@ -1,0 +1,46 @@
+// The FMA peak probe of every kernel table this CPU runs: a rate, and one that more threads do
+// not lower.
+#include "cli/fma_peak.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace mlaserve::cli {
+namespace {
+
+std::vector<const KernelSet*> RunnableTables() {
+  std::vector<const KernelSet*> out{&PortableKernels()};
+  if (CpuSupports(KernelIsa::kAvx2)) out.push_back(Avx2Kernels());
+  if (CpuSupports(KernelIsa::kAvx512)) out.push_back(Avx512Kernels());
+  return out;
+}
+
+TEST(FmaPeak, ChainsCountTwoFlopsPerLaneAndConverge) {
+  for (const KernelSet* k : RunnableTables()) {
+    float sink = 0.5f;
+    const double flops = k->fma_chains(1000, &sink);
+    // Lanes x chains x 2 x iterations, lanes 8 (portable, avx2) or 16 (avx512).
+    const int lanes = k->isa == KernelIsa::kAvx512 ? 16 : 8;
+    EXPECT_EQ(flops, 2.0 * lanes * kFmaChains * 1000) << k->name;
+    // Every chain converges to 1 (acc = acc * b + (1 - b)), so the sum is the lane count.
+    EXPECT_NEAR(sink, float(lanes * kFmaChains), 1e-2f) << k->name;
+  }
+}
+
+TEST(FmaPeak, IsAPositiveRateThatMoreThreadsDoNotLower) {
+  ThreadPool pool(2);
+  for (const KernelSet* k : RunnableTables()) {
+    const FmaPeak peak = MeasureFmaPeak(pool, *k, /*repeats=*/3);
+    EXPECT_TRUE(std::isfinite(peak.one_thread_flops)) << k->name;
+    EXPECT_GT(peak.one_thread_flops, 1e8) << k->name;
+    EXPECT_TRUE(std::isfinite(peak.all_threads_flops)) << k->name;
+    // Two threads on one core or on two: never below one thread's rate, less noise (ctest runs
+    // other tests beside this one, so the margin is wide).
+    EXPECT_GE(peak.all_threads_flops, 0.7 * peak.one_thread_flops) << k->name;
+  }
+}
+
+}  // namespace
+}  // namespace mlaserve::cli
