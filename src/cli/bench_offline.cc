@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/json_file.h"
 #include "cli/engine_flags.h"
 #include "cli/model_setup.h"
 #include "engine/cpu_model_runner.h"
@@ -139,7 +140,7 @@ int RunBenchOffline(Args& args) {
                      {"peak_running_requests", stats.max_running_reqs_seen},
                      {"retractions", stats.num_retracted_requests_total},
                      {"cache_hit_rate", stats.cache_hit_rate}};
-    std::ofstream(json_path) << j.dump(2) << "\n";
+    if (Status s = WriteJsonFile(json_path, j); !s.ok()) return Fail("bench-offline", s.message());
   }
   return failed == 0 && finished == int(w.prompts.size()) ? 0 : 1;
 }

@@ -5,11 +5,11 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/json_file.h"
 #include "core/read_file.h"
 #include "cli/model_setup.h"
 #include "engine/sequence_runner.h"
@@ -67,9 +67,7 @@ int RunKvCalibrate(Args& args) {
                      {"calibration_tokens", used},
                      {"data", data_path},
                      {"kv_amax", amax}};
-  std::ofstream f(out_path);
-  f << out.dump(2) << "\n";
-  if (!f) return Fail("kv-calibrate", out_path + ": write failed");
+  if (Status s = WriteJsonFile(out_path, out); !s.ok()) return Fail("kv-calibrate", s.message());
   std::printf("wrote %s: per-layer KV absolute maxima over %lld tokens\n", out_path.c_str(), (long long)used);
   return 0;
 }

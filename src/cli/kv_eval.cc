@@ -7,11 +7,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/json_file.h"
 #include "cli/heldout_tokens.h"
 #include "core/read_file.h"
 #include "cli/kv_scales.h"
@@ -189,9 +189,7 @@ int RunKvEval(Args& args) {
                               {"mean_identical_greedy_tokens", mean_same}});
   }
   if (!json_path.empty()) {
-    std::ofstream f(json_path);
-    f << out.dump(2) << "\n";
-    if (!f) return Fail("kv-eval", json_path + ": write failed");
+    if (Status s = WriteJsonFile(json_path, out); !s.ok()) return Fail("kv-eval", s.message());
   }
   return 0;
 }

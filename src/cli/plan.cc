@@ -5,10 +5,10 @@
 // the weights per rank but not the KV per token.
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/json_file.h"
 #include "kvcache/kv_budget.h"
 #include "kvcache/kv_format.h"
 #include "model/config.h"
@@ -131,9 +131,7 @@ int RunPlan(Args& args) {
       "prefixes, but it does not raise the number of requests decoding at once, which the "
       "device KV budget above bounds.\n");
   if (!json_path.empty()) {
-    std::ofstream f(json_path);
-    f << out.dump(2) << "\n";
-    if (!f) return Fail("plan", json_path + ": write failed");
+    if (Status s = WriteJsonFile(json_path, out); !s.ok()) return Fail("plan", s.message());
   }
   return 0;
 }

@@ -7,11 +7,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/json_file.h"
 #include "cli/heldout_tokens.h"
 #include "cli/logit_stats.h"
 #include "cli/model_setup.h"
@@ -126,9 +126,7 @@ int RunWeightsEval(Args& args) {
     out["weights"][cand.name] = {{"mb", mb}, {"ppl", ppl}, {"mean_kl", mean_kl}, {"p99_kl", p99}, {"top1", top1}};
   }
   if (!json_path.empty()) {
-    std::ofstream f(json_path);
-    f << out.dump(2) << "\n";
-    if (!f) return Fail("weights-eval", json_path + ": write failed");
+    if (Status s = WriteJsonFile(json_path, out); !s.ok()) return Fail("weights-eval", s.message());
   }
   return 0;
 }

@@ -69,6 +69,11 @@ TEST(Plan, ErrorsAreOneLine) {
   EXPECT_NE(r.err.find("/nonexistent/config.json"), std::string::npos) << r.err;
   r = RunMlaserve("plan --model-path " + ShellQuote(kConfigs + "deepseek-v3.json") + " --tp-size 0");
   EXPECT_EQ(r.exit_code, 2);
+  // A --json file that cannot be written is an error naming it, not a silent success.
+  r = RunMlaserve("plan --model-path " + ShellQuote(kConfigs + "deepseek-v3.json") +
+                  " --device-memory 80 --tp-size 32 --json /nonexistent-dir/plan.json");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("/nonexistent-dir/plan.json: write failed"), std::string::npos) << r.err;
 }
 
 }  // namespace
