@@ -233,7 +233,9 @@ void ApiServer::RespondOpenAi(const json& body, OpenAiEndpoint endpoint, const O
     if (!delta.empty() || o.finished) {
       if (want_lp) {
         logprobs_json.AddOutput(c.held, chunk_lp, c.text_offset);
-        c.held = RequestOutput{};
+        c.held.new_token_ids.clear();  // keeps the capacity for the next held tokens
+        c.held.new_token_logprobs.clear();
+        c.held.new_top_logprobs.clear();
       }
       json choice{{"index", index}, {"finish_reason", finish_reason(c, o)}};
       if (chat) {
