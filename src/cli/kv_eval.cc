@@ -47,6 +47,14 @@ int RunKvEval(Args& args) {
                                        {.value_name = "GB", .above = 0});
   const std::string json_path = args.Str("json", "", "also write the results as JSON", {.value_name = "FILE"});
   if (max_tokens < window) args.Reject("--max-tokens must be >= --window");
+  // Each format gets its own one-context cache (--page-size applies): the engine's KV budget
+  // and the single cache format are not what kv-eval measures.
+  for (const char* flag : {"kv-cache-dtype", "device-memory", "mem-fraction-static", "max-total-tokens"}) {
+    if (args.WasGiven(flag)) {
+      args.Reject(std::string("--") + flag + " has no effect on kv-eval (it compares --formats, each in a cache of one "
+                  "context; --budget-gb sets the tokens-that-fit column)");
+    }
+  }
   if (auto exit_code = args.Finish()) return *exit_code;
   std::vector<KvFormat> formats;
   if (formats_arg == "all") {
@@ -78,7 +86,7 @@ int RunKvEval(Args& args) {
   const std::optional<TokenId> bos = loaded->tokenizer->bos_id();
 
   auto make_runner = [&](KvFormat f) -> Result<std::unique_ptr<SequenceRunner>> {
-    SequenceRunnerOptions o{.kv_format = f};
+    SequenceRunnerOptions o{.kv_format = f, .page_size = model_flags.page_size};
     if (KvFormatUsesTensorScale(f)) {
       auto from_checkpoint = CheckpointKvScales(model.checkpoint(), c);
       if (!from_checkpoint.ok()) return from_checkpoint.status();

@@ -605,11 +605,10 @@ struct Fp8Panels {
 
 // The last `left` (< T) tokens of a tile, with a block of exactly that many.
 template <int T, int NV, class K>
-inline void PanelTail(const K& k, int left, const float* x, int64_t cols, const PanelBlockRows<NV>& b, float* y,
-                      int64_t ldy) {
+inline void PanelTail(const K& k, int left, const float* x, const PanelBlockRows<NV>& b, float* y, int64_t ldy) {
   if constexpr (T > 0) {
     if (left == T) return k.template Run<T, NV>(x, b, y, ldy);
-    PanelTail<T - 1, NV>(k, left, x, cols, b, y, ldy);
+    PanelTail<T - 1, NV>(k, left, x, b, y, ldy);
   }
 }
 
@@ -625,7 +624,7 @@ void MatMulPanelBlocks(const K& k, const float* x, int64_t n, int64_t panel_begi
     const PanelBlockRows<2> b = BlockRows<V, 2>(row0, row_limit);
     int64_t t = 0;
     for (; t + kT <= n; t += kT) k.template Run<kT, 2>(x + t * w.cols, b, y + t * ldy + row0, ldy);
-    PanelTail<kT - 1, 2>(k, int(n - t), x + t * w.cols, w.cols, b, y + t * ldy + row0, ldy);
+    PanelTail<kT - 1, 2>(k, int(n - t), x + t * w.cols, b, y + t * ldy + row0, ldy);
   }
 }
 

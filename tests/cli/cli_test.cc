@@ -193,6 +193,10 @@ TEST(Cli, FlagsWithNoEffectInACombinationAreRefused) {
                   " --output " + ShellQuote(dir.path() + "/out.jsonl"));
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--request-timeout is for --endpoint runs"), std::string::npos) << r.err;
+  r = RunMlaserve("kv-eval --model-path " + kModel + " --kv-cache-dtype fp8_e4m3 --max-total-tokens 100");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--kv-cache-dtype has no effect on kv-eval"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--max-total-tokens has no effect on kv-eval"), std::string::npos) << r.err;
 }
 
 TEST(Cli, UnknownAndRefusedFlagsAreAllReportedAtOnce) {
