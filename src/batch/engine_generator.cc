@@ -15,7 +15,6 @@ struct Mailbox {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<TokenId> ids;  // all tokens so far
-  size_t ids_seen = 0;       // how many the worker has reported
   bool finished = false;
   FinishReason reason = FinishReason::kNone;
   std::string error;
@@ -51,29 +50,32 @@ TurnOutcome EngineGenerator::Generate(const TurnRequest& request, OnTokens on_to
     out.message = submitted.message();
     return out;
   }
+  // out.new_ids follows box->ids by appending what arrived since (under the lock): copying the
+  // whole answer on every token would make a turn quadratic and hold the engine's callback.
+  const auto catch_up = [&] {
+    out.new_ids.insert(out.new_ids.end(), box->ids.begin() + std::ptrdiff_t(out.new_ids.size()), box->ids.end());
+  };
   std::unique_lock<std::mutex> lock(box->mu);
   for (;;) {
     const bool woken = box->cv.wait_for(lock, std::chrono::milliseconds(50), [&] {
-      return box->finished || box->ids.size() > box->ids_seen;
+      return box->finished || box->ids.size() > out.new_ids.size();
     });
     if (!woken && request.cancel != nullptr && request.cancel->load()) {
       // The run is stopping: keep what came so far (the runner checkpoints it) and let it go.
       engine_.Abort(request.rid);
-      out.new_ids = box->ids;
+      catch_up();
       out.error = TurnError::kInterrupted;
       out.message = "stopped";
       return out;
     }
-    if (box->ids.size() > box->ids_seen) {
-      box->ids_seen = box->ids.size();
-      out.new_ids = box->ids;
+    if (box->ids.size() > out.new_ids.size()) {
+      catch_up();
       lock.unlock();
       on_tokens(out.new_ids, serving_);
       lock.lock();
     }
-    if (box->finished && box->ids_seen == box->ids.size()) break;
+    if (box->finished && out.new_ids.size() == box->ids.size()) break;
   }
-  out.new_ids = box->ids;
   if (box->reason == FinishReason::kAbort) {
     out.error = TurnError::kPermanent;
     out.message = "engine aborted the request: " + box->error;

@@ -11,10 +11,9 @@
 namespace mlaserve {
 namespace {
 
-TEST(TokenizerUnicodeVersion, IsTheLinkedPcre2sVersion) {
-  char buffer[64] = {};  // PCRE2 documents 24 code units as enough
-  ASSERT_GT(pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, buffer), 0);
-  EXPECT_EQ(TokenizerUnicodeVersion(), std::string(buffer));
+TEST(TokenizerUnicodeVersion, LooksLikeAVersion) {
+  // (That it is the linked library's is what PredictsHowCharactersAddedAfterFourteenClassify
+  // checks through real classifications; comparing with pcre2_config here would repeat the code.)
   EXPECT_TRUE(std::regex_match(TokenizerUnicodeVersion(), std::regex(R"(\d+\.\d+\.\d+)")))
       << TokenizerUnicodeVersion();
   EXPECT_EQ(Pcre2Version().substr(0, 3), "10.") << Pcre2Version();
