@@ -87,12 +87,9 @@ TurnOutcome HttpGenerator::Native(const EndpointInfo& endpoint, const TurnReques
       return;
     }
     if (chunk.contains("output_ids") && chunk["output_ids"].is_array()) {
-      auto ids = chunk["output_ids"].get<std::vector<TokenId>>();
-      if (endpoint.incremental_stream) {
-        out.new_ids.insert(out.new_ids.end(), ids.begin(), ids.end());
-      } else {
-        out.new_ids = std::move(ids);
-      }
+      // Incremental servers send each chunk's new ids, cumulative ones everything so far.
+      if (!endpoint.incremental_stream) out.new_ids.clear();
+      for (const json& id : chunk["output_ids"]) out.new_ids.push_back(id.get<TokenId>());
       on_tokens(out.new_ids, serving);
     }
     const std::string type = FinishType(chunk.value("meta_info", json::object()));
