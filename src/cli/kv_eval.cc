@@ -86,17 +86,10 @@ int RunKvEval(Args& args) {
   const std::optional<TokenId> bos = loaded->tokenizer->bos_id();
 
   auto make_runner = [&](KvFormat f) -> Result<std::unique_ptr<SequenceRunner>> {
-    SequenceRunnerOptions o{.kv_format = f, .page_size = model_flags.page_size};
-    if (KvFormatUsesTensorScale(f)) {
-      auto from_checkpoint = CheckpointKvScales(model.checkpoint(), c);
-      if (!from_checkpoint.ok()) return from_checkpoint.status();
-      o.kv_tensor_scales = std::move(from_checkpoint).value();
-    }
-    if (!model_flags.kv_scales.empty()) {
-      auto scales = LoadKvScales(model_flags.kv_scales, c, f);
-      if (!scales.ok()) return scales.status();
-      o.kv_tensor_scales = *scales;
-    }
+    auto scales = ResolveKvScales(model_flags.kv_scales, model.checkpoint(), c, f);
+    if (!scales.ok()) return scales.status();
+    SequenceRunnerOptions o{.kv_format = f, .kv_tensor_scales = std::move(scales).value(),
+                            .page_size = model_flags.page_size};
     return SequenceRunner::Create(model, *loaded->kernels, o);
   };
   auto reference = make_runner(KvFormat::kBF16);

@@ -64,4 +64,22 @@ Result<std::vector<float>> CheckpointKvScales(const Checkpoint& checkpoint, cons
   return scales;
 }
 
+Result<std::vector<float>> ResolveKvScales(const std::string& path, const Checkpoint& checkpoint,
+                                           const ModelConfig& config, KvFormat format, std::string* source) {
+  // Read even when a file overrides it, so a checkpoint with scales on only some layers is
+  // always an error.
+  auto from_checkpoint = CheckpointKvScales(checkpoint, config);
+  if (!from_checkpoint.ok()) return from_checkpoint.status();
+  if (!path.empty()) {
+    if (source != nullptr) *source = "file " + path;
+    return LoadKvScales(path, config, format);
+  }
+  if (!from_checkpoint->empty() && KvFormatUsesTensorScale(format)) {
+    if (source != nullptr) *source = "checkpoint";
+    return from_checkpoint;
+  }
+  if (source != nullptr) *source = "1.0 (none: give --kv-scales from mlaserve kv-calibrate)";
+  return std::vector<float>{};
+}
+
 }  // namespace mlaserve::cli

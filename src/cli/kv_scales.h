@@ -24,4 +24,10 @@ Result<std::vector<float>> LoadKvScales(const std::string& path, const ModelConf
 // an error when only some layers have one.
 Result<std::vector<float>> CheckpointKvScales(const Checkpoint& checkpoint, const ModelConfig& config);
 
+// The per-layer scales a cache of `format` uses: the file's when `path` is given, else the
+// checkpoint's when the format has per-tensor scales, else none (1.0). `source` (optional)
+// receives "file PATH", "checkpoint" or "1.0 (none: ...)" for the start-up log.
+Result<std::vector<float>> ResolveKvScales(const std::string& path, const Checkpoint& checkpoint,
+                                           const ModelConfig& config, KvFormat format, std::string* source = nullptr);
+
 }  // namespace mlaserve::cli

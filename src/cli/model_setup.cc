@@ -86,19 +86,9 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
   loaded.kv_budget = *budget;
   loaded.kv_cache.pool_tokens =
       std::min<int64_t>(budget->max_total_num_tokens, loaded.model->max_context());
-  auto from_checkpoint = CheckpointKvScales(loaded.model->checkpoint(), config);
-  if (!from_checkpoint.ok()) return from_checkpoint.status();
-  loaded.kv_scales_source = "1.0 (none: give --kv-scales from mlaserve kv-calibrate)";
-  if (!from_checkpoint->empty() && KvFormatUsesTensorScale(*format)) {
-    loaded.kv_cache.kv_tensor_scales = std::move(from_checkpoint).value();
-    loaded.kv_scales_source = "checkpoint";
-  }
-  if (!flags.kv_scales.empty()) {
-    loaded.kv_scales_source = "file " + flags.kv_scales;
-    auto scales = LoadKvScales(flags.kv_scales, config, *format);
-    if (!scales.ok()) return scales.status();
-    loaded.kv_cache.kv_tensor_scales = std::move(scales).value();
-  }
+  auto scales = ResolveKvScales(flags.kv_scales, loaded.model->checkpoint(), config, *format, &loaded.kv_scales_source);
+  if (!scales.ok()) return scales.status();
+  loaded.kv_cache.kv_tensor_scales = std::move(scales).value();
   if (need_tokenizer) {
     auto tokenizer = Tokenizer::FromDirectory(flags.model_path);
     if (!tokenizer.ok()) return tokenizer.status();
