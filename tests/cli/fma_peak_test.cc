@@ -7,18 +7,13 @@
 #include <cmath>
 #include <vector>
 
+#include "support/kernel_tables.h"
+
 namespace mlaserve::cli {
 namespace {
 
-std::vector<const KernelSet*> RunnableTables() {
-  std::vector<const KernelSet*> out{&PortableKernels()};
-  if (CpuSupports(KernelIsa::kAvx2)) out.push_back(Avx2Kernels());
-  if (CpuSupports(KernelIsa::kAvx512)) out.push_back(Avx512Kernels());
-  return out;
-}
-
 TEST(FmaPeak, ChainsCountTwoFlopsPerLaneAndConverge) {
-  for (const KernelSet* k : RunnableTables()) {
+  for (const KernelSet* k : testing::RunnableKernelTables()) {
     float sink = 0.5f;
     const double flops = k->fma_chains(1000, &sink);
     // Lanes x chains x 2 x iterations, lanes 8 (portable, avx2) or 16 (avx512).
@@ -31,7 +26,7 @@ TEST(FmaPeak, ChainsCountTwoFlopsPerLaneAndConverge) {
 
 TEST(FmaPeak, IsAPositiveRateThatMoreThreadsDoNotLower) {
   ThreadPool pool(2);
-  for (const KernelSet* k : RunnableTables()) {
+  for (const KernelSet* k : testing::RunnableKernelTables()) {
     const FmaPeak peak = MeasureFmaPeak(pool, *k, /*repeats=*/3);
     EXPECT_TRUE(std::isfinite(peak.one_thread_flops)) << k->name;
     EXPECT_GT(peak.one_thread_flops, 1e8) << k->name;

@@ -13,16 +13,10 @@
 #include "kernels/kernels.h"
 #include "kernels/ops.h"
 #include "kernels/pack.h"
+#include "support/kernel_tables.h"
 
 namespace mlaserve {
 namespace {
-
-std::vector<const KernelSet*> SimdTables() {
-  std::vector<const KernelSet*> out;
-  if (CpuSupports(KernelIsa::kAvx2)) out.push_back(Avx2Kernels());
-  if (CpuSupports(KernelIsa::kAvx512)) out.push_back(Avx512Kernels());
-  return out;
-}
 
 struct Weights {
   std::vector<std::byte> bytes;
@@ -127,7 +121,7 @@ const char* KindName(Kind kind) {
 TEST(Kernels, QuantizedSimdMatchesPortable) {
   std::mt19937 rng(5);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  const auto tables = SimdTables();
+  const auto tables = testing::SimdKernelTables();
   if (tables.empty()) GTEST_SKIP() << "no SIMD kernels on this CPU";
   struct Shape {
     WeightFormat format;
@@ -171,7 +165,7 @@ TEST(Kernels, QuantizedSimdMatchesPortable) {
 TEST(Kernels, SimdMatchesPortable) {
   std::mt19937 rng(42);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  const auto tables = SimdTables();
+  const auto tables = testing::SimdKernelTables();
   if (tables.empty()) GTEST_SKIP() << "no SIMD kernels on this CPU";
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (int64_t cols : {1, 7, 16, 33, 64, 200}) {
@@ -209,7 +203,7 @@ TEST(Kernels, SimdMatchesPortable) {
 TEST(Kernels, MatMulIsBatchInvariant) {
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<const KernelSet*> tables = SimdTables();
+  std::vector<const KernelSet*> tables = testing::SimdKernelTables();
   tables.push_back(&PortableKernels());
   for (Kind kind : kAllKinds) {
     for (int64_t cols : {5, 64, 100, 2048}) {
@@ -240,7 +234,7 @@ TEST(Kernels, PackedPanelsMatchRowMajorAndAreBatchInvariant) {
   std::mt19937 rng(11);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   ThreadPool pool(2);
-  std::vector<const KernelSet*> tables = SimdTables();
+  std::vector<const KernelSet*> tables = testing::SimdKernelTables();
   tables.push_back(&PortableKernels());
   for (Kind kind : kAllKinds) {
     for (int64_t rows : {1, 15, 16, 17, 33, 64, 70, 150}) {
@@ -285,7 +279,7 @@ TEST(Kernels, PackedPanelsMatchRowMajorAndAreBatchInvariant) {
 TEST(Kernels, RealShapesSimdMatchPortable) {
   std::mt19937 rng(3);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  const auto tables = SimdTables();
+  const auto tables = testing::SimdKernelTables();
   if (tables.empty()) GTEST_SKIP() << "no SIMD kernels on this CPU";
   ThreadPool pool(2);
   struct Shape {

@@ -15,6 +15,7 @@
 #include "model/quantize.h"
 #include "model/safetensors.h"
 #include "support/run_binary.h"
+#include "support/kernel_tables.h"
 
 namespace mlaserve {
 namespace {
@@ -59,13 +60,6 @@ std::vector<FixturePrompt> LoadFixture(const std::string& path) {
   return prompts;
 }
 
-std::vector<const KernelSet*> AllTables() {
-  std::vector<const KernelSet*> out{&PortableKernels()};
-  if (CpuSupports(KernelIsa::kAvx2)) out.push_back(Avx2Kernels());
-  if (CpuSupports(KernelIsa::kAvx512)) out.push_back(Avx512Kernels());
-  return out;
-}
-
 void CheckModelAgainstFixture(const std::string& model_dir, const std::string& fixture_path,
                               double tolerance) {
   const auto prompts = LoadFixture(fixture_path);
@@ -74,7 +68,7 @@ void CheckModelAgainstFixture(const std::string& model_dir, const std::string& f
   auto model = Model::Load(model_dir, ModelOptions{.max_batch_tokens = 100, .max_context = 512});
   ASSERT_TRUE(model.ok()) << model.error();
   const int vocab = (*model)->config().vocab_size;
-  for (const KernelSet* kernels : AllTables()) {
+  for (const KernelSet* kernels : testing::RunnableKernelTables()) {
     SCOPED_TRACE(kernels->name);
     for (size_t pi = 0; pi < prompts.size(); ++pi) {
       SCOPED_TRACE("prompt " + std::to_string(pi));
