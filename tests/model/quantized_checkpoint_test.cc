@@ -254,6 +254,9 @@ TEST(QuantizedCheckpoint, UnsupportedQuantizationConfigsAreOneLine) {
        "asymmetric (zero-point) int4 is not supported"},
       {ct([](json& q) { q["config_groups"]["group_0"]["weights"]["num_bits"] = 8; }), "num_bits 8 is not supported (4)"},
       {ct([](json& q) { q["config_groups"]["group_0"]["weights"]["actorder"] = "group"; }), "act-order int4 is not supported"},
+      // The int4 kernels read column pairs that must not straddle two groups.
+      {ct([](json& q) { q["config_groups"]["group_0"]["weights"]["group_size"] = 33; }),
+       "group_size must be a positive even integer"},
       {ct([](json& q) { q["config_groups"]["group_0"]["weights"]["type"] = "float"; }), "type 'float' is not supported"},
       {ct([](json& q) { q["config_groups"]["group_0"]["weights"]["strategy"] = "channel"; }),
        "strategy 'channel' is not supported"},
