@@ -23,6 +23,11 @@ struct ModelOptions {
   int max_batch_tokens = 512;  // tokens per Forward call (longer prompts are chunked)
   int max_context = 0;         // 0: min(max_position_embeddings, 4096)
   int num_threads = 0;         // 0: ThreadPool::DefaultThreadCount()
+  // --enable-deterministic-inference (SGLang's flag). true: every path is batch-invariant and
+  // chunk-invariant (a token's logits are bit-identical whatever shares its step and however its
+  // prompt was chunked), which the batch tool's resume relies on. false (default): paths may use
+  // faster reduction orders (MHA-form prefill), within tolerance of the reference fixtures.
+  bool deterministic = false;
 };
 
 // One sequence's share of a Forward call: its new tokens occupy positions
