@@ -16,6 +16,7 @@ namespace mlaserve {
 Model::Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWeights weights,
              const ModelOptions& options, int max_context, int num_threads)
     : config_(std::move(config)),
+      deterministic_(options.deterministic),
       checkpoint_(std::move(checkpoint)),
       weights_(std::move(weights)),
       pool_(num_threads),

@@ -77,14 +77,27 @@ class Model {
   Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWeights weights,
         const ModelOptions& options, int max_context, int num_threads);
 
+  // mla_attention.cc: projections, the cache rows, then each segment in its form, then o_proj.
   void Attention(const ComputeContext& ctx, const KvHostRows& kv, int layer, int num_tokens,
                  std::span<const ForwardSegment> segments);
+  // mla_decode_attention.cc: the absorbed form for `tokens` (indices into the step), split along
+  // the KV length; q_lat, then o_lat of those tokens.
+  void AbsorbQueries(const KernelSet& k, const AttentionWeights& w, std::span<const int32_t> tokens);
+  void AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const int32_t> tokens,
+                         std::span<const ForwardSegment> segments);
+  // mla_prefill_attention.cc: the MHA form for one segment whose tokens start at first_token;
+  // writes their attn_out rows. UseMhaPrefill: never in deterministic mode, else when the
+  // segment has enough new tokens that the MHA form does fewer multiply-adds.
+  bool UseMhaPrefill(const ForwardSegment& seg) const;
+  void MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, const KvHostRows& kv, int layer,
+                           int first_token, const ForwardSegment& seg);
   void DenseMlp(const ComputeContext& ctx, const MlpWeights& w, int num_tokens, float* out);
   void Moe(const ComputeContext& ctx, const MoeWeights& w, int num_tokens);
   void RouteToken(const MoeWeights& w, const float* logits, float* scratch, int32_t* ids,
                   float* weights) const;
 
   ModelConfig config_;
+  bool deterministic_;  // ModelOptions::deterministic
   std::unique_ptr<Checkpoint> checkpoint_;
   ModelWeights weights_;
   ThreadPool pool_;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/mla_decode_attention.h"
+
 namespace mlaserve {
 
 Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads)
@@ -34,7 +36,24 @@ Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads)
   expert_token_weights.resize(N * top_k);
   last_hidden.resize(N * H);
   kv_tile.resize(size_t(num_threads) * kKvTileRows * row);
-  softmax_state.resize(size_t(num_threads) * 2 * heads);
+  const size_t threads = size_t(num_threads);
+  const size_t qk = size_t(c.qk_head_dim()), v = size_t(c.v_head_dim);
+  absorbed_tokens.resize(N);
+  kv_split_capacity = std::max({n, (context + kKvSplitRows - 1) / kKvSplitRows, 4 * num_threads});
+  kv_split_items.resize(size_t(kv_split_capacity));
+  kv_split_first.resize(N);
+  split_o.resize(size_t(kv_split_capacity) * heads * L);
+  split_max_sum.resize(size_t(kv_split_capacity) * heads * 2);
+  const size_t C = kMhaKvRows, B = kMhaQueryRows;
+  mha_q.resize(heads * N * qk);
+  mha_state.resize(N * heads * 2);
+  mha_rows.resize(C * row);
+  mha_ckv.resize(C * L);
+  mha_k.resize(threads * C * qk);
+  mha_v.resize(threads * C * v);
+  mha_vt.resize(threads * v * C);
+  mha_scores.resize(threads * B * C);
+  mha_pv.resize(threads * B * v);
   router_scratch.resize(2 * experts + size_t(std::max(1, c.n_group)));
 }
 

@@ -1,0 +1,161 @@
+// Absorbed-form MLA attention (decode, and every token in deterministic mode): W_UK applied
+// head-major for the step's tokens, then attention over the cache split along the KV length
+// (flash-decoding, mla_decode_attention.h), then the splits merged in order.
+#include "model/mla_decode_attention.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+
+#include "model/model.h"
+
+namespace mlaserve {
+
+void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages,
+                      int begin, int end, const LatentAttentionShape& shape, const float* q_lat, float scale,
+                      float* tile, float* o, float* max_sum) {
+  const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
+  for (int h = 0; h < heads; ++h) {
+    max_sum[2 * h] = -std::numeric_limits<float>::infinity();
+    max_sum[2 * h + 1] = 0.0f;
+  }
+  std::fill(o, o + int64_t(heads) * L, 0.0f);
+  for (int p0 = begin, rows = 0; p0 < end; p0 += rows) {
+    // Tiles never cross a page: clip at the page end (any page size), then move on by what was
+    // read. Splits start at multiples of kKvTileRows, so a split's tiles are the whole context's.
+    const int page_end = (p0 / kv.page_size() + 1) * kv.page_size();
+    rows = std::min({kKvTileRows, end - p0, page_end - p0});
+    kv.ReadRows(layer, pages, p0, rows, tile);
+    for (int h = 0; h < heads; ++h) {
+      float scores[kKvTileRows];
+      float tile_max = -std::numeric_limits<float>::infinity();
+      for (int r = 0; r < rows; ++r) {
+        scores[r] = k.dot_f32(q_lat + int64_t(h) * row_dim, tile + int64_t(r) * row_dim, row_dim) * scale;
+        tile_max = std::max(tile_max, scores[r]);
+      }
+      float* oh = o + int64_t(h) * L;
+      float& running_max = max_sum[2 * h];
+      float& running_sum = max_sum[2 * h + 1];
+      const float new_max = std::max(running_max, tile_max);
+      const float correction = std::exp(running_max - new_max);  // 0 on the first tile
+      if (correction != 1.0f) {
+        for (int i = 0; i < L; ++i) oh[i] *= correction;
+      }
+      float sum = running_sum * correction;
+      for (int r = 0; r < rows; ++r) {
+        const float weight = std::exp(scores[r] - new_max);
+        sum += weight;
+        k.axpy_f32(weight, tile + int64_t(r) * row_dim, oh, L);
+      }
+      running_max = new_max;
+      running_sum = sum;
+    }
+  }
+}
+
+void MergeLatentSplits(const KernelSet& k, const LatentAttentionShape& shape, int head, int num_splits,
+                       const float* o_splits, const float* max_sum_splits, float* out) {
+  const int heads = shape.heads, L = shape.latent_dim;
+  auto stats = [&](int s) { return max_sum_splits + (int64_t(s) * heads + head) * 2; };
+  float m = -std::numeric_limits<float>::infinity();
+  for (int s = 0; s < num_splits; ++s) m = std::max(m, stats(s)[0]);
+  std::fill(out, out + L, 0.0f);
+  float sum = 0.0f;
+  for (int s = 0; s < num_splits; ++s) {
+    const float weight = std::exp(stats(s)[0] - m);  // exactly 1 for a single split
+    sum += weight * stats(s)[1];
+    k.axpy_f32(weight, o_splits + (int64_t(s) * heads + head) * L, out, L);
+  }
+  const float inv = 1.0f / sum;
+  for (int i = 0; i < L; ++i) out[i] *= inv;
+}
+
+void Model::AbsorbQueries(const KernelSet& k, const AttentionWeights& w, std::span<const int32_t> tokens) {
+  const ModelConfig& c = config_;
+  Workspace& ws = workspace_;
+  const int heads = c.num_attention_heads, nope = c.qk_nope_head_dim, L = c.kv_lora_rank;
+  const int row_dim = c.kv_cache_dim(), qk_dim = c.qk_head_dim();
+  const int64_t kv_b_rows_per_head = nope + c.v_head_dim;
+  // q_lat[t, h, :L] = sum_d q_nope[t, h, d] * W_UK[h][d, :]: rows outer, tokens inner, so each
+  // W_UK row is read once per step for all tokens; every output sums d in order whatever the
+  // tokens are (batch-invariant).
+  pool_.ParallelFor(heads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t h = begin; h < end; ++h) {
+      for (int32_t t : tokens) {
+        float* q_lat = ws.q_lat.data() + (int64_t(t) * heads + h) * row_dim;
+        std::fill(q_lat, q_lat + L, 0.0f);
+      }
+      for (int d = 0; d < nope; ++d) {
+        for (int32_t t : tokens) {
+          const float q_nope_d = ws.q[size_t((int64_t(t) * heads + h) * qk_dim + d)];
+          k.axpy_row(q_nope_d, w.kv_b, h * kv_b_rows_per_head + d, ws.q_lat.data() + (int64_t(t) * heads + h) * row_dim);
+        }
+      }
+      for (int32_t t : tokens) {
+        const float* q_head = ws.q.data() + (int64_t(t) * heads + h) * qk_dim;
+        float* q_lat = ws.q_lat.data() + (int64_t(t) * heads + h) * row_dim;
+        std::copy(q_head + nope, q_head + qk_dim, q_lat + L);
+        rope_.Apply(q_lat + L, token_positions_[size_t(t)]);
+      }
+    }
+  });
+}
+
+void Model::AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const int32_t> tokens,
+                              std::span<const ForwardSegment> segments) {
+  const ModelConfig& c = config_;
+  Workspace& ws = workspace_;
+  const LatentAttentionShape shape{.heads = c.num_attention_heads, .latent_dim = c.kv_lora_rank,
+                                   .rope_dim = c.qk_rope_head_dim};
+  const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
+  const float scale = float(c.SoftmaxScale());
+  // Waves of whole tokens whose splits fit the partials' scratch (capacity >= one token's splits).
+  for (size_t first = 0; first < tokens.size();) {
+    int num_items = 0;
+    size_t last = first;
+    for (; last < tokens.size(); ++last) {
+      const int splits = NumKvSplits(token_positions_[size_t(tokens[last])] + 1);
+      if (num_items + splits > ws.kv_split_capacity) break;
+      for (int s = 0; s < splits; ++s) {
+        ws.kv_split_items[size_t(num_items)] = {.token = int32_t(last - first), .split = s};
+        ++num_items;
+      }
+    }
+    const std::span<const int32_t> wave = tokens.subspan(first, last - first);
+    // One work item per (token, split); threads take the next item as they finish.
+    std::atomic<int> next_item{0};
+    pool_.RunOnAll([&](int thread) {
+      float* tile = ws.kv_tile.data() + int64_t(thread) * kKvTileRows * row_dim;  // [tile, L + R]
+      for (int i = next_item.fetch_add(1, std::memory_order_relaxed); i < num_items;
+           i = next_item.fetch_add(1, std::memory_order_relaxed)) {
+        const KvSplitItem item = ws.kv_split_items[size_t(i)];
+        const int t = wave[size_t(item.token)];
+        const int context = token_positions_[size_t(t)] + 1;
+        const int begin = item.split * kKvSplitRows, end = std::min(context, begin + kKvSplitRows);
+        AttendLatentRows(k, kv, layer, segments[size_t(token_segments_[size_t(t)])].pages, begin, end, shape,
+                         ws.q_lat.data() + int64_t(t) * heads * row_dim, scale, tile,
+                         ws.split_o.data() + int64_t(i) * heads * L, ws.split_max_sum.data() + int64_t(i) * heads * 2);
+      }
+    });
+    // Merge each (token, head) over its splits, in split order, into o_lat. A token's items are
+    // consecutive, in split order, starting at the sum of the previous tokens' splits.
+    for (size_t j = 0, item = 0; j < wave.size(); ++j) {
+      ws.kv_split_first[j] = int32_t(item);
+      item += size_t(NumKvSplits(token_positions_[size_t(wave[j])] + 1));
+    }
+    pool_.ParallelFor(int64_t(wave.size()) * heads, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t w = begin; w < end; ++w) {
+        const size_t j = size_t(w / heads);
+        const int h = int(w % heads), t = wave[j], first_item = ws.kv_split_first[j];
+        MergeLatentSplits(k, shape, h, NumKvSplits(token_positions_[size_t(t)] + 1),
+                          ws.split_o.data() + int64_t(first_item) * heads * L,
+                          ws.split_max_sum.data() + int64_t(first_item) * heads * 2,
+                          ws.o_lat.data() + (int64_t(h) * ws.max_tokens + t) * L);
+      }
+    });
+    first = last;
+  }
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,51 @@
+// Absorbed-form MLA attention over the cache, split along the KV length (flash-decoding).
+// A query token's context [0, context) is cut into splits of kKvSplitRows positions
+// ([s * kKvSplitRows, (s + 1) * kKvSplitRows), the last one clipped). Each split yields, per head,
+// a partial softmax (max, sum, unnormalized o_lat[L]); the partials are merged with log-sum-exp in
+// split order. The splits depend only on positions and the merge order is fixed, so a token's
+// result is the same whatever shares its step, however its prompt was chunked and however many
+// threads ran it: this path is deterministic in every mode.
+#pragma once
+
+#include <span>
+
+#include "core/types.h"
+#include "kernels/kernels.h"
+#include "kvcache/kv_storage.h"
+#include "model/workspace.h"
+
+namespace mlaserve {
+
+// Positions per KV split: a multiple of the tile, so a split's tiles are the page-clipped tiles of
+// the whole context; 256 gives each of two threads a split at a 1K context already.
+inline constexpr int kKvSplitRows = 256;
+static_assert(kKvSplitRows % kKvTileRows == 0);
+
+inline int NumKvSplits(int context) { return (context + kKvSplitRows - 1) / kKvSplitRows; }
+
+struct LatentAttentionShape {
+  int heads;
+  int latent_dim;  // L = kv_lora_rank
+  int rope_dim;    // R = qk_rope_head_dim
+  int row_dim() const { return latent_dim + rope_dim; }
+};
+
+// One token's partial attention over cache rows [begin, end) of `layer`, every head at once:
+// rows are dequantized a tile at a time (kKvTileRows rows, never across a page) into `tile`
+// ([kKvTileRows, L + R]) and each tile serves every head through an online softmax.
+//   q_lat:   [heads, L + R] absorbed query (q_nope @ W_UK | rotated q_pe)
+//   o:       [heads, L] out: sum_r exp(score_r - max) * c_kv_r (not normalized)
+//   max_sum: [heads, 2] out: (max score, sum_r exp(score_r - max))
+// Scores are q_lat . row * scale.
+void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages,
+                      int begin, int end, const LatentAttentionShape& shape, const float* q_lat, float scale,
+                      float* tile, float* o, float* max_sum);
+
+// out[L] = head `head`'s softmax-weighted latent over num_splits partials, merged in split order:
+// m = max_s m_s; out = (sum_s exp(m_s - m) * o_s) / (sum_s exp(m_s - m) * sum_s).
+//   o_splits:       [num_splits, heads, L]
+//   max_sum_splits: [num_splits, heads, 2]
+void MergeLatentSplits(const KernelSet& k, const LatentAttentionShape& shape, int head, int num_splits,
+                       const float* o_splits, const float* max_sum_splits, float* out);
+
+}  // namespace mlaserve

@@ -1,0 +1,151 @@
+// MLA prefill in the MHA form (not in deterministic mode: its sums run in another order than the
+// absorbed form's, so a token's logits depend on how its prompt was chunked). For one segment's
+// chunk, with prefix = the cached rows plus the new ones:
+//   per KV block of kMhaKvRows rows, dequantized once:  c_kv [C, L], k_pe [C, R]
+//   per head h:  k[h] = [c_kv @ W_UK[h]^T | k_pe]  [C, nope + R],  v[h] = c_kv @ W_UV[h]^T  [C, v]
+//   per query block:  s = q k^T * scale (causal), online softmax, o += p v
+// q = [q_nope | rope(q_pe)]; out[t, h, :] = o / sum is written to attn_out as the absorbed form
+// writes it. Per pair of (query, key) this is (nope + R + v) multiply-adds per head instead of the
+// absorbed form's (2 L + R), at the cost of decompressing every prefix row per head once.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+
+#include "model/model.h"
+
+namespace mlaserve {
+
+bool Model::UseMhaPrefill(const ForwardSegment& seg) const {
+  if (deterministic_ || seg.num_tokens < kMhaPrefillMinTokens) return false;
+  // Multiply-adds per head: the MHA form decompresses every prefix row ((nope + v) L each), the
+  // absorbed form absorbs every new token's query and output ((nope + v) L each too); per
+  // (query, key) pair they cost (nope + R + v) and (2 L + R).
+  const ModelConfig& c = config_;
+  const double n = seg.num_tokens, prefix = seg.num_computed_tokens + seg.num_tokens;
+  const double pairs = n * (prefix - (n - 1) / 2.0);
+  const double decompress = double(c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank;
+  const double mha = prefix * decompress + pairs * (c.qk_head_dim() + c.v_head_dim);
+  const double absorbed = n * decompress + pairs * (2.0 * c.kv_lora_rank + c.qk_rope_head_dim);
+  return mha < absorbed;
+}
+
+void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, const KvHostRows& kv, int layer,
+                                int first_token, const ForwardSegment& seg) {
+  const ModelConfig& c = config_;
+  Workspace& ws = workspace_;
+  const int heads = c.num_attention_heads, nope = c.qk_nope_head_dim, R = c.qk_rope_head_dim;
+  const int L = c.kv_lora_rank, v_dim = c.v_head_dim, qk_dim = c.qk_head_dim(), row_dim = c.kv_cache_dim();
+  const int n = seg.num_tokens, prefix = seg.num_computed_tokens + seg.num_tokens;
+  const int64_t kv_b_rows_per_head = nope + v_dim, out_stride = int64_t(heads) * v_dim;
+  const float scale = float(c.SoftmaxScale());
+  constexpr int C = kMhaKvRows, B = kMhaQueryRows;
+
+  // Queries per head, q_pe rotated; running softmax state and output start empty.
+  pool_.ParallelFor(n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t t = first_token + i;
+      for (int h = 0; h < heads; ++h) {
+        const float* src = ws.q.data() + (t * heads + h) * qk_dim;
+        float* q = ws.mha_q.data() + (int64_t(h) * ws.max_tokens + i) * qk_dim;
+        std::copy(src, src + qk_dim, q);
+        rope_.Apply(q + nope, token_positions_[size_t(t)]);
+        float* state = ws.mha_state.data() + (t * heads + h) * 2;
+        state[0] = -std::numeric_limits<float>::infinity();
+        state[1] = 0.0f;
+        std::fill_n(ws.attn_out.data() + t * out_stride + h * v_dim, v_dim, 0.0f);
+      }
+    }
+  });
+
+  for (int c0 = 0; c0 < prefix; c0 += C) {
+    const int rows = std::min(C, prefix - c0);
+    // The block's cache rows, dequantized once for every head and query (reads never cross a page).
+    pool_.ParallelFor(rows, kKvTileRows, [&](int64_t begin, int64_t end) {
+      for (int p = c0 + int(begin), count = 0; p < c0 + end; p += count) {
+        const int page_end = (p / kv.page_size() + 1) * kv.page_size();
+        count = std::min(c0 + int(end), page_end) - p;
+        kv.ReadRows(layer, seg.pages, p, count, ws.mha_rows.data() + int64_t(p - c0) * row_dim);
+      }
+      for (int64_t r = begin; r < end; ++r) {
+        std::copy_n(ws.mha_rows.data() + r * row_dim, L, ws.mha_ckv.data() + r * L);
+      }
+    });
+
+    std::atomic<int> next_head{0};
+    pool_.RunOnAll([&](int thread) {
+      float* keys = ws.mha_k.data() + int64_t(thread) * C * qk_dim;    // [C, nope + R]
+      float* values = ws.mha_v.data() + int64_t(thread) * C * v_dim;   // [C, v]
+      float* values_t = ws.mha_vt.data() + int64_t(thread) * v_dim * C;  // [v, C]
+      float* scores = ws.mha_scores.data() + int64_t(thread) * B * C;  // [B, C]
+      float* pv = ws.mha_pv.data() + int64_t(thread) * B * v_dim;      // [B, v]
+      for (int h = next_head.fetch_add(1, std::memory_order_relaxed); h < heads;
+           h = next_head.fetch_add(1, std::memory_order_relaxed)) {
+        // Decompress this head's keys and values for the block.
+        k.matmul_rows(ws.mha_ckv.data(), rows, w.kv_b.Slice(h * kv_b_rows_per_head, nope), 0, nope, keys, qk_dim);
+        for (int r = 0; r < rows; ++r) {
+          std::copy_n(ws.mha_rows.data() + int64_t(r) * row_dim + L, R, keys + int64_t(r) * qk_dim + nope);
+        }
+        k.matmul_rows(ws.mha_ckv.data(), rows, w.kv_b.Slice(h * kv_b_rows_per_head + nope, v_dim), 0, v_dim,
+                      values, v_dim);
+        for (int i = 0; i < v_dim; ++i) {
+          for (int r = 0; r < rows; ++r) values_t[int64_t(i) * C + r] = values[int64_t(r) * v_dim + i];
+          std::fill(values_t + int64_t(i) * C + rows, values_t + int64_t(i + 1) * C, 0.0f);
+        }
+        const WeightMatrix key_matrix{.dtype = DType::kF32, .rows = rows, .cols = qk_dim, .data = keys};
+        const WeightMatrix value_matrix{.dtype = DType::kF32, .rows = v_dim, .cols = C, .data = values_t};
+
+        for (int q0 = 0; q0 < n; q0 += B) {
+          const int num_queries = std::min(B, n - q0);
+          const int first_position = seg.num_computed_tokens + q0;
+          const int last_position = first_position + num_queries - 1;
+          if (last_position < c0) continue;  // every key of the block is in these queries' future
+          const int keys_needed = std::min(rows, last_position + 1 - c0);
+          k.matmul_rows(ws.mha_q.data() + (int64_t(h) * ws.max_tokens + q0) * qk_dim, num_queries, key_matrix, 0,
+                        keys_needed, scores, C);
+          float correction[B];
+          for (int qi = 0; qi < num_queries; ++qi) {
+            float* s = scores + int64_t(qi) * C;
+            float* state = ws.mha_state.data() + ((int64_t(first_token) + q0 + qi) * heads + h) * 2;
+            // Causal: this query sees keys at positions <= its own.
+            const int visible = std::clamp(first_position + qi + 1 - c0, 0, keys_needed);
+            float block_max = -std::numeric_limits<float>::infinity();
+            for (int j = 0; j < visible; ++j) {
+              s[j] *= scale;
+              block_max = std::max(block_max, s[j]);
+            }
+            const float new_max = std::max(state[0], block_max);
+            correction[qi] = visible == 0 ? 1.0f : std::exp(state[0] - new_max);  // 0 on the first block
+            float sum = 0.0f;
+            for (int j = 0; j < visible; ++j) {
+              s[j] = std::exp(s[j] - new_max);
+              sum += s[j];
+            }
+            std::fill(s + visible, s + C, 0.0f);
+            if (visible > 0) {
+              state[0] = new_max;
+              state[1] = state[1] * correction[qi] + sum;
+            }
+          }
+          k.matmul_rows(scores, num_queries, value_matrix, 0, v_dim, pv, v_dim);
+          for (int qi = 0; qi < num_queries; ++qi) {
+            float* o = ws.attn_out.data() + (int64_t(first_token) + q0 + qi) * out_stride + h * v_dim;
+            const float* block_out = pv + int64_t(qi) * v_dim;
+            for (int i = 0; i < v_dim; ++i) o[i] = o[i] * correction[qi] + block_out[i];
+          }
+        }
+      }
+    });
+  }
+
+  pool_.ParallelFor(int64_t(n) * heads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = first_token + item / heads, h = item % heads;
+      const float inv = 1.0f / ws.mha_state[size_t((t * heads + h) * 2 + 1)];
+      float* o = ws.attn_out.data() + t * out_stride + h * v_dim;
+      for (int i = 0; i < v_dim; ++i) o[i] *= inv;
+    }
+  });
+}
+
+}  // namespace mlaserve
