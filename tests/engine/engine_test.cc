@@ -1,6 +1,7 @@
 // The engine against single-sequence runs: many requests of mixed lengths, more than the KV
 // pool holds, chunked prefill, prefix caching and retraction must all give every request
-// exactly the greedy tokens it gets alone (bf16 cache), exactly once.
+// exactly the greedy tokens it gets alone (bf16 cache), exactly once. The model runs in
+// deterministic mode: chunked prefill gives bit-identical logits only there.
 #include "engine/engine.h"
 
 #include <gtest/gtest.h>
@@ -24,7 +25,7 @@ const std::string kModel = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespea
 class EngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto m = Model::Load(kModel, ModelOptions{.max_batch_tokens = 256, .max_context = 512});
+    auto m = Model::Load(kModel, ModelOptions{.max_batch_tokens = 256, .max_context = 512, .deterministic = true});
     ASSERT_TRUE(m.ok()) << m.error();
     model_ = std::move(m).value().release();
   }

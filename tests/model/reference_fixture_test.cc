@@ -1,6 +1,7 @@
 // The engine against the Python reference (tools/train/make_fixtures.py): logits at every
 // position and greedy continuations, for the bundled DeepSeek-V3-style model and a random
-// DeepSeek-V2-Lite-style checkpoint, with every kernel table this CPU runs.
+// DeepSeek-V2-Lite-style checkpoint, with every kernel table this CPU runs, in the default and
+// the deterministic mode.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -64,8 +65,13 @@ void CheckModelAgainstFixture(const std::string& model_dir, const std::string& f
                               double tolerance) {
   const auto prompts = LoadFixture(fixture_path);
   ASSERT_FALSE(prompts.empty());
+  // Both modes: the default one runs prompt chunks in the MHA form, the deterministic one in the
+  // absorbed form split along the KV length (the 300-token prompt spans two splits).
+  for (bool deterministic : {false, true}) {
+  SCOPED_TRACE(deterministic ? "deterministic" : "default mode");
   // Small batches so that long prompts are chunked, exercising KV reuse across Forward calls.
-  auto model = Model::Load(model_dir, ModelOptions{.max_batch_tokens = 100, .max_context = 512});
+  auto model = Model::Load(model_dir, ModelOptions{.max_batch_tokens = 100, .max_context = 512,
+                                                   .deterministic = deterministic});
   ASSERT_TRUE(model.ok()) << model.error();
   const int vocab = (*model)->config().vocab_size;
   for (const KernelSet* kernels : testing::RunnableKernelTables()) {
@@ -86,8 +92,8 @@ void CheckModelAgainstFixture(const std::string& model_dir, const std::string& f
       SequenceRunner::LogitsSink sink_ref(sink);
       ASSERT_TRUE(runner.Append(fp.input_ids, &sink_ref).ok());
       EXPECT_LT(max_diff, tolerance);
-      std::printf("[fixture] %s prompt %zu (%zu tokens): max |logit diff| %.3g\n", kernels->name, pi,
-                  fp.input_ids.size(), max_diff);
+      std::printf("[fixture] %s%s prompt %zu (%zu tokens): max |logit diff| %.3g\n", kernels->name,
+                  deterministic ? " deterministic" : "", pi, fp.input_ids.size(), max_diff);
 
       // Greedy continuation, one decode step at a time.
       std::vector<TokenId> generated;
@@ -98,6 +104,7 @@ void CheckModelAgainstFixture(const std::string& model_dir, const std::string& f
       }
       EXPECT_EQ(generated, fp.greedy);
     }
+  }
   }
 }
 

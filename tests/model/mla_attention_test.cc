@@ -1,0 +1,203 @@
+// MLA attention's two fast forms against plain computations: the absorbed form split along the
+// KV length (flash-decoding) against one unsplit pass and a double-precision softmax over the
+// same dequantized rows; the MHA-form prefill against the absorbed form on long contexts; and the
+// deterministic mode bit-exact across chunk sizes and thread counts at contexts of several splits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "engine/sequence_runner.h"
+#include "model/mla_decode_attention.h"
+#include "model/model.h"
+#include "support/kernel_tables.h"
+
+namespace mlaserve {
+namespace {
+
+const std::string kModel = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla";
+
+// `context` random rows of one layer written through a shuffled page table.
+struct RandomCache {
+  std::unique_ptr<HostKvStorage> storage;
+  std::vector<PageId> pages;
+};
+
+RandomCache FillCache(KvFormat format, int page_size, int context, const LatentAttentionShape& shape,
+                      std::mt19937& rng) {
+  const int num_pages = (context + page_size - 1) / page_size;
+  auto storage = HostKvStorage::Create({.format = format, .num_layers = 1, .latent_dim = shape.latent_dim,
+                                        .rope_dim = shape.rope_dim, .page_size = page_size, .num_pages = num_pages});
+  EXPECT_TRUE(storage.ok()) << storage.error();
+  RandomCache cache{.storage = std::move(storage).value(), .pages = std::vector<PageId>(size_t(num_pages))};
+  std::iota(cache.pages.begin(), cache.pages.end(), PageId(0));
+  std::shuffle(cache.pages.begin(), cache.pages.end(), rng);
+  std::normal_distribution<float> normal;
+  std::vector<float> row(size_t(shape.row_dim()));
+  const KvHostRows rows = cache.storage->HostRows();
+  for (int p = 0; p < context; ++p) {
+    for (float& x : row) x = normal(rng);
+    rows.WriteRow(0, cache.pages, p, row.data());
+  }
+  return cache;
+}
+
+// The softmax-weighted latent of every head, in double, over rows dequantized one at a time.
+std::vector<double> ReferenceAttention(const KvHostRows& rows, std::span<const PageId> pages, int context,
+                                       const LatentAttentionShape& shape, const std::vector<float>& q_lat,
+                                       float scale) {
+  const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
+  std::vector<float> all(size_t(context) * row_dim);
+  for (int p = 0; p < context; ++p) rows.ReadRows(0, pages, p, 1, all.data() + size_t(p) * row_dim);
+  std::vector<double> out(size_t(heads) * L, 0.0);
+  for (int h = 0; h < heads; ++h) {
+    std::vector<double> scores(static_cast<size_t>(context));
+    for (int p = 0; p < context; ++p) {
+      double dot = 0;
+      for (int i = 0; i < row_dim; ++i) dot += double(q_lat[size_t(h * row_dim + i)]) * all[size_t(p) * row_dim + i];
+      scores[size_t(p)] = dot * scale;
+    }
+    const double m = *std::max_element(scores.begin(), scores.end());
+    double sum = 0;
+    for (double& s : scores) sum += (s = std::exp(s - m));
+    for (int p = 0; p < context; ++p) {
+      for (int i = 0; i < L; ++i) out[size_t(h) * L + i] += scores[size_t(p)] / sum * all[size_t(p) * row_dim + i];
+    }
+  }
+  return out;
+}
+
+double MaxAbsDiff(std::span<const float> a, std::span<const double> b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(double(a[i]) - b[i]));
+  return d;
+}
+
+// The split computation the model runs (fixed spans of kKvSplitRows, merged in order) and one
+// unsplit pass over the same rows agree with the double reference, for quantized formats and
+// page sizes down to one row; a context within one split gives the unsplit pass's bits exactly.
+TEST(MlaAttention, KvSplitsMergeToTheUnsplitSoftmax) {
+  const LatentAttentionShape shape{.heads = 4, .latent_dim = 128, .rope_dim = 32};
+  const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
+  const float scale = 0.3f;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> q_lat(size_t(heads) * row_dim);
+  for (float& x : q_lat) x = normal(rng);
+  std::vector<float> tile(size_t(kKvTileRows) * row_dim);
+  for (const KernelSet* k : testing::RunnableKernelTables()) {
+    for (KvFormat format : {KvFormat::kFP8E4M3, KvFormat::kFP8DsMla, KvFormat::kFP4E2M1, KvFormat::kNVFP4}) {
+      for (int page_size : {1, 16, 64}) {
+        for (int context : {200, 1100}) {
+          SCOPED_TRACE(std::string(k->name) + " " + KvFormatName(format) + " page " + std::to_string(page_size) +
+                       " context " + std::to_string(context));
+          const RandomCache cache = FillCache(format, page_size, context, shape, rng);
+          const KvHostRows rows = cache.storage->HostRows();
+          const std::vector<double> expected = ReferenceAttention(rows, cache.pages, context, shape, q_lat, scale);
+
+          // One pass over the whole context, normalized per head: the computation before splits.
+          std::vector<float> unsplit(size_t(heads) * L), stats(size_t(heads) * 2);
+          AttendLatentRows(*k, rows, 0, cache.pages, 0, context, shape, q_lat.data(), scale, tile.data(),
+                           unsplit.data(), stats.data());
+          for (int h = 0; h < heads; ++h) {
+            const float inv = 1.0f / stats[size_t(2 * h + 1)];
+            for (int i = 0; i < L; ++i) unsplit[size_t(h * L + i)] *= inv;
+          }
+          EXPECT_LT(MaxAbsDiff(unsplit, expected), 2e-5);
+
+          const int splits = NumKvSplits(context);
+          std::vector<float> split_o(size_t(splits) * heads * L), split_stats(size_t(splits) * heads * 2);
+          for (int s = 0; s < splits; ++s) {
+            const int begin = s * kKvSplitRows, end = std::min(context, begin + kKvSplitRows);
+            AttendLatentRows(*k, rows, 0, cache.pages, begin, end, shape, q_lat.data(), scale, tile.data(),
+                             split_o.data() + size_t(s) * heads * L, split_stats.data() + size_t(s) * heads * 2);
+          }
+          std::vector<float> merged(size_t(heads) * L);
+          for (int h = 0; h < heads; ++h) {
+            MergeLatentSplits(*k, shape, h, splits, split_o.data(), split_stats.data(), merged.data() + size_t(h) * L);
+          }
+          EXPECT_LT(MaxAbsDiff(merged, expected), 2e-5);
+          if (splits == 1) {
+            EXPECT_EQ(merged, unsplit);
+          }
+        }
+      }
+    }
+  }
+}
+
+std::vector<TokenId> Prompt(int len, uint64_t seed) {
+  std::vector<TokenId> p{0};
+  for (int i = 1; i < len; ++i) p.push_back(TokenId(1 + CounterUniform(seed, uint64_t(i)) * 2000));
+  return p;
+}
+
+// Every token's logits for `prompt`, then those of `decode_steps` greedy steps.
+std::vector<float> RunLogits(Model& model, const std::vector<TokenId>& prompt, KvFormat format, int page_size,
+                             int decode_steps) {
+  auto runner = SequenceRunner::Create(model, DefaultKernels(), {.kv_format = format, .page_size = page_size});
+  EXPECT_TRUE(runner.ok()) << runner.error();
+  if (!runner.ok()) return {};
+  std::vector<float> logits;
+  auto collect = [&](int, int count, const float* rows) {
+    logits.insert(logits.end(), rows, rows + size_t(count) * model.config().vocab_size);
+  };
+  SequenceRunner::LogitsSink sink(collect);
+  EXPECT_TRUE((*runner)->Append(prompt, &sink).ok());
+  for (int step = 0; step < decode_steps; ++step) {
+    const TokenId next = ArgMax((*runner)->last_logits());
+    EXPECT_TRUE((*runner)->Append(std::span(&next, 1), &sink).ok());
+  }
+  return logits;
+}
+
+// The MHA-form prefill (default mode, chunks of 512 with the earlier chunks cached) against the
+// absorbed form (deterministic mode) over a 1200-token prompt, fp8 and fp4 caches, page sizes
+// 1/16/64: every logit within 1e-3 of the largest, and the decode steps after them too.
+TEST(MlaAttention, MhaPrefillMatchesAbsorbedFormOnLongContexts) {
+  auto fast = Model::Load(kModel, ModelOptions{.max_batch_tokens = 512, .max_context = 1400});
+  auto exact = Model::Load(kModel, ModelOptions{.max_batch_tokens = 512, .max_context = 1400, .deterministic = true});
+  ASSERT_TRUE(fast.ok() && exact.ok());
+  const std::vector<TokenId> prompt = Prompt(1200, 11);
+  for (KvFormat format : {KvFormat::kFP8E4M3, KvFormat::kFP4E2M1}) {
+    for (int page_size : {1, 16, 64}) {
+      SCOPED_TRACE(std::string(KvFormatName(format)) + " page " + std::to_string(page_size));
+      const std::vector<float> got = RunLogits(**fast, prompt, format, page_size, 3);
+      const std::vector<float> want = RunLogits(**exact, prompt, format, page_size, 3);
+      ASSERT_EQ(got.size(), want.size());
+      double max_diff = 0, max_logit = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        max_diff = std::max(max_diff, std::abs(double(got[i]) - want[i]));
+        max_logit = std::max(max_logit, std::abs(double(want[i])));
+      }
+      EXPECT_LT(max_diff, 1e-3 * max_logit) << "largest logit " << max_logit;
+      EXPECT_GT(max_diff, 0.0) << "the two forms ran the same code";
+    }
+  }
+}
+
+// Deterministic mode at a context of five KV splits: the same logits, bit for bit, whether the
+// prompt is computed in chunks of 64 on one thread (the splits then span several waves of work
+// items) or of 512 on two, and through the decode steps after it.
+TEST(MlaAttention, DeterministicModeIsChunkAndThreadInvariantAtLongContexts) {
+  auto small = Model::Load(kModel, ModelOptions{.max_batch_tokens = 64, .max_context = 1200, .num_threads = 1,
+                                                .deterministic = true});
+  auto large = Model::Load(kModel, ModelOptions{.max_batch_tokens = 512, .max_context = 1200, .num_threads = 2,
+                                                .deterministic = true});
+  ASSERT_TRUE(small.ok() && large.ok());
+  const std::vector<TokenId> prompt = Prompt(1100, 12);
+  for (int page_size : {1, 16}) {
+    SCOPED_TRACE("page " + std::to_string(page_size));
+    const std::vector<float> a = RunLogits(**small, prompt, KvFormat::kFP8E4M3, page_size, 4);
+    const std::vector<float> b = RunLogits(**large, prompt, KvFormat::kFP8E4M3, page_size, 4);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_TRUE(a == b);
+  }
+}
+
+}  // namespace
+}  // namespace mlaserve
