@@ -40,6 +40,11 @@ struct KernelSet {
   // first as the chains' seed, in (0, 1)) so that none is optimized away. Returns the
   // floating-point operations done: 2 per multiply-add per lane. The caller times it.
   double (*fma_chains)(int64_t iterations, float* sink);
+  // y[t * ldy + j] (+)= sum_i x[t * ldx + i] * b[i * ldb + j] for t < n, j < m, i < k: fp32
+  // activations times a row-major fp32 matrix (attention's q @ k^T and p @ v). accumulate: add
+  // to y, else overwrite. Writes only columns [0, m) of the n rows; each output sums i in order.
+  void (*gemm_f32)(const float* x, int64_t ldx, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t n,
+                   int64_t k, int64_t m, bool accumulate);
 };
 
 // Chains in flight per thread: at least latency (4-5 cycles) x FMA ports (2) on current x86

@@ -7,6 +7,7 @@
 
 #define MLASERVE_SIMD_NS avx512
 #include "kernels/simd_kernels_impl.h"
+#include "kernels/gemm_f32_impl.h"
 
 namespace mlaserve {
 namespace {
@@ -73,7 +74,7 @@ struct Avx512 {
 const KernelSet* Avx512Kernels() {
   static const KernelSet kSet{KernelIsa::kAvx512, "avx512", avx512::MatMulRows<Avx512>, avx512::MatMulPanels<Avx512>,
                               avx512::AxpyRow<Avx512>, avx512::DotF32<Avx512>,
-                              avx512::AxpyF32<Avx512>, avx512::FmaChains<Avx512>};
+                              avx512::AxpyF32<Avx512>, avx512::FmaChains<Avx512>, avx512::GemmF32<Avx512>};
   return &kSet;
 }
 

@@ -67,11 +67,22 @@ double FmaChains(int64_t iterations, float* sink) {
   return 2.0 * kWidth * kFmaChains * double(iterations);
 }
 
+void GemmF32(const float* x, int64_t ldx, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t n, int64_t k,
+             int64_t m, bool accumulate) {
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < m; ++j) {
+      float sum = accumulate ? y[t * ldy + j] : 0.0f;
+      for (int64_t i = 0; i < k; ++i) sum += x[t * ldx + i] * b[i * ldb + j];
+      y[t * ldy + j] = sum;
+    }
+  }
+}
+
 }  // namespace
 
 const KernelSet& PortableKernels() {
   static const KernelSet kSet{KernelIsa::kPortable, "portable", MatMulRows, MatMulPanels, AxpyRow,
-                              DotF32, AxpyF32, FmaChains};
+                              DotF32, AxpyF32, FmaChains, GemmF32};
   return kSet;
 }
 

@@ -74,11 +74,10 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
 
     std::atomic<int> next_head{0};
     pool_.RunOnAll([&](int thread) {
-      float* keys = ws.mha_k.data() + int64_t(thread) * C * qk_dim;    // [C, nope + R]
-      float* values = ws.mha_v.data() + int64_t(thread) * C * v_dim;   // [C, v]
-      float* values_t = ws.mha_vt.data() + int64_t(thread) * v_dim * C;  // [v, C]
-      float* scores = ws.mha_scores.data() + int64_t(thread) * B * C;  // [B, C]
-      float* pv = ws.mha_pv.data() + int64_t(thread) * B * v_dim;      // [B, v]
+      float* keys = ws.mha_k.data() + int64_t(thread) * C * qk_dim;      // [C, nope + R]
+      float* keys_t = ws.mha_kt.data() + int64_t(thread) * qk_dim * C;   // [nope + R, C]
+      float* values = ws.mha_v.data() + int64_t(thread) * C * v_dim;     // [C, v]
+      float* scores = ws.mha_scores.data() + int64_t(thread) * B * C;    // [B, C]
       for (int h = next_head.fetch_add(1, std::memory_order_relaxed); h < heads;
            h = next_head.fetch_add(1, std::memory_order_relaxed)) {
         // Decompress this head's keys and values for the block.
@@ -86,14 +85,11 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
         for (int r = 0; r < rows; ++r) {
           std::copy_n(ws.mha_rows.data() + int64_t(r) * row_dim + L, R, keys + int64_t(r) * qk_dim + nope);
         }
+        for (int i = 0; i < qk_dim; ++i) {
+          for (int r = 0; r < rows; ++r) keys_t[int64_t(i) * C + r] = keys[int64_t(r) * qk_dim + i];
+        }
         k.matmul_rows(ws.mha_ckv.data(), rows, w.kv_b.Slice(h * kv_b_rows_per_head + nope, v_dim), 0, v_dim,
                       values, v_dim);
-        for (int i = 0; i < v_dim; ++i) {
-          for (int r = 0; r < rows; ++r) values_t[int64_t(i) * C + r] = values[int64_t(r) * v_dim + i];
-          std::fill(values_t + int64_t(i) * C + rows, values_t + int64_t(i + 1) * C, 0.0f);
-        }
-        const WeightMatrix key_matrix{.dtype = DType::kF32, .rows = rows, .cols = qk_dim, .data = keys};
-        const WeightMatrix value_matrix{.dtype = DType::kF32, .rows = v_dim, .cols = C, .data = values_t};
 
         for (int q0 = 0; q0 < n; q0 += B) {
           const int num_queries = std::min(B, n - q0);
@@ -101,9 +97,9 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
           const int last_position = first_position + num_queries - 1;
           if (last_position < c0) continue;  // every key of the block is in these queries' future
           const int keys_needed = std::min(rows, last_position + 1 - c0);
-          k.matmul_rows(ws.mha_q.data() + (int64_t(h) * ws.max_tokens + q0) * qk_dim, num_queries, key_matrix, 0,
-                        keys_needed, scores, C);
-          float correction[B];
+          k.gemm_f32(ws.mha_q.data() + (int64_t(h) * ws.max_tokens + q0) * qk_dim, qk_dim, keys_t, C, scores, C,
+                     num_queries, qk_dim, keys_needed, false);
+          float* out = ws.attn_out.data() + (int64_t(first_token) + q0) * out_stride + h * v_dim;
           for (int qi = 0; qi < num_queries; ++qi) {
             float* s = scores + int64_t(qi) * C;
             float* state = ws.mha_state.data() + ((int64_t(first_token) + q0 + qi) * heads + h) * 2;
@@ -114,25 +110,24 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
               s[j] *= scale;
               block_max = std::max(block_max, s[j]);
             }
+            std::fill(s + visible, s + keys_needed, 0.0f);
+            if (visible == 0) continue;
             const float new_max = std::max(state[0], block_max);
-            correction[qi] = visible == 0 ? 1.0f : std::exp(state[0] - new_max);  // 0 on the first block
+            const float correction = std::exp(state[0] - new_max);  // 0 on the first block
             float sum = 0.0f;
             for (int j = 0; j < visible; ++j) {
               s[j] = std::exp(s[j] - new_max);
               sum += s[j];
             }
-            std::fill(s + visible, s + C, 0.0f);
-            if (visible > 0) {
-              state[0] = new_max;
-              state[1] = state[1] * correction[qi] + sum;
+            state[0] = new_max;
+            state[1] = state[1] * correction + sum;
+            if (correction != 1.0f) {
+              float* o = out + int64_t(qi) * out_stride;
+              for (int i = 0; i < v_dim; ++i) o[i] *= correction;
             }
           }
-          k.matmul_rows(scores, num_queries, value_matrix, 0, v_dim, pv, v_dim);
-          for (int qi = 0; qi < num_queries; ++qi) {
-            float* o = ws.attn_out.data() + (int64_t(first_token) + q0 + qi) * out_stride + h * v_dim;
-            const float* block_out = pv + int64_t(qi) * v_dim;
-            for (int i = 0; i < v_dim; ++i) o[i] = o[i] * correction[qi] + block_out[i];
-          }
+          // o += p @ v for the block's keys.
+          k.gemm_f32(scores, C, values, v_dim, out, out_stride, num_queries, keys_needed, v_dim, true);
         }
       }
     });

@@ -50,10 +50,9 @@ Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads)
   mha_rows.resize(C * row);
   mha_ckv.resize(C * L);
   mha_k.resize(threads * C * qk);
+  mha_kt.resize(threads * qk * C);
   mha_v.resize(threads * C * v);
-  mha_vt.resize(threads * v * C);
   mha_scores.resize(threads * B * C);
-  mha_pv.resize(threads * B * v);
   router_scratch.resize(2 * experts + size_t(std::max(1, c.n_group)));
 }
 

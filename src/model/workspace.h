@@ -69,10 +69,9 @@ struct Workspace {
   std::vector<float> mha_rows;     // [C, L + R] a KV block's cache rows, dequantized once
   std::vector<float> mha_ckv;      // [C, L] the block's latents, contiguous for the matmul
   std::vector<float> mha_k;        // [threads, C, nope + R] one head's keys [k_nope | k_pe]
+  std::vector<float> mha_kt;       // [threads, nope + R, C] the same, transposed
   std::vector<float> mha_v;        // [threads, C, v] one head's values
-  std::vector<float> mha_vt;       // [threads, v, C] the same, transposed (zero past the block)
   std::vector<float> mha_scores;   // [threads, B, C] scores, then probabilities
-  std::vector<float> mha_pv;       // [threads, B, v] probabilities @ values of one block
   std::vector<float> router_scratch;  // [2 * n_routed_experts + n_group] (routing runs on one thread)
 };
 
