@@ -11,14 +11,22 @@
 #include "model/model.h"
 
 namespace mlaserve {
+namespace {
+
+// Scores of a tile as one product tile @ q_lat^T need a vector of heads (gemm_f32 runs columns
+// past its last full vector one at a time); fewer heads take a dot product per (row, head).
+constexpr int kGemmScoreMinHeads = 16;
+
+}  // namespace
 
 void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages,
                       int begin, int end, const LatentAttentionShape& shape, const float* q_lat, float scale,
-                      float* tile, float* o, float* max_sum) {
+                      const LatentScratch& scratch, float* o, float* max_sum) {
   const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
   for (int h = 0; h < heads; ++h) {
     max_sum[2 * h] = -std::numeric_limits<float>::infinity();
     max_sum[2 * h + 1] = 0.0f;
+    for (int i = 0; i < row_dim; ++i) scratch.q_t[int64_t(i) * heads + h] = q_lat[int64_t(h) * row_dim + i];
   }
   std::fill(o, o + int64_t(heads) * L, 0.0f);
   for (int p0 = begin, rows = 0; p0 < end; p0 += rows) {
@@ -26,13 +34,22 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
     // read. Splits start at multiples of kKvTileRows, so a split's tiles are the whole context's.
     const int page_end = (p0 / kv.page_size() + 1) * kv.page_size();
     rows = std::min({kKvTileRows, end - p0, page_end - p0});
-    kv.ReadRows(layer, pages, p0, rows, tile);
+    kv.ReadRows(layer, pages, p0, rows, scratch.tile);
+    if (heads >= kGemmScoreMinHeads) {
+      k.gemm_f32(scratch.tile, row_dim, scratch.q_t, heads, scratch.scores, heads, rows, row_dim, heads, false);
+    } else {
+      for (int r = 0; r < rows; ++r) {
+        for (int h = 0; h < heads; ++h) {
+          scratch.scores[r * heads + h] = k.dot_f32(q_lat + int64_t(h) * row_dim, scratch.tile + int64_t(r) * row_dim, row_dim);
+        }
+      }
+    }
     for (int h = 0; h < heads; ++h) {
-      float scores[kKvTileRows];
       float tile_max = -std::numeric_limits<float>::infinity();
       for (int r = 0; r < rows; ++r) {
-        scores[r] = k.dot_f32(q_lat + int64_t(h) * row_dim, tile + int64_t(r) * row_dim, row_dim) * scale;
-        tile_max = std::max(tile_max, scores[r]);
+        float& score = scratch.scores[r * heads + h];
+        score *= scale;
+        tile_max = std::max(tile_max, score);
       }
       float* oh = o + int64_t(h) * L;
       float& running_max = max_sum[2 * h];
@@ -44,13 +61,14 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
       }
       float sum = running_sum * correction;
       for (int r = 0; r < rows; ++r) {
-        const float weight = std::exp(scores[r] - new_max);
+        const float weight = std::exp(scratch.scores[r * heads + h] - new_max);
+        scratch.probs[h * kKvTileRows + r] = weight;
         sum += weight;
-        k.axpy_f32(weight, tile + int64_t(r) * row_dim, oh, L);
       }
       running_max = new_max;
       running_sum = sum;
     }
+    k.gemm_f32(scratch.probs, kKvTileRows, scratch.tile, row_dim, o, L, heads, rows, L, true);
   }
 }
 
@@ -126,7 +144,10 @@ void Model::AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int laye
     // One work item per (token, split); threads take the next item as they finish.
     std::atomic<int> next_item{0};
     pool_.RunOnAll([&](int thread) {
-      float* tile = ws.kv_tile.data() + int64_t(thread) * kKvTileRows * row_dim;  // [tile, L + R]
+      const LatentScratch scratch{.tile = ws.kv_tile.data() + int64_t(thread) * kKvTileRows * row_dim,
+                                  .q_t = ws.q_lat_t.data() + int64_t(thread) * row_dim * heads,
+                                  .scores = ws.tile_scores.data() + int64_t(thread) * kKvTileRows * heads,
+                                  .probs = ws.tile_probs.data() + int64_t(thread) * heads * kKvTileRows};
       for (int i = next_item.fetch_add(1, std::memory_order_relaxed); i < num_items;
            i = next_item.fetch_add(1, std::memory_order_relaxed)) {
         const KvSplitItem item = ws.kv_split_items[size_t(i)];
@@ -134,7 +155,7 @@ void Model::AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int laye
         const int context = token_positions_[size_t(t)] + 1;
         const int begin = item.split * kKvSplitRows, end = std::min(context, begin + kKvSplitRows);
         AttendLatentRows(k, kv, layer, segments[size_t(token_segments_[size_t(t)])].pages, begin, end, shape,
-                         ws.q_lat.data() + int64_t(t) * heads * row_dim, scale, tile,
+                         ws.q_lat.data() + int64_t(t) * heads * row_dim, scale, scratch,
                          ws.split_o.data() + int64_t(i) * heads * L, ws.split_max_sum.data() + int64_t(i) * heads * 2);
       }
     });

@@ -30,16 +30,24 @@ struct LatentAttentionShape {
   int row_dim() const { return latent_dim + rope_dim; }
 };
 
+// Per-thread buffers of AttendLatentRows.
+struct LatentScratch {
+  float* tile;    // [kKvTileRows, L + R] dequantized cache rows
+  float* q_t;     // [L + R, heads] the query, transposed
+  float* scores;  // [kKvTileRows, heads]
+  float* probs;   // [heads, kKvTileRows]
+};
+
 // One token's partial attention over cache rows [begin, end) of `layer`, every head at once:
-// rows are dequantized a tile at a time (kKvTileRows rows, never across a page) into `tile`
-// ([kKvTileRows, L + R]) and each tile serves every head through an online softmax.
+// rows are dequantized a tile at a time (kKvTileRows rows, never across a page) and each tile
+// serves every head: scores = tile @ q_lat^T, then an online softmax, then o += p @ tile.
 //   q_lat:   [heads, L + R] absorbed query (q_nope @ W_UK | rotated q_pe)
 //   o:       [heads, L] out: sum_r exp(score_r - max) * c_kv_r (not normalized)
 //   max_sum: [heads, 2] out: (max score, sum_r exp(score_r - max))
-// Scores are q_lat . row * scale.
+// Scores are q_lat . row * scale. A head's result depends only on its query and the rows.
 void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages,
                       int begin, int end, const LatentAttentionShape& shape, const float* q_lat, float scale,
-                      float* tile, float* o, float* max_sum);
+                      const LatentScratch& scratch, float* o, float* max_sum);
 
 // out[L] = head `head`'s softmax-weighted latent over num_splits partials, merged in split order:
 // m = max_s m_s; out = (sum_s exp(m_s - m) * o_s) / (sum_s exp(m_s - m) * sum_s).

@@ -15,6 +15,12 @@
 #include "model/model.h"
 
 namespace mlaserve {
+namespace {
+
+// Segments of fewer new tokens stay in the absorbed form.
+constexpr int kMhaPrefillMinTokens = 32;
+
+}  // namespace
 
 bool Model::UseMhaPrefill(const ForwardSegment& seg) const {
   if (deterministic_ || seg.num_tokens < kMhaPrefillMinTokens) return false;

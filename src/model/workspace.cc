@@ -36,6 +36,9 @@ Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads)
   expert_token_weights.resize(N * top_k);
   last_hidden.resize(N * H);
   kv_tile.resize(size_t(num_threads) * kKvTileRows * row);
+  q_lat_t.resize(size_t(num_threads) * row * heads);
+  tile_scores.resize(size_t(num_threads) * kKvTileRows * heads);
+  tile_probs.resize(size_t(num_threads) * heads * kKvTileRows);
   const size_t threads = size_t(num_threads);
   const size_t qk = size_t(c.qk_head_dim()), v = size_t(c.v_head_dim);
   absorbed_tokens.resize(N);

@@ -14,10 +14,9 @@ namespace mlaserve {
 inline constexpr int kKvTileRows = 16;
 
 // MHA-form prefill (mla_prefill_attention.cc): cache rows decompressed per head at a time, and
-// queries per score block. Segments of fewer new tokens than kMhaPrefillMinTokens stay absorbed.
+// queries per score block.
 inline constexpr int kMhaKvRows = 64;
 inline constexpr int kMhaQueryRows = 32;
-inline constexpr int kMhaPrefillMinTokens = 32;
 
 // One work item of the split (flash-decoding) attention: a token of the wave and one KV split.
 struct KvSplitItem {
@@ -53,6 +52,9 @@ struct Workspace {
   std::vector<float> expert_token_weights;  // [N * top_k]
   std::vector<float> last_hidden;   // [N, H] rows whose logits are wanted
   std::vector<float> kv_tile;       // [threads, kKvTileRows, L + R] dequantized cache rows
+  std::vector<float> q_lat_t;       // [threads, L + R, heads] a token's absorbed query, transposed
+  std::vector<float> tile_scores;   // [threads, kKvTileRows, heads]
+  std::vector<float> tile_probs;    // [threads, heads, kKvTileRows]
 
   // Absorbed attention split along the KV length (mla_decode_attention.h). S = kv_split_capacity
   // work items per wave: at least max_tokens, one token's splits at max_context, 4 per thread.

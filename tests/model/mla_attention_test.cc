@@ -80,15 +80,21 @@ double MaxAbsDiff(std::span<const float> a, std::span<const double> b) {
 // The split computation the model runs (fixed spans of kKvSplitRows, merged in order) and one
 // unsplit pass over the same rows agree with the double reference, for quantized formats and
 // page sizes down to one row; a context within one split gives the unsplit pass's bits exactly.
-TEST(MlaAttention, KvSplitsMergeToTheUnsplitSoftmax) {
-  const LatentAttentionShape shape{.heads = 4, .latent_dim = 128, .rope_dim = 32};
+// 4 heads take a dot product per score, 16 one product per tile.
+class KvSplits : public ::testing::TestWithParam<int> {};
+
+TEST_P(KvSplits, MergeToTheUnsplitSoftmax) {
+  const LatentAttentionShape shape{.heads = GetParam(), .latent_dim = 128, .rope_dim = 32};
   const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
   const float scale = 0.3f;
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
   std::vector<float> q_lat(size_t(heads) * row_dim);
   for (float& x : q_lat) x = normal(rng);
-  std::vector<float> tile(size_t(kKvTileRows) * row_dim);
+  std::vector<float> tile(size_t(kKvTileRows) * row_dim), q_t(size_t(row_dim) * heads);
+  std::vector<float> tile_scores(size_t(kKvTileRows) * heads), tile_probs(size_t(heads) * kKvTileRows);
+  const LatentScratch scratch{.tile = tile.data(), .q_t = q_t.data(), .scores = tile_scores.data(),
+                              .probs = tile_probs.data()};
   for (const KernelSet* k : testing::RunnableKernelTables()) {
     for (KvFormat format : {KvFormat::kFP8E4M3, KvFormat::kFP8DsMla, KvFormat::kFP4E2M1, KvFormat::kNVFP4}) {
       for (int page_size : {1, 16, 64}) {
@@ -101,7 +107,7 @@ TEST(MlaAttention, KvSplitsMergeToTheUnsplitSoftmax) {
 
           // One pass over the whole context, normalized per head: the computation before splits.
           std::vector<float> unsplit(size_t(heads) * L), stats(size_t(heads) * 2);
-          AttendLatentRows(*k, rows, 0, cache.pages, 0, context, shape, q_lat.data(), scale, tile.data(),
+          AttendLatentRows(*k, rows, 0, cache.pages, 0, context, shape, q_lat.data(), scale, scratch,
                            unsplit.data(), stats.data());
           for (int h = 0; h < heads; ++h) {
             const float inv = 1.0f / stats[size_t(2 * h + 1)];
@@ -113,7 +119,7 @@ TEST(MlaAttention, KvSplitsMergeToTheUnsplitSoftmax) {
           std::vector<float> split_o(size_t(splits) * heads * L), split_stats(size_t(splits) * heads * 2);
           for (int s = 0; s < splits; ++s) {
             const int begin = s * kKvSplitRows, end = std::min(context, begin + kKvSplitRows);
-            AttendLatentRows(*k, rows, 0, cache.pages, begin, end, shape, q_lat.data(), scale, tile.data(),
+            AttendLatentRows(*k, rows, 0, cache.pages, begin, end, shape, q_lat.data(), scale, scratch,
                              split_o.data() + size_t(s) * heads * L, split_stats.data() + size_t(s) * heads * 2);
           }
           std::vector<float> merged(size_t(heads) * L);
@@ -129,6 +135,8 @@ TEST(MlaAttention, KvSplitsMergeToTheUnsplitSoftmax) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(MlaAttention, KvSplits, ::testing::Values(4, 16));
 
 std::vector<TokenId> Prompt(int len, uint64_t seed) {
   std::vector<TokenId> p{0};
