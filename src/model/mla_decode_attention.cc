@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/check.h"
 #include "model/model.h"
 
 namespace mlaserve {
@@ -140,6 +141,7 @@ void Model::AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int laye
         ++num_items;
       }
     }
+    MLA_CHECK(last > first);  // the capacity holds one token's splits at max_context
     const std::span<const int32_t> wave = tokens.subspan(first, last - first);
     // One work item per (token, split); threads take the next item as they finish.
     std::atomic<int> next_item{0};
