@@ -52,7 +52,9 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, int layer
   int num_absorbed = 0;
   for (int s = 0, first_token = 0; s < int(segments.size()); first_token += segments[size_t(s)].num_tokens, ++s) {
     if (UseMhaPrefill(segments[size_t(s)])) continue;
-    for (int i = 0; i < segments[size_t(s)].num_tokens; ++i) ws.absorbed_tokens[size_t(num_absorbed++)] = first_token + i;
+    for (int i = 0; i < segments[size_t(s)].num_tokens; ++i) {
+      ws.absorbed_tokens[size_t(num_absorbed++)] = first_token + i;
+    }
   }
   const std::span<const int32_t> absorbed(ws.absorbed_tokens.data(), size_t(num_absorbed));
   if (num_absorbed > 0) {
@@ -74,7 +76,9 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, int layer
     });
   }
   for (int s = 0, first_token = 0; s < int(segments.size()); first_token += segments[size_t(s)].num_tokens, ++s) {
-    if (UseMhaPrefill(segments[size_t(s)])) MhaPrefillAttention(k, w, kv, layer_index, first_token, segments[size_t(s)]);
+    if (UseMhaPrefill(segments[size_t(s)])) {
+      MhaPrefillAttention(k, w, kv, layer_index, first_token, segments[size_t(s)]);
+    }
   }
   MatMul(ctx, ws.attn_out.data(), n, w.o_proj, ws.proj.data());
 }

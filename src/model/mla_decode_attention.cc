@@ -41,7 +41,8 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
     } else {
       for (int r = 0; r < rows; ++r) {
         for (int h = 0; h < heads; ++h) {
-          scratch.scores[r * heads + h] = k.dot_f32(q_lat + int64_t(h) * row_dim, scratch.tile + int64_t(r) * row_dim, row_dim);
+          scratch.scores[r * heads + h] =
+              k.dot_f32(q_lat + int64_t(h) * row_dim, scratch.tile + int64_t(r) * row_dim, row_dim);
         }
       }
     }
@@ -108,7 +109,8 @@ void Model::AbsorbQueries(const KernelSet& k, const AttentionWeights& w, std::sp
       for (int d = 0; d < nope; ++d) {
         for (int32_t t : tokens) {
           const float q_nope_d = ws.q[size_t((int64_t(t) * heads + h) * qk_dim + d)];
-          k.axpy_row(q_nope_d, w.kv_b, h * kv_b_rows_per_head + d, ws.q_lat.data() + (int64_t(t) * heads + h) * row_dim);
+          float* q_lat = ws.q_lat.data() + (int64_t(t) * heads + h) * row_dim;
+          k.axpy_row(q_nope_d, w.kv_b, h * kv_b_rows_per_head + d, q_lat);
         }
       }
       for (int32_t t : tokens) {
