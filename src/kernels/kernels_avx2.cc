@@ -14,6 +14,7 @@ struct Avx2 {
   static constexpr int kLanes = 8;
   static constexpr int kMaxTokens = 2;  // tokens x rows x 4 accumulators stay in registers
   static constexpr int kPanelTokens = 4;  // x 2 output vectors in registers
+  static constexpr int kGemmTokens = 6;   // prefill tiles from widened weights: x 2 vectors in registers
   static constexpr int kRowBlock = 1;
   using Reg = __m256;
   static Reg Zero() { return _mm256_setzero_ps(); }
@@ -74,7 +75,8 @@ struct Avx2 {
 const KernelSet* Avx2Kernels() {
   static const KernelSet kSet{KernelIsa::kAvx2, "avx2", avx2::MatMulRows<Avx2>, avx2::MatMulPanels<Avx2>,
                               avx2::AxpyRow<Avx2>, avx2::DotF32<Avx2>, avx2::AxpyF32<Avx2>,
-                              avx2::FmaChains<Avx2>};
+                              avx2::FmaChains<Avx2>,
+                              avx2::PackActivations<Avx2>, avx2::MatMulPanelsPacked<Avx2>};
   return &kSet;
 }
 

@@ -15,6 +15,7 @@ struct Avx512 {
   static constexpr int kLanes = 16;
   static constexpr int kMaxTokens = 3;  // tokens x rows x 4 accumulators stay in registers
   static constexpr int kPanelTokens = 12;  // x 2 output vectors in registers
+  static constexpr int kGemmTokens = 12;   // prefill tiles from widened weights: x 2 vectors in registers
   static constexpr int kRowBlock = 2;
   using Reg = __m512;
   static Reg Zero() { return _mm512_setzero_ps(); }
@@ -73,7 +74,8 @@ struct Avx512 {
 const KernelSet* Avx512Kernels() {
   static const KernelSet kSet{KernelIsa::kAvx512, "avx512", avx512::MatMulRows<Avx512>, avx512::MatMulPanels<Avx512>,
                               avx512::AxpyRow<Avx512>, avx512::DotF32<Avx512>,
-                              avx512::AxpyF32<Avx512>, avx512::FmaChains<Avx512>};
+                              avx512::AxpyF32<Avx512>, avx512::FmaChains<Avx512>,
+                              avx512::PackActivations<Avx512>, avx512::MatMulPanelsPacked<Avx512>};
   return &kSet;
 }
 

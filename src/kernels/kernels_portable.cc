@@ -67,11 +67,24 @@ double FmaChains(int64_t iterations, float* sink) {
   return 2.0 * kWidth * kFmaChains * double(iterations);
 }
 
+// The layout's definition, element by element (the SIMD tables' packing is compared with it).
+void PackActivations(const float* x, int64_t n, int64_t cols, int64_t tile_begin, int64_t tile_end, float* xp) {
+  for (int64_t t = tile_begin * kGemmTileTokens; t < std::min(n, tile_end * kGemmTileTokens); ++t) {
+    for (int64_t c = 0; c < cols; ++c) xp[GemmPackedIndex(n, t, c)] = x[t * cols + c];
+  }
+}
+
+// The reference product reads the activations as they are.
+void MatMulPanelsPacked(const float* x, const float*, int64_t n, const WeightMatrix& w, int64_t panel_begin,
+                        int64_t panel_end, float* y, int64_t ldy) {
+  MatMulPanels(x, n, w, panel_begin, panel_end, y, ldy);
+}
+
 }  // namespace
 
 const KernelSet& PortableKernels() {
   static const KernelSet kSet{KernelIsa::kPortable, "portable", MatMulRows, MatMulPanels, AxpyRow,
-                              DotF32, AxpyF32, FmaChains};
+                              DotF32, AxpyF32, FmaChains, PackActivations, MatMulPanelsPacked};
   return kSet;
 }
 

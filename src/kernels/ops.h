@@ -11,10 +11,13 @@
 
 namespace mlaserve {
 
-// What a forward pass computes with: the kernel table and the threads. Borrowed, not owned.
+// What a forward pass computes with: the kernel table, the threads, and scratch for a prefill
+// matmul's packed activations (empty: such products read the activations unpacked). Borrowed,
+// not owned; the scratch is overwritten by every MatMul / MatMulPair call.
 struct ComputeContext {
   const KernelSet* kernels;
   ThreadPool* pool;
+  std::span<float> gemm_scratch = {};
 };
 
 // y[n, w.rows] = x[n, w.cols] @ W^T, split over the pool by output rows.

@@ -324,6 +324,21 @@ template <class V, DType D>
 struct DensePanels {
   const WeightMatrix& w;
 
+  // The packed-activation product (MatMulPanelsPacked): columns c0 .. c0 + len of the block's
+  // vectors as fp32, exactly what Run widens (bf16 and fp16 widen exactly).
+  static constexpr int64_t kWidenColumns = kGemmColumns;
+  int64_t WidenLength(int64_t c) const { return std::min(kWidenColumns, w.cols - c); }
+
+  template <int NV>
+  void Widen(const PanelBlockRows<NV>& b, int64_t c0, int64_t len, float* widened) const {
+    for (int v = 0; v < NV; ++v) {
+      const std::byte* p = w.panel(b.row[v] / kPanelRows) + (b.row[v] % kPanelRows) * kWeightBytes<D>;
+      for (int64_t i = 0; i < len; ++i) {
+        V::StoreF32(widened + (i * NV + v) * V::kLanes, V::template LoadW<D>(p + (c0 + i) * kStep));
+      }
+    }
+  }
+
   template <int T, int NV>
   void Run(const float* x, const PanelBlockRows<NV>& b, float* y, int64_t ldy) const {
     const std::byte* p[NV];
@@ -672,6 +687,105 @@ void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t pane
     MatMulPanelBlocks<V>(DensePanels<V, decltype(d)::value>{w}, x, n, panel_begin, panel_end, y, ldy);
   });
 }
+
+// ---- Prefill GEMM over packed activations ----------------------------------------------------
+
+// xp for token tiles [tile_begin, tile_end) (layout: GemmPackedIndex in kernels.h).
+template <class V>
+void PackActivations(const float* x, int64_t n, int64_t cols, int64_t tile_begin, int64_t tile_end, float* xp) {
+  constexpr int64_t kT = kGemmTileTokens;
+  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
+    const int64_t t0 = tile * kT;
+    const int tokens = int(std::min(kT, n - t0));
+    for (int64_t c0 = 0; c0 < cols; c0 += kGemmColumns) {
+      const int64_t len = std::min(kGemmColumns, cols - c0);
+      float* dst = xp + GemmPackedIndex(n, t0, c0);  // [len][kT]
+      const float* src = x + t0 * cols + c0;          // [tokens][cols]
+      if (tokens == kT) {
+        for (int64_t i = 0; i < len; ++i) {
+#pragma GCC unroll 12
+          for (int t = 0; t < kT; ++t) dst[i * kT + t] = src[t * cols + i];
+        }
+      } else {
+        for (int64_t i = 0; i < len; ++i) {
+          for (int t = 0; t < tokens; ++t) dst[i * kT + t] = src[t * cols + i];
+        }
+      }
+    }
+  }
+}
+
+// The prefill micro-kernel: y[T tokens][NV vectors] (partial sums; zero when `first`) +=
+// xp[i][t] * widened[i][v] over i < len in order. xp: T tokens' activations, kGemmTileTokens
+// apart per column (a sequential stream); widened: [len][NV][kLanes] fp32 weights.
+template <class V, int T, int NV>
+inline void GemmTile(const float* xp, const float* widened, int64_t len, bool first, float* y, int64_t ldy,
+                     int rows_valid) {
+  typename V::Reg acc[T][NV];
+  if (first) {
+    for (int t = 0; t < T; ++t)
+      for (int v = 0; v < NV; ++v) acc[t][v] = V::Zero();
+  } else {
+    LoadPanelOutputs<V, T, NV>(y, ldy, rows_valid, acc);
+  }
+  for (int64_t i = 0; i < len; ++i) {
+    typename V::Reg wv[NV];
+    for (int v = 0; v < NV; ++v) wv[v] = V::LoadF32(widened + (i * NV + v) * V::kLanes);
+#pragma GCC unroll 16  // the accumulators must stay in registers
+    for (int t = 0; t < T; ++t) {
+      const typename V::Reg xv = V::Broadcast(xp[i * kGemmTileTokens + t]);
+      for (int v = 0; v < NV; ++v) acc[t][v] = V::Fma(xv, wv[v], acc[t][v]);
+    }
+  }
+  StorePanelOutputs<V, T, NV>(acc, y, ldy, rows_valid);
+}
+
+// The cache-blocked product: column blocks of kGemmColumns outermost (the packed activations'
+// block stays in L2 while the range's output rows pass; the caller's row range is small enough
+// that its partial sums [n, rows] stay in L2 too), then blocks of two output vectors, whose
+// weights are widened a chunk at a time into fp32 scratch (L1), the very values Run holds in
+// registers; every token tile accumulates the chunk with plain FMAs, its partial sums kept in y
+// between chunks (stored and reloaded exactly). Each output is the products summed over c in
+// order, as in Run: bit-identical to MatMulPanelBlocks.
+template <class V, class K>
+void MatMulPanelBlocksPacked(const K& k, const float* xp, int64_t n, int64_t panel_begin, int64_t panel_end,
+                             float* y, int64_t ldy) {
+  const WeightMatrix& w = k.w;
+  const int64_t row_limit = std::min(w.rows, panel_end * kPanelRows);
+  constexpr int kT = V::kGemmTokens;
+  static_assert(kGemmTileTokens % kT == 0);
+  alignas(64) float widened[K::kWidenColumns * 2 * V::kLanes];  // [column in chunk][vector][lane]
+  for (int64_t c_block = 0; c_block < w.cols; c_block += kGemmColumns) {
+    const int64_t c_block_end = std::min(w.cols, c_block + kGemmColumns);
+    for (int64_t row0 = panel_begin * kPanelRows; row0 < row_limit; row0 += 2 * V::kLanes) {
+      const PanelBlockRows<2> b = BlockRows<V, 2>(row0, row_limit);
+      for (int64_t c = c_block, len = 0; c < c_block_end; c += len) {
+        len = std::min(k.WidenLength(c), c_block_end - c);
+        k.Widen(b, c, len, widened);
+        for (int64_t t = 0; t < n; t += kT) {
+          const float* xt = xp + GemmPackedIndex(n, t, c);
+          WithTokenCount<kT>(int(std::min<int64_t>(kT, n - t)), [&](auto tokens) {
+            GemmTile<V, decltype(tokens)::value, 2>(xt, widened, len, c == 0, y + t * ldy + row0, ldy, b.rows_valid);
+          });
+        }
+      }
+    }
+  }
+}
+
+template <class V>
+void MatMulPanelsPacked(const float* x, const float* xp, int64_t n, const WeightMatrix& w, int64_t panel_begin,
+                        int64_t panel_end, float* y, int64_t ldy) {
+  // fp8 folds its block scales into the activations (Fp8Panels): it keeps its own widened path.
+  if (w.format == WeightFormat::kFp8Block) return MatMulPanels<V>(x, n, w, panel_begin, panel_end, y, ldy);
+  if (w.format == WeightFormat::kInt4Group) {
+    return MatMulPanelBlocksPacked<V>(Int4Panels<V>{w}, xp, n, panel_begin, panel_end, y, ldy);
+  }
+  WithWeightDType(w.dtype, [&](auto d) {
+    MatMulPanelBlocksPacked<V>(DensePanels<V, decltype(d)::value>{w}, xp, n, panel_begin, panel_end, y, ldy);
+  });
+}
+
 template <class V, DType D>
 void AxpyRowTyped(float a, const std::byte* row, int64_t cols, float* y) {
   const typename V::Reg av = V::Broadcast(a);

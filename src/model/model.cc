@@ -106,7 +106,7 @@ void Model::DenseMlp(const ComputeContext& ctx, const MlpWeights& w, int n, floa
 
 Status Model::Forward(const KernelSet& kernels, KvStorage& kv, std::span<const TokenId> tokens,
                       std::span<const ForwardSegment> segments, LogitsMode mode, float* logits) {
-  const ComputeContext ctx{&kernels, &pool_};
+  const ComputeContext ctx{&kernels, &pool_, workspace_.gemm_activations};
   const ModelConfig& c = config_;
   Workspace& ws = workspace_;
   const int n = int(tokens.size());

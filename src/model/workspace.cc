@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kernels/kernels.h"
+
 namespace mlaserve {
 
 Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads)
@@ -36,6 +38,11 @@ Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads)
   kv_tile.resize(size_t(num_threads) * kKvTileRows * row);
   softmax_state.resize(size_t(num_threads) * 2 * heads);
   router_scratch.resize(2 * experts + size_t(std::max(1, c.n_group)));
+  // The widest input any packed matmul reads: hidden (projections, experts, lm_head), q_lora,
+  // heads * v (o_proj) or an MLP's intermediate (down).
+  const int64_t max_cols = std::max({int64_t(H), int64_t(c.q_lora_rank), int64_t(heads) * c.v_head_dim,
+                                     int64_t(max_inter)});
+  gemm_activations.resize(size_t(PackedActivationFloats(n, max_cols)));
 }
 
 }  // namespace mlaserve
