@@ -48,11 +48,12 @@ struct KernelSet {
   void (*pack_activations)(const float* x, int64_t n, int64_t cols, int64_t tile_begin, int64_t tile_end,
                            float* xp);
   // matmul_panels for n > kGemmTileTokens, reading the activations from xp (packed from x by
-  // pack_activations) where the format's product can: a cache-blocked product whose weights are
-  // widened to fp32 once per chunk and every token tile accumulates from them with plain FMAs.
+  // pack_activations): a cache-blocked product whose weights are widened to fp32 once per
+  // column block and every token tile accumulates from them with plain FMAs. scratch: the
+  // calling thread's own GemmThreadScratchFloats(n) floats (fp8 scales activations into it).
   // Bit-identical to matmul_panels (each output is the same products summed over columns in
   // order), so results stay batch-invariant whichever is called.
-  void (*matmul_panels_packed)(const float* x, const float* xp, int64_t n, const WeightMatrix& w,
+  void (*matmul_panels_packed)(const float* x, const float* xp, float* scratch, int64_t n, const WeightMatrix& w,
                                int64_t panel_begin, int64_t panel_end, float* y, int64_t ldy);
 };
 
@@ -66,6 +67,10 @@ inline constexpr int64_t GemmTiles(int64_t n) { return (n + kGemmTileTokens - 1)
 // Floats an xp for n tokens of cols columns takes.
 inline constexpr int64_t PackedActivationFloats(int64_t n, int64_t cols) {
   return (cols + kGemmColumns - 1) / kGemmColumns * GemmTiles(n) * kGemmColumns * kGemmTileTokens;
+}
+// Floats of one thread's matmul_panels_packed scratch: one column block of xp.
+inline constexpr int64_t GemmThreadScratchFloats(int64_t n) {
+  return GemmTiles(n) * kGemmColumns * kGemmTileTokens;
 }
 inline constexpr int64_t GemmPackedIndex(int64_t n, int64_t t, int64_t c) {
   return ((c / kGemmColumns * GemmTiles(n) + t / kGemmTileTokens) * kGemmColumns + c % kGemmColumns) *

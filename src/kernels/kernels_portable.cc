@@ -75,8 +75,8 @@ void PackActivations(const float* x, int64_t n, int64_t cols, int64_t tile_begin
 }
 
 // The reference product reads the activations as they are.
-void MatMulPanelsPacked(const float* x, const float*, int64_t n, const WeightMatrix& w, int64_t panel_begin,
-                        int64_t panel_end, float* y, int64_t ldy) {
+void MatMulPanelsPacked(const float* x, const float*, float*, int64_t n, const WeightMatrix& w,
+                        int64_t panel_begin, int64_t panel_end, float* y, int64_t ldy) {
   MatMulPanels(x, n, w, panel_begin, panel_end, y, ldy);
 }
 

@@ -1,6 +1,7 @@
 #include "kernels/ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 namespace mlaserve {
@@ -22,11 +23,11 @@ int64_t PanelGrain(const WeightMatrix& w, bool prefill, int num_threads) {
 // in-register product at 24 tokens, even at 48, 1.1x at 256).
 constexpr int64_t kPackedProductMinTokens = 4 * kGemmTileTokens;
 
-// Whether x @ w^T goes through the packed-activation product: many tokens, a format that reads
-// packed activations (fp8 folds its scales into them instead), and room in the scratch.
+// Whether x @ w^T goes through the packed-activation product: many tokens and room in the
+// scratch (ComputeContext::gemm_scratch).
 bool UsePackedProduct(const ComputeContext& ctx, int64_t n, const WeightMatrix& w) {
-  return w.packed && n > kPackedProductMinTokens && w.format != WeightFormat::kFp8Block &&
-         int64_t(ctx.gemm_scratch.size()) >= PackedActivationFloats(n, w.cols);
+  return w.packed && n > kPackedProductMinTokens &&
+         int64_t(ctx.gemm_scratch.size()) >= GemmScratchFloats(n, w.cols, ctx.pool->num_threads());
 }
 
 void PackInParallel(const ComputeContext& ctx, const float* x, int64_t n, int64_t cols) {
@@ -35,15 +36,30 @@ void PackInParallel(const ComputeContext& ctx, const float* x, int64_t n, int64_
   });
 }
 
-// One chunk of a packed matrix's product: panels [chunk * grain, ...) of w.
+// One chunk of a packed matrix's product: panels [chunk * grain, ...) of w. thread: the
+// calling thread's index (its scratch), for the packed-activation product.
 void PanelChunk(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w, int64_t grain,
-                int64_t chunk, bool packed_input, float* y) {
+                int64_t chunk, bool packed_input, int thread, float* y) {
   const int64_t begin = chunk * grain, end = std::min(w.num_panels(), (chunk + 1) * grain);
   if (packed_input) {
-    ctx.kernels->matmul_panels_packed(x, ctx.gemm_scratch.data(), n, w, begin, end, y, w.rows);
+    float* xp = ctx.gemm_scratch.data();
+    float* scratch = xp + PackedActivationFloats(n, w.cols) + thread * GemmThreadScratchFloats(n);
+    ctx.kernels->matmul_panels_packed(x, xp, scratch, n, w, begin, end, y, w.rows);
   } else {
     ctx.kernels->matmul_panels(x, n, w, begin, end, y, w.rows);
   }
+}
+
+// Runs chunk(c, thread) for c in [0, chunks) over the pool, each thread taking the next chunk
+// as it finishes one (so a thread knows its index, for its scratch).
+void ForEachChunk(const ComputeContext& ctx, int64_t chunks, FunctionRef<void(int64_t, int)> chunk) {
+  std::atomic<int64_t> next{0};
+  ctx.pool->RunOnAll([&](int thread) {
+    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
+         c = next.fetch_add(1, std::memory_order_relaxed)) {
+      chunk(c, thread);
+    }
+  });
 }
 
 }  // namespace
@@ -55,9 +71,13 @@ void MatMul(const ComputeContext& ctx, const float* x, int64_t n, const WeightMa
     if (packed_input) PackInParallel(ctx, x, n, w.cols);
     const int64_t grain = PanelGrain(w, packed_input, ctx.pool->num_threads());
     const int64_t chunks = (w.num_panels() + grain - 1) / grain;
-    ctx.pool->ParallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t c = begin; c < end; ++c) PanelChunk(ctx, x, n, w, grain, c, packed_input, y);
-    });
+    if (packed_input) {
+      ForEachChunk(ctx, chunks, [&](int64_t c, int thread) { PanelChunk(ctx, x, n, w, grain, c, true, thread, y); });
+    } else {
+      ctx.pool->ParallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t c = begin; c < end; ++c) PanelChunk(ctx, x, n, w, grain, c, false, 0, y);
+      });
+    }
     return;
   }
   // Each chunk should move at least ~64 KB of weights so that the dispatch cost stays small.
@@ -77,15 +97,20 @@ void MatMulPair(const ComputeContext& ctx, const float* x, int64_t n, const Weig
     const int64_t grain = PanelGrain(w1, packed_input, ctx.pool->num_threads());
     const int64_t chunks1 = (w1.num_panels() + grain - 1) / grain;
     const int64_t chunks2 = (w2.num_panels() + grain - 1) / grain;
-    ctx.pool->ParallelFor(chunks1 + chunks2, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t c = begin; c < end; ++c) {
-        if (c < chunks1) {
-          PanelChunk(ctx, x, n, w1, grain, c, packed_input, y1);
-        } else {
-          PanelChunk(ctx, x, n, w2, grain, c - chunks1, packed_input, y2);
-        }
+    const auto chunk = [&](int64_t c, int thread) {
+      if (c < chunks1) {
+        PanelChunk(ctx, x, n, w1, grain, c, packed_input, thread, y1);
+      } else {
+        PanelChunk(ctx, x, n, w2, grain, c - chunks1, packed_input, thread, y2);
       }
-    });
+    };
+    if (packed_input) {
+      ForEachChunk(ctx, chunks1 + chunks2, chunk);
+    } else {
+      ctx.pool->ParallelFor(chunks1 + chunks2, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t c = begin; c < end; ++c) chunk(c, 0);
+      });
+    }
     return;
   }
   const int64_t grain = std::max<int64_t>(4, (64 << 10) / std::max<int64_t>(1, w1.row_bytes()));

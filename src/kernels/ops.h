@@ -12,13 +12,19 @@
 namespace mlaserve {
 
 // What a forward pass computes with: the kernel table, the threads, and scratch for a prefill
-// matmul's packed activations (empty: such products read the activations unpacked). Borrowed,
-// not owned; the scratch is overwritten by every MatMul / MatMulPair call.
+// matmul (the packed activations and each thread's own block; empty, or too small for a
+// product's GemmScratchFloats: that product reads the activations unpacked). Borrowed, not
+// owned; the scratch is overwritten by every MatMul / MatMulPair call.
 struct ComputeContext {
   const KernelSet* kernels;
   ThreadPool* pool;
   std::span<float> gemm_scratch = {};
 };
+
+// Scratch floats a prefill product of n tokens x cols columns needs on num_threads threads.
+inline constexpr int64_t GemmScratchFloats(int64_t n, int64_t cols, int num_threads) {
+  return PackedActivationFloats(n, cols) + num_threads * GemmThreadScratchFloats(n);
+}
 
 // y[n, w.rows] = x[n, w.cols] @ W^T, split over the pool by output rows.
 void MatMul(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w, float* y);

@@ -325,9 +325,7 @@ struct DensePanels {
   const WeightMatrix& w;
 
   // The packed-activation product (MatMulPanelsPacked): columns c0 .. c0 + len of the block's
-  // vectors as fp32, exactly what Run widens (bf16 and fp16 widen exactly).
-  static constexpr int64_t kWidenColumns = kGemmColumns;
-  int64_t WidenLength(int64_t c) const { return std::min(kWidenColumns, w.cols - c); }
+  // vectors as fp32 into widened[len][NV], exactly what Run widens (bf16 and fp16 widen exactly).
 
   template <int NV>
   void Widen(const PanelBlockRows<NV>& b, int64_t c0, int64_t len, float* widened) const {
@@ -743,46 +741,80 @@ inline void GemmTile(const float* xp, const float* widened, int64_t len, bool fi
 // The cache-blocked product: column blocks of kGemmColumns outermost (the packed activations'
 // block stays in L2 while the range's output rows pass; the caller's row range is small enough
 // that its partial sums [n, rows] stay in L2 too), then blocks of two output vectors, whose
-// weights are widened a chunk at a time into fp32 scratch (L1), the very values Run holds in
-// registers; every token tile accumulates the chunk with plain FMAs, its partial sums kept in y
-// between chunks (stored and reloaded exactly). Each output is the products summed over c in
-// order, as in Run: bit-identical to MatMulPanelBlocks.
+// weights for the column block are widened once into fp32 scratch, the very values Run holds in
+// registers; every token tile then runs the block's columns with plain FMAs, its partial sums
+// stored in y between column blocks and reloaded exactly. Each output is the products summed
+// over c in order, as in Run: bit-identical to MatMulPanelBlocks.
+//
+// fp8 (Fp8Panels folds each block scale into the activations: (x * scale) * code) scales the
+// column block's packed activations once per band of block_rows rows into `scaled` (the layout
+// of one xp block), shared by the band's blocks of rows; this needs a block of rows to lie in
+// one band (block_rows a multiple of 2 * kLanes), which MatMulPanelsPacked checks.
 template <class V, class K>
-void MatMulPanelBlocksPacked(const K& k, const float* xp, int64_t n, int64_t panel_begin, int64_t panel_end,
-                             float* y, int64_t ldy) {
+void MatMulPanelBlocksPacked(const K& k, const float* xp, float* scaled, int64_t n, int64_t panel_begin,
+                             int64_t panel_end, float* y, int64_t ldy) {
+  constexpr bool kFp8 = std::is_same_v<K, Fp8Panels<V>>;
+  constexpr int64_t kBlockRows = 2 * V::kLanes;
   const WeightMatrix& w = k.w;
   const int64_t row_limit = std::min(w.rows, panel_end * kPanelRows);
+  const int64_t tiles = GemmTiles(n);
+  constexpr int64_t kTileFloats = kGemmColumns * kGemmTileTokens;  // one tile of one column block
   constexpr int kT = V::kGemmTokens;
   static_assert(kGemmTileTokens % kT == 0);
-  alignas(64) float widened[K::kWidenColumns * 2 * V::kLanes];  // [column in chunk][vector][lane]
+  alignas(64) float widened[kGemmColumns * 2 * V::kLanes];  // [column in block][vector][lane]
   for (int64_t c_block = 0; c_block < w.cols; c_block += kGemmColumns) {
-    const int64_t c_block_end = std::min(w.cols, c_block + kGemmColumns);
-    for (int64_t row0 = panel_begin * kPanelRows; row0 < row_limit; row0 += 2 * V::kLanes) {
-      const PanelBlockRows<2> b = BlockRows<V, 2>(row0, row_limit);
-      for (int64_t c = c_block, len = 0; c < c_block_end; c += len) {
-        len = std::min(k.WidenLength(c), c_block_end - c);
-        k.Widen(b, c, len, widened);
+    const int64_t len = std::min(kGemmColumns, w.cols - c_block);
+    const float* xb = xp + GemmPackedIndex(n, 0, c_block);  // [tile][column in block][token in tile]
+    for (int64_t row0 = panel_begin * kPanelRows; row0 < row_limit;) {
+      const int64_t band_end = kFp8 ? std::min(row_limit, (row0 / w.block_rows + 1) * w.block_rows) : row_limit;
+      if constexpr (kFp8) {
+        for (int64_t c = c_block, run = 0; c < c_block + len; c += run) {
+          run = std::min(c_block + len - c, w.block_cols - c % w.block_cols);
+          const float scale =
+              LoadF32Unaligned(w.scales, size_t(row0 / w.block_rows * w.scale_cols() + c / w.block_cols)) *
+              kFp8LoadScale;
+          const typename V::Reg sv = V::Broadcast(scale);
+          for (int64_t tile = 0; tile < tiles; ++tile) {
+            const int64_t at = tile * kTileFloats + (c - c_block) * kGemmTileTokens;
+            const int64_t count = run * kGemmTileTokens;
+            int64_t i = 0;
+            for (; i + V::kLanes <= count; i += V::kLanes) {
+              V::StoreF32(scaled + at + i, V::Mul(V::LoadF32(xb + at + i), sv));
+            }
+            for (; i < count; ++i) scaled[at + i] = xb[at + i] * scale;
+          }
+        }
+        xb = scaled;
+      }
+      for (; row0 < band_end; row0 += kBlockRows) {
+        const PanelBlockRows<2> b = BlockRows<V, 2>(row0, row_limit);
+        k.Widen(b, c_block, len, widened);
         for (int64_t t = 0; t < n; t += kT) {
-          const float* xt = xp + GemmPackedIndex(n, t, c);
+          const float* xt = xb + (t / kGemmTileTokens) * kTileFloats + t % kGemmTileTokens;
           WithTokenCount<kT>(int(std::min<int64_t>(kT, n - t)), [&](auto tokens) {
-            GemmTile<V, decltype(tokens)::value, 2>(xt, widened, len, c == 0, y + t * ldy + row0, ldy, b.rows_valid);
+            GemmTile<V, decltype(tokens)::value, 2>(xt, widened, len, c_block == 0, y + t * ldy + row0, ldy,
+                                                     b.rows_valid);
           });
         }
       }
+      if constexpr (kFp8) xb = xp + GemmPackedIndex(n, 0, c_block);
     }
   }
 }
 
 template <class V>
-void MatMulPanelsPacked(const float* x, const float* xp, int64_t n, const WeightMatrix& w, int64_t panel_begin,
-                        int64_t panel_end, float* y, int64_t ldy) {
-  // fp8 folds its block scales into the activations (Fp8Panels): it keeps its own widened path.
-  if (w.format == WeightFormat::kFp8Block) return MatMulPanels<V>(x, n, w, panel_begin, panel_end, y, ldy);
+void MatMulPanelsPacked(const float* x, const float* xp, float* scratch, int64_t n, const WeightMatrix& w,
+                        int64_t panel_begin, int64_t panel_end, float* y, int64_t ldy) {
+  if (w.format == WeightFormat::kFp8Block) {
+    if (w.block_rows % (2 * V::kLanes) != 0) return MatMulPanels<V>(x, n, w, panel_begin, panel_end, y, ldy);
+    return MatMulPanelBlocksPacked<V>(Fp8Panels<V>{w}, xp, scratch, n, panel_begin, panel_end, y, ldy);
+  }
   if (w.format == WeightFormat::kInt4Group) {
-    return MatMulPanelBlocksPacked<V>(Int4Panels<V>{w}, xp, n, panel_begin, panel_end, y, ldy);
+    return MatMulPanelBlocksPacked<V>(Int4Panels<V>{w}, xp, scratch, n, panel_begin, panel_end, y, ldy);
   }
   WithWeightDType(w.dtype, [&](auto d) {
-    MatMulPanelBlocksPacked<V>(DensePanels<V, decltype(d)::value>{w}, xp, n, panel_begin, panel_end, y, ldy);
+    MatMulPanelBlocksPacked<V>(DensePanels<V, decltype(d)::value>{w}, xp, scratch, n, panel_begin, panel_end, y,
+                               ldy);
   });
 }
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "kernels/kernels.h"
+#include "kernels/ops.h"
 
 namespace mlaserve {
 
@@ -42,7 +42,7 @@ Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads)
   // heads * v (o_proj) or an MLP's intermediate (down).
   const int64_t max_cols = std::max({int64_t(H), int64_t(c.q_lora_rank), int64_t(heads) * c.v_head_dim,
                                      int64_t(max_inter)});
-  gemm_activations.resize(size_t(PackedActivationFloats(n, max_cols)));
+  gemm_activations.resize(size_t(GemmScratchFloats(n, max_cols, num_threads)));
 }
 
 }  // namespace mlaserve

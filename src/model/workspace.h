@@ -43,7 +43,7 @@ struct Workspace {
   std::vector<float> kv_tile;       // [threads, kKvTileRows, L + R] dequantized cache rows
   std::vector<float> softmax_state;  // [threads, 2, heads] running max and sum
   std::vector<float> router_scratch;  // [2 * n_routed_experts + n_group] (routing runs on one thread)
-  std::vector<float> gemm_activations;  // a prefill matmul's packed input (kernels.h, GemmPackedIndex)
+  std::vector<float> gemm_activations;  // a prefill matmul's packed input and threads' scratch (ops.h, GemmScratchFloats)
 };
 
 }  // namespace mlaserve

@@ -273,8 +273,9 @@ TEST(Kernels, PackedPanelsMatchRowMajorAndAreBatchInvariant) {
 // The prefill product over packed activations: every table's packing lays out exactly what the
 // layout's definition (the portable packing) does, and its product is bit-identical to
 // matmul_panels (so a token's result does not depend on which product its batch size chose),
-// across column blocks (cols > kGemmColumns), partial token tiles and row ranges split as MatMul
-// splits them.
+// for every format (fp8 with 128-row bands, and 16-row bands that AVX-512 hands back to
+// matmul_panels), across column blocks (cols > kGemmColumns), partial token tiles and row ranges
+// split as MatMul splits them.
 TEST(Kernels, PackedActivationProductIsBitIdenticalToPanels) {
   std::mt19937 rng(17);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -310,8 +311,10 @@ TEST(Kernels, PackedActivationProductIsBitIdenticalToPanels) {
             const int64_t split = packed.num_panels() / 2 * 2;
             k->matmul_panels(x.data(), n, packed, 0, split, want.data(), rows);
             k->matmul_panels(x.data(), n, packed, split, packed.num_panels(), want.data(), rows);
-            k->matmul_panels_packed(x.data(), xp.data(), n, packed, 0, split, got.data(), rows);
-            k->matmul_panels_packed(x.data(), xp.data(), n, packed, split, packed.num_panels(), got.data(), rows);
+            std::vector<float> scratch(size_t(GemmThreadScratchFloats(n)));
+            k->matmul_panels_packed(x.data(), xp.data(), scratch.data(), n, packed, 0, split, got.data(), rows);
+            k->matmul_panels_packed(x.data(), xp.data(), scratch.data(), n, packed, split, packed.num_panels(),
+                                    got.data(), rows);
             for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << k->name << " i=" << i;
           }
         }
