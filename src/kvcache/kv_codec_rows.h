@@ -8,6 +8,9 @@
 //   E4M3(src, count, scale, out)    E4M3 code * scale
 //   E5M2(src, count, scale, out)    E5M2 code * scale
 //   E2M1(codes, count, scale, out)  count (even) packed E2M1 codes * scale, low nibble first
+//   Fp4(codes, scales, count, block_values, scale_table, scale_multiplier, out)
+//                                   count (even) packed E2M1 codes, one scale byte per block of
+//                                   block_values: code * (scale_table[byte] * scale_multiplier)
 // Every value is one exact decode and at most one fp32 multiply, in that order, so any Parts
 // that decodes exactly gives bit-identical rows.
 #pragma once
@@ -69,18 +72,14 @@ struct ScalarParts {
       out[2 * j + 1] = pair[1] * scale;
     }
   }
-};
-
-// `count` (even) E2M1 codes with one scale per block of `block_values`: value = e2m1 *
-// (scale_table[scale byte] * scale_multiplier).
-template <class Parts>
-void DequantizeFp4Part(const uint8_t* codes, const uint8_t* scales, int count, int block_values,
-                       const float* scale_table, float scale_multiplier, float* out) {
-  for (int start = 0, block = 0; start < count; start += block_values, ++block) {
-    const float scale = scale_table[scales[block]] * scale_multiplier;
-    Parts::E2M1(codes + start / 2, std::min(block_values, count - start), scale, out + start);
+  static void Fp4(const uint8_t* codes, const uint8_t* scales, int count, int block_values, const float* scale_table,
+                  float scale_multiplier, float* out) {
+    for (int start = 0, block = 0; start < count; start += block_values, ++block) {
+      const float scale = scale_table[scales[block]] * scale_multiplier;
+      E2M1(codes + start / 2, std::min(block_values, count - start), scale, out + start);
+    }
   }
-}
+};
 
 // DequantizeKvRows after its checks; `layout` is KvRowLayoutFor(format, latent_dim, rope_dim).
 template <class Parts>
@@ -124,10 +123,9 @@ void DequantizeRowsWith(KvFormat format, const std::byte* src, int num_rows, siz
         const float* scale_table = format == KvFormat::kNVFP4 ? kUE4M3ToF32.data() : kE8M0ToF32.data();
         const float multiplier = format == KvFormat::kNVFP4 ? tensor_scale : 1.0f;
         const uint8_t* scales = bytes + layout.scales_offset;
-        DequantizeFp4Part<Parts>(bytes, scales, latent_dim, layout.block_values, scale_table, multiplier,
-                                 row_out);
-        DequantizeFp4Part<Parts>(bytes + layout.rope_offset, scales + layout.num_latent_scales, rope_dim,
-                                 layout.block_values, scale_table, multiplier, row_out + latent_dim);
+        Parts::Fp4(bytes, scales, latent_dim, layout.block_values, scale_table, multiplier, row_out);
+        Parts::Fp4(bytes + layout.rope_offset, scales + layout.num_latent_scales, rope_dim, layout.block_values,
+                   scale_table, multiplier, row_out + latent_dim);
         break;
       }
     }

@@ -56,6 +56,25 @@ struct SimdKvParts {
     for (; i + V::kLanes <= count; i += V::kLanes) V::Store(out + i, V::Mul(V::LoadE2M1(codes + i / 2), s));
     Scalar::E2M1(codes + i / 2, count - i, scale, out + i);
   }
+  // Whole blocks of a multiple of kLanes values (16 and 32 here) in a tight loop: with a block
+  // per vector, the per-block bookkeeping of E2M1 would cost more than the decoding.
+  static void Fp4(const uint8_t* codes, const uint8_t* scales, int count, int block_values, const float* scale_table,
+                  float scale_multiplier, float* out) {
+    if (block_values % V::kLanes != 0) {
+      return Scalar::Fp4(codes, scales, count, block_values, scale_table, scale_multiplier, out);
+    }
+    const int full_blocks = count / block_values, vectors_per_block = block_values / V::kLanes;
+    for (int block = 0; block < full_blocks; ++block) {
+      const typename V::Reg s = V::Broadcast(scale_table[scales[block]] * scale_multiplier);
+      for (int v = 0; v < vectors_per_block; ++v) {
+        V::Store(out, V::Mul(V::LoadE2M1(codes), s));
+        out += V::kLanes;
+        codes += V::kLanes / 2;
+      }
+    }
+    const int done = full_blocks * block_values;
+    if (done < count) E2M1(codes, count - done, scale_table[scales[full_blocks]] * scale_multiplier, out);
+  }
 };
 
 template <class V>
