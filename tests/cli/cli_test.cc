@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "kvcache/kv_format.h"
 #include "server/http_client.h"
 #include "support/run_binary.h"
 #include "support/server_process.h"
@@ -128,14 +129,22 @@ TEST(Cli, InitRandomAndBenchRun) {
 TEST(Cli, BenchKernelsTimesEveryWeightFormat) {
   auto r = RunMlaserve("bench-kernels --stream-mb 8 --bandwidth-buffer-mb 16");
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  const size_t kv_table = r.out.find("KV row codecs");
+  ASSERT_NE(kv_table, std::string::npos) << r.out;
+  const std::string matmul_tables = r.out.substr(0, kv_table), kv_rows = r.out.substr(kv_table);
   for (const char* format : {"bf16", "fp8-block", "int4-g32"}) {
     // One row in the streaming table and one in the compute table.
     size_t rows = 0;
-    for (size_t at = r.out.find(std::string("\n") + format + " "); at != std::string::npos;
-         at = r.out.find(std::string("\n") + format + " ", at + 1)) {
+    for (size_t at = matmul_tables.find(std::string("\n") + format + " "); at != std::string::npos;
+         at = matmul_tables.find(std::string("\n") + format + " ", at + 1)) {
       ++rows;
     }
     EXPECT_EQ(rows, 2u) << format << "\n" << r.out;
+  }
+  // The KV codec table: a row per cache format, timing the portable codec at least.
+  EXPECT_NE(kv_rows.find("portable"), std::string::npos) << r.out;
+  for (KvFormat format : kAllKvFormats) {
+    EXPECT_NE(kv_rows.find(std::string("\n") + KvFormatName(format) + " "), std::string::npos) << r.out;
   }
   EXPECT_NE(r.out.find("machine read bandwidth"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fp32 FMA peak: "), std::string::npos) << r.out;
