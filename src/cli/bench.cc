@@ -350,8 +350,7 @@ int BenchBatch(const ModelFlags& model_flags, const BenchSettings& settings) {
     segments.clear();
     segment_seq.clear();
     while (s < n_seqs && int(tokens.size()) < model.max_batch_tokens()) {
-      const int done = seqs[size_t(s)]->num_tokens() +
-                       (segment_seq.empty() || segment_seq.back() != s ? 0 : segments.back().num_tokens);
+      const int done = seqs[size_t(s)]->num_tokens();  // a prompt cut by the budget goes on in the next call
       const int take = std::min(prompt_len - done, model.max_batch_tokens() - int(tokens.size()));
       segments.push_back({.pages = seqs[size_t(s)]->pages(), .num_computed_tokens = done, .num_tokens = take});
       segment_seq.push_back(s);
