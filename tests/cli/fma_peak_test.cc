@@ -47,8 +47,7 @@ TEST(FmaPeak, Bf16DotChainsCount64FlopsPerInstructionWhereTheCpuHasThem) {
   EXPECT_EQ(Bf16DotChains(1000, &sink), 64.0 * kFmaChains * 1000);
   // Each step adds s - s = 0 exactly: every chain keeps its seed 1, in each of 16 lanes.
   EXPECT_EQ(sink, float(16 * kFmaChains));
-  // Rates only: the test above already compares thread counts (with a margin that ctest's other
-  // tests running beside this one can still exceed).
+  // Rates only: how one and all threads compare is a timing property of a loaded machine.
   EXPECT_TRUE(std::isfinite(peak->one_thread_flops));
   EXPECT_GT(peak->one_thread_flops, 1e9);
   EXPECT_TRUE(std::isfinite(peak->all_threads_flops));
