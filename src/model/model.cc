@@ -2,6 +2,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -168,7 +169,14 @@ Status Model::Forward(const KernelSet& kernels, KvStorage& kv, std::span<const T
       RmsNorm(ws.hidden.data() + t * H, layer.input_norm.data(), H, c.rms_norm_eps,
               ws.normed.data() + t * H);
     }
-    Attention(ctx, kv_rows, l, n, segments);
+    if (timings_ == nullptr) {
+      Attention(ctx, kv_rows, l, n, segments);
+    } else {
+      const auto start = std::chrono::steady_clock::now();
+      Attention(ctx, kv_rows, l, n, segments);
+      timings_->attention_ns +=
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    }
     for (int64_t i = 0; i < n * H; ++i) ws.hidden[size_t(i)] += ws.proj[size_t(i)];
 
     for (int t = 0; t < n; ++t) {

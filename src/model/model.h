@@ -44,6 +44,12 @@ struct ForwardSegment {
 
 enum class LogitsMode { kLastPerSegment, kAllTokens };
 
+// Where Forward's time goes, for bench (Model::set_timings): accumulated over every Forward
+// while set; the caller times the whole call and zeroes the fields when it wants.
+struct ForwardTimings {
+  int64_t attention_ns = 0;  // in the attention block of every layer (projections included)
+};
+
 class Model {
  public:
   static Result<std::unique_ptr<Model>> Load(const std::string& model_dir,
@@ -67,6 +73,9 @@ class Model {
   // through its HostRows view, resolved once per call.
   Status Forward(const KernelSet& kernels, KvStorage& kv, std::span<const TokenId> tokens,
                  std::span<const ForwardSegment> segments, LogitsMode mode, float* logits);
+  // Accumulates each Forward's attention time into *timings until set back to nullptr (the
+  // default: then no clock is read). Not thread-safe: set it between Forward calls.
+  void set_timings(ForwardTimings* timings) { timings_ = timings; }
   // The final-normed hidden state of each logits row of the last Forward, [rows, hidden_size]
   // (what lm_head multiplied); valid until the next Forward.
   std::span<const float> last_hidden_rows(int num_rows) const {
@@ -92,6 +101,7 @@ class Model {
   Workspace workspace_;
   std::vector<int32_t> token_positions_;  // [max_batch_tokens] position of each token
   std::vector<int32_t> token_segments_;   // [max_batch_tokens] segment of each token
+  ForwardTimings* timings_ = nullptr;     // borrowed; see set_timings
 };
 
 }  // namespace mlaserve

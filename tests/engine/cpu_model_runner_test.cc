@@ -32,7 +32,7 @@ std::unique_ptr<HostKvStorage> StorageFor(const ModelConfig& c, KvFormat format,
 }
 
 TEST(CpuModelRunner, ExecutesAPlanAsEachSequenceRunsAlone) {
-  auto model = Model::Load(kModel, ModelOptions{.max_batch_tokens = 128, .max_context = 256});
+  auto model = Model::Load(kModel, ModelOptions{.max_batch_tokens = 128, .max_context = 256, .deterministic = true});
   ASSERT_TRUE(model.ok()) << model.error();
   const ModelConfig& c = (*model)->config();
   // The runner holds the bytes; the test, standing in for the scheduler, the page ids.

@@ -24,7 +24,7 @@ const std::string kModel = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespea
 class EngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto m = Model::Load(kModel, ModelOptions{.max_batch_tokens = 256, .max_context = 512});
+    auto m = Model::Load(kModel, ModelOptions{.max_batch_tokens = 256, .max_context = 512, .deterministic = true});
     ASSERT_TRUE(m.ok()) << m.error();
     model_ = std::move(m).value().release();
   }
