@@ -81,6 +81,13 @@ class Model {
                  std::span<const ForwardSegment> segments);
   void DenseMlp(const ComputeContext& ctx, const MlpWeights& w, int num_tokens, float* out);
   void Moe(const ComputeContext& ctx, const MoeWeights& w, int num_tokens);
+  // Runs workspace_.mlp_groups[0, num_groups) in one parallel region: gathers, then gate/up
+  // tiles (SiLU fused), then down tiles, taken in that order by whichever thread is free.
+  void RunMlps(const ComputeContext& ctx, int num_groups);
+  // fn(begin, end, thread) over [0, n) split evenly over the pool's threads, or fn(0, n, 0) on
+  // the calling thread when n < kParallelTokens (a fork-join costs more than the work).
+  void ForTokenRanges(int n, FunctionRef<void(int begin, int end, int thread)> fn);
+  static constexpr int kParallelTokens = 64;
   void RouteToken(const MoeWeights& w, const float* logits, float* scratch, int32_t* ids,
                   float* weights) const;
 

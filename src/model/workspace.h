@@ -3,15 +3,45 @@
 //   N = max_tokens, H = hidden, heads, L = kv_lora_rank, R = qk_rope_head_dim.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
 #include "model/config.h"
+#include "model/weights.h"
 
 namespace mlaserve {
 
 // Rows of KV cache attention dequantizes at a time (never across a page).
 inline constexpr int kKvTileRows = 16;
+
+// Tokens the MoE runs its routed experts over at a time (the per-slot buffers hold this many
+// tokens' top_k slots); longer batches run in blocks.
+inline constexpr int kMoeBlockTokens = 512;
+
+// One MLP (an expert, the shared experts, a dense layer's MLP) over `count` rows: gate and up,
+// silu(gate) * up written over gate, then down. When gather_rows is set, x's rows are first
+// copied from gather_source's rows gather_rows[0, count).
+struct MlpGroup {
+  int id = 0;  // ties in the run order (expert index; the shared experts E)
+  const MlpWeights* w = nullptr;
+  float* x = nullptr;      // [count, hidden]
+  int count = 0;
+  float* gate = nullptr;   // [count, inter] gate, then silu(gate) * up
+  float* up = nullptr;     // [count, inter]
+  float* out = nullptr;    // [count, hidden] (may be x: x is dead once the gate/up tiles ran)
+  const float* gather_source = nullptr;  // [tokens, hidden]
+  const int32_t* gather_rows = nullptr;  // [count]
+};
+
+// One work item of Model::RunMlps: a group's gather, or a range of its panels of gate and up
+// (with the SiLU) or of down.
+struct MlpTile {
+  enum Kind : int32_t { kGather, kGateUp, kDown };
+  Kind kind;
+  int32_t group;
+  int32_t panel_begin, panel_end;
+};
 
 struct Workspace {
   Workspace(const ModelConfig& c, int max_tokens, int max_context, int num_threads);
@@ -30,19 +60,27 @@ struct Workspace {
   std::vector<float> proj;      // [N, H] a block's output before the residual add
   std::vector<float> gate;      // [N, max_inter]
   std::vector<float> up;        // [N, max_inter]
-  std::vector<float> expert_in;   // [N, H] tokens gathered for one expert
-  std::vector<float> expert_out;  // [N, H]
+  std::vector<float> expert_out;  // [N, H] the shared experts' output
+  int moe_block_tokens;           // B = min(N, kMoeBlockTokens)
+  std::vector<float> moe_rows;    // [B * top_k, H] each slot's gathered input, then its expert's output
+  std::vector<float> moe_gate;    // [B * top_k, moe_inter]
+  std::vector<float> moe_up;      // [B * top_k, moe_inter]
+  std::vector<int32_t> token_slots;  // [B, top_k] the slots of each token of the block
+  std::vector<MlpGroup> mlp_groups;  // [n_routed_experts + 1]
+  std::vector<MlpTile> mlp_tiles;    // [groups * (1 + gate/up tiles + down tiles)], an upper bound
+  std::vector<std::atomic<int32_t>> mlp_pending_gather;   // [n_routed_experts + 1] 1 until gathered
+  std::vector<std::atomic<int32_t>> mlp_pending_gate_up;  // [n_routed_experts + 1] gate/up tiles left
   std::vector<float> router_logits;  // [N, n_routed_experts]
   std::vector<int32_t> topk_ids;     // [N, top_k]
   std::vector<float> topk_weights;   // [N, top_k]
   std::vector<int32_t> expert_offsets;  // [n_routed_experts + 1]
   std::vector<int32_t> expert_cursor;   // [n_routed_experts] next free slot while grouping
-  std::vector<int32_t> expert_tokens;   // [N * top_k] token index, grouped by expert
-  std::vector<float> expert_token_weights;  // [N * top_k]
+  std::vector<int32_t> expert_tokens;   // [B * top_k] token index, grouped by expert
+  std::vector<float> expert_token_weights;  // [B * top_k]
   std::vector<float> last_hidden;   // [N, H] rows whose logits are wanted
   std::vector<float> kv_tile;       // [threads, kKvTileRows, L + R] dequantized cache rows
   std::vector<float> softmax_state;  // [threads, 2, heads] running max and sum
-  std::vector<float> router_scratch;  // [2 * n_routed_experts + n_group] (routing runs on one thread)
+  std::vector<float> router_scratch;  // [threads, 2 * n_routed_experts + n_group]
   std::vector<float> gemm_activations;  // a prefill matmul's packed input and threads' scratch (ops.h, GemmScratchFloats)
 };
 
