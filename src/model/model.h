@@ -46,6 +46,10 @@ enum class LogitsMode { kLastPerSegment, kAllTokens };
 
 class Model {
  public:
+  // Per-token work (embedding, norms, routing, the MoE combine) is split over the pool from this
+  // many tokens in a Forward call; below it runs on the calling thread.
+  static constexpr int kParallelTokens = 64;
+
   static Result<std::unique_ptr<Model>> Load(const std::string& model_dir,
                                              const ModelOptions& options);
 
@@ -87,7 +91,6 @@ class Model {
   // fn(begin, end, thread) over [0, n) split evenly over the pool's threads, or fn(0, n, 0) on
   // the calling thread when n < kParallelTokens (a fork-join costs more than the work).
   void ForTokenRanges(int n, FunctionRef<void(int begin, int end, int thread)> fn);
-  static constexpr int kParallelTokens = 64;
   void RouteToken(const MoeWeights& w, const float* logits, float* scratch, int32_t* ids,
                   float* weights) const;
 
