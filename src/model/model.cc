@@ -22,7 +22,8 @@ Model::Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWe
       rope_(config_, max_context),
       workspace_(config_, options.max_batch_tokens, max_context, num_threads),
       token_positions_(size_t(options.max_batch_tokens)),
-      token_segments_(size_t(options.max_batch_tokens)) {}
+      token_segments_(size_t(options.max_batch_tokens)),
+      parallel_tokens_(int(std::max<int64_t>(2, kParallelFloats / std::max(1, config_.hidden_size)))) {}
 
 namespace {
 
@@ -96,7 +97,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
 
 void Model::ForTokenRanges(int n, FunctionRef<void(int begin, int end, int thread)> fn) {
   const int threads = pool_.num_threads();
-  if (n < kParallelTokens || threads == 1) {
+  if (n < parallel_tokens_ || threads == 1) {
     fn(0, n, 0);
     return;
   }
