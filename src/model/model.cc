@@ -20,7 +20,7 @@ Model::Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWe
       weights_(std::move(weights)),
       pool_(num_threads),
       rope_(config_, max_context),
-      workspace_(config_, options.max_batch_tokens, max_context, num_threads),
+      workspace_(config_, options.max_batch_tokens, max_context, num_threads, options.moe_block_tokens),
       token_positions_(size_t(options.max_batch_tokens)),
       token_segments_(size_t(options.max_batch_tokens)),
       parallel_tokens_(int(std::max<int64_t>(2, kParallelFloats / std::max(1, config_.hidden_size)))) {}
@@ -76,6 +76,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
   if (!weights.ok()) return weights.status();
   LogSkippedMtpLayers(*config, **checkpoint);
   if (options.max_batch_tokens <= 0) return Status::Error("max_batch_tokens must be positive");
+  if (options.moe_block_tokens < 0) return Status::Error("moe_block_tokens must be 0 (by memory) or positive");
   int max_context = options.max_context > 0
                         ? options.max_context
                         : std::min(config->max_position_embeddings, 4096);

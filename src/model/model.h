@@ -28,6 +28,9 @@ struct ModelOptions {
   // prompt was chunked), which the batch tool's resume relies on. false (default): paths may use
   // faster reduction orders (MHA-form prefill), within tolerance of the reference fixtures.
   bool deterministic = false;
+  // Tokens per block of the routed experts (workspace.h kMoeBlockBytes); 0: by memory. Tests set
+  // it to run the blocked path on small models.
+  int moe_block_tokens = 0;
 };
 
 // One sequence's share of a Forward call: its new tokens occupy positions

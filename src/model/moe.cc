@@ -87,17 +87,14 @@ void Model::RouteToken(const MoeWeights& w, const float* logits, float* scratch,
 
 namespace {
 
-// Panels per tile of a product: pairs of panels (an AVX-512 block), at least ~64 KB of weights,
-// so a tile's dispatch stays small beside its work.
-int64_t TilePanels(const WeightMatrix& w) {
-  const int64_t panels = std::max<int64_t>(2, (64 << 10) / std::max<size_t>(1, w.panel_bytes()));
-  return (panels + 1) / 2 * 2;
-}
-
-// y[count, ldy] columns [panel_begin * 16, min(rows, panel_end * 16)) = x @ W^T for those rows.
-void MatMulTile(const KernelSet& k, const float* x, int64_t count, const WeightMatrix& w, int64_t panel_begin,
-                int64_t panel_end, float* y, int64_t ldy) {
-  if (w.packed) {
+// y[count, ldy] columns [panel_begin * 16, min(rows, panel_end * 16)) = x @ W^T for those rows,
+// through the packed-activation product when xp holds x packed (bit-identical either way).
+// scratch: the calling thread's GemmThreadScratchFloats(count) floats.
+void MatMulTile(const KernelSet& k, const float* x, const float* xp, float* scratch, int64_t count,
+                const WeightMatrix& w, int64_t panel_begin, int64_t panel_end, float* y, int64_t ldy) {
+  if (xp != nullptr) {
+    k.matmul_panels_packed(x, xp, scratch, count, w, panel_begin, panel_end, y, ldy);
+  } else if (w.packed) {
     k.matmul_panels(x, count, w, panel_begin, panel_end, y, ldy);
   } else {
     k.matmul_rows(x, count, w, panel_begin * kPanelRows, std::min(w.rows, panel_end * kPanelRows), y, ldy);
@@ -116,31 +113,56 @@ void Model::RunMlps(const ComputeContext& ctx, int num_groups) {
   Workspace& ws = workspace_;
   const KernelSet& k = *ctx.kernels;
   const int64_t H = config_.hidden_size;
+  const int threads = pool_.num_threads();
   std::span<MlpGroup> groups(ws.mlp_groups.data(), size_t(num_groups));
   // The largest groups first, so that their down tiles (queued in the same order) find their
   // gate/up tiles long done; ties by index. The order changes no result.
   std::sort(groups.begin(), groups.end(), [](const MlpGroup& a, const MlpGroup& b) {
     return a.count > b.count || (a.count == b.count && a.id < b.id);
   });
+  // Groups with enough tokens read packed activations (ops.h PackedProductPays), largest first
+  // while ctx.gemm_scratch has room (a dense MLP and the shared experts always fit; routed
+  // experts rarely have that many tokens): after each thread's own block, sized for the largest
+  // group, one region per group holds its input packed, then its down input (the input is dead
+  // once its gate/up tiles ran).
+  const int64_t thread_floats = GemmThreadScratchFloats(groups.empty() ? 0 : groups[0].count);
+  int64_t scratch_used = threads * thread_floats;
+  for (MlpGroup& group : groups) {
+    const MlpWeights& w = *group.w;
+    group.packed = nullptr;
+    if (!PackedProductPays(group.count, w.gate) || !PackedProductPays(group.count, w.up) ||
+        !PackedProductPays(group.count, w.down)) {
+      continue;
+    }
+    const int64_t floats = PackedActivationFloats(group.count, std::max(w.gate.cols, w.down.cols));
+    if (scratch_used + floats > int64_t(ctx.gemm_scratch.size())) continue;
+    group.packed = ctx.gemm_scratch.data() + scratch_used;
+    scratch_used += floats;
+  }
 
-  // The queue: every group's gather, then every gate/up tile, then every down tile.
+  // The queue: every group's gather and packing, then every gate/up tile, then every down tile.
   int num_tiles = 0;
   for (int g = 0; g < num_groups; ++g) {
-    if (groups[size_t(g)].gather_rows != nullptr) ws.mlp_tiles[size_t(num_tiles++)] = {MlpTile::kGather, g, 0, 0};
+    const MlpGroup& group = groups[size_t(g)];
+    const bool prepare = group.gather_rows != nullptr || group.packed != nullptr;
+    if (prepare) ws.mlp_tiles[size_t(num_tiles++)] = {MlpTile::kPrepare, g, 0, 0};
+    ws.mlp_pending_prepare[size_t(g)].store(prepare ? 1 : 0, std::memory_order_relaxed);
   }
   for (int g = 0; g < num_groups; ++g) {
-    const WeightMatrix& gate = groups[size_t(g)].w->gate;
-    const int64_t per_tile = TilePanels(gate);
+    const MlpGroup& group = groups[size_t(g)];
+    const WeightMatrix& gate = group.w->gate;
+    const int64_t per_tile = PanelGrain(gate, group.packed != nullptr, threads);
     int32_t tiles = 0;
     for (int64_t p = 0; p < gate.num_panels(); p += per_tile, ++tiles) {
       ws.mlp_tiles[size_t(num_tiles++)] = {MlpTile::kGateUp, g, int32_t(p), int32_t(std::min(gate.num_panels(), p + per_tile))};
     }
-    ws.mlp_pending_gather[size_t(g)].store(groups[size_t(g)].gather_rows != nullptr ? 1 : 0, std::memory_order_relaxed);
-    ws.mlp_pending_gate_up[size_t(g)].store(tiles, std::memory_order_relaxed);
+    // + 1: the down input's packing, done by whichever thread finishes the last gate/up tile.
+    ws.mlp_pending_gate_up[size_t(g)].store(tiles + (group.packed != nullptr ? 1 : 0), std::memory_order_relaxed);
   }
   for (int g = 0; g < num_groups; ++g) {
-    const WeightMatrix& down = groups[size_t(g)].w->down;
-    const int64_t per_tile = TilePanels(down);
+    const MlpGroup& group = groups[size_t(g)];
+    const WeightMatrix& down = group.w->down;
+    const int64_t per_tile = PanelGrain(down, group.packed != nullptr, threads);
     for (int64_t p = 0; p < down.num_panels(); p += per_tile) {
       ws.mlp_tiles[size_t(num_tiles++)] = {MlpTile::kDown, g, int32_t(p), int32_t(std::min(down.num_panels(), p + per_tile))};
     }
@@ -149,7 +171,9 @@ void Model::RunMlps(const ComputeContext& ctx, int num_groups) {
   // Every thread takes the next tile until none is left. A tile waits only for tiles queued
   // before it, which other threads have already taken, so the waits always end.
   std::atomic<int32_t> next{0};
-  pool_.RunOnAll([&](int) {
+  pool_.RunOnAll([&](int thread) {
+    // The thread's block of the scratch (used only when some group is packed, which needs it).
+    float* scratch = ctx.gemm_scratch.empty() ? nullptr : ctx.gemm_scratch.data() + thread * thread_floats;
     for (int32_t i = next.fetch_add(1, std::memory_order_relaxed); i < num_tiles;
          i = next.fetch_add(1, std::memory_order_relaxed)) {
       const MlpTile& tile = ws.mlp_tiles[size_t(i)];
@@ -157,29 +181,35 @@ void Model::RunMlps(const ComputeContext& ctx, int num_groups) {
       const MlpWeights& w = *group.w;
       const int64_t inter = w.gate.rows;
       switch (tile.kind) {
-        case MlpTile::kGather:
-          for (int r = 0; r < group.count; ++r) {
+        case MlpTile::kPrepare:
+          for (int r = 0; group.gather_rows != nullptr && r < group.count; ++r) {
             const float* src = group.gather_source + int64_t(group.gather_rows[r]) * H;
             std::copy(src, src + H, group.x + int64_t(r) * H);
           }
-          ws.mlp_pending_gather[size_t(tile.group)].store(0, std::memory_order_release);
+          if (group.packed != nullptr) k.pack_activations(group.x, group.count, H, 0, GemmTiles(group.count), group.packed);
+          ws.mlp_pending_prepare[size_t(tile.group)].store(0, std::memory_order_release);
           break;
         case MlpTile::kGateUp: {
-          WaitUntilZero(ws.mlp_pending_gather[size_t(tile.group)]);
-          MatMulTile(k, group.x, group.count, w.gate, tile.panel_begin, tile.panel_end, group.gate, inter);
-          MatMulTile(k, group.x, group.count, w.up, tile.panel_begin, tile.panel_end, group.up, inter);
+          WaitUntilZero(ws.mlp_pending_prepare[size_t(tile.group)]);
+          MatMulTile(k, group.x, group.packed, scratch, group.count, w.gate, tile.panel_begin, tile.panel_end, group.gate, inter);
+          MatMulTile(k, group.x, group.packed, scratch, group.count, w.up, tile.panel_begin, tile.panel_end, group.up, inter);
           const int64_t r0 = int64_t(tile.panel_begin) * kPanelRows;
           const int64_t r1 = std::min(inter, int64_t(tile.panel_end) * kPanelRows);
           for (int t = 0; t < group.count; ++t) {
             float* g = group.gate + t * inter + r0;
             k.silu_mul(g, group.up + t * inter + r0, r1 - r0, g);
           }
-          ws.mlp_pending_gate_up[size_t(tile.group)].fetch_sub(1, std::memory_order_acq_rel);
+          std::atomic<int32_t>& pending = ws.mlp_pending_gate_up[size_t(tile.group)];
+          if (pending.fetch_sub(1, std::memory_order_acq_rel) == 2 && group.packed != nullptr) {
+            // The last gate/up tile (only the packing's count is left): pack the down input.
+            k.pack_activations(group.gate, group.count, inter, 0, GemmTiles(group.count), group.packed);
+            pending.fetch_sub(1, std::memory_order_acq_rel);
+          }
           break;
         }
         case MlpTile::kDown:
           WaitUntilZero(ws.mlp_pending_gate_up[size_t(tile.group)]);
-          MatMulTile(k, group.gate, group.count, w.down, tile.panel_begin, tile.panel_end, group.out, H);
+          MatMulTile(k, group.gate, group.packed, scratch, group.count, w.down, tile.panel_begin, tile.panel_end, group.out, H);
           break;
       }
     }

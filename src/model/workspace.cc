@@ -6,7 +6,7 @@
 
 namespace mlaserve {
 
-Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads)
+Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads, int block_tokens)
     : max_tokens(n), max_context(context) {
   const size_t N = size_t(n), H = size_t(c.hidden_size), heads = size_t(c.num_attention_heads);
   const size_t L = size_t(c.kv_lora_rank), row = size_t(c.kv_cache_dim());
@@ -26,7 +26,9 @@ Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads)
   gate.resize(N * max_inter);
   up.resize(N * max_inter);
   expert_out.resize(N * H);
-  moe_block_tokens = std::min(n, kMoeBlockTokens);
+  const int64_t slot_bytes = int64_t(std::max<size_t>(1, top_k * H)) * int64_t(sizeof(float));
+  moe_block_tokens = std::min<int64_t>(
+      n, block_tokens > 0 ? block_tokens : std::max<int64_t>(kMinMoeBlockTokens, kMoeBlockBytes / slot_bytes));
   const size_t slots = size_t(moe_block_tokens) * top_k;
   const size_t moe_inter = size_t(std::max(0, c.moe_intermediate_size));
   moe_rows.resize(experts > 0 ? slots * H : 0);
@@ -34,11 +36,11 @@ Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads)
   moe_up.resize(experts > 0 ? slots * moe_inter : 0);
   token_slots.resize(slots);
   const size_t groups = experts + 1;
-  // Tiles have at least two panels of 16 rows.
+  // Tiles have at least two panels of 16 rows (ops.h PanelGrain).
   auto max_tiles = [](size_t rows) { return (rows + 31) / 32; };
   mlp_groups.resize(groups);
   mlp_tiles.resize(groups * (1 + max_tiles(max_inter) + max_tiles(H)));
-  mlp_pending_gather = std::vector<std::atomic<int32_t>>(groups);
+  mlp_pending_prepare = std::vector<std::atomic<int32_t>>(groups);
   mlp_pending_gate_up = std::vector<std::atomic<int32_t>>(groups);
   router_logits.resize(N * experts);
   topk_ids.resize(N * top_k);

@@ -15,9 +15,12 @@ namespace mlaserve {
 // Rows of KV cache attention dequantizes at a time (never across a page).
 inline constexpr int kKvTileRows = 16;
 
-// Tokens the MoE runs its routed experts over at a time (the per-slot buffers hold this many
-// tokens' top_k slots); longer batches run in blocks.
-inline constexpr int kMoeBlockTokens = 512;
+// The MoE runs its routed experts over blocks of at most B tokens (the per-slot buffers hold B
+// tokens' top_k slots); unless set (ModelOptions::moe_block_tokens), B is what keeps the
+// gathered rows [B * top_k, H] within kMoeBlockBytes, at least kMinMoeBlockTokens, at most
+// max_batch_tokens. Each block reads every routed expert it uses once.
+inline constexpr int64_t kMoeBlockBytes = int64_t(256) << 20;
+inline constexpr int kMinMoeBlockTokens = 64;
 
 // One MLP (an expert, the shared experts, a dense layer's MLP) over `count` rows: gate and up,
 // silu(gate) * up written over gate, then down. When gather_rows is set, x's rows are first
@@ -32,19 +35,23 @@ struct MlpGroup {
   float* out = nullptr;    // [count, hidden] (may be x: x is dead once the gate/up tiles ran)
   const float* gather_source = nullptr;  // [tokens, hidden]
   const int32_t* gather_rows = nullptr;  // [count]
+  // Set by RunMlps: x packed for the packed-activation product (kernels.h GemmPackedIndex),
+  // then the down input packed; null: the products read x and gate as they are.
+  float* packed = nullptr;
 };
 
-// One work item of Model::RunMlps: a group's gather, or a range of its panels of gate and up
-// (with the SiLU) or of down.
+// One work item of Model::RunMlps: a group's gather and packing, or a range of its panels of
+// gate and up (with the SiLU) or of down.
 struct MlpTile {
-  enum Kind : int32_t { kGather, kGateUp, kDown };
+  enum Kind : int32_t { kPrepare, kGateUp, kDown };
   Kind kind;
   int32_t group;
   int32_t panel_begin, panel_end;
 };
 
 struct Workspace {
-  Workspace(const ModelConfig& c, int max_tokens, int max_context, int num_threads);
+  // moe_block_tokens: 0 for the default (see kMoeBlockBytes).
+  Workspace(const ModelConfig& c, int max_tokens, int max_context, int num_threads, int moe_block_tokens = 0);
 
   int max_tokens;
   int max_context;
@@ -61,15 +68,15 @@ struct Workspace {
   std::vector<float> gate;      // [N, max_inter]
   std::vector<float> up;        // [N, max_inter]
   std::vector<float> expert_out;  // [N, H] the shared experts' output
-  int moe_block_tokens;           // B = min(N, kMoeBlockTokens)
+  int moe_block_tokens;           // B <= N
   std::vector<float> moe_rows;    // [B * top_k, H] each slot's gathered input, then its expert's output
   std::vector<float> moe_gate;    // [B * top_k, moe_inter]
   std::vector<float> moe_up;      // [B * top_k, moe_inter]
   std::vector<int32_t> token_slots;  // [B, top_k] the slots of each token of the block
   std::vector<MlpGroup> mlp_groups;  // [n_routed_experts + 1]
   std::vector<MlpTile> mlp_tiles;    // [groups * (1 + gate/up tiles + down tiles)], an upper bound
-  std::vector<std::atomic<int32_t>> mlp_pending_gather;   // [n_routed_experts + 1] 1 until gathered
-  std::vector<std::atomic<int32_t>> mlp_pending_gate_up;  // [n_routed_experts + 1] gate/up tiles left
+  std::vector<std::atomic<int32_t>> mlp_pending_prepare;  // [n_routed_experts + 1] 1 until gathered/packed
+  std::vector<std::atomic<int32_t>> mlp_pending_gate_up;  // [n_routed_experts + 1] gate/up tiles (+ packing) left
   std::vector<float> router_logits;  // [N, n_routed_experts]
   std::vector<int32_t> topk_ids;     // [N, top_k]
   std::vector<float> topk_weights;   // [N, top_k]
