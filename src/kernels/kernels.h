@@ -55,6 +55,14 @@ struct KernelSet {
   // order), so results stay batch-invariant whichever is called.
   void (*matmul_panels_packed)(const float* x, const float* xp, float* scratch, int64_t n, const WeightMatrix& w,
                                int64_t panel_begin, int64_t panel_end, float* y, int64_t ldy);
+  // out[i] = x[i] / rms(x) * weight[i], i < dim; rms(x) = sqrt(mean(x^2) + eps). x and out may
+  // alias. Every row of every batch goes through the same table entry, so a token's result does
+  // not depend on what else is in its batch (the SIMD tables sum the squares in their own order).
+  void (*rms_norm)(const float* x, const float* weight, int64_t dim, double eps, float* out);
+  // The residual add fused with the next norm: x[i] += add[i], then out = rms_norm(x).
+  void (*add_rms_norm)(float* x, const float* add, const float* weight, int64_t dim, double eps, float* out);
+  // out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i]; out may alias gate.
+  void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out);
 };
 
 // Packed activations: column blocks of kGemmColumns (the activations' [n, kGemmColumns] block

@@ -6,6 +6,7 @@
 
 #define MLASERVE_SIMD_NS avx2
 #include "kernels/simd_kernels_impl.h"
+#include "kernels/simd_elementwise_impl.h"
 
 namespace mlaserve {
 namespace {
@@ -76,7 +77,8 @@ const KernelSet* Avx2Kernels() {
   static const KernelSet kSet{KernelIsa::kAvx2, "avx2", avx2::MatMulRows<Avx2>, avx2::MatMulPanels<Avx2>,
                               avx2::AxpyRow<Avx2>, avx2::DotF32<Avx2>, avx2::AxpyF32<Avx2>,
                               avx2::FmaChains<Avx2>,
-                              avx2::PackActivations<Avx2>, avx2::MatMulPanelsPacked<Avx2>};
+                              avx2::PackActivations<Avx2>, avx2::MatMulPanelsPacked<Avx2>,
+                              avx2::RmsNorm, avx2::AddRmsNorm, avx2::SiluMul};
   return &kSet;
 }
 

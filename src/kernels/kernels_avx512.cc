@@ -7,6 +7,7 @@
 
 #define MLASERVE_SIMD_NS avx512
 #include "kernels/simd_kernels_impl.h"
+#include "kernels/simd_elementwise_impl.h"
 
 namespace mlaserve {
 namespace {
@@ -75,7 +76,8 @@ const KernelSet* Avx512Kernels() {
   static const KernelSet kSet{KernelIsa::kAvx512, "avx512", avx512::MatMulRows<Avx512>, avx512::MatMulPanels<Avx512>,
                               avx512::AxpyRow<Avx512>, avx512::DotF32<Avx512>,
                               avx512::AxpyF32<Avx512>, avx512::FmaChains<Avx512>,
-                              avx512::PackActivations<Avx512>, avx512::MatMulPanelsPacked<Avx512>};
+                              avx512::PackActivations<Avx512>, avx512::MatMulPanelsPacked<Avx512>,
+                              avx512::RmsNorm, avx512::AddRmsNorm, avx512::SiluMul};
   return &kSet;
 }
 

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "kernels/ops.h"
 #include "kernels/weight_value.h"
 
 namespace mlaserve {
@@ -80,11 +81,18 @@ void MatMulPanelsPacked(const float* x, const float*, float*, int64_t n, const W
   MatMulPanels(x, n, w, panel_begin, panel_end, y, ldy);
 }
 
+// The residual add, then ops.cc's RmsNorm (sums of squares in double, in index order).
+void AddRmsNorm(float* x, const float* add, const float* weight, int64_t dim, double eps, float* out) {
+  for (int64_t i = 0; i < dim; ++i) x[i] += add[i];
+  RmsNorm(x, weight, dim, eps, out);
+}
+
 }  // namespace
 
 const KernelSet& PortableKernels() {
   static const KernelSet kSet{KernelIsa::kPortable, "portable", MatMulRows, MatMulPanels, AxpyRow,
-                              DotF32, AxpyF32, FmaChains, PackActivations, MatMulPanelsPacked};
+                              DotF32, AxpyF32, FmaChains, PackActivations, MatMulPanelsPacked,
+                              RmsNorm, AddRmsNorm, SiluMul};
   return kSet;
 }
 

@@ -8,16 +8,6 @@ namespace mlaserve {
 
 namespace {
 
-// Products of packed matrices split by pairs of panels (an AVX-512 block), at least ~64 KB of
-// weights a chunk. A prefill's (the packed-activation product) chunk is instead a block of output
-// rows whose partial sums [n, rows] stay in L2 across the column blocks: up to 16 panels (256
-// rows), fewer when that would leave a thread without work.
-int64_t PanelGrain(const WeightMatrix& w, bool prefill, int num_threads) {
-  int64_t panels = std::max<int64_t>(2, (64 << 10) / std::max<size_t>(1, w.panel_bytes()));
-  if (prefill) panels = std::clamp<int64_t>(w.num_panels() / (2 * int64_t(num_threads)), 2, 16);
-  return (panels + 1) / 2 * 2;
-}
-
 // Tokens above which the packed-activation product is faster: it widens each weight once per
 // call, which pays off over enough token tiles (bf16, 2048 x 2048, one thread: 0.85x the
 // in-register product at 24 tokens, even at 48, 1.1x at 256).
@@ -26,7 +16,7 @@ constexpr int64_t kPackedProductMinTokens = 4 * kGemmTileTokens;
 // Whether x @ w^T goes through the packed-activation product: many tokens and room in the
 // scratch (ComputeContext::gemm_scratch).
 bool UsePackedProduct(const ComputeContext& ctx, int64_t n, const WeightMatrix& w) {
-  return w.packed && n > kPackedProductMinTokens &&
+  return PackedProductPays(n, w) &&
          int64_t(ctx.gemm_scratch.size()) >= GemmScratchFloats(n, w.cols, ctx.pool->num_threads());
 }
 
@@ -63,6 +53,18 @@ void ForEachChunk(const ComputeContext& ctx, int64_t chunks, FunctionRef<void(in
 }
 
 }  // namespace
+
+// Products of packed matrices split by pairs of panels (an AVX-512 block), at least ~64 KB of
+// weights a chunk. A prefill's (the packed-activation product) chunk is instead a block of output
+// rows whose partial sums [n, rows] stay in L2 across the column blocks: up to 16 panels (256
+// rows), fewer when that would leave a thread without work.
+int64_t PanelGrain(const WeightMatrix& w, bool prefill, int num_threads) {
+  int64_t panels = std::max<int64_t>(2, (64 << 10) / std::max<size_t>(1, w.panel_bytes()));
+  if (prefill) panels = std::clamp<int64_t>(w.num_panels() / (2 * int64_t(num_threads)), 2, 16);
+  return (panels + 1) / 2 * 2;
+}
+
+bool PackedProductPays(int64_t n, const WeightMatrix& w) { return w.packed && n > kPackedProductMinTokens; }
 
 void MatMul(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w, float* y) {
   const KernelSet& k = *ctx.kernels;
