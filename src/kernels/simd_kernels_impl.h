@@ -288,12 +288,14 @@ inline void WithTokenCount(int n, Fn&& fn) {
   }
 }
 
-// Quantized prefill, one chunk of columns for T tokens of a block: y[t][v] (the block's partial
-// sums; zero when `first`) += a[v][t * a_stride + i] * widened[i][v] over i < len in order,
-// widened being the block's codes already widened (and, for int4, scaled) into fp32
-// [len][NV][kLanes]. kShared: every vector reads the same activations (a[0]). The accumulators
-// are local so that they stay in registers.
-template <class V, int T, int NV, bool kShared>
+// The widened-weight micro-kernel, for T tokens of a block: y[t][v] (the block's partial sums;
+// zero when `first`) += a[v][t * a_stride + i * kColumnStride] * widened[i][v] over i < len in
+// order, widened being the block's weights already widened (and, for int4, scaled) into fp32
+// [len][NV][kLanes]. kShared: every vector reads the same activations (a[0]). Activations are
+// rows (kColumnStride 1: a quantized prefill's chunks) or packed tiles (a_stride 1,
+// kColumnStride kGemmTileTokens: GemmTile). The accumulators are local so that they stay in
+// registers.
+template <class V, int T, int NV, bool kShared, int64_t kColumnStride = 1>
 inline void AccumulateWidened(const float* const (&a)[NV], int64_t a_stride, const float* widened, int64_t len,
                               bool first, float* y, int64_t ldy, int rows_valid) {
   typename V::Reg acc[T][NV];
@@ -309,10 +311,12 @@ inline void AccumulateWidened(const float* const (&a)[NV], int64_t a_stride, con
 #pragma GCC unroll 16  // the accumulators must stay in registers (GCC 12 left them in memory)
     for (int t = 0; t < T; ++t) {
       if constexpr (kShared) {
-        const typename V::Reg xv = V::Broadcast(a[0][t * a_stride + i]);
+        const typename V::Reg xv = V::Broadcast(a[0][t * a_stride + i * kColumnStride]);
         for (int v = 0; v < NV; ++v) acc[t][v] = V::Fma(xv, wv[v], acc[t][v]);
       } else {
-        for (int v = 0; v < NV; ++v) acc[t][v] = V::Fma(V::Broadcast(a[v][t * a_stride + i]), wv[v], acc[t][v]);
+        for (int v = 0; v < NV; ++v) {
+          acc[t][v] = V::Fma(V::Broadcast(a[v][t * a_stride + i * kColumnStride]), wv[v], acc[t][v]);
+        }
       }
     }
   }
@@ -719,23 +723,9 @@ void PackActivations(const float* x, int64_t n, int64_t cols, int64_t tile_begin
 template <class V, int T, int NV>
 inline void GemmTile(const float* xp, const float* widened, int64_t len, bool first, float* y, int64_t ldy,
                      int rows_valid) {
-  typename V::Reg acc[T][NV];
-  if (first) {
-    for (int t = 0; t < T; ++t)
-      for (int v = 0; v < NV; ++v) acc[t][v] = V::Zero();
-  } else {
-    LoadPanelOutputs<V, T, NV>(y, ldy, rows_valid, acc);
-  }
-  for (int64_t i = 0; i < len; ++i) {
-    typename V::Reg wv[NV];
-    for (int v = 0; v < NV; ++v) wv[v] = V::LoadF32(widened + (i * NV + v) * V::kLanes);
-#pragma GCC unroll 16  // the accumulators must stay in registers
-    for (int t = 0; t < T; ++t) {
-      const typename V::Reg xv = V::Broadcast(xp[i * kGemmTileTokens + t]);
-      for (int v = 0; v < NV; ++v) acc[t][v] = V::Fma(xv, wv[v], acc[t][v]);
-    }
-  }
-  StorePanelOutputs<V, T, NV>(acc, y, ldy, rows_valid);
+  const float* a[NV];
+  for (int v = 0; v < NV; ++v) a[v] = xp;
+  AccumulateWidened<V, T, NV, true, kGemmTileTokens>(a, 1, widened, len, first, y, ldy, rows_valid);
 }
 
 // The cache-blocked product: column blocks of kGemmColumns outermost (the packed activations'
