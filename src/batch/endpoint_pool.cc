@@ -46,6 +46,10 @@ bool EndpointPool::Probe(size_t index) {
       if (j.contains("server_id") && j["server_id"].is_string()) fresh.server_id = j["server_id"].get<std::string>();
       const auto incremental = j.find("incremental_streaming_output");
       fresh.incremental_stream = incremental != j.end() && incremental->is_boolean() && incremental->get<bool>();
+      if (const auto deterministic = j.find("enable_deterministic_inference");
+          deterministic != j.end() && deterministic->is_boolean()) {
+        fresh.deterministic = deterministic->get<bool>();
+      }
     }
   }
   // A server without SGLang's native API answers 404 (no route); ours answers 400 to "{}".

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ struct EndpointInfo {
   // /get_server_info's incremental_streaming_output (ours and SGLang's): each /generate stream
   // event carries only the new output_ids, not all so far.
   bool incremental_stream = false;
+  // /get_server_info's enable_deterministic_inference (ours and SGLang's); nullopt: not reported.
+  // Resume continues a record bit-identically only on a deterministic server.
+  std::optional<bool> deterministic;
   std::string model_path;         // /get_model_info's; empty if not reported
   std::string model_type;
   std::string served_model_name;

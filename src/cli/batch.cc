@@ -295,6 +295,24 @@ Result<BatchTokenizer> LoadBatchTokenizer(const std::string& flag_dir, const bat
   return BatchTokenizer{.tokenizer = std::move(t).value(), .model_type = type, .chat_template = std::move(chat_template).value()};
 }
 
+// Resume continues an interrupted record from its checkpointed tokens: bit-identical to an
+// uninterrupted run only on servers in deterministic mode. One line names those that are not
+// (or do not say: an older server, or one not reached yet).
+void WarnIfNotDeterministic(const batch::EndpointPool& endpoints, size_t num_endpoints) {
+  std::string names;
+  for (size_t i = 0; i < num_endpoints; ++i) {
+    const batch::EndpointInfo info = endpoints.info(i);
+    if (info.deterministic != true) names += (names.empty() ? "" : ", ") + info.base_url;
+  }
+  if (names.empty()) return;
+  std::fprintf(stderr,
+               "batch: warning: not in deterministic mode (/get_server_info's enable_deterministic_inference is not "
+               "true): %s; a record resumed mid-generation continues validly but may differ from an uninterrupted "
+               "run (no record is lost or repeated; serve with --enable-deterministic-inference for identical "
+               "continuations)\n",
+               names.c_str());
+}
+
 }  // namespace
 
 int RunBatch(Args& args) {
@@ -353,6 +371,10 @@ int RunBatch(Args& args) {
   }
   if (in_process && !f.tokenizer.empty()) {
     args.Reject("--tokenizer is for --endpoint runs; in process the tokenizer is --model-path's");
+  }
+  if (!in_process && !f.dry_run && args.WasGiven("enable-deterministic-inference")) {
+    args.Reject("--enable-deterministic-inference is the server's mode with --endpoint: start the server with it "
+                "(batch reads /get_server_info and warns when a server runs without it)");
   }
   if (in_process && args.WasGiven("request-timeout")) {
     args.Reject("--request-timeout is for --endpoint runs; in process no request times out");
@@ -448,6 +470,9 @@ int RunBatch(Args& args) {
   std::string model_type;
   if (in_process) {
     engine_options.log_batches = false;
+    // Resume continues an interrupted record from its checkpointed tokens; only batch- and
+    // chunk-invariant logits make that continuation the one an uninterrupted run would write.
+    model_flags.options.deterministic = true;
     auto l = LoadModel(model_flags, /*need_tokenizer=*/true);
     if (!l.ok()) return Fail("batch", l.error());
     loaded = std::move(l).value();
@@ -468,8 +493,10 @@ int RunBatch(Args& args) {
         *engine, batch::Serving{.kv_cache_dtype = KvFormatName(loaded->kv_cache.kv_format),
                                 .model = model_flags.model_path,
                                 .server_id = "in-process"});
-    std::fprintf(stderr, "batch: in-process engine on %s, kv_cache_dtype=%s\n", model_flags.model_path.c_str(),
-                 KvFormatName(loaded->kv_cache.kv_format));
+    std::fprintf(stderr,
+                 "batch: in-process engine on %s, kv_cache_dtype=%s, deterministic inference on (set by batch: a "
+                 "resumed record continues exactly as an uninterrupted run)\n",
+                 model_flags.model_path.c_str(), KvFormatName(loaded->kv_cache.kv_format));
   } else {
     HttpHeaders headers = {{"Content-Type", "application/json"}};
     if (const char* key = std::getenv("OPENAI_API_KEY"); key != nullptr && *key != '\0') {
@@ -496,6 +523,7 @@ int RunBatch(Args& args) {
       std::fprintf(stderr, "batch: %s has no SGLang-native /generate: using /v1/chat/completions; an interrupted "
                            "record is restarted there, not continued\n", info.base_url.c_str());
     }
+    WarnIfNotDeterministic(*endpoints, f.endpoints.size());
     generator = std::make_unique<batch::HttpGenerator>(*endpoints, *tokenizer, f.request_timeout_s, f.model);
     std::fprintf(stderr, "batch: %zu endpoint(s), first %s (kv_cache_dtype=%s), concurrency %d\n",
                  f.endpoints.size(), info.base_url.c_str(), info.kv_format.c_str(), f.runner.concurrency);

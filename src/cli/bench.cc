@@ -1,11 +1,17 @@
-// mlaserve bench: prefill and decode tokens/s of one sequence on any checkpoint (typically one
-// from init-random), the weight bytes each decode step reads, the bandwidth that achieves, and
-// this machine's read bandwidth measured the same way for comparison; likewise prefill's FLOP/s
-// against the kernel table's fp32 FMA peak measured in the same run.
+// mlaserve bench: prefill and decode tokens/s on any checkpoint (typically one from init-random),
+// each as a share of its roofline measured in the same run: decode of one sequence as the bytes
+// it reads per second against the machine's read bandwidth, prefill's FLOP/s against the kernel
+// table's fp32 FMA peak (the bf16 dot-product peak is printed beside it where the CPU has one),
+// and with --batch N, N sequences decoding together against the per-step bound
+// max(bytes / bandwidth, FLOPs / peak); also the share of a decode step spent in attention.
+// docs/benchmarks.md says how to read the output.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +22,8 @@
 #include "core/thread_pool.h"
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
+#include "kvcache/kv_format.h"
+#include "kvcache/sequence_kv.h"
 
 namespace mlaserve::cli {
 namespace {
@@ -80,6 +88,22 @@ int MoeLayers(const ModelConfig& c) {
   return moe_layers;
 }
 
+// 2 x (per-token weight elements + top-k routed experts' elements): a token's matmul FLOPs but
+// the lm_head's.
+double WeightFlopsPerToken(const Model& model) {
+  const ModelConfig& c = model.config();
+  int64_t expert_params = 0;
+  if (const MlpWeights* e = FirstExpert(model)) expert_params = Params(e->gate) + Params(e->up) + Params(e->down);
+  return 2.0 * (double(DenseParamsPerToken(model)) +
+                double(MoeLayers(c)) * c.num_experts_per_tok * double(expert_params));
+}
+
+// The absorbed MLA attention's FLOPs for one query and one cached position, all layers and heads:
+// the score over the latent and rope parts, and the latent value sum.
+double AttentionFlopsPerPosition(const ModelConfig& c) {
+  return double(c.num_hidden_layers) * c.num_attention_heads * (2.0 * c.kv_cache_dim() + 2.0 * c.kv_lora_rank);
+}
+
 // FLOPs of one prefill of `prompt_len` tokens from an empty cache, counting 2 per multiply-add:
 //   2 x (per-token weight elements + top-k routed experts' elements) x prompt_len
 //   + 2 x lm_head elements x prompt chunks (logits only for each chunk's last token)
@@ -89,17 +113,10 @@ int MoeLayers(const ModelConfig& c) {
 // i + 1 positions). kv_b counts once per token: the absorbed form applies W_UK and W_UV per query.
 // Softmax, norms, RoPE and routing are not counted.
 double PrefillFlops(const Model& model, int prompt_len) {
-  const ModelConfig& c = model.config();
-  int64_t expert_params = 0;
-  if (const MlpWeights* e = FirstExpert(model)) expert_params = Params(e->gate) + Params(e->up) + Params(e->down);
-  const double per_token =
-      double(DenseParamsPerToken(model)) + double(MoeLayers(c)) * c.num_experts_per_tok * double(expert_params);
   const int chunks = (prompt_len + model.max_batch_tokens() - 1) / model.max_batch_tokens();
   const double attended = double(prompt_len) * (prompt_len + 1) / 2.0;
-  const double attention_per_position =
-      double(c.num_hidden_layers) * c.num_attention_heads * (2.0 * c.kv_cache_dim() + 2.0 * c.kv_lora_rank);
-  return 2.0 * per_token * prompt_len + 2.0 * double(Params(model.weights().lm_head)) * chunks +
-         attention_per_position * attended;
+  return WeightFlopsPerToken(model) * prompt_len + 2.0 * double(Params(model.weights().lm_head)) * chunks +
+         AttentionFlopsPerPosition(model.config()) * attended;
 }
 
 const char* WeightsName(const ModelConfig& c) {
@@ -111,18 +128,90 @@ const char* WeightsName(const ModelConfig& c) {
   return c.torch_dtype.empty() ? "dense" : c.torch_dtype.c_str();
 }
 
+// The expected number of distinct experts n tokens pick, each choosing k of E uniformly:
+// E (1 - (1 - k/E)^n). The routing itself is inside the model, not observed here.
+double ExpectedDistinctExperts(int num_experts, int top_k, int num_tokens) {
+  if (num_experts <= 0) return 0.0;
+  return num_experts * (1.0 - std::pow(1.0 - double(top_k) / num_experts, num_tokens));
+}
+
+// KV cache bytes one cached position holds in every layer, in the cache's format.
+size_t KvBytesPerPosition(const LoadedModel& loaded) {
+  const ModelConfig& c = loaded.model->config();
+  return KvRowBytes(loaded.kv_cache.kv_format, c.kv_lora_rank, c.qk_rope_head_dim) * size_t(c.num_hidden_layers);
+}
+
+struct Peaks {
+  double read_bandwidth;      // bytes/s
+  FmaPeak fp32;               // the kernel table's FMA
+  std::optional<FmaPeak> bf16;  // vdpbf16ps; nullopt without AVX512-BF16
+};
+
+Peaks MeasurePeaks(Model& model, const KernelSet& kernels, int bandwidth_mb) {
+  return Peaks{.read_bandwidth = MeasureReadBandwidth(model.pool(), size_t(bandwidth_mb) << 20, 5),
+               .fp32 = MeasureFmaPeak(model.pool(), kernels),
+               .bf16 = MeasureBf16DotPeak(model.pool())};
+}
+
+void PrintComputePeaks(const Peaks& peaks, const KernelSet& kernels) {
+  std::printf("fp32 FMA peak (%s): %.1f GFLOP/s all threads, %.1f GFLOP/s one thread\n", kernels.name,
+              peaks.fp32.all_threads_flops / 1e9, peaks.fp32.one_thread_flops / 1e9);
+  if (peaks.bf16) {
+    std::printf("bf16 dot-product peak (avx512_bf16 vdpbf16ps): %.1f GFLOP/s all threads, %.1f GFLOP/s one thread "
+                "(informational: the kernels compute in fp32 FMA)\n",
+                peaks.bf16->all_threads_flops / 1e9, peaks.bf16->one_thread_flops / 1e9);
+  } else {
+    std::printf("bf16 dot-product peak: none (this CPU lacks AVX512-BF16)\n");
+  }
+}
+
+void PrintPrefillCompute(double flops, double seconds, const Peaks& peaks) {
+  std::printf("prefill compute: %.1f GFLOP/s achieved (%.1f GFLOP in the prompt), %.0f%% of the FMA peak\n",
+              flops / seconds / 1e9, flops / 1e9, 100.0 * flops / seconds / peaks.fp32.all_threads_flops);
+}
+
+void PrintAttentionShare(const ForwardTimings& timings, double decode_s) {
+  std::printf("attention share of decode step: %.1f%% (the attention block of every layer, projections included)\n",
+              100.0 * double(timings.attention_ns) / 1e9 / decode_s);
+}
+
+// The matmul kernel alone on the lm_head matrix, for batches of n tokens: where decode turns from
+// bandwidth-bound to compute-bound.
+void PrintMatmulSweep(Model& model, const KernelSet& kernels) {
+  const WeightMatrix& w = model.weights().lm_head;
+  const ComputeContext ctx{&kernels, &model.pool()};
+  for (int n : {1, 8, 32, 64}) {
+    std::vector<float> x(static_cast<size_t>(n) * size_t(w.cols), 0.01f);
+    std::vector<float> y(static_cast<size_t>(n) * size_t(w.rows));
+    MatMul(ctx, x.data(), n, w, y.data());
+    const auto m0 = Clock::now();
+    constexpr int kReps = 5;
+    for (int rep = 0; rep < kReps; ++rep) MatMul(ctx, x.data(), n, w, y.data());
+    const double s = Seconds(m0, Clock::now()) / kReps;
+    std::printf("matmul [%d x %lld] x [%lld x %lld]^T: %.1f GFLOP/s, %.1f GB/s of weights\n", n,
+                (long long)w.cols, (long long)w.rows, (long long)w.cols,
+                2.0 * n * double(w.rows) * double(w.cols) / s / 1e9, double(w.stored_bytes()) / s / 1e9);
+  }
+}
+
+// Deterministic pseudo-random prompt; `stream` tells sequences apart.
+std::vector<TokenId> BenchPrompt(int prompt_len, int vocab_size, uint64_t stream = 0) {
+  std::vector<TokenId> prompt(static_cast<size_t>(prompt_len));
+  for (int i = 0; i < prompt_len; ++i) prompt[size_t(i)] = TokenId(CounterUniform(7 + stream, uint64_t(i)) * vocab_size);
+  return prompt;
+}
+
 struct BenchSettings {
   int prompt_len;
   int decode_tokens;
   int bandwidth_mb;
   bool matmul_sweep;
+  int batch;  // sequences decoding together (--batch)
 };
 
-// Loads one checkpoint and prints its figures; returns the exit code.
+// Loads one checkpoint and prints its figures for one sequence; returns the exit code.
 int BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
   const int prompt_len = settings.prompt_len, decode_tokens = settings.decode_tokens;
-  const int bandwidth_mb = settings.bandwidth_mb;
-  const bool matmul_sweep = settings.matmul_sweep;
   auto loaded = LoadModel(model_flags, /*need_tokenizer=*/false);
   if (!loaded.ok()) return Fail("bench", loaded.error());
   Model& model = *loaded->model;
@@ -131,11 +220,7 @@ int BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
     return Fail("bench", "--prompt-len + --decode-tokens exceeds the context length", 2);
   }
 
-  // Deterministic pseudo-random prompt.
-  std::vector<TokenId> prompt(static_cast<size_t>(prompt_len));
-  for (int i = 0; i < prompt_len; ++i) {
-    prompt[size_t(i)] = TokenId(CounterUniform(7, uint64_t(i)) * c.vocab_size);
-  }
+  const std::vector<TokenId> prompt = BenchPrompt(prompt_len, c.vocab_size);
   auto created = SequenceRunner::Create(model, *loaded->kernels, loaded->kv_cache);
   if (!created.ok()) return Fail("bench", created.error());
   SequenceRunner& runner = **created;
@@ -152,18 +237,21 @@ int BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
   const size_t decode_bytes =
       DenseBytesPerToken(model) + size_t(MoeLayers(c) * c.num_experts_per_tok) * ExpertBytes(model);
 
+  ForwardTimings timings;
+  model.set_timings(&timings);
   const auto t1 = Clock::now();
   for (int i = 0; i < decode_tokens; ++i) {
     const TokenId next = ArgMax(runner.last_logits());
     if (Status s = runner.Append(std::span(&next, 1)); !s.ok()) return Fail("bench", s.message());
   }
   const double decode_s = Seconds(t1, Clock::now());
+  model.set_timings(nullptr);
   const double decode_tps = decode_tokens / decode_s;
   const double achieved = double(decode_bytes) * decode_tps;
-  const double machine = MeasureReadBandwidth(model.pool(), size_t(bandwidth_mb) << 20, 5);
-  const FmaPeak fma = MeasureFmaPeak(model.pool(), *loaded->kernels);
-  const double prefill_flops = PrefillFlops(model, prompt_len);
-  const double prefill_flops_per_s = prefill_flops / prefill_s;
+  const Peaks peaks = MeasurePeaks(model, *loaded->kernels, settings.bandwidth_mb);
+  const double machine = peaks.read_bandwidth;
+  // Step i reads the rows of positions [0, prompt_len + i + 1).
+  const double mean_context = prompt_len + (decode_tokens + 1) / 2.0;
 
   std::printf("model: %s (%s), %.3f GB of weights\n", model_flags.model_path.c_str(),
               c.model_type.c_str(), double(model.weight_bytes()) / 1e9);
@@ -175,28 +263,174 @@ int BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
   std::printf("weights read per decode step: %.1f MB\n", double(decode_bytes) / 1e6);
   std::printf("decode bandwidth: %.2f GB/s achieved, machine read bandwidth %.2f GB/s (%.0f%%)\n",
               achieved / 1e9, machine / 1e9, 100.0 * achieved / machine);
-  std::printf("fp32 FMA peak (%s): %.1f GFLOP/s all threads, %.1f GFLOP/s one thread\n", loaded->kernels->name,
-              fma.all_threads_flops / 1e9, fma.one_thread_flops / 1e9);
-  std::printf("prefill compute: %.1f GFLOP/s achieved (%.1f GFLOP in the prompt), %.0f%% of the FMA peak\n",
-              prefill_flops_per_s / 1e9, prefill_flops / 1e9, 100.0 * prefill_flops_per_s / fma.all_threads_flops);
-  if (matmul_sweep) {
-    // The matmul kernel alone on the lm_head matrix, for batches of n tokens: where decode turns
-    // from bandwidth-bound to compute-bound.
-    const WeightMatrix& w = model.weights().lm_head;
-    const ComputeContext ctx{loaded->kernels, &model.pool()};
-    for (int n : {1, 8, 32, 64}) {
-      std::vector<float> x(static_cast<size_t>(n) * size_t(w.cols), 0.01f);
-      std::vector<float> y(static_cast<size_t>(n) * size_t(w.rows));
-      MatMul(ctx, x.data(), n, w, y.data());
-      const auto m0 = Clock::now();
-      constexpr int kReps = 5;
-      for (int rep = 0; rep < kReps; ++rep) MatMul(ctx, x.data(), n, w, y.data());
-      const double s = Seconds(m0, Clock::now()) / kReps;
-      std::printf("matmul [%d x %lld] x [%lld x %lld]^T: %.1f GFLOP/s, %.1f GB/s of weights\n", n,
-                  (long long)w.cols, (long long)w.rows, (long long)w.cols,
-                  2.0 * n * double(w.rows) * double(w.cols) / s / 1e9, double(w.stored_bytes()) / s / 1e9);
+  std::printf("KV cache read per decode step: %.1f MB at the mean context of %.0f tokens (%s; not in the weights "
+              "figure above)\n",
+              double(KvBytesPerPosition(*loaded)) * mean_context / 1e6, mean_context,
+              KvFormatName(loaded->kv_cache.kv_format));
+  PrintAttentionShare(timings, decode_s);
+  PrintComputePeaks(peaks, *loaded->kernels);
+  PrintPrefillCompute(PrefillFlops(model, prompt_len), prefill_s, peaks);
+  if (settings.matmul_sweep) PrintMatmulSweep(model, *loaded->kernels);
+  return 0;
+}
+
+// --batch N: N sequences of --prompt-len tokens prefilled together (packed into forward calls of
+// up to --max-batch-tokens), then --decode-tokens steps, each one Forward of one token for every
+// sequence, as the engine's decode batches are; figures against the per-step roofline bound.
+int BenchBatch(const ModelFlags& model_flags, const BenchSettings& settings) {
+  const int n_seqs = settings.batch, prompt_len = settings.prompt_len, decode_tokens = settings.decode_tokens;
+  auto loaded = LoadModel(model_flags, /*need_tokenizer=*/false);
+  if (!loaded.ok()) return Fail("bench", loaded.error());
+  Model& model = *loaded->model;
+  const ModelConfig& c = model.config();
+  const int seq_tokens = prompt_len + decode_tokens;
+  if (seq_tokens + 1 > model.max_context()) {
+    return Fail("bench", "--prompt-len + --decode-tokens exceeds the context length", 2);
+  }
+  if (n_seqs > model.max_batch_tokens()) {
+    return Fail("bench", "--batch " + std::to_string(n_seqs) + " exceeds --max-batch-tokens " +
+                             std::to_string(model.max_batch_tokens()) + ": a decode step forwards one token per sequence",
+                2);
+  }
+
+  // The KV cache: every sequence's pages, reserved up front.
+  const int page_size = loaded->kv_cache.page_size;
+  const int64_t pages_per_seq = (seq_tokens + page_size - 1) / page_size;
+  auto storage = HostKvStorage::Create(KvStorageShape{.format = loaded->kv_cache.kv_format,
+                                                      .num_layers = c.num_hidden_layers,
+                                                      .latent_dim = c.kv_lora_rank,
+                                                      .rope_dim = c.qk_rope_head_dim,
+                                                      .page_size = page_size,
+                                                      .num_pages = pages_per_seq * n_seqs});
+  if (!storage.ok()) return Fail("bench", storage.error());
+  if (!loaded->kv_cache.kv_tensor_scales.empty()) {
+    if (Status s = (*storage)->SetTensorScales(loaded->kv_cache.kv_tensor_scales); !s.ok()) {
+      return Fail("bench", s.message());
     }
   }
+  auto allocator = PageAllocator::Create(page_size, pages_per_seq * n_seqs);
+  if (!allocator.ok()) return Fail("bench", allocator.error());
+  std::vector<std::unique_ptr<SequenceKv>> seqs;
+  std::vector<std::vector<TokenId>> prompts;
+  for (int s = 0; s < n_seqs; ++s) {
+    seqs.push_back(std::make_unique<SequenceKv>(**allocator, seq_tokens));
+    if (Status st = seqs.back()->Reserve(seq_tokens); !st.ok()) return Fail("bench", st.message());
+    prompts.push_back(BenchPrompt(prompt_len, c.vocab_size, uint64_t(s)));
+  }
+  std::vector<float> logits(size_t(n_seqs) * size_t(c.vocab_size));  // [n_seqs, vocab]: a row per segment
+  std::vector<TokenId> tokens;                                         // [max_batch_tokens]
+  std::vector<ForwardSegment> segments;                                // [n_seqs]
+  std::vector<int> segment_seq;                                        // [n_seqs] the sequence of each
+  std::vector<TokenId> next(static_cast<size_t>(n_seqs));              // each sequence's next input
+  tokens.reserve(size_t(model.max_batch_tokens()));
+  segments.reserve(size_t(n_seqs));
+  segment_seq.reserve(size_t(n_seqs));
+  // One Forward of `segments`; then each segment's rows count as computed.
+  auto forward = [&]() -> Status {
+    MLA_RETURN_IF_ERROR(model.Forward(*loaded->kernels, **storage, tokens, segments, LogitsMode::kLastPerSegment,
+                                      logits.data()));
+    for (size_t j = 0; j < segments.size(); ++j) seqs[size_t(segment_seq[j])]->MarkComputed(segments[j].num_tokens);
+    return Status::Ok();
+  };
+
+  // Warm-up: touch every weight page once (rows written here are overwritten by the prefill).
+  const int warm = std::min(prompt_len, 8);
+  tokens.assign(prompts[0].begin(), prompts[0].begin() + warm);
+  const ForwardSegment warm_segment{.pages = seqs[0]->pages(), .num_computed_tokens = 0, .num_tokens = warm};
+  if (Status s = model.Forward(*loaded->kernels, **storage, tokens, std::span(&warm_segment, 1),
+                               LogitsMode::kLastPerSegment, logits.data());
+      !s.ok()) {
+    return Fail("bench", s.message());
+  }
+
+  // Prefill: the prompts back to back, cut into forward calls of up to max_batch_tokens.
+  const auto t0 = Clock::now();
+  for (int s = 0; s < n_seqs;) {
+    tokens.clear();
+    segments.clear();
+    segment_seq.clear();
+    while (s < n_seqs && int(tokens.size()) < model.max_batch_tokens()) {
+      const int done = seqs[size_t(s)]->num_tokens();  // a prompt cut by the budget goes on in the next call
+      const int take = std::min(prompt_len - done, model.max_batch_tokens() - int(tokens.size()));
+      segments.push_back({.pages = seqs[size_t(s)]->pages(), .num_computed_tokens = done, .num_tokens = take});
+      segment_seq.push_back(s);
+      tokens.insert(tokens.end(), prompts[size_t(s)].begin() + done, prompts[size_t(s)].begin() + done + take);
+      if (done + take == prompt_len) ++s;
+    }
+    if (Status st = forward(); !st.ok()) return Fail("bench", st.message());
+    for (size_t j = 0; j < segments.size(); ++j) {
+      if (seqs[size_t(segment_seq[j])]->num_tokens() == prompt_len) {
+        next[size_t(segment_seq[j])] = ArgMax(std::span(logits).subspan(j * size_t(c.vocab_size), size_t(c.vocab_size)));
+      }
+    }
+  }
+  const double prefill_s = Seconds(t0, Clock::now());
+
+  // Decode: every step one token for each sequence.
+  ForwardTimings timings;
+  model.set_timings(&timings);
+  const auto t1 = Clock::now();
+  for (int step = 0; step < decode_tokens; ++step) {
+    tokens.assign(next.begin(), next.end());
+    segments.clear();
+    segment_seq.clear();
+    for (int s = 0; s < n_seqs; ++s) {
+      segments.push_back({.pages = seqs[size_t(s)]->pages(), .num_computed_tokens = seqs[size_t(s)]->num_tokens(),
+                          .num_tokens = 1});
+      segment_seq.push_back(s);
+    }
+    if (Status st = forward(); !st.ok()) return Fail("bench", st.message());
+    for (int s = 0; s < n_seqs; ++s) {
+      next[size_t(s)] = ArgMax(std::span(logits).subspan(size_t(s) * size_t(c.vocab_size), size_t(c.vocab_size)));
+    }
+  }
+  const double decode_s = Seconds(t1, Clock::now());
+  model.set_timings(nullptr);
+  const Peaks peaks = MeasurePeaks(model, *loaded->kernels, settings.bandwidth_mb);
+
+  // The per-step roofline bound, at the mean context (step i reads positions [0, prompt_len + i + 1)).
+  const double mean_context = prompt_len + (decode_tokens + 1) / 2.0;
+  const double experts_touched = ExpectedDistinctExperts(c.n_routed_experts, c.num_experts_per_tok, n_seqs);
+  const double dense_bytes = double(DenseBytesPerToken(model)) + double(n_seqs - 1) * double(model.weights().embed.row_bytes());
+  const double expert_bytes = double(MoeLayers(c)) * experts_touched * double(ExpertBytes(model));
+  const double kv_bytes = double(n_seqs) * mean_context * double(KvBytesPerPosition(*loaded));
+  const double step_bytes = dense_bytes + expert_bytes + kv_bytes;
+  const double step_flops = n_seqs * (WeightFlopsPerToken(model) + 2.0 * double(Params(model.weights().lm_head)) +
+                                      AttentionFlopsPerPosition(c) * mean_context);
+  const double memory_s = step_bytes / peaks.read_bandwidth;
+  const double compute_s = step_flops / peaks.fp32.all_threads_flops;
+  const double bound_s = std::max(memory_s, compute_s);
+  const double step_s = decode_s / decode_tokens;
+
+  std::printf("model: %s (%s), %.3f GB of weights\n", model_flags.model_path.c_str(), c.model_type.c_str(),
+              double(model.weight_bytes()) / 1e9);
+  std::printf("kernels: %s, threads: %d\n", loaded->kernels->name, model.pool().num_threads());
+  std::printf("batch: %d sequences, %d-token prompts, %d decode steps\n", n_seqs, prompt_len, decode_tokens);
+  std::printf("prefill: %d tokens (%d x %d) in %.3f s = %.1f tokens/s\n", n_seqs * prompt_len, n_seqs, prompt_len,
+              prefill_s, n_seqs * prompt_len / prefill_s);
+  std::printf("decode: %d steps x %d sequences in %.3f s = %.2f tokens/s aggregate (%.1f ms/step)\n", decode_tokens,
+              n_seqs, decode_s, n_seqs * decode_tokens / decode_s, 1000.0 * step_s);
+  std::printf("bytes per decode step: %.1f MB = %.1f MB dense weights and lm_head + %.1f MB routed experts + %.1f MB "
+              "KV cache (%s, mean context %.0f)\n",
+              step_bytes / 1e6, dense_bytes / 1e6, expert_bytes / 1e6, kv_bytes / 1e6,
+              KvFormatName(loaded->kv_cache.kv_format), mean_context);
+  if (c.n_routed_experts > 0) {
+    std::printf("routed experts per MoE layer and step: %.1f of %d, expected for %d x top-%d uniform draws, "
+                "E (1 - (1 - k/E)^N) (the routing is not observed)\n",
+                experts_touched, c.n_routed_experts, n_seqs, c.num_experts_per_tok);
+  }
+  std::printf("FLOPs per decode step: %.2f GFLOP (weights, lm_head and attention at the mean context)\n",
+              step_flops / 1e9);
+  std::printf("per-step bound: max(%.1f ms reading at %.2f GB/s, %.1f ms computing at %.1f GFLOP/s) = %.1f ms "
+              "(%s-bound, %.1f tokens/s)\n",
+              1000.0 * memory_s, peaks.read_bandwidth / 1e9, 1000.0 * compute_s, peaks.fp32.all_threads_flops / 1e9,
+              1000.0 * bound_s, memory_s >= compute_s ? "memory" : "compute", n_seqs / bound_s);
+  std::printf("batched decode: %.1f ms/step achieved, %.0f%% of the per-step bound\n", 1000.0 * step_s,
+              100.0 * bound_s / step_s);
+  PrintAttentionShare(timings, decode_s);
+  PrintComputePeaks(peaks, *loaded->kernels);
+  PrintPrefillCompute(n_seqs * PrefillFlops(model, prompt_len), prefill_s, peaks);
+  if (settings.matmul_sweep) PrintMatmulSweep(model, *loaded->kernels);
   return 0;
 }
 
@@ -235,9 +469,7 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
                 e.loaded.model->pool().num_threads());
     entries.push_back(std::move(e));
   }
-  const int vocab = entries[0].loaded.model->config().vocab_size;
-  std::vector<TokenId> prompt(static_cast<size_t>(settings.prompt_len));
-  for (int i = 0; i < settings.prompt_len; ++i) prompt[size_t(i)] = TokenId(CounterUniform(7, uint64_t(i)) * vocab);
+  const std::vector<TokenId> prompt = BenchPrompt(settings.prompt_len, entries[0].loaded.model->config().vocab_size);
   constexpr int kPrefillRounds = 2;
   for (int round = 0; round <= kPrefillRounds; ++round) {  // round 0 warms up
     for (Entry& e : entries) {
@@ -260,13 +492,13 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
     }
   }
   Model& model0 = *entries[0].loaded.model;
-  const double machine = MeasureReadBandwidth(model0.pool(), size_t(settings.bandwidth_mb) << 20, 5);
-  const FmaPeak fma = MeasureFmaPeak(model0.pool(), *entries[0].loaded.kernels);
+  const Peaks peaks = MeasurePeaks(model0, *entries[0].loaded.kernels, settings.bandwidth_mb);
+  const double machine = peaks.read_bandwidth;
+  const FmaPeak& fma = peaks.fp32;
   std::printf("interleaved: %d-token prompt x %d rounds, %d decode steps, model after model; machine read bandwidth "
               "%.2f GB/s\n",
               settings.prompt_len, kPrefillRounds, settings.decode_tokens, machine / 1e9);
-  std::printf("fp32 FMA peak (%s): %.1f GFLOP/s all threads\n", entries[0].loaded.kernels->name,
-              fma.all_threads_flops / 1e9);
+  PrintComputePeaks(peaks, *entries[0].loaded.kernels);
   std::printf("%-14s %14s %14s %10s %12s %8s %10s %10s %15s\n", "weights", "prefill tok/s", "decode tok/s", "MB/token",
               "decode GB/s", "of peak", "decode x", "prefill x", "prefill of peak");
   const double prefill0 = kPrefillRounds * settings.prompt_len / entries[0].prefill_s;
@@ -293,14 +525,22 @@ int RunBench(Args& args) {
       .decode_tokens = args.Int("decode-tokens", 32, "tokens decoded after the prompt", {.min = 1}),
       .bandwidth_mb = args.Int("bandwidth-buffer-mb", 1024, "buffer for the machine's read bandwidth, in MB",
                                {.value_name = "MB", .min = 1}),
-      .matmul_sweep = args.Switch("matmul-sweep", "also time the lm_head matmul for batches of 1 to 64 tokens")};
+      .matmul_sweep = args.Switch("matmul-sweep", "also time the lm_head matmul for batches of 1 to 64 tokens"),
+      .batch = args.Int("batch", 1,
+                        "sequences decoding together, after an N x --prompt-len prefill; figures against the "
+                        "per-step bound max(bytes / bandwidth, FLOPs / FMA peak)",
+                        {.value_name = "N", .min = 1})};
   const std::vector<std::string> compare =
       args.All("compare-model-path", "another checkpoint of the same shape (e.g. `quantize` output) benched in the "
                "same run and tabulated beside --model-path", {.value_name = "DIR"});
   if (settings.matmul_sweep && !compare.empty()) {
     args.Reject("--matmul-sweep times one model's lm_head; it does not combine with --compare-model-path");
   }
+  if (settings.batch > 1 && !compare.empty()) {
+    args.Reject("--batch above 1 benches one model; it does not combine with --compare-model-path");
+  }
   if (auto exit_code = args.Finish()) return *exit_code;
+  if (settings.batch > 1) return BenchBatch(model_flags, settings);
   if (compare.empty()) return BenchModel(model_flags, settings);
   std::vector<std::string> paths{model_flags.model_path};
   paths.insert(paths.end(), compare.begin(), compare.end());

@@ -1,8 +1,9 @@
 // mlaserve bench-kernels: the packed-panel matmul kernels alone, per weight format (bf16,
 // fp8-block 128x128, int4-g32), on random weights: the bandwidth one-token products reach
 // streaming from memory on every thread (decode), and the compute rate of one thread on a
-// matrix that fits in L2, for token counts from decode to prefill tiles. The figures the kernel
-// notes in docs/benchmarks.md quote come from here.
+// matrix that fits in L2, for token counts from decode to prefill tiles; then the KV row codecs
+// per cache format, scalar against SIMD. The figures the kernel notes in docs/benchmarks.md
+// quote come from here.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +21,8 @@
 #include "kernels/ops.h"
 #include "kernels/pack.h"
 #include "kvcache/fp8.h"
+#include "kvcache/kv_codec.h"
+#include "kvcache/kv_format.h"
 
 namespace mlaserve::cli {
 namespace {
@@ -103,6 +106,52 @@ double BestSeconds(int repeats, Fn&& fn) {
   return best;
 }
 
+// The KV row codecs, one thread, DeepSeek's 512 + 64 row: a cache of kKvRows rows (a few MB, as
+// one layer of a long context) read in attention's 16-row tiles into one tile buffer, with every
+// codec this CPU runs; and the scalar quantizer, one row at a time as tokens are written.
+void PrintKvCodecTable(std::mt19937& rng) {
+  constexpr int kLatent = 512, kRope = 64, kRowDim = kLatent + kRope;
+  constexpr int kKvRows = 4096, kTileRows = 16;
+  std::vector<const KvCodec*> codecs;
+  for (KernelIsa isa : {KernelIsa::kPortable, KernelIsa::kAvx2, KernelIsa::kAvx512}) {
+    if (const KvCodec* codec = KvCodecFor(isa)) codecs.push_back(codec);
+  }
+  std::printf("\nKV row codecs, one thread, %d + %d values a row, %d rows read in %d-row tiles: million rows/s"
+              " dequantized (GB/s of row bytes)\n", kLatent, kRope, kKvRows, kTileRows);
+  std::printf("%-11s %6s", "kv format", "bytes");
+  for (const KvCodec* codec : codecs) std::printf(" %16s", codec->name);
+  std::printf(" %9s %16s\n", "simd gain", "quantize Mrows/s");
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values(size_t(kKvRows) * kRowDim);  // [kKvRows, kRowDim]
+  for (float& v : values) v = normal(rng);
+  std::vector<float> tile(size_t(kTileRows) * kRowDim);  // [kTileRows, kRowDim]
+  for (KvFormat format : kAllKvFormats) {
+    const KvRowLayout layout = KvRowLayoutFor(format, kLatent, kRope);
+    const float tensor_scale = KvTensorScaleFor(format, 4.0f);
+    std::vector<std::byte> rows(layout.row_bytes * kKvRows);  // [kKvRows, row_bytes]
+    const double quantize_s = BestSeconds(3, [&] {
+      for (int r = 0; r < kKvRows; ++r) {
+        QuantizeKvRow(format, values.data() + size_t(r) * kRowDim, kLatent, kRope, tensor_scale,
+                      rows.data() + size_t(r) * layout.row_bytes);
+      }
+    });
+    std::printf("%-11s %6zu", KvFormatName(format), layout.row_bytes);
+    double portable_s = 0, best_s = 1e30;
+    for (const KvCodec* codec : codecs) {
+      const double s = BestSeconds(5, [&] {
+        for (int r = 0; r < kKvRows; r += kTileRows) {
+          codec->dequantize_rows(format, rows.data() + size_t(r) * layout.row_bytes, kTileRows, layout.row_bytes,
+                                 layout, kLatent, kRope, tensor_scale, tile.data());
+        }
+      });
+      if (codec->isa == KernelIsa::kPortable) portable_s = s;
+      best_s = std::min(best_s, s);
+      std::printf(" %7.2f (%6.2f)", kKvRows / s / 1e6, double(rows.size()) / s / 1e9);
+    }
+    std::printf(" %8.1fx %16.2f\n", portable_s / best_s, kKvRows / quantize_s / 1e6);
+  }
+}
+
 }  // namespace
 
 int RunBenchKernels(Args& args) {
@@ -172,6 +221,8 @@ int RunBenchKernels(Args& args) {
     }
     std::printf("\n");
   }
+
+  PrintKvCodecTable(rng);
   return 0;
 }
 

@@ -4,11 +4,16 @@
 #include <chrono>
 #include <vector>
 
+#include "core/cpu_features.h"
+
 namespace mlaserve::cli {
+namespace {
 
 using Clock = std::chrono::steady_clock;
 
-FmaPeak MeasureFmaPeak(ThreadPool& pool, const KernelSet& kernels, int repeats) {
+// Best of `repeats` timings of `chains` (a probe returning the FLOPs it did), alone and on every
+// pool thread at once.
+FmaPeak MeasurePeak(ThreadPool& pool, double (*chains)(int64_t, float*), int repeats) {
   constexpr int64_t kIterations = int64_t(1) << 23;
   constexpr float kSeed = 0.5f;
   const int threads = pool.num_threads();
@@ -17,7 +22,7 @@ FmaPeak MeasureFmaPeak(ThreadPool& pool, const KernelSet& kernels, int repeats) 
   for (int r = 0; r < repeats; ++r) {
     float sink = kSeed;
     const auto t0 = Clock::now();
-    const double flops = kernels.fma_chains(kIterations, &sink);
+    const double flops = chains(kIterations, &sink);
     peak.one_thread_flops =
         std::max(peak.one_thread_flops, flops / std::chrono::duration<double>(Clock::now() - t0).count());
   }
@@ -27,7 +32,7 @@ FmaPeak MeasureFmaPeak(ThreadPool& pool, const KernelSet& kernels, int repeats) 
     pool.RunOnAll([&](int thread) {
       float* sink = &sinks[size_t(thread) * 16];
       *sink = kSeed;
-      flops[size_t(thread)] = kernels.fma_chains(kIterations, sink);
+      flops[size_t(thread)] = chains(kIterations, sink);
     });
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     double total = 0.0;
@@ -35,6 +40,17 @@ FmaPeak MeasureFmaPeak(ThreadPool& pool, const KernelSet& kernels, int repeats) 
     peak.all_threads_flops = std::max(peak.all_threads_flops, total / seconds);
   }
   return peak;
+}
+
+}  // namespace
+
+FmaPeak MeasureFmaPeak(ThreadPool& pool, const KernelSet& kernels, int repeats) {
+  return MeasurePeak(pool, kernels.fma_chains, repeats);
+}
+
+std::optional<FmaPeak> MeasureBf16DotPeak(ThreadPool& pool, int repeats) {
+  if (!GetCpuFeatures().avx512_bf16) return std::nullopt;
+  return MeasurePeak(pool, Bf16DotChains, repeats);
 }
 
 }  // namespace mlaserve::cli

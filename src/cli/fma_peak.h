@@ -1,6 +1,10 @@
-// The machine's fp32 FMA peak for a kernel table, measured in the run that reports figures
-// against it (the compute roofline, as read_bandwidth.h is the memory one).
+// The machine's compute peaks, measured in the run that reports figures against them (the compute
+// roofline, as read_bandwidth.h is the memory one): the fp32 FMA peak of a kernel table, and the
+// bf16 dot-product peak (vdpbf16ps) where the CPU has AVX512-BF16.
 #pragma once
+
+#include <cstdint>
+#include <optional>
 
 #include "core/thread_pool.h"
 #include "kernels/kernels.h"
@@ -16,5 +20,17 @@ struct FmaPeak {
 // the calling thread alone, then on every pool thread at once. Each run is 2^23 rounds of the
 // chains: tens of milliseconds on a SIMD table, about ten times that on the portable one.
 [[nodiscard]] FmaPeak MeasureFmaPeak(ThreadPool& pool, const KernelSet& kernels, int repeats = 5);
+
+// The same for Bf16DotChains; nullopt where the CPU lacks AVX512-BF16. Informational while the
+// kernels compute in fp32 FMA: it is the ceiling a vdpbf16ps matmul would have.
+[[nodiscard]] std::optional<FmaPeak> MeasureBf16DotPeak(ThreadPool& pool, int repeats = 5);
+
+// The bf16 probe (bf16_peak_avx512bf16.cc, the one file compiled with -mavx512bf16): like
+// KernelSet::fma_chains, `iterations` rounds of kFmaChains independent vdpbf16ps chains, each
+// instruction 16 lanes x 2 bf16 pairs = 64 FLOPs; *sink: a seed in (0, 1) in, the chains' sum
+// (16 x kBf16Chains) out. Only where GetCpuFeatures().avx512_bf16.
+double Bf16DotChains(int64_t iterations, float* sink);
+// Chains Bf16DotChains keeps in flight (vdpbf16ps's latency needs twice kFmaChains).
+inline constexpr int kBf16Chains = 24;
 
 }  // namespace mlaserve::cli

@@ -17,6 +17,10 @@ ModelFlags ReadModelFlags(Args& args, ForwardSize forward_size) {
       "trust-remote-code", "accepted for SGLang command lines; no effect (mlaserve runs no code from the checkpoint)");
   f.kernels = args.Str("kernels", "auto", "compute kernels: auto, portable, avx2 or avx512");
   f.options.num_threads = args.Int("threads", 0, "worker threads; 0: one per core", {.min = 0});
+  f.options.deterministic = args.Switch(
+      "enable-deterministic-inference",
+      "batch- and chunk-invariant results: a token's logits do not depend on what shares its step or how its prompt "
+      "was chunked (SGLang's flag); off: faster reduction orders, within tolerance");
   f.options.max_context = args.OptInt("context-length", "longest sequence, prompt plus generated tokens",
                                       {.shown_default = "min(max_position_embeddings, 4096)", .min = 1})
                               .value_or(0);  // 0: the model's default

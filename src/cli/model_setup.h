@@ -35,7 +35,7 @@ struct ModelFlags {
 // (ReadEngineFlags).
 enum class ForwardSize { kFixed, kEngineStep };
 
-// Reads --model-path, --trust-remote-code, --threads, --kernels, --context-length,
+// Reads --model-path, --trust-remote-code, --threads, --kernels, --enable-deterministic-inference, --context-length,
 // --max-batch-tokens, --kv-cache-dtype, --kv-scales, --page-size, --device-memory,
 // --mem-fraction-static, --max-total-tokens, and --log-level, which it applies to the process's
 // logger (core/log.h) at once. Bad values are reported through args.Finish().

@@ -116,9 +116,11 @@ int RunServe(Args& args) {
 
   auto kv = CreateEngineKv(*loaded, model_flags.page_size);
   if (!kv.ok()) return Fail("serve", kv.error());
-  Log(LogLevel::kInfo, "[mlaserve] model=%s (%s, %d layers), served_model_name=%s, kernels=%s, threads=%d",
+  Log(LogLevel::kInfo,
+      "[mlaserve] model=%s (%s, %d layers), served_model_name=%s, kernels=%s, threads=%d, "
+      "enable_deterministic_inference=%s",
       model_flags.model_path.c_str(), c.model_type.c_str(), c.num_hidden_layers, served_name.c_str(),
-      loaded->kernels->name, model.pool().num_threads());
+      loaded->kernels->name, model.pool().num_threads(), model_flags.options.deterministic ? "true" : "false");
   if (KvFormatUsesTensorScale(loaded->kv_cache.kv_format)) {
     Log(LogLevel::kInfo, "[mlaserve] kv scales: %s", loaded->kv_scales_source.c_str());
   }
@@ -142,6 +144,7 @@ int RunServe(Args& args) {
                       {"page_size", model_flags.page_size},
                       {"context_length", model.max_context()},
                       {"max_batch_tokens", model.max_batch_tokens()},
+                      {"enable_deterministic_inference", model_flags.options.deterministic},
                       {"max_running_requests", engine_options.max_running_requests},
                       {"chunked_prefill_size", engine_options.chunked_prefill_size},
                       {"max_prefill_tokens", engine_options.max_prefill_tokens},

@@ -6,6 +6,7 @@ namespace mlaserve {
 struct CpuFeatures {
   bool avx2_fma_f16c = false;  // AVX2 + FMA + F16C: what the AVX2 table is compiled for
   bool avx512 = false;         // AVX-512 F/BW/VL/DQ, and all of the above
+  bool avx512_bf16 = false;    // AVX512-BF16 (vdpbf16ps), and all of the above
 };
 
 const CpuFeatures& GetCpuFeatures();

@@ -132,9 +132,9 @@ TokenId Sampler::Draw(std::span<const float> z, float max_logit, const SamplingP
                       const SampleContext& context) {
   const size_t vocab = z.size();
   const float inv_t = 1.0f / p.temperature;
-  // probs_ relative to the most likely token (which gets 1), so min_p's threshold is min_p.
-  // -inf (masked) logits give exactly 0.
-  for (size_t i = 0; i < vocab; ++i) probs_[i] = std::exp((z[i] - max_logit) * inv_t);
+  // probs_ (by token id) relative to the most likely token (which gets 1), so min_p's threshold
+  // is min_p. -inf (masked) logits give exactly 0.
+  auto prob = [&](size_t id) { return std::exp((z[id] - max_logit) * inv_t); };
 
   // Candidates: all tokens in id order, or the most likely first when top_k or top_p needs it.
   // Ordering by logit (ties by id) is the order by probability, and deterministic.
@@ -142,11 +142,26 @@ TokenId Sampler::Draw(std::span<const float> z, float max_logit, const SamplingP
     return z[size_t(a)] > z[size_t(b)] || (z[size_t(a)] == z[size_t(b)] && a < b);
   };
   const auto first = order_.begin();
-  std::iota(first, first + ptrdiff_t(vocab), 0);
   size_t num_candidates = vocab;
   if (p.top_k > 1 && size_t(p.top_k) < vocab) {
+    // The top_k most likely in one pass over the logits: a heap of the best so far, whose top is
+    // the worst of them. by_logit is a strict total order, so this is the same list, in the same
+    // order, as a sort of the whole vocabulary; only the candidates' probabilities are computed.
     num_candidates = size_t(p.top_k);
-    std::partial_sort(first, first + ptrdiff_t(num_candidates), first + ptrdiff_t(vocab), by_logit);
+    const auto last = first + ptrdiff_t(num_candidates);
+    std::iota(first, last, 0);
+    std::make_heap(first, last, by_logit);
+    for (int32_t id = int32_t(num_candidates); id < int32_t(vocab); ++id) {
+      if (!by_logit(id, *first)) continue;
+      std::pop_heap(first, last, by_logit);
+      *(last - 1) = id;
+      std::push_heap(first, last, by_logit);
+    }
+    std::sort_heap(first, last, by_logit);
+    for (size_t i = 0; i < num_candidates; ++i) probs_[size_t(order_[i])] = prob(size_t(order_[i]));
+  } else {
+    for (size_t i = 0; i < vocab; ++i) probs_[i] = prob(i);
+    std::iota(first, first + ptrdiff_t(vocab), 0);
   }
   if (p.top_p < 1.0f) {
     // The smallest most-likely prefix holding at least top_p of the candidates' mass. Without

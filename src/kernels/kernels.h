@@ -40,12 +40,55 @@ struct KernelSet {
   // first as the chains' seed, in (0, 1)) so that none is optimized away. Returns the
   // floating-point operations done: 2 per multiply-add per lane. The caller times it.
   double (*fma_chains)(int64_t iterations, float* sink);
+
+  // ---- Prefill GEMM (many tokens): activations packed once per product, shared by threads ----
+  // xp = the activations [n, cols] in the layout GemmPackedIndex gives, for token tiles
+  // [tile_begin, tile_end) (tiles of kGemmTileTokens; a tail tile's missing tokens are not
+  // written). Threads may pack disjoint tile ranges of one xp concurrently.
+  void (*pack_activations)(const float* x, int64_t n, int64_t cols, int64_t tile_begin, int64_t tile_end,
+                           float* xp);
+  // matmul_panels for n > kGemmTileTokens, reading the activations from xp (packed from x by
+  // pack_activations): a cache-blocked product whose weights are widened to fp32 once per
+  // column block and every token tile accumulates from them with plain FMAs. scratch: the
+  // calling thread's own GemmThreadScratchFloats(n) floats (fp8 scales activations into it).
+  // Bit-identical to matmul_panels (each output is the same products summed over columns in
+  // order), so results stay batch-invariant whichever is called.
+  void (*matmul_panels_packed)(const float* x, const float* xp, float* scratch, int64_t n, const WeightMatrix& w,
+                               int64_t panel_begin, int64_t panel_end, float* y, int64_t ldy);
+  // out[i] = x[i] / rms(x) * weight[i], i < dim; rms(x) = sqrt(mean(x^2) + eps). x and out may
+  // alias. Every row of every batch goes through the same table entry, so a token's result does
+  // not depend on what else is in its batch (the SIMD tables sum the squares in their own order).
+  void (*rms_norm)(const float* x, const float* weight, int64_t dim, double eps, float* out);
+  // The residual add fused with the next norm: x[i] += add[i], then out = rms_norm(x).
+  void (*add_rms_norm)(float* x, const float* add, const float* weight, int64_t dim, double eps, float* out);
+  // out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i]; out may alias gate.
+  void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out);
   // y[t * ldy + j] (+)= sum_i x[t * ldx + i] * b[i * ldb + j] for t < n, j < m, i < k: fp32
   // activations times a row-major fp32 matrix (attention's q @ k^T and p @ v). accumulate: add
   // to y, else overwrite. Writes only columns [0, m) of the n rows; each output sums i in order.
   void (*gemm_f32)(const float* x, int64_t ldx, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t n,
                    int64_t k, int64_t m, bool accumulate);
 };
+
+// Packed activations: column blocks of kGemmColumns (the activations' [n, kGemmColumns] block
+// stays in L2 while every output row passes), each holding the token tiles of kGemmTileTokens
+// column-major: xp[((block * tiles + tile) * kGemmColumns + column in block) * kGemmTileTokens +
+// token in tile], tiles = ceil(n / kGemmTileTokens).
+inline constexpr int64_t kGemmTileTokens = 12;
+inline constexpr int64_t kGemmColumns = 512;
+inline constexpr int64_t GemmTiles(int64_t n) { return (n + kGemmTileTokens - 1) / kGemmTileTokens; }
+// Floats an xp for n tokens of cols columns takes.
+inline constexpr int64_t PackedActivationFloats(int64_t n, int64_t cols) {
+  return (cols + kGemmColumns - 1) / kGemmColumns * GemmTiles(n) * kGemmColumns * kGemmTileTokens;
+}
+// Floats of one thread's matmul_panels_packed scratch: one column block of xp.
+inline constexpr int64_t GemmThreadScratchFloats(int64_t n) {
+  return GemmTiles(n) * kGemmColumns * kGemmTileTokens;
+}
+inline constexpr int64_t GemmPackedIndex(int64_t n, int64_t t, int64_t c) {
+  return ((c / kGemmColumns * GemmTiles(n) + t / kGemmTileTokens) * kGemmColumns + c % kGemmColumns) *
+             kGemmTileTokens + t % kGemmTileTokens;
+}
 
 // Chains in flight per thread: at least latency (4-5 cycles) x FMA ports (2) on current x86
 // cores, and with the two operands still within the 16 vector registers of AVX2.

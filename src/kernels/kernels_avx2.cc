@@ -7,6 +7,7 @@
 #define MLASERVE_SIMD_NS avx2
 #include "kernels/simd_kernels_impl.h"
 #include "kernels/gemm_f32_impl.h"
+#include "kernels/simd_elementwise_impl.h"
 
 namespace mlaserve {
 namespace {
@@ -15,6 +16,7 @@ struct Avx2 {
   static constexpr int kLanes = 8;
   static constexpr int kMaxTokens = 2;  // tokens x rows x 4 accumulators stay in registers
   static constexpr int kPanelTokens = 4;  // x 2 output vectors in registers
+  static constexpr int kGemmTokens = 6;   // prefill tiles from widened weights: x 2 vectors in registers
   static constexpr int kRowBlock = 1;
   using Reg = __m256;
   static Reg Zero() { return _mm256_setzero_ps(); }
@@ -75,7 +77,9 @@ struct Avx2 {
 const KernelSet* Avx2Kernels() {
   static const KernelSet kSet{KernelIsa::kAvx2, "avx2", avx2::MatMulRows<Avx2>, avx2::MatMulPanels<Avx2>,
                               avx2::AxpyRow<Avx2>, avx2::DotF32<Avx2>, avx2::AxpyF32<Avx2>,
-                              avx2::FmaChains<Avx2>, avx2::GemmF32<Avx2>};
+                              avx2::FmaChains<Avx2>,
+                              avx2::PackActivations<Avx2>, avx2::MatMulPanelsPacked<Avx2>,
+                              avx2::RmsNorm, avx2::AddRmsNorm, avx2::SiluMul, avx2::GemmF32<Avx2>};
   return &kSet;
 }
 

@@ -8,6 +8,7 @@
 #define MLASERVE_SIMD_NS avx512
 #include "kernels/simd_kernels_impl.h"
 #include "kernels/gemm_f32_impl.h"
+#include "kernels/simd_elementwise_impl.h"
 
 namespace mlaserve {
 namespace {
@@ -16,6 +17,7 @@ struct Avx512 {
   static constexpr int kLanes = 16;
   static constexpr int kMaxTokens = 3;  // tokens x rows x 4 accumulators stay in registers
   static constexpr int kPanelTokens = 12;  // x 2 output vectors in registers
+  static constexpr int kGemmTokens = 12;   // prefill tiles from widened weights: x 2 vectors in registers
   static constexpr int kRowBlock = 2;
   using Reg = __m512;
   static Reg Zero() { return _mm512_setzero_ps(); }
@@ -74,7 +76,9 @@ struct Avx512 {
 const KernelSet* Avx512Kernels() {
   static const KernelSet kSet{KernelIsa::kAvx512, "avx512", avx512::MatMulRows<Avx512>, avx512::MatMulPanels<Avx512>,
                               avx512::AxpyRow<Avx512>, avx512::DotF32<Avx512>,
-                              avx512::AxpyF32<Avx512>, avx512::FmaChains<Avx512>, avx512::GemmF32<Avx512>};
+                              avx512::AxpyF32<Avx512>, avx512::FmaChains<Avx512>,
+                              avx512::PackActivations<Avx512>, avx512::MatMulPanelsPacked<Avx512>,
+                              avx512::RmsNorm, avx512::AddRmsNorm, avx512::SiluMul, avx512::GemmF32<Avx512>};
   return &kSet;
 }
 

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "kernels/ops.h"
 #include "kernels/weight_value.h"
 
 namespace mlaserve {
@@ -78,11 +79,31 @@ void GemmF32(const float* x, int64_t ldx, const float* b, int64_t ldb, float* y,
   }
 }
 
+// The layout's definition, element by element (the SIMD tables' packing is compared with it).
+void PackActivations(const float* x, int64_t n, int64_t cols, int64_t tile_begin, int64_t tile_end, float* xp) {
+  for (int64_t t = tile_begin * kGemmTileTokens; t < std::min(n, tile_end * kGemmTileTokens); ++t) {
+    for (int64_t c = 0; c < cols; ++c) xp[GemmPackedIndex(n, t, c)] = x[t * cols + c];
+  }
+}
+
+// The reference product reads the activations as they are.
+void MatMulPanelsPacked(const float* x, const float*, float*, int64_t n, const WeightMatrix& w,
+                        int64_t panel_begin, int64_t panel_end, float* y, int64_t ldy) {
+  MatMulPanels(x, n, w, panel_begin, panel_end, y, ldy);
+}
+
+// The residual add, then ops.cc's RmsNorm (sums of squares in double, in index order).
+void AddRmsNorm(float* x, const float* add, const float* weight, int64_t dim, double eps, float* out) {
+  for (int64_t i = 0; i < dim; ++i) x[i] += add[i];
+  RmsNorm(x, weight, dim, eps, out);
+}
+
 }  // namespace
 
 const KernelSet& PortableKernels() {
   static const KernelSet kSet{KernelIsa::kPortable, "portable", MatMulRows, MatMulPanels, AxpyRow,
-                              DotF32, AxpyF32, FmaChains, GemmF32};
+                              DotF32, AxpyF32, FmaChains, PackActivations, MatMulPanelsPacked,
+                              RmsNorm, AddRmsNorm, SiluMul, GemmF32};
   return kSet;
 }
 

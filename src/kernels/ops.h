@@ -11,11 +11,27 @@
 
 namespace mlaserve {
 
-// What a forward pass computes with: the kernel table and the threads. Borrowed, not owned.
+// What a forward pass computes with: the kernel table, the threads, and scratch for a prefill
+// matmul (the packed activations and each thread's own block; empty, or too small for a
+// product's GemmScratchFloats: that product reads the activations unpacked). Borrowed, not
+// owned; the scratch is overwritten by every MatMul / MatMulPair call.
 struct ComputeContext {
   const KernelSet* kernels;
   ThreadPool* pool;
+  std::span<float> gemm_scratch = {};
 };
+
+// Scratch floats a prefill product of n tokens x cols columns needs on num_threads threads.
+inline constexpr int64_t GemmScratchFloats(int64_t n, int64_t cols, int num_threads) {
+  return PackedActivationFloats(n, cols) + num_threads * GemmThreadScratchFloats(n);
+}
+
+// Panels per chunk of a packed matrix's product (prefill: of the packed-activation product) on
+// num_threads threads; even, at least 2.
+int64_t PanelGrain(const WeightMatrix& w, bool prefill, int num_threads);
+// Whether n tokens' product with w is faster through the packed-activation product
+// (pack_activations + matmul_panels_packed) than through matmul_panels.
+bool PackedProductPays(int64_t n, const WeightMatrix& w);
 
 // y[n, w.rows] = x[n, w.cols] @ W^T, split over the pool by output rows.
 void MatMul(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w, float* y);

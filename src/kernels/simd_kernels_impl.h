@@ -288,12 +288,14 @@ inline void WithTokenCount(int n, Fn&& fn) {
   }
 }
 
-// Quantized prefill, one chunk of columns for T tokens of a block: y[t][v] (the block's partial
-// sums; zero when `first`) += a[v][t * a_stride + i] * widened[i][v] over i < len in order,
-// widened being the block's codes already widened (and, for int4, scaled) into fp32
-// [len][NV][kLanes]. kShared: every vector reads the same activations (a[0]). The accumulators
-// are local so that they stay in registers.
-template <class V, int T, int NV, bool kShared>
+// The widened-weight micro-kernel, for T tokens of a block: y[t][v] (the block's partial sums;
+// zero when `first`) += a[v][t * a_stride + i * kColumnStride] * widened[i][v] over i < len in
+// order, widened being the block's weights already widened (and, for int4, scaled) into fp32
+// [len][NV][kLanes]. kShared: every vector reads the same activations (a[0]). Activations are
+// rows (kColumnStride 1: a quantized prefill's chunks) or packed tiles (a_stride 1,
+// kColumnStride kGemmTileTokens: GemmTile). The accumulators are local so that they stay in
+// registers.
+template <class V, int T, int NV, bool kShared, int64_t kColumnStride = 1>
 inline void AccumulateWidened(const float* const (&a)[NV], int64_t a_stride, const float* widened, int64_t len,
                               bool first, float* y, int64_t ldy, int rows_valid) {
   typename V::Reg acc[T][NV];
@@ -309,10 +311,12 @@ inline void AccumulateWidened(const float* const (&a)[NV], int64_t a_stride, con
 #pragma GCC unroll 16  // the accumulators must stay in registers (GCC 12 left them in memory)
     for (int t = 0; t < T; ++t) {
       if constexpr (kShared) {
-        const typename V::Reg xv = V::Broadcast(a[0][t * a_stride + i]);
+        const typename V::Reg xv = V::Broadcast(a[0][t * a_stride + i * kColumnStride]);
         for (int v = 0; v < NV; ++v) acc[t][v] = V::Fma(xv, wv[v], acc[t][v]);
       } else {
-        for (int v = 0; v < NV; ++v) acc[t][v] = V::Fma(V::Broadcast(a[v][t * a_stride + i]), wv[v], acc[t][v]);
+        for (int v = 0; v < NV; ++v) {
+          acc[t][v] = V::Fma(V::Broadcast(a[v][t * a_stride + i * kColumnStride]), wv[v], acc[t][v]);
+        }
       }
     }
   }
@@ -323,6 +327,19 @@ inline void AccumulateWidened(const float* const (&a)[NV], int64_t a_stride, con
 template <class V, DType D>
 struct DensePanels {
   const WeightMatrix& w;
+
+  // The packed-activation product (MatMulPanelsPacked): columns c0 .. c0 + len of the block's
+  // vectors as fp32 into widened[len][NV], exactly what Run widens (bf16 and fp16 widen exactly).
+
+  template <int NV>
+  void Widen(const PanelBlockRows<NV>& b, int64_t c0, int64_t len, float* widened) const {
+    for (int v = 0; v < NV; ++v) {
+      const std::byte* p = w.panel(b.row[v] / kPanelRows) + (b.row[v] % kPanelRows) * kWeightBytes<D>;
+      for (int64_t i = 0; i < len; ++i) {
+        V::StoreF32(widened + (i * NV + v) * V::kLanes, V::template LoadW<D>(p + (c0 + i) * kStep));
+      }
+    }
+  }
 
   template <int T, int NV>
   void Run(const float* x, const PanelBlockRows<NV>& b, float* y, int64_t ldy) const {
@@ -672,6 +689,125 @@ void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t pane
     MatMulPanelBlocks<V>(DensePanels<V, decltype(d)::value>{w}, x, n, panel_begin, panel_end, y, ldy);
   });
 }
+
+// ---- Prefill GEMM over packed activations ----------------------------------------------------
+
+// xp for token tiles [tile_begin, tile_end) (layout: GemmPackedIndex in kernels.h).
+template <class V>
+void PackActivations(const float* x, int64_t n, int64_t cols, int64_t tile_begin, int64_t tile_end, float* xp) {
+  constexpr int64_t kT = kGemmTileTokens;
+  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
+    const int64_t t0 = tile * kT;
+    const int tokens = int(std::min(kT, n - t0));
+    for (int64_t c0 = 0; c0 < cols; c0 += kGemmColumns) {
+      const int64_t len = std::min(kGemmColumns, cols - c0);
+      float* dst = xp + GemmPackedIndex(n, t0, c0);  // [len][kT]
+      const float* src = x + t0 * cols + c0;          // [tokens][cols]
+      if (tokens == kT) {
+        for (int64_t i = 0; i < len; ++i) {
+#pragma GCC unroll 12
+          for (int t = 0; t < kT; ++t) dst[i * kT + t] = src[t * cols + i];
+        }
+      } else {
+        for (int64_t i = 0; i < len; ++i) {
+          for (int t = 0; t < tokens; ++t) dst[i * kT + t] = src[t * cols + i];
+        }
+      }
+    }
+  }
+}
+
+// The prefill micro-kernel: y[T tokens][NV vectors] (partial sums; zero when `first`) +=
+// xp[i][t] * widened[i][v] over i < len in order. xp: T tokens' activations, kGemmTileTokens
+// apart per column (a sequential stream); widened: [len][NV][kLanes] fp32 weights.
+template <class V, int T, int NV>
+inline void GemmTile(const float* xp, const float* widened, int64_t len, bool first, float* y, int64_t ldy,
+                     int rows_valid) {
+  const float* a[NV];
+  for (int v = 0; v < NV; ++v) a[v] = xp;
+  AccumulateWidened<V, T, NV, true, kGemmTileTokens>(a, 1, widened, len, first, y, ldy, rows_valid);
+}
+
+// The cache-blocked product: column blocks of kGemmColumns outermost (the packed activations'
+// block stays in L2 while the range's output rows pass; the caller's row range is small enough
+// that its partial sums [n, rows] stay in L2 too), then blocks of two output vectors, whose
+// weights for the column block are widened once into fp32 scratch, the very values Run holds in
+// registers; every token tile then runs the block's columns with plain FMAs, its partial sums
+// stored in y between column blocks and reloaded exactly. Each output is the products summed
+// over c in order, as in Run: bit-identical to MatMulPanelBlocks.
+//
+// fp8 (Fp8Panels folds each block scale into the activations: (x * scale) * code) scales the
+// column block's packed activations once per band of block_rows rows into `scaled` (the layout
+// of one xp block), shared by the band's blocks of rows; this needs a block of rows to lie in
+// one band (block_rows a multiple of 2 * kLanes), which MatMulPanelsPacked checks.
+template <class V, class K>
+void MatMulPanelBlocksPacked(const K& k, const float* xp, float* scaled, int64_t n, int64_t panel_begin,
+                             int64_t panel_end, float* y, int64_t ldy) {
+  constexpr bool kFp8 = std::is_same_v<K, Fp8Panels<V>>;
+  constexpr int64_t kBlockRows = 2 * V::kLanes;
+  const WeightMatrix& w = k.w;
+  const int64_t row_limit = std::min(w.rows, panel_end * kPanelRows);
+  const int64_t tiles = GemmTiles(n);
+  constexpr int64_t kTileFloats = kGemmColumns * kGemmTileTokens;  // one tile of one column block
+  constexpr int kT = V::kGemmTokens;
+  static_assert(kGemmTileTokens % kT == 0);
+  alignas(64) float widened[kGemmColumns * 2 * V::kLanes];  // [column in block][vector][lane]
+  for (int64_t c_block = 0; c_block < w.cols; c_block += kGemmColumns) {
+    const int64_t len = std::min(kGemmColumns, w.cols - c_block);
+    const float* xb = xp + GemmPackedIndex(n, 0, c_block);  // [tile][column in block][token in tile]
+    for (int64_t row0 = panel_begin * kPanelRows; row0 < row_limit;) {
+      const int64_t band_end = kFp8 ? std::min(row_limit, (row0 / w.block_rows + 1) * w.block_rows) : row_limit;
+      if constexpr (kFp8) {
+        for (int64_t c = c_block, run = 0; c < c_block + len; c += run) {
+          run = std::min(c_block + len - c, w.block_cols - c % w.block_cols);
+          const float scale =
+              LoadF32Unaligned(w.scales, size_t(row0 / w.block_rows * w.scale_cols() + c / w.block_cols)) *
+              kFp8LoadScale;
+          const typename V::Reg sv = V::Broadcast(scale);
+          for (int64_t tile = 0; tile < tiles; ++tile) {
+            const int64_t at = tile * kTileFloats + (c - c_block) * kGemmTileTokens;
+            const int64_t count = run * kGemmTileTokens;
+            int64_t i = 0;
+            for (; i + V::kLanes <= count; i += V::kLanes) {
+              V::StoreF32(scaled + at + i, V::Mul(V::LoadF32(xb + at + i), sv));
+            }
+            for (; i < count; ++i) scaled[at + i] = xb[at + i] * scale;
+          }
+        }
+        xb = scaled;
+      }
+      for (; row0 < band_end; row0 += kBlockRows) {
+        const PanelBlockRows<2> b = BlockRows<V, 2>(row0, row_limit);
+        k.Widen(b, c_block, len, widened);
+        for (int64_t t = 0; t < n; t += kT) {
+          const float* xt = xb + (t / kGemmTileTokens) * kTileFloats + t % kGemmTileTokens;
+          WithTokenCount<kT>(int(std::min<int64_t>(kT, n - t)), [&](auto tokens) {
+            GemmTile<V, decltype(tokens)::value, 2>(xt, widened, len, c_block == 0, y + t * ldy + row0, ldy,
+                                                     b.rows_valid);
+          });
+        }
+      }
+      if constexpr (kFp8) xb = xp + GemmPackedIndex(n, 0, c_block);
+    }
+  }
+}
+
+template <class V>
+void MatMulPanelsPacked(const float* x, const float* xp, float* scratch, int64_t n, const WeightMatrix& w,
+                        int64_t panel_begin, int64_t panel_end, float* y, int64_t ldy) {
+  if (w.format == WeightFormat::kFp8Block) {
+    if (w.block_rows % (2 * V::kLanes) != 0) return MatMulPanels<V>(x, n, w, panel_begin, panel_end, y, ldy);
+    return MatMulPanelBlocksPacked<V>(Fp8Panels<V>{w}, xp, scratch, n, panel_begin, panel_end, y, ldy);
+  }
+  if (w.format == WeightFormat::kInt4Group) {
+    return MatMulPanelBlocksPacked<V>(Int4Panels<V>{w}, xp, scratch, n, panel_begin, panel_end, y, ldy);
+  }
+  WithWeightDType(w.dtype, [&](auto d) {
+    MatMulPanelBlocksPacked<V>(DensePanels<V, decltype(d)::value>{w}, xp, scratch, n, panel_begin, panel_end, y,
+                               ldy);
+  });
+}
+
 template <class V, DType D>
 void AxpyRowTyped(float a, const std::byte* row, int64_t cols, float* y) {
   const typename V::Reg av = V::Broadcast(a);

@@ -1,6 +1,7 @@
 // KV cache formats: --kv-cache-dtype parsing, row layouts, and the row codecs. The layouts and
 // the scale rules are documented in kv_format.h and docs/kv-formats.md; this file is the one
-// place that implements them.
+// place that implements them, except the decoding of tiles of rows, which kv_codec_rows.h
+// writes once for the scalar reference (PortableKvCodec, here) and the SIMD codecs.
 #include "kvcache/kv_format.h"
 
 #include <algorithm>
@@ -15,6 +16,8 @@
 #include "core/float16.h"
 #include "kvcache/fp4.h"
 #include "kvcache/fp8.h"
+#include "kvcache/kv_codec.h"
+#include "kvcache/kv_codec_rows.h"
 
 namespace mlaserve {
 namespace {
@@ -170,11 +173,6 @@ uint16_t F32ToBf16Saturating(float value) {
   constexpr float kBf16Max = std::bit_cast<float>(0x7f7f0000u);
   return F32ToBf16(std::clamp(value, -kBf16Max, kBf16Max));
 }
-uint16_t LoadU16(const std::byte* src) {
-  uint16_t value;
-  std::memcpy(&value, src, sizeof(value));
-  return value;
-}
 
 // Quantizes `count` values (even) into E2M1 codes at `codes` (count / 2 bytes) with one scale
 // per block, the scale bytes at `scales`.
@@ -211,85 +209,6 @@ void QuantizeFp4Part(KvFormat format, const float* values, int count, float tens
     }
     if (stats.has_nan) scale_code = format == KvFormat::kNVFP4 ? kE4M3NanCode : kE8M0NanCode;
     scales[block] = scale_code;
-  }
-}
-
-// ---- Dequantize -------------------------------------------------------------------------
-
-// fp16 -> fp32 without the branches of F16ToF32 (same results, all 65536 codes tested): the
-// magnitude bits moved to fp32's position and multiplied by 2^112 re-bias the exponent, which
-// also scales fp16 subnormals exactly; only inf/NaN need a select.
-float F16ToF32Fast(uint16_t half_bits) {
-  const uint32_t sign = uint32_t(half_bits & 0x8000u) << 16;
-  const uint32_t magnitude = uint32_t(half_bits & 0x7fffu) << 13;
-  const uint32_t finite = std::bit_cast<uint32_t>(std::bit_cast<float>(magnitude) * 0x1p112f);
-  const uint32_t special = magnitude | 0x7f800000u;  // inf, or NaN with its payload
-  return std::bit_cast<float>(sign | (magnitude >= (0x7c00u << 13) ? special : finite));
-}
-
-// `count` (even) E2M1 codes with one scale per block: value = e2m1 * scale_table[scale byte] *
-// scale_multiplier. The inner loop is one table load per pair of values, no branches.
-void DequantizeFp4Part(const uint8_t* codes, const uint8_t* scales, int count, int block_values,
-                       const float* scale_table, float scale_multiplier, float* out) {
-  const float* pairs = kE2M1PairToF32.data();
-  for (int start = 0, block = 0; start < count; start += block_values, ++block) {
-    const int num_bytes = std::min(block_values, count - start) / 2;
-    const float scale = scale_table[scales[block]] * scale_multiplier;
-    const uint8_t* block_codes = codes + start / 2;
-    float* block_out = out + start;
-    for (int j = 0; j < num_bytes; ++j) {
-      const float* pair = pairs + 2 * size_t(block_codes[j]);
-      block_out[2 * j] = pair[0] * scale;
-      block_out[2 * j + 1] = pair[1] * scale;
-    }
-  }
-}
-
-void DequantizeRow(KvFormat format, const std::byte* src, const KvRowLayout& layout,
-                   int latent_dim, int rope_dim, float tensor_scale, float* out) {
-  const int row_dim = latent_dim + rope_dim;
-  const auto* bytes = reinterpret_cast<const uint8_t*>(src);
-  switch (format) {
-    case KvFormat::kF32:
-      std::memcpy(out, src, size_t(row_dim) * sizeof(float));
-      return;
-    case KvFormat::kBF16:
-      for (int i = 0; i < row_dim; ++i) out[i] = Bf16ToF32(LoadU16(src + 2 * i));
-      return;
-    case KvFormat::kFP16:
-      for (int i = 0; i < row_dim; ++i) out[i] = F16ToF32Fast(LoadU16(src + 2 * i));
-      return;
-    case KvFormat::kFP8E4M3:
-      for (int i = 0; i < row_dim; ++i) out[i] = kE4M3ToF32[bytes[i]] * tensor_scale;
-      return;
-    case KvFormat::kFP8E5M2:
-      for (int i = 0; i < row_dim; ++i) out[i] = kE5M2ToF32[bytes[i]] * tensor_scale;
-      return;
-    case KvFormat::kFP8DsMla: {
-      for (int block = 0; block < layout.num_latent_scales; ++block) {
-        float scale;
-        std::memcpy(&scale, src + layout.scales_offset + 4 * size_t(block), sizeof(scale));
-        const int start = block * kDsMlaBlock;
-        const int end = std::min(start + kDsMlaBlock, latent_dim);
-        for (int i = start; i < end; ++i) out[i] = kE4M3ToF32[bytes[i]] * scale;
-      }
-      const std::byte* rope = src + layout.rope_offset;
-      for (int i = 0; i < rope_dim; ++i) out[latent_dim + i] = Bf16ToF32(LoadU16(rope + 2 * i));
-      return;
-    }
-    case KvFormat::kFP4E2M1:
-    case KvFormat::kMXFP4:
-    case KvFormat::kNVFP4: {
-      const float* scale_table =
-          format == KvFormat::kNVFP4 ? kUE4M3ToF32.data() : kE8M0ToF32.data();
-      const float multiplier = format == KvFormat::kNVFP4 ? tensor_scale : 1.0f;
-      const uint8_t* scales = bytes + layout.scales_offset;
-      DequantizeFp4Part(bytes, scales, latent_dim, layout.block_values, scale_table, multiplier,
-                        out);
-      DequantizeFp4Part(bytes + layout.rope_offset, scales + layout.num_latent_scales, rope_dim,
-                        layout.block_values, scale_table, multiplier, out + latent_dim);
-      return;
-    }
   }
 }
 
@@ -455,11 +374,14 @@ void DequantizeKvRows(KvFormat format, const std::byte* src, int num_rows,
   const KvRowLayout layout = KvRowLayoutFor(format, latent_dim, rope_dim);
   MLA_CHECK(num_rows >= 0 && (num_rows <= 1 || row_stride_bytes >= layout.row_bytes));
   CheckTensorScale(format, tensor_scale);
-  const size_t row_dim = size_t(latent_dim) + size_t(rope_dim);
-  for (int r = 0; r < num_rows; ++r) {
-    DequantizeRow(format, src + size_t(r) * row_stride_bytes, layout, latent_dim, rope_dim,
-                  tensor_scale, out + size_t(r) * row_dim);
-  }
+  DefaultKvCodec().dequantize_rows(format, src, num_rows, row_stride_bytes, layout, latent_dim, rope_dim,
+                                   tensor_scale, out);
+}
+
+const KvCodec& PortableKvCodec() {
+  static const KvCodec kCodec{KernelIsa::kPortable, "portable",
+                              kv_codec::DequantizeRowsWith<kv_codec::ScalarParts>};
+  return kCodec;
 }
 
 }  // namespace mlaserve

@@ -113,7 +113,9 @@ void QuantizeKvRow(KvFormat format, const float* row, int latent_dim, int rope_d
 
 // Dequantizes a tile of rows for attention. src: num_rows rows, row r at src + r *
 // row_stride_bytes (>= KvRowBytes). out: [num_rows, latent_dim + rope_dim] fp32, contiguous.
-// tensor_scale must be the one the rows were quantized with. Never allocates.
+// tensor_scale must be the one the rows were quantized with. Never allocates. Runs the decoder
+// of DefaultKvCodec() (kv_codec.h): AVX2 / AVX-512 where the kernels use them, bit-identical to
+// the scalar reference.
 void DequantizeKvRows(KvFormat format, const std::byte* src, int num_rows,
                       size_t row_stride_bytes, int latent_dim, int rope_dim, float tensor_scale,
                       float* out);

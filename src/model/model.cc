@@ -2,6 +2,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,9 +22,10 @@ Model::Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWe
       weights_(std::move(weights)),
       pool_(num_threads),
       rope_(config_, max_context),
-      workspace_(config_, options.max_batch_tokens, max_context, num_threads),
+      workspace_(config_, options.max_batch_tokens, max_context, num_threads, options.moe_block_tokens),
       token_positions_(size_t(options.max_batch_tokens)),
-      token_segments_(size_t(options.max_batch_tokens)) {}
+      token_segments_(size_t(options.max_batch_tokens)),
+      parallel_tokens_(int(std::max<int64_t>(2, kParallelFloats / std::max(1, config_.hidden_size)))) {}
 
 namespace {
 
@@ -76,6 +78,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
   if (!weights.ok()) return weights.status();
   LogSkippedMtpLayers(*config, **checkpoint);
   if (options.max_batch_tokens <= 0) return Status::Error("max_batch_tokens must be positive");
+  if (options.moe_block_tokens < 0) return Status::Error("moe_block_tokens must be 0 (by memory) or positive");
   int max_context = options.max_context > 0
                         ? options.max_context
                         : std::min(config->max_position_embeddings, 4096);
@@ -95,19 +98,20 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
   return model;
 }
 
-void Model::DenseMlp(const ComputeContext& ctx, const MlpWeights& w, int n, float* out) {
-  Workspace& ws = workspace_;
-  const int64_t inter = w.gate.rows;
-  MatMulPair(ctx, ws.normed.data(), n, w.gate, w.up, ws.gate.data(), ws.up.data());
-  for (int t = 0; t < n; ++t) {
-    SiluMul(ws.gate.data() + t * inter, ws.up.data() + t * inter, inter, ws.gate.data() + t * inter);
+void Model::ForTokenRanges(int n, FunctionRef<void(int begin, int end, int thread)> fn) {
+  const int threads = pool_.num_threads();
+  if (n < parallel_tokens_ || threads == 1) {
+    fn(0, n, 0);
+    return;
   }
-  MatMul(ctx, ws.gate.data(), n, w.down, out);
+  pool_.RunOnAll([&](int thread) {
+    fn(int(int64_t(n) * thread / threads), int(int64_t(n) * (thread + 1) / threads), thread);
+  });
 }
 
 Status Model::Forward(const KernelSet& kernels, KvStorage& kv, std::span<const TokenId> tokens,
                       std::span<const ForwardSegment> segments, LogitsMode mode, float* logits) {
-  const ComputeContext ctx{&kernels, &pool_};
+  const ComputeContext ctx{&kernels, &pool_, workspace_.gemm_activations};
   const ModelConfig& c = config_;
   Workspace& ws = workspace_;
   const int n = int(tokens.size());
@@ -157,31 +161,57 @@ Status Model::Forward(const KernelSet& kernels, KvStorage& kv, std::span<const T
   }
 
   // Embedding lookup: one row per token, converted to fp32.
-  for (int t = 0; t < n; ++t) {
-    float* row = ws.hidden.data() + t * H;
-    std::fill(row, row + H, 0.0f);
-    ctx.kernels->axpy_row(1.0f, weights_.embed, tokens[size_t(t)], row);
-  }
+  const KernelSet& k = *ctx.kernels;
+  ForTokenRanges(n, [&](int begin, int end, int) {
+    for (int t = begin; t < end; ++t) {
+      float* row = ws.hidden.data() + t * H;
+      std::fill(row, row + H, 0.0f);
+      k.axpy_row(1.0f, weights_.embed, tokens[size_t(t)], row);
+    }
+  });
 
+  // Each residual add is fused with the norm that follows it: hidden += proj; normed =
+  // rms_norm(hidden) (the last layer's add is followed by the final norm of some rows only).
+  const double eps = c.rms_norm_eps;
+  ForTokenRanges(n, [&](int begin, int end, int) {
+    for (int t = begin; t < end; ++t) {
+      k.rms_norm(ws.hidden.data() + t * H, weights_.layers[0].input_norm.data(), H, eps, ws.normed.data() + t * H);
+    }
+  });
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& layer = weights_.layers[size_t(l)];
-    for (int t = 0; t < n; ++t) {
-      RmsNorm(ws.hidden.data() + t * H, layer.input_norm.data(), H, c.rms_norm_eps,
-              ws.normed.data() + t * H);
+    if (timings_ == nullptr) {
+      Attention(ctx, kv_rows, l, n, segments);
+    } else {
+      const auto start = std::chrono::steady_clock::now();
+      Attention(ctx, kv_rows, l, n, segments);
+      timings_->attention_ns +=
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
     }
-    Attention(ctx, kv_rows, l, n, segments);
-    for (int64_t i = 0; i < n * H; ++i) ws.hidden[size_t(i)] += ws.proj[size_t(i)];
-
-    for (int t = 0; t < n; ++t) {
-      RmsNorm(ws.hidden.data() + t * H, layer.post_attn_norm.data(), H, c.rms_norm_eps,
-              ws.normed.data() + t * H);
-    }
+    ForTokenRanges(n, [&](int begin, int end, int) {
+      for (int t = begin; t < end; ++t) {
+        k.add_rms_norm(ws.hidden.data() + t * H, ws.proj.data() + t * H, layer.post_attn_norm.data(), H, eps,
+                       ws.normed.data() + t * H);
+      }
+    });
     if (layer.is_moe) {
       Moe(ctx, layer.moe, n);
     } else {
       DenseMlp(ctx, layer.mlp, n, ws.proj.data());
     }
-    for (int64_t i = 0; i < n * H; ++i) ws.hidden[size_t(i)] += ws.proj[size_t(i)];
+    const bool last = l + 1 == c.num_hidden_layers;
+    const float* next_norm = last ? nullptr : weights_.layers[size_t(l + 1)].input_norm.data();
+    ForTokenRanges(n, [&](int begin, int end, int) {
+      for (int t = begin; t < end; ++t) {
+        float* row = ws.hidden.data() + t * H;
+        const float* add = ws.proj.data() + t * H;
+        if (last) {
+          for (int64_t i = 0; i < H; ++i) row[i] += add[i];
+        } else {
+          k.add_rms_norm(row, add, next_norm, H, eps, ws.normed.data() + t * H);
+        }
+      }
+    });
   }
 
   // Final norm and lm_head, only for the rows whose logits are wanted.
@@ -191,8 +221,7 @@ Status Model::Forward(const KernelSet& kernels, KvStorage& kv, std::span<const T
         t + 1 == n || token_segments_[size_t(t + 1)] != token_segments_[size_t(t)];
     if (mode == LogitsMode::kAllTokens || last_of_segment ||
         segments[size_t(token_segments_[size_t(t)])].all_logits) {
-      RmsNorm(ws.hidden.data() + t * H, weights_.final_norm.data(), H, c.rms_norm_eps,
-              ws.last_hidden.data() + num_out * H);
+      k.rms_norm(ws.hidden.data() + t * H, weights_.final_norm.data(), H, eps, ws.last_hidden.data() + num_out * H);
       ++num_out;
     }
   }

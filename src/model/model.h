@@ -28,6 +28,9 @@ struct ModelOptions {
   // prompt was chunked), which the batch tool's resume relies on. false (default): paths may use
   // faster reduction orders (MHA-form prefill), within tolerance of the reference fixtures.
   bool deterministic = false;
+  // Tokens per block of the routed experts (workspace.h kMoeBlockBytes); 0: by memory. Tests set
+  // it to run the blocked path on small models.
+  int moe_block_tokens = 0;
 };
 
 // One sequence's share of a Forward call: its new tokens occupy positions
@@ -44,8 +47,21 @@ struct ForwardSegment {
 
 enum class LogitsMode { kLastPerSegment, kAllTokens };
 
+// Where Forward's time goes, for bench (Model::set_timings): accumulated over every Forward
+// while set; the caller times the whole call and zeroes the fields when it wants.
+struct ForwardTimings {
+  int64_t attention_ns = 0;  // in the attention block of every layer (projections included)
+};
+
 class Model {
  public:
+  // Per-token work (embedding, norms, routing, the MoE combine) is split over the pool when a
+  // Forward call has at least parallel_tokens() tokens: kParallelFloats / hidden_size, about
+  // 30 us of norm work, twice a fork-join of the pool (measured on a busy 2-vCPU host: 15 us per
+  // RunOnAll, 0.9 us per 2048-wide add_rms_norm). Below it, it runs on the calling thread.
+  static constexpr int64_t kParallelFloats = 64 << 10;
+  int parallel_tokens() const { return parallel_tokens_; }
+
   static Result<std::unique_ptr<Model>> Load(const std::string& model_dir,
                                              const ModelOptions& options);
 
@@ -67,6 +83,9 @@ class Model {
   // through its HostRows view, resolved once per call.
   Status Forward(const KernelSet& kernels, KvStorage& kv, std::span<const TokenId> tokens,
                  std::span<const ForwardSegment> segments, LogitsMode mode, float* logits);
+  // Accumulates each Forward's attention time into *timings until set back to nullptr (the
+  // default: then no clock is read). Not thread-safe: set it between Forward calls.
+  void set_timings(ForwardTimings* timings) { timings_ = timings; }
   // The final-normed hidden state of each logits row of the last Forward, [rows, hidden_size]
   // (what lm_head multiplied); valid until the next Forward.
   std::span<const float> last_hidden_rows(int num_rows) const {
@@ -93,6 +112,12 @@ class Model {
                            int first_token, const ForwardSegment& seg);
   void DenseMlp(const ComputeContext& ctx, const MlpWeights& w, int num_tokens, float* out);
   void Moe(const ComputeContext& ctx, const MoeWeights& w, int num_tokens);
+  // Runs workspace_.mlp_groups[0, num_groups) in one parallel region: gathers, then gate/up
+  // tiles (SiLU fused), then down tiles, taken in that order by whichever thread is free.
+  void RunMlps(const ComputeContext& ctx, int num_groups);
+  // fn(begin, end, thread) over [0, n) split evenly over the pool's threads, or fn(0, n, 0) on
+  // the calling thread when n < parallel_tokens() (a fork-join costs more than the work).
+  void ForTokenRanges(int n, FunctionRef<void(int begin, int end, int thread)> fn);
   void RouteToken(const MoeWeights& w, const float* logits, float* scratch, int32_t* ids,
                   float* weights) const;
 
@@ -105,6 +130,8 @@ class Model {
   Workspace workspace_;
   std::vector<int32_t> token_positions_;  // [max_batch_tokens] position of each token
   std::vector<int32_t> token_segments_;   // [max_batch_tokens] segment of each token
+  ForwardTimings* timings_ = nullptr;     // borrowed; see set_timings
+  int parallel_tokens_;
 };
 
 }  // namespace mlaserve

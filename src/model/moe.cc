@@ -2,8 +2,10 @@
 // greedy, group-limited greedy or DeepSeek-V3's noaux_tc selection), run each expert over the
 // tokens routed to it, and add the shared experts, which every token passes through.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <thread>
 
 #include "model/model.h"
 
@@ -83,56 +85,217 @@ void Model::RouteToken(const MoeWeights& w, const float* logits, float* scratch,
   }
 }
 
+namespace {
+
+// y[count, ldy] columns [panel_begin * 16, min(rows, panel_end * 16)) = x @ W^T for those rows,
+// through the packed-activation product when xp holds x packed (bit-identical either way).
+// scratch: the calling thread's GemmThreadScratchFloats(count) floats.
+void MatMulTile(const KernelSet& k, const float* x, const float* xp, float* scratch, int64_t count,
+                const WeightMatrix& w, int64_t panel_begin, int64_t panel_end, float* y, int64_t ldy) {
+  if (xp != nullptr) {
+    k.matmul_panels_packed(x, xp, scratch, count, w, panel_begin, panel_end, y, ldy);
+  } else if (w.packed) {
+    k.matmul_panels(x, count, w, panel_begin, panel_end, y, ldy);
+  } else {
+    k.matmul_rows(x, count, w, panel_begin * kPanelRows, std::min(w.rows, panel_end * kPanelRows), y, ldy);
+  }
+}
+
+void WaitUntilZero(const std::atomic<int32_t>& counter) {
+  for (int spins = 0; counter.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins >= 64) std::this_thread::yield();
+  }
+}
+
+}  // namespace
+
+void Model::RunMlps(const ComputeContext& ctx, int num_groups) {
+  Workspace& ws = workspace_;
+  const KernelSet& k = *ctx.kernels;
+  const int64_t H = config_.hidden_size;
+  const int threads = pool_.num_threads();
+  std::span<MlpGroup> groups(ws.mlp_groups.data(), size_t(num_groups));
+  // The largest groups first, so that their down tiles (queued in the same order) find their
+  // gate/up tiles long done; ties by index. The order changes no result.
+  std::sort(groups.begin(), groups.end(), [](const MlpGroup& a, const MlpGroup& b) {
+    return a.count > b.count || (a.count == b.count && a.id < b.id);
+  });
+  // Groups with enough tokens read packed activations (ops.h PackedProductPays), largest first
+  // while ctx.gemm_scratch has room (a dense MLP and the shared experts always fit; routed
+  // experts rarely have that many tokens): after each thread's own block, sized for the largest
+  // group, one region per group holds its input packed, then its down input (the input is dead
+  // once its gate/up tiles ran).
+  const int64_t thread_floats = GemmThreadScratchFloats(groups.empty() ? 0 : groups[0].count);
+  int64_t scratch_used = threads * thread_floats;
+  for (MlpGroup& group : groups) {
+    const MlpWeights& w = *group.w;
+    group.packed = nullptr;
+    if (!PackedProductPays(group.count, w.gate) || !PackedProductPays(group.count, w.up) ||
+        !PackedProductPays(group.count, w.down)) {
+      continue;
+    }
+    const int64_t floats = PackedActivationFloats(group.count, std::max(w.gate.cols, w.down.cols));
+    if (scratch_used + floats > int64_t(ctx.gemm_scratch.size())) continue;
+    group.packed = ctx.gemm_scratch.data() + scratch_used;
+    scratch_used += floats;
+  }
+
+  // The queue: every group's gather and packing, then every gate/up tile, then every down tile.
+  int num_tiles = 0;
+  for (int g = 0; g < num_groups; ++g) {
+    const MlpGroup& group = groups[size_t(g)];
+    const bool prepare = group.gather_rows != nullptr || group.packed != nullptr;
+    if (prepare) ws.mlp_tiles[size_t(num_tiles++)] = {MlpTile::kPrepare, g, 0, 0};
+    ws.mlp_pending_prepare[size_t(g)].store(prepare ? 1 : 0, std::memory_order_relaxed);
+  }
+  for (int g = 0; g < num_groups; ++g) {
+    const MlpGroup& group = groups[size_t(g)];
+    const WeightMatrix& gate = group.w->gate;
+    const int64_t per_tile = PanelGrain(gate, group.packed != nullptr, threads);
+    int32_t tiles = 0;
+    for (int64_t p = 0; p < gate.num_panels(); p += per_tile, ++tiles) {
+      ws.mlp_tiles[size_t(num_tiles++)] = {MlpTile::kGateUp, g, int32_t(p), int32_t(std::min(gate.num_panels(), p + per_tile))};
+    }
+    // + 1: the down input's packing, done by whichever thread finishes the last gate/up tile.
+    ws.mlp_pending_gate_up[size_t(g)].store(tiles + (group.packed != nullptr ? 1 : 0), std::memory_order_relaxed);
+  }
+  for (int g = 0; g < num_groups; ++g) {
+    const MlpGroup& group = groups[size_t(g)];
+    const WeightMatrix& down = group.w->down;
+    const int64_t per_tile = PanelGrain(down, group.packed != nullptr, threads);
+    for (int64_t p = 0; p < down.num_panels(); p += per_tile) {
+      ws.mlp_tiles[size_t(num_tiles++)] = {MlpTile::kDown, g, int32_t(p), int32_t(std::min(down.num_panels(), p + per_tile))};
+    }
+  }
+
+  // Every thread takes the next tile until none is left. A tile waits only for tiles queued
+  // before it, which other threads have already taken, so the waits always end.
+  std::atomic<int32_t> next{0};
+  pool_.RunOnAll([&](int thread) {
+    // The thread's block of the scratch (used only when some group is packed, which needs it).
+    float* scratch = ctx.gemm_scratch.empty() ? nullptr : ctx.gemm_scratch.data() + thread * thread_floats;
+    for (int32_t i = next.fetch_add(1, std::memory_order_relaxed); i < num_tiles;
+         i = next.fetch_add(1, std::memory_order_relaxed)) {
+      const MlpTile& tile = ws.mlp_tiles[size_t(i)];
+      const MlpGroup& group = groups[size_t(tile.group)];
+      const MlpWeights& w = *group.w;
+      const int64_t inter = w.gate.rows;
+      switch (tile.kind) {
+        case MlpTile::kPrepare:
+          for (int r = 0; group.gather_rows != nullptr && r < group.count; ++r) {
+            const float* src = group.gather_source + int64_t(group.gather_rows[r]) * H;
+            std::copy(src, src + H, group.x + int64_t(r) * H);
+          }
+          if (group.packed != nullptr) k.pack_activations(group.x, group.count, H, 0, GemmTiles(group.count), group.packed);
+          ws.mlp_pending_prepare[size_t(tile.group)].store(0, std::memory_order_release);
+          break;
+        case MlpTile::kGateUp: {
+          WaitUntilZero(ws.mlp_pending_prepare[size_t(tile.group)]);
+          MatMulTile(k, group.x, group.packed, scratch, group.count, w.gate, tile.panel_begin, tile.panel_end, group.gate, inter);
+          MatMulTile(k, group.x, group.packed, scratch, group.count, w.up, tile.panel_begin, tile.panel_end, group.up, inter);
+          const int64_t r0 = int64_t(tile.panel_begin) * kPanelRows;
+          const int64_t r1 = std::min(inter, int64_t(tile.panel_end) * kPanelRows);
+          for (int t = 0; t < group.count; ++t) {
+            float* g = group.gate + t * inter + r0;
+            k.silu_mul(g, group.up + t * inter + r0, r1 - r0, g);
+          }
+          std::atomic<int32_t>& pending = ws.mlp_pending_gate_up[size_t(tile.group)];
+          if (pending.fetch_sub(1, std::memory_order_acq_rel) == 2 && group.packed != nullptr) {
+            // The last gate/up tile (only the packing's count is left): pack the down input.
+            k.pack_activations(group.gate, group.count, inter, 0, GemmTiles(group.count), group.packed);
+            pending.fetch_sub(1, std::memory_order_acq_rel);
+          }
+          break;
+        }
+        case MlpTile::kDown:
+          WaitUntilZero(ws.mlp_pending_gate_up[size_t(tile.group)]);
+          MatMulTile(k, group.gate, group.packed, scratch, group.count, w.down, tile.panel_begin, tile.panel_end, group.out, H);
+          break;
+      }
+    }
+  });
+}
+
+void Model::DenseMlp(const ComputeContext& ctx, const MlpWeights& w, int n, float* out) {
+  Workspace& ws = workspace_;
+  ws.mlp_groups[0] = MlpGroup{.id = 0, .w = &w, .x = ws.normed.data(), .count = n, .gate = ws.gate.data(),
+                              .up = ws.up.data(), .out = out};
+  RunMlps(ctx, 1);
+}
+
 void Model::Moe(const ComputeContext& ctx, const MoeWeights& w, int n) {
   const ModelConfig& c = config_;
   Workspace& ws = workspace_;
+  const KernelSet& kernels = *ctx.kernels;
   const int E = c.n_routed_experts, k = c.num_experts_per_tok;
   const int64_t H = c.hidden_size;
+  const int64_t inter = c.moe_intermediate_size;
 
-  // Router in fp32.
+  // Router in fp32, then each token's top-k (each thread with its own scratch).
   MatMul(ctx, ws.normed.data(), n, w.router, ws.router_logits.data());
-  for (int t = 0; t < n; ++t) {
-    RouteToken(w, ws.router_logits.data() + int64_t(t) * E, ws.router_scratch.data(),
-               ws.topk_ids.data() + int64_t(t) * k, ws.topk_weights.data() + int64_t(t) * k);
-  }
-
-  // Group (token, weight) pairs by expert: counting sort into expert_tokens.
-  std::fill(ws.expert_offsets.begin(), ws.expert_offsets.end(), 0);
-  for (int i = 0; i < n * k; ++i) ++ws.expert_offsets[size_t(ws.topk_ids[size_t(i)] + 1)];
-  for (int e = 0; e < E; ++e) ws.expert_offsets[size_t(e + 1)] += ws.expert_offsets[size_t(e)];
-  std::copy(ws.expert_offsets.begin(), ws.expert_offsets.end() - 1, ws.expert_cursor.begin());
-  for (int i = 0; i < n * k; ++i) {
-    const int32_t slot = ws.expert_cursor[size_t(ws.topk_ids[size_t(i)])]++;
-    ws.expert_tokens[size_t(slot)] = i / k;
-    ws.expert_token_weights[size_t(slot)] = ws.topk_weights[size_t(i)];
-  }
-
-  std::fill(ws.proj.begin(), ws.proj.begin() + int64_t(n) * H, 0.0f);
-  for (int e = 0; e < E; ++e) {
-    const int begin = ws.expert_offsets[size_t(e)], end = ws.expert_offsets[size_t(e + 1)];
-    const int count = end - begin;
-    if (count == 0) continue;
-    const MlpWeights& expert = w.experts[size_t(e)];
-    const int64_t inter = expert.gate.rows;
-    for (int i = 0; i < count; ++i) {
-      const float* src = ws.normed.data() + int64_t(ws.expert_tokens[size_t(begin + i)]) * H;
-      std::copy(src, src + H, ws.expert_in.data() + int64_t(i) * H);
+  const size_t scratch_floats = ws.router_scratch.size() / size_t(pool_.num_threads());
+  ForTokenRanges(n, [&](int begin, int end, int thread) {
+    float* scratch = ws.router_scratch.data() + size_t(thread) * scratch_floats;
+    for (int t = begin; t < end; ++t) {
+      RouteToken(w, ws.router_logits.data() + int64_t(t) * E, scratch, ws.topk_ids.data() + int64_t(t) * k,
+                 ws.topk_weights.data() + int64_t(t) * k);
     }
-    MatMulPair(ctx, ws.expert_in.data(), count, expert.gate, expert.up, ws.gate.data(), ws.up.data());
-    for (int i = 0; i < count; ++i) {
-      SiluMul(ws.gate.data() + i * inter, ws.up.data() + i * inter, inter, ws.gate.data() + i * inter);
-    }
-    MatMul(ctx, ws.gate.data(), count, expert.down, ws.expert_out.data());
-    for (int i = 0; i < count; ++i) {
-      ctx.kernels->axpy_f32(ws.expert_token_weights[size_t(begin + i)],
-                            ws.expert_out.data() + int64_t(i) * H,
-                            ws.proj.data() + int64_t(ws.expert_tokens[size_t(begin + i)]) * H, H);
-    }
-  }
+  });
 
-  if (w.has_shared) {
-    DenseMlp(ctx, w.shared, n, ws.expert_out.data());
-    for (int64_t i = 0; i < int64_t(n) * H; ++i) ws.proj[size_t(i)] += ws.expert_out[size_t(i)];
+  // Blocks of at most moe_block_tokens tokens (the per-slot buffers' size). A token's result
+  // does not depend on its block.
+  for (int block = 0; block < n; block += ws.moe_block_tokens) {
+    const int m = std::min(ws.moe_block_tokens, n - block);
+    const int32_t* ids = ws.topk_ids.data() + int64_t(block) * k;
+    // Slots grouped by expert (counting sort): expert e has slots [offsets[e], offsets[e + 1]),
+    // so a token's slots in ascending order are its experts in ascending order.
+    std::fill(ws.expert_offsets.begin(), ws.expert_offsets.end(), 0);
+    for (int i = 0; i < m * k; ++i) ++ws.expert_offsets[size_t(ids[i] + 1)];
+    for (int e = 0; e < E; ++e) ws.expert_offsets[size_t(e + 1)] += ws.expert_offsets[size_t(e)];
+    std::copy(ws.expert_offsets.begin(), ws.expert_offsets.end() - 1, ws.expert_cursor.begin());
+    for (int i = 0; i < m * k; ++i) {
+      const int32_t slot = ws.expert_cursor[size_t(ids[i])]++;
+      ws.expert_tokens[size_t(slot)] = block + i / k;
+      ws.expert_token_weights[size_t(slot)] = ws.topk_weights[size_t(int64_t(block) * k + i)];
+      ws.token_slots[size_t(i)] = slot;
+    }
+
+    int num_groups = 0;
+    for (int e = 0; e < E; ++e) {
+      const int begin = ws.expert_offsets[size_t(e)], count = ws.expert_offsets[size_t(e + 1)] - begin;
+      if (count == 0) continue;
+      ws.mlp_groups[size_t(num_groups++)] = MlpGroup{
+          .id = e, .w = &w.experts[size_t(e)], .x = ws.moe_rows.data() + begin * H, .count = count,
+          .gate = ws.moe_gate.data() + begin * inter, .up = ws.moe_up.data() + begin * inter,
+          // The gathered rows are read only by the group's own gate/up tiles, all done before
+          // its down tiles write: the output reuses them.
+          .out = ws.moe_rows.data() + begin * H, .gather_source = ws.normed.data(),
+          .gather_rows = ws.expert_tokens.data() + begin};
+    }
+    if (w.has_shared) {
+      ws.mlp_groups[size_t(num_groups++)] = MlpGroup{
+          .id = E, .w = &w.shared, .x = ws.normed.data() + int64_t(block) * H, .count = m,
+          .gate = ws.gate.data(), .up = ws.up.data(), .out = ws.expert_out.data() + int64_t(block) * H};
+    }
+    RunMlps(ctx, num_groups);
+
+    // proj[t] = sum over t's routed experts, in ascending expert order, of weight * output,
+    // then + the shared experts' output: the order of the reference (one expert at a time).
+    ForTokenRanges(m, [&](int begin, int end, int) {
+      for (int t = begin; t < end; ++t) {
+        int32_t* slots = ws.token_slots.data() + int64_t(t) * k;
+        std::sort(slots, slots + k);
+        float* row = ws.proj.data() + int64_t(block + t) * H;
+        std::fill(row, row + H, 0.0f);
+        for (int j = 0; j < k; ++j) {
+          kernels.axpy_f32(ws.expert_token_weights[size_t(slots[j])], ws.moe_rows.data() + slots[j] * H, row, H);
+        }
+        if (w.has_shared) {
+          const float* shared = ws.expert_out.data() + int64_t(block + t) * H;
+          for (int64_t i = 0; i < H; ++i) row[i] += shared[i];
+        }
+      }
+    });
   }
 }
 

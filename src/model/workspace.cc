@@ -3,10 +3,11 @@
 #include <algorithm>
 
 #include "model/mla_decode_attention.h"
+#include "kernels/ops.h"
 
 namespace mlaserve {
 
-Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads)
+Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads, int block_tokens)
     : max_tokens(n), max_context(context) {
   const size_t N = size_t(n), H = size_t(c.hidden_size), heads = size_t(c.num_attention_heads);
   const size_t L = size_t(c.kv_lora_rank), row = size_t(c.kv_cache_dim());
@@ -25,15 +26,30 @@ Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads)
   proj.resize(N * H);
   gate.resize(N * max_inter);
   up.resize(N * max_inter);
-  expert_in.resize(N * H);
   expert_out.resize(N * H);
+  const int64_t slot_bytes = int64_t(std::max<size_t>(1, top_k * H)) * int64_t(sizeof(float));
+  moe_block_tokens = std::min<int64_t>(
+      n, block_tokens > 0 ? block_tokens : std::max<int64_t>(kMinMoeBlockTokens, kMoeBlockBytes / slot_bytes));
+  const size_t slots = size_t(moe_block_tokens) * top_k;
+  const size_t moe_inter = size_t(std::max(0, c.moe_intermediate_size));
+  moe_rows.resize(experts > 0 ? slots * H : 0);
+  moe_gate.resize(experts > 0 ? slots * moe_inter : 0);
+  moe_up.resize(experts > 0 ? slots * moe_inter : 0);
+  token_slots.resize(slots);
+  const size_t groups = experts + 1;
+  // Tiles have at least two panels of 16 rows (ops.h PanelGrain).
+  auto max_tiles = [](size_t rows) { return (rows + 31) / 32; };
+  mlp_groups.resize(groups);
+  mlp_tiles.resize(groups * (1 + max_tiles(max_inter) + max_tiles(H)));
+  mlp_pending_prepare = std::vector<std::atomic<int32_t>>(groups);
+  mlp_pending_gate_up = std::vector<std::atomic<int32_t>>(groups);
   router_logits.resize(N * experts);
   topk_ids.resize(N * top_k);
   topk_weights.resize(N * top_k);
   expert_offsets.resize(experts + 1);
   expert_cursor.resize(experts);
-  expert_tokens.resize(N * top_k);
-  expert_token_weights.resize(N * top_k);
+  expert_tokens.resize(slots);
+  expert_token_weights.resize(slots);
   last_hidden.resize(N * H);
   kv_tile.resize(size_t(num_threads) * kKvTileRows * row);
   q_lat_t.resize(size_t(num_threads) * row * heads);
@@ -56,7 +72,12 @@ Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads)
   mha_kt.resize(threads * qk * C);
   mha_v.resize(threads * C * v);
   mha_scores.resize(threads * B * C);
-  router_scratch.resize(2 * experts + size_t(std::max(1, c.n_group)));
+  router_scratch.resize(size_t(num_threads) * (2 * experts + size_t(std::max(1, c.n_group))));
+  // The widest input any packed matmul reads: hidden (projections, experts, lm_head), q_lora,
+  // heads * v (o_proj) or an MLP's intermediate (down).
+  const int64_t max_cols = std::max({int64_t(H), int64_t(c.q_lora_rank), int64_t(heads) * c.v_head_dim,
+                                     int64_t(max_inter)});
+  gemm_activations.resize(size_t(GemmScratchFloats(n, max_cols, num_threads)));
 }
 
 }  // namespace mlaserve

@@ -3,10 +3,12 @@
 //   N = max_tokens, H = hidden, heads, L = kv_lora_rank, R = qk_rope_head_dim.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
 #include "model/config.h"
+#include "model/weights.h"
 
 namespace mlaserve {
 
@@ -24,8 +26,43 @@ struct KvSplitItem {
   int32_t split;  // rows [split * kKvSplitRows, ...) of its context
 };
 
+// The MoE runs its routed experts over blocks of at most B tokens (the per-slot buffers hold B
+// tokens' top_k slots); unless set (ModelOptions::moe_block_tokens), B is what keeps the
+// gathered rows [B * top_k, H] within kMoeBlockBytes, at least kMinMoeBlockTokens, at most
+// max_batch_tokens. Each block reads every routed expert it uses once.
+inline constexpr int64_t kMoeBlockBytes = int64_t(256) << 20;
+inline constexpr int kMinMoeBlockTokens = 64;
+
+// One MLP (an expert, the shared experts, a dense layer's MLP) over `count` rows: gate and up,
+// silu(gate) * up written over gate, then down. When gather_rows is set, x's rows are first
+// copied from gather_source's rows gather_rows[0, count).
+struct MlpGroup {
+  int id = 0;  // ties in the run order (expert index; the shared experts E)
+  const MlpWeights* w = nullptr;
+  float* x = nullptr;      // [count, hidden]
+  int count = 0;
+  float* gate = nullptr;   // [count, inter] gate, then silu(gate) * up
+  float* up = nullptr;     // [count, inter]
+  float* out = nullptr;    // [count, hidden] (may be x: x is dead once the gate/up tiles ran)
+  const float* gather_source = nullptr;  // [tokens, hidden]
+  const int32_t* gather_rows = nullptr;  // [count]
+  // Set by RunMlps: x packed for the packed-activation product (kernels.h GemmPackedIndex),
+  // then the down input packed; null: the products read x and gate as they are.
+  float* packed = nullptr;
+};
+
+// One work item of Model::RunMlps: a group's gather and packing, or a range of its panels of
+// gate and up (with the SiLU) or of down.
+struct MlpTile {
+  enum Kind : int32_t { kPrepare, kGateUp, kDown };
+  Kind kind;
+  int32_t group;
+  int32_t panel_begin, panel_end;
+};
+
 struct Workspace {
-  Workspace(const ModelConfig& c, int max_tokens, int max_context, int num_threads);
+  // moe_block_tokens: 0 for the default (see kMoeBlockBytes).
+  Workspace(const ModelConfig& c, int max_tokens, int max_context, int num_threads, int moe_block_tokens = 0);
 
   int max_tokens;
   int max_context;
@@ -41,15 +78,23 @@ struct Workspace {
   std::vector<float> proj;      // [N, H] a block's output before the residual add
   std::vector<float> gate;      // [N, max_inter]
   std::vector<float> up;        // [N, max_inter]
-  std::vector<float> expert_in;   // [N, H] tokens gathered for one expert
-  std::vector<float> expert_out;  // [N, H]
+  std::vector<float> expert_out;  // [N, H] the shared experts' output
+  int moe_block_tokens;           // B <= N
+  std::vector<float> moe_rows;    // [B * top_k, H] each slot's gathered input, then its expert's output
+  std::vector<float> moe_gate;    // [B * top_k, moe_inter]
+  std::vector<float> moe_up;      // [B * top_k, moe_inter]
+  std::vector<int32_t> token_slots;  // [B, top_k] the slots of each token of the block
+  std::vector<MlpGroup> mlp_groups;  // [n_routed_experts + 1]
+  std::vector<MlpTile> mlp_tiles;    // [groups * (1 + gate/up tiles + down tiles)], an upper bound
+  std::vector<std::atomic<int32_t>> mlp_pending_prepare;  // [n_routed_experts + 1] 1 until gathered/packed
+  std::vector<std::atomic<int32_t>> mlp_pending_gate_up;  // [n_routed_experts + 1] gate/up tiles (+ packing) left
   std::vector<float> router_logits;  // [N, n_routed_experts]
   std::vector<int32_t> topk_ids;     // [N, top_k]
   std::vector<float> topk_weights;   // [N, top_k]
   std::vector<int32_t> expert_offsets;  // [n_routed_experts + 1]
   std::vector<int32_t> expert_cursor;   // [n_routed_experts] next free slot while grouping
-  std::vector<int32_t> expert_tokens;   // [N * top_k] token index, grouped by expert
-  std::vector<float> expert_token_weights;  // [N * top_k]
+  std::vector<int32_t> expert_tokens;   // [B * top_k] token index, grouped by expert
+  std::vector<float> expert_token_weights;  // [B * top_k]
   std::vector<float> last_hidden;   // [N, H] rows whose logits are wanted
   std::vector<float> kv_tile;       // [threads, kKvTileRows, L + R] dequantized cache rows
   std::vector<float> q_lat_t;       // [threads, L + R, heads] a token's absorbed query, transposed
@@ -74,7 +119,8 @@ struct Workspace {
   std::vector<float> mha_kt;       // [threads, nope + R, C] the same, transposed
   std::vector<float> mha_v;        // [threads, C, v] one head's values
   std::vector<float> mha_scores;   // [threads, B, C] scores, then probabilities
-  std::vector<float> router_scratch;  // [2 * n_routed_experts + n_group] (routing runs on one thread)
+  std::vector<float> router_scratch;  // [threads, 2 * n_routed_experts + n_group]
+  std::vector<float> gemm_activations;  // a prefill matmul's packed input and threads' scratch (ops.h, GemmScratchFloats)
 };
 
 }  // namespace mlaserve

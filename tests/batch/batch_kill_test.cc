@@ -77,7 +77,7 @@ class Server {
   Server(int port, const std::string& kv_format) {
     log_ = dir_.path() + "/server.log";
     pid_ = SpawnMlaserve({"serve", "--model-path", kModel, "--port", std::to_string(port), "--max-total-tokens", "16384",
-                  "--kv-cache-dtype", kv_format, "--enable-metrics"},
+                  "--kv-cache-dtype", kv_format, "--enable-metrics", "--enable-deterministic-inference"},
                  log_);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     const std::regex listening("listening on http://[^:]+:([0-9]+)");
@@ -287,6 +287,8 @@ TEST(BatchKill, InProcessEngineWritesWhatTheServerWrites) {
           "--concurrency", "3", "--checkpoint-interval", "0.05", "--server-wait-timeout", "60", "--progress-interval",
           "1", "--model", "bard"};
   ASSERT_EQ(WaitExit(SpawnMlaserve(args, dir.path() + "/b.log")), 0) << Slurp(dir.path() + "/b.log");
+  EXPECT_NE(Slurp(dir.path() + "/b.log").find("deterministic inference on (set by batch"), std::string::npos);
+  EXPECT_EQ(Slurp(dir.path() + "/a.log").find("not in deterministic mode"), std::string::npos);
   EXPECT_EQ(IdCounts(Slurp(in_process)).size(), 6u);
   // Identical but for who generated the tokens: each segment names its server.
   const std::string local_text = Slurp(in_process), server_text = Slurp(via_server);

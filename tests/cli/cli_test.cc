@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "kvcache/kv_format.h"
 #include "server/http_client.h"
 #include "support/run_binary.h"
 #include "support/server_process.h"
@@ -105,12 +107,24 @@ TEST(Cli, BadArgumentsGiveOneLine) {
   }, /*exit_code=*/0);
 }
 
+// A tiny random MoE checkpoint (2 layers) written into `dir` by init-random.
+bool InitTinyCheckpoint(const std::string& dir) {
+  auto r = RunMlaserve("init-random --preset tiny --set num_hidden_layers=2 --set q_lora_rank=null --out " +
+                       ShellQuote(dir));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.exit_code == 0;
+}
+
+// The number after `label` in bench's output, or NaN.
+double BenchFigure(const std::string& out, const std::string& label) {
+  const size_t at = out.find(label);
+  return at == std::string::npos ? std::nan("") : std::atof(out.c_str() + at + label.size());
+}
+
 TEST(Cli, InitRandomAndBenchRun) {
   testing::TempDir dir;
-  auto r = RunMlaserve("init-random --preset tiny --set num_hidden_layers=2 --set q_lora_rank=null --out " +
-                       ShellQuote(dir.path()));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  r = RunMlaserve("bench --model-path " + ShellQuote(dir.path()) +
+  ASSERT_TRUE(InitTinyCheckpoint(dir.path()));
+  auto r = RunMlaserve("bench --model-path " + ShellQuote(dir.path()) +
                   " --prompt-len 20 --decode-tokens 4 --bandwidth-buffer-mb 16");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("decode: 4 tokens"), std::string::npos) << r.out;
@@ -119,23 +133,59 @@ TEST(Cli, InitRandomAndBenchRun) {
   EXPECT_NE(r.out.find("GFLOP/s all threads"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("prefill compute: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("% of the FMA peak"), std::string::npos) << r.out;
+  const double attention = BenchFigure(r.out, "attention share of decode step: ");
+  EXPECT_GT(attention, 0.0) << r.out;
+  EXPECT_LT(attention, 100.0) << r.out;
+  EXPECT_EQ(r.out.find("per-step bound"), std::string::npos) << r.out;  // --batch's
   r = RunMlaserve("bench --model-path " + ShellQuote(dir.path()) + " --compare-model-path " + ShellQuote(dir.path()) +
                   " --prompt-len 20 --decode-tokens 2 --bandwidth-buffer-mb 16");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("prefill of peak"), std::string::npos) << r.out;
 }
 
+TEST(Cli, BenchBatchReportsThePerStepBoundAndTheAttentionShare) {
+  testing::TempDir dir;
+  ASSERT_TRUE(InitTinyCheckpoint(dir.path()));
+  // 3 sequences of 40 tokens, packed into forward calls of 32: prompts straddle calls.
+  auto r = RunMlaserve("bench --model-path " + ShellQuote(dir.path()) +
+                  " --batch 3 --prompt-len 40 --decode-tokens 4 --max-batch-tokens 32 --bandwidth-buffer-mb 16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("prefill: 120 tokens (3 x 40)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("decode: 4 steps x 3 sequences"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("routed experts per MoE layer and step: "), std::string::npos) << r.out;
+  const double of_bound = BenchFigure(r.out, "ms/step achieved, ");
+  EXPECT_GT(of_bound, 0.0) << r.out;
+  EXPECT_LE(of_bound, 100.0) << r.out;  // the bound is a lower limit on the step time
+  const double attention = BenchFigure(r.out, "attention share of decode step: ");
+  EXPECT_GT(attention, 0.0) << r.out;
+  EXPECT_LT(attention, 100.0) << r.out;
+  EXPECT_NE(r.out.find("fp32 FMA peak ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bf16 dot-product peak"), std::string::npos) << r.out;
+  r = RunMlaserve("bench --model-path " + ShellQuote(dir.path()) + " --batch 2 --compare-model-path " +
+                  ShellQuote(dir.path()));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--batch above 1 benches one model"), std::string::npos) << r.err;
+}
+
 TEST(Cli, BenchKernelsTimesEveryWeightFormat) {
   auto r = RunMlaserve("bench-kernels --stream-mb 8 --bandwidth-buffer-mb 16");
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  const size_t kv_table = r.out.find("KV row codecs");
+  ASSERT_NE(kv_table, std::string::npos) << r.out;
+  const std::string matmul_tables = r.out.substr(0, kv_table), kv_rows = r.out.substr(kv_table);
   for (const char* format : {"bf16", "fp8-block", "int4-g32"}) {
     // One row in the streaming table and one in the compute table.
     size_t rows = 0;
-    for (size_t at = r.out.find(std::string("\n") + format + " "); at != std::string::npos;
-         at = r.out.find(std::string("\n") + format + " ", at + 1)) {
+    for (size_t at = matmul_tables.find(std::string("\n") + format + " "); at != std::string::npos;
+         at = matmul_tables.find(std::string("\n") + format + " ", at + 1)) {
       ++rows;
     }
     EXPECT_EQ(rows, 2u) << format << "\n" << r.out;
+  }
+  // The KV codec table: a row per cache format, timing the portable codec at least.
+  EXPECT_NE(kv_rows.find("portable"), std::string::npos) << r.out;
+  for (KvFormat format : kAllKvFormats) {
+    EXPECT_NE(kv_rows.find(std::string("\n") + KvFormatName(format) + " "), std::string::npos) << r.out;
   }
   EXPECT_NE(r.out.find("machine read bandwidth"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fp32 FMA peak: "), std::string::npos) << r.out;

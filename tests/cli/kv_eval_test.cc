@@ -56,7 +56,10 @@ TEST(KvEval, EveryFormatIsMeasuredAgainstBf16) {
 }
 
 TEST(KvEval, Bf16AgainstItselfIsExact) {
-  const nlohmann::json j = RunKvEval("--formats bf16 --max-tokens 512 --window 256 --num-prompts 2 --continuation-len 8");
+  // Bit-exact across the two passes: deterministic mode.
+  const nlohmann::json j = RunKvEval(
+      "--formats bf16 --max-tokens 512 --window 256 --num-prompts 2 --continuation-len 8 "
+      "--enable-deterministic-inference");
   ASSERT_TRUE(j.is_object());
   ASSERT_EQ(j["formats"].size(), 2u) << j.dump();
   const auto& same = j["formats"][1];

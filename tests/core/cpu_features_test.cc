@@ -33,6 +33,7 @@ TEST(CpuFeatures, ClaimsWhatTheCpuinfoFlagsSay) {
   const CpuFeatures& f = GetCpuFeatures();
   EXPECT_EQ(f.avx2_fma_f16c, has("avx2") && has("fma") && has("f16c"));
   EXPECT_EQ(f.avx512, f.avx2_fma_f16c && has("avx512f") && has("avx512bw") && has("avx512vl") && has("avx512dq"));
+  EXPECT_EQ(f.avx512_bf16, f.avx512 && has("avx512_bf16"));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <vector>
 
 namespace mlaserve {
@@ -126,6 +127,49 @@ TEST(Sampler, TopKTopPMinPTruncation) {
   EXPECT_NEAR(c[0] / double(n), 2.0 / 3.0, 0.02);
 }
 
+// The draw by its definition, with a full sort of the vocabulary: by logit (ties by id), the
+// top_k prefix, the top_p nucleus of it, min_p, then the walk to u. The nucleus' mass is summed
+// in the order the sampler sums it: by rank under top_k, by id otherwise. Also returns the
+// nucleus' length.
+TokenId FullSortReference(const std::vector<float>& logits, const SamplingParams& p, uint64_t position,
+                          size_t* nucleus_length = nullptr) {
+  const size_t vocab = logits.size();
+  std::vector<int32_t> order(vocab);
+  for (size_t i = 0; i < vocab; ++i) order[i] = int32_t(i);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+  });
+  const float max_logit = logits[size_t(order[0])];
+  std::vector<float> prob(vocab);
+  for (size_t i = 0; i < vocab; ++i) prob[i] = std::exp((logits[i] - max_logit) * (1.0f / p.temperature));
+  const bool top_k = p.top_k > 1 && size_t(p.top_k) < vocab;
+  size_t candidates = top_k ? size_t(p.top_k) : vocab;
+  if (p.top_p < 1.0f) {
+    double mass = 0.0;
+    for (size_t i = 0; i < candidates; ++i) mass += prob[top_k ? size_t(order[i]) : i];
+    size_t nucleus = 0;
+    for (double cumulative = 0.0; nucleus < candidates && cumulative < double(p.top_p) * mass; ++nucleus) {
+      cumulative += prob[size_t(order[nucleus])];
+    }
+    candidates = nucleus;
+  }
+  if (nucleus_length != nullptr) *nucleus_length = candidates;
+  std::vector<int32_t> kept;
+  for (size_t i = 0; i < candidates; ++i) {
+    const float q = prob[size_t(order[i])];
+    if (q > 0.0f && q >= p.min_p) kept.push_back(order[i]);
+  }
+  double total = 0.0;
+  for (int32_t id : kept) total += prob[size_t(id)];
+  const double u = CounterUniform(p.seed.value_or(0), position) * total;
+  double cumulative = 0.0;
+  for (int32_t id : kept) {
+    cumulative += prob[size_t(id)];
+    if (u < cumulative) return id;
+  }
+  return kept.back();
+}
+
 // The nucleus is found by sorting in growing blocks; a full sort must give the same draws.
 TEST(Sampler, BlockwiseNucleusMatchesAFullSortReference) {
   const int vocab = 5000;
@@ -134,46 +178,43 @@ TEST(Sampler, BlockwiseNucleusMatchesAFullSortReference) {
   Sampler s(vocab);
   for (float top_p : {0.05f, 0.5f, 0.9f, 0.999f}) {
     const SamplingParams p{.temperature = 0.7f, .top_p = top_p, .min_p = 0.01f, .seed = 21};
-    // Reference: full sort, nucleus prefix, min_p, walk.
-    std::vector<int32_t> order(static_cast<size_t>(vocab));
-    for (int i = 0; i < vocab; ++i) order[size_t(i)] = i;
-    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-      return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
-    });
-    const float max_logit = logits[size_t(order[0])];
-    std::vector<float> prob(static_cast<size_t>(vocab));
-    double mass = 0.0;
-    for (int i = 0; i < vocab; ++i) {
-      prob[size_t(i)] = std::exp((logits[size_t(i)] - max_logit) * (1.0f / 0.7f));
-      mass += prob[size_t(i)];
-    }
     size_t nucleus = 0;
-    for (double cumulative = 0.0; nucleus < order.size() && cumulative < top_p * mass; ++nucleus) {
-      cumulative += prob[size_t(order[nucleus])];
-    }
-    std::vector<int32_t> kept;
-    for (size_t i = 0; i < nucleus; ++i) {
-      if (prob[size_t(order[i])] >= 0.01f) kept.push_back(order[i]);
-    }
-    double total = 0.0;
-    for (int32_t id : kept) total += prob[size_t(id)];
     for (int pos = 0; pos < 200; ++pos) {
-      const double u = CounterUniform(21, uint64_t(pos)) * total;
-      double cumulative = 0.0;
-      int32_t expected = kept.back();
-      for (int32_t id : kept) {
-        cumulative += prob[size_t(id)];
-        if (u < cumulative) {
-          expected = id;
-          break;
-        }
-      }
-      ASSERT_EQ(s.Sample(logits, p, pos), expected) << "top_p " << top_p << " pos " << pos;
+      ASSERT_EQ(s.Sample(logits, p, pos), FullSortReference(logits, p, uint64_t(pos), &nucleus))
+          << "top_p " << top_p << " pos " << pos;
     }
     if (top_p > 0.5f) {
       EXPECT_GT(nucleus, 1024u);  // the blocks grew past the first two
     }
   }
+}
+
+// top_k is selected in one pass (a heap) and only its candidates' probabilities are computed:
+// on many random logit rows, with ties, every top_k / top_p / min_p / temperature combination
+// draws what the full sort draws.
+TEST(Sampler, TopKSelectionMatchesAFullSortReference) {
+  std::mt19937 rng(5);
+  Sampler s(4096);
+  int with_top_k = 0;
+  for (int row = 0; row < 300; ++row) {
+    const size_t vocab = std::uniform_int_distribution<size_t>(2, 4096)(rng);
+    std::vector<float> logits(vocab);
+    std::normal_distribution<float> dist(0.0f, 3.0f);
+    const bool ties = row % 2 == 0;  // logits on a coarse grid: many equal values
+    for (float& v : logits) v = ties ? std::round(dist(rng) * 2.0f) / 2.0f : dist(rng);
+    const int top_k = std::uniform_int_distribution<int>(-1, int(vocab) + 3)(rng);
+    const float top_ps[] = {1.0f, 0.3f, 0.9f};
+    const float min_ps[] = {0.0f, 0.0f, 0.05f};
+    const float temperatures[] = {0.6f, 1.0f, 1.7f};
+    const SamplingParams p{.temperature = temperatures[row % 3], .top_p = top_ps[(row / 3) % 3],
+                           .top_k = top_k, .min_p = min_ps[(row / 9) % 3], .seed = uint64_t(row)};
+    if (top_k > 1 && size_t(top_k) < vocab) ++with_top_k;
+    for (int pos = 0; pos < 20; ++pos) {
+      const TokenId expected = top_k == 1 ? ArgMax(logits) : FullSortReference(logits, p, uint64_t(pos));
+      ASSERT_EQ(s.Sample(logits, p, pos), expected) << "row " << row << " top_k " << top_k << " pos " << pos;
+    }
+  }
+  EXPECT_GT(with_top_k, 200);
 }
 
 // Logits {2, -1, 0.5, 1} after an output of tokens 0, 0, 1; each case is checked against the

@@ -270,6 +270,59 @@ TEST(Kernels, PackedPanelsMatchRowMajorAndAreBatchInvariant) {
   }
 }
 
+// The prefill product over packed activations: every table's packing lays out exactly what the
+// layout's definition (the portable packing) does, and its product is bit-identical to
+// matmul_panels (so a token's result does not depend on which product its batch size chose),
+// for every format (fp8 with 128-row bands, and 16-row bands that AVX-512 hands back to
+// matmul_panels), across column blocks (cols > kGemmColumns), partial token tiles and row ranges
+// split as MatMul splits them.
+TEST(Kernels, PackedActivationProductIsBitIdenticalToPanels) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  ThreadPool pool(2);
+  for (Kind kind : kAllKinds) {
+    for (int64_t rows : {15, 33, 150}) {
+      for (int64_t cols : {int64_t{96}, kGemmColumns + 96 + 32}) {
+        const auto w = MakeWeights(kind, rows, cols, rng);
+        ASSERT_TRUE(w.has_value());
+        std::vector<std::byte> packed_bytes(PackedBytes(w->matrix()));
+        const WeightMatrix packed = PackPanels(w->matrix(), packed_bytes.data(), pool);
+        for (int64_t n : {13, 49, 131}) {
+          std::vector<float> x(size_t(n * cols));
+          for (float& v : x) v = dist(rng);
+          const size_t xp_floats = size_t(PackedActivationFloats(n, cols));
+          std::vector<float> reference_xp(xp_floats, -3.0f);
+          PortableKernels().pack_activations(x.data(), n, cols, 0, GemmTiles(n), reference_xp.data());
+          SCOPED_TRACE(std::string(KindName(kind)) + " rows=" + std::to_string(rows) + " cols=" +
+                       std::to_string(cols) + " n=" + std::to_string(n));
+          for (const KernelSet* k : testing::RunnableKernelTables()) {
+            std::vector<float> xp(xp_floats, -3.0f);
+            const int64_t tiles = GemmTiles(n);
+            k->pack_activations(x.data(), n, cols, 0, tiles / 2, xp.data());  // two threads' halves
+            k->pack_activations(x.data(), n, cols, tiles / 2, tiles, xp.data());
+            for (int64_t t = 0; t < n; ++t) {
+              for (int64_t c = 0; c < cols; ++c) {
+                ASSERT_EQ(xp[size_t(GemmPackedIndex(n, t, c))], x[size_t(t * cols + c)]) << k->name;
+              }
+            }
+            ASSERT_EQ(xp, reference_xp) << k->name;
+
+            std::vector<float> want(size_t(n * rows), -7.0f), got(size_t(n * rows), -7.0f);
+            const int64_t split = packed.num_panels() / 2 * 2;
+            k->matmul_panels(x.data(), n, packed, 0, split, want.data(), rows);
+            k->matmul_panels(x.data(), n, packed, split, packed.num_panels(), want.data(), rows);
+            std::vector<float> scratch(size_t(GemmThreadScratchFloats(n)));
+            k->matmul_panels_packed(x.data(), xp.data(), scratch.data(), n, packed, 0, split, got.data(), rows);
+            k->matmul_panels_packed(x.data(), xp.data(), scratch.data(), n, packed, split, packed.num_panels(),
+                                    got.data(), rows);
+            for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << k->name << " i=" << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 // The shapes DeepSeek-V3 runs (hidden 7168, expert intermediate 2048) in the formats its
 // checkpoints ship: every SIMD table, row-major and packed, against the portable row-major
 // product. Long rows are where a dropped tail chunk, a mis-strided scale block or a

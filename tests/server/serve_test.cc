@@ -94,6 +94,9 @@ TEST_F(ServeTest, StartsAndLogsLikeSglang) {
   EXPECT_EQ(info["is_generation"], true);
   auto server_info = json::parse(Get(*server_, "/get_server_info").body);
   EXPECT_EQ(server_info["max_total_num_tokens"], 8192);
+  // Test servers run with --enable-deterministic-inference (ServerLaunch::deterministic).
+  EXPECT_EQ(server_info["enable_deterministic_inference"], true);
+  EXPECT_NE(log.find("enable_deterministic_inference=true"), std::string::npos) << log;
 }
 
 // Which Unicode tables the tokenizer's classes follow is in the start-up log (once) and in
@@ -121,7 +124,7 @@ TEST_F(ServeTest, NativeGenerateMatchesTheCli) {
   EXPECT_GT(j["meta_info"]["prompt_tokens"].get<int>(), 1);
   // The CLI runs the same model alone: greedy text must be identical (batch invariance).
   auto cli = testing::RunMlaserve("generate --model-path " + testing::ShellQuote(kModel) +
-                                  " --prompt 'ROMEO:' --max-new-tokens 24");
+                                  " --prompt 'ROMEO:' --max-new-tokens 24 --enable-deterministic-inference");
   ASSERT_EQ(cli.exit_code, 0) << cli.err;
   EXPECT_EQ("ROMEO:" + j["text"].get<std::string>() + "\n", cli.out);
 

@@ -23,6 +23,7 @@ ServerProcess::ServerProcess(const ServerLaunch& launch, std::vector<std::string
   const std::string model = launch.model_path.empty() ? BundledModelPath() : launch.model_path;
   std::vector<std::string> args = {MLASERVE_BINARY, "serve", "--model-path", model, "--port", std::to_string(launch.port),
                                    "--max-total-tokens", "8192", "--served-model-name", "bard"};
+  if (launch.deterministic) args.push_back("--enable-deterministic-inference");
   args.insert(args.end(), extra.begin(), extra.end());
   pid_ = fork();
   if (pid_ == 0) {

@@ -21,10 +21,13 @@ struct ServerLaunch {
   int port = 0;             // 0: an ephemeral port
   std::string model_path;   // "": the bundled model, absolute
   std::string cwd;          // "": the test's
+  // --enable-deterministic-inference: tests compare greedy outputs bit for bit across batch
+  // compositions and chunkings, so their servers run in that mode unless a test says otherwise.
+  bool deterministic = true;
 };
 
 // Starts `mlaserve serve --model-path <bundled> --port 0 --max-total-tokens 8192
-// --served-model-name bard <extra...>` and waits (up to 30 s) for "ready to roll" in its log,
+// --served-model-name bard [--enable-deterministic-inference] <extra...>` and waits (up to 30 s) for "ready to roll" in its log,
 // or for it to exit. The destructor sends SIGTERM and waits.
 class ServerProcess {
  public:
