@@ -28,9 +28,7 @@ struct FmaPeak {
 // The bf16 probe (bf16_peak_avx512bf16.cc, the one file compiled with -mavx512bf16): like
 // KernelSet::fma_chains, `iterations` rounds of kFmaChains independent vdpbf16ps chains, each
 // instruction 16 lanes x 2 bf16 pairs = 64 FLOPs; *sink: a seed in (0, 1) in, the chains' sum
-// (16 x kBf16Chains) out. Only where GetCpuFeatures().avx512_bf16.
+// (16 x kFmaChains) out. Only where GetCpuFeatures().avx512_bf16.
 double Bf16DotChains(int64_t iterations, float* sink);
-// Chains Bf16DotChains keeps in flight (vdpbf16ps's latency needs twice kFmaChains).
-inline constexpr int kBf16Chains = 24;
 
 }  // namespace mlaserve::cli
