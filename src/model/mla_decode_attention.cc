@@ -31,11 +31,15 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
   }
   std::fill(o, o + int64_t(heads) * L, 0.0f);
   for (int p0 = begin, rows = 0; p0 < end; p0 += rows) {
-    // Tiles never cross a page: clip at the page end (any page size), then move on by what was
-    // read. Splits start at multiples of kKvTileRows, so a split's tiles are the whole context's.
-    const int page_end = (p0 / kv.page_size() + 1) * kv.page_size();
-    rows = std::min({kKvTileRows, end - p0, page_end - p0});
-    kv.ReadRows(layer, pages, p0, rows, scratch.tile);
+    // A tile is kKvTileRows positions (fewer at the end), read page by page. Splits start at
+    // multiples of kKvTileRows, so a split's tiles are the whole context's, whatever the page
+    // size: the tiles, and so the sums, depend on positions only.
+    rows = std::min(kKvTileRows, end - p0);
+    for (int r = 0, count = 0; r < rows; r += count) {
+      const int p = p0 + r;
+      count = std::min(rows - r, (p / kv.page_size() + 1) * kv.page_size() - p);
+      kv.ReadRows(layer, pages, p, count, scratch.tile + int64_t(r) * row_dim);
+    }
     if (heads >= kGemmScoreMinHeads) {
       k.gemm_f32(scratch.tile, row_dim, scratch.q_t, heads, scratch.scores, heads, rows, row_dim, heads, false);
     } else {

@@ -39,7 +39,7 @@ struct LatentScratch {
 };
 
 // One token's partial attention over cache rows [begin, end) of `layer`, every head at once:
-// rows are dequantized a tile at a time (kKvTileRows rows, never across a page) and each tile
+// rows are dequantized a tile at a time (kKvTileRows positions, read page by page) and each tile
 // serves every head: scores = tile @ q_lat^T, then an online softmax, then o += p @ tile.
 //   q_lat:   [heads, L + R] absorbed query (q_nope @ W_UK | rotated q_pe)
 //   o:       [heads, L] out: sum_r exp(score_r - max) * c_kv_r (not normalized)

@@ -12,8 +12,8 @@
 
 namespace mlaserve {
 
-// Rows of KV cache attention dequantizes at a time (never across a page).
-inline constexpr int kKvTileRows = 16;
+// Rows of KV cache the absorbed attention dequantizes at a time (read page by page).
+inline constexpr int kKvTileRows = 64;
 
 // MHA-form prefill (mla_prefill_attention.cc): cache rows decompressed per head at a time, and
 // queries per score block.
