@@ -16,7 +16,7 @@
 
 namespace mlaserve {
 
-// Positions per KV split: a multiple of the tile, so a split's tiles are the page-clipped tiles of
+// Positions per KV split: a multiple of the tile, so a split's tiles are the 64-position tiles of
 // the whole context; 256 gives each of two threads a split at a 1K context already.
 inline constexpr int kKvSplitRows = 256;
 static_assert(kKvSplitRows % kKvTileRows == 0);
