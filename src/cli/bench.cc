@@ -425,7 +425,8 @@ int BenchBatch(const ModelFlags& model_flags, const BenchSettings& settings) {
               "(%s-bound, %.1f tokens/s)\n",
               1000.0 * memory_s, peaks.read_bandwidth / 1e9, 1000.0 * compute_s, peaks.fp32.all_threads_flops / 1e9,
               1000.0 * bound_s, memory_s >= compute_s ? "memory" : "compute", n_seqs / bound_s);
-  std::printf("batched decode: %.1f ms/step achieved, %.0f%% of the per-step bound\n", 1000.0 * step_s,
+  // Three significant digits: a tiny model's bound is a fraction of a percent of its step, not 0.
+  std::printf("batched decode: %.1f ms/step achieved, %.3g%% of the per-step bound\n", 1000.0 * step_s,
               100.0 * bound_s / step_s);
   PrintAttentionShare(timings, decode_s);
   PrintComputePeaks(peaks, *loaded->kernels);
