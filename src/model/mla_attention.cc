@@ -26,26 +26,30 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, int layer
   // Queries.
   if (c.q_lora_rank > 0) {
     MatMul(ctx, ws.normed.data(), n, w.q_a, ws.q_a.data());
-    for (int t = 0; t < n; ++t) {
-      float* r = ws.q_a.data() + int64_t(t) * c.q_lora_rank;
-      RmsNorm(r, w.q_a_norm.data(), c.q_lora_rank, c.rms_norm_eps, r);
-    }
+    ForTokenRanges(n, [&](int begin, int end, int) {
+      for (int t = begin; t < end; ++t) {
+        float* r = ws.q_a.data() + int64_t(t) * c.q_lora_rank;
+        k.rms_norm(r, w.q_a_norm.data(), c.q_lora_rank, c.rms_norm_eps, r);
+      }
+    });
     MatMul(ctx, ws.q_a.data(), n, w.q_b, ws.q.data());
   } else {
     MatMul(ctx, ws.normed.data(), n, w.q_proj, ws.q.data());
   }
 
   // The new tokens' cache rows: normalised latent and rotated rope key, quantized once into the
-  // storage's format as they are written.
+  // storage's format as they are written (tokens write distinct rows, so threads may split them).
   MatMul(ctx, ws.normed.data(), n, w.kv_a, ws.kv_a.data());
-  for (int t = 0; t < n; ++t) {
-    const ForwardSegment& seg = segments[size_t(token_segments_[size_t(t)])];
-    const int pos = token_positions_[size_t(t)];
-    float* row = ws.kv_a.data() + int64_t(t) * row_dim;  // [L + R], normalised in place
-    RmsNorm(row, w.kv_a_norm.data(), L, c.rms_norm_eps, row);
-    rope_.Apply(row + L, pos);
-    kv.WriteRow(layer_index, seg.pages, pos, row);
-  }
+  ForTokenRanges(n, [&](int begin, int end, int) {
+    for (int t = begin; t < end; ++t) {
+      const ForwardSegment& seg = segments[size_t(token_segments_[size_t(t)])];
+      const int pos = token_positions_[size_t(t)];
+      float* row = ws.kv_a.data() + int64_t(t) * row_dim;  // [L + R], normalised in place
+      k.rms_norm(row, w.kv_a_norm.data(), L, c.rms_norm_eps, row);
+      rope_.Apply(row + L, pos);
+      kv.WriteRow(layer_index, seg.pages, pos, row);
+    }
+  });
 
   // Each segment in its form: the MHA form for long enough prompt chunks (not in deterministic
   // mode), the absorbed form for the rest. Both write attn_out [n, heads * v].
