@@ -50,6 +50,16 @@ struct Avx2 {
     low = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x0f)), eight));
     high = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(b, 4), eight));
   }
+  // For the element-wise kernels (simd_elementwise_impl.h).
+  static Reg Div(Reg a, Reg b) { return _mm256_div_ps(a, b); }
+  static Reg Fnma(Reg a, Reg b, Reg c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a * b
+  static Reg Min(Reg a, Reg b) { return _mm256_min_ps(a, b); }
+  static Reg Max(Reg a, Reg b) { return _mm256_max_ps(a, b); }
+  static Reg Round(Reg a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // 2^n for integral n in [-126, 127], as a float: n + 127 in the exponent field.
+  static Reg Pow2(Reg n) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  }
   static Reg Fma(Reg a, Reg b, Reg acc) { return _mm256_fmadd_ps(a, b, acc); }
   template <DType D>
   static Reg LoadW(const std::byte* p) {
@@ -79,7 +89,7 @@ const KernelSet* Avx2Kernels() {
                               avx2::AxpyRow<Avx2>, avx2::DotF32<Avx2>, avx2::AxpyF32<Avx2>,
                               avx2::FmaChains<Avx2>,
                               avx2::PackActivations<Avx2>, avx2::MatMulPanelsPacked<Avx2>,
-                              avx2::RmsNorm, avx2::AddRmsNorm, avx2::SiluMul, avx2::GemmF32<Avx2>};
+                              avx2::RmsNorm<Avx2>, avx2::AddRmsNorm<Avx2>, avx2::SiluMul<Avx2>, avx2::GemmF32<Avx2>};
   return &kSet;
 }
 

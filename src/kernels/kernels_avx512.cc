@@ -54,6 +54,16 @@ struct Avx512 {
     low = _mm512_permutexvar_ps(b, table);  // vpermps reads only the index's low 4 bits
     high = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), table);
   }
+  // For the element-wise kernels (simd_elementwise_impl.h).
+  static Reg Div(Reg a, Reg b) { return _mm512_div_ps(a, b); }
+  static Reg Fnma(Reg a, Reg b, Reg c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a * b
+  static Reg Min(Reg a, Reg b) { return _mm512_min_ps(a, b); }
+  static Reg Max(Reg a, Reg b) { return _mm512_max_ps(a, b); }
+  static Reg Round(Reg a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // 2^n for integral n in [-126, 127], as a float: n + 127 in the exponent field.
+  static Reg Pow2(Reg n) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+  }
   static Reg Fma(Reg a, Reg b, Reg acc) { return _mm512_fmadd_ps(a, b, acc); }
   template <DType D>
   static Reg LoadW(const std::byte* p) {
@@ -78,7 +88,7 @@ const KernelSet* Avx512Kernels() {
                               avx512::AxpyRow<Avx512>, avx512::DotF32<Avx512>,
                               avx512::AxpyF32<Avx512>, avx512::FmaChains<Avx512>,
                               avx512::PackActivations<Avx512>, avx512::MatMulPanelsPacked<Avx512>,
-                              avx512::RmsNorm, avx512::AddRmsNorm, avx512::SiluMul, avx512::GemmF32<Avx512>};
+                              avx512::RmsNorm<Avx512>, avx512::AddRmsNorm<Avx512>, avx512::SiluMul<Avx512>, avx512::GemmF32<Avx512>};
   return &kSet;
 }
 
