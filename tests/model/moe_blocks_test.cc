@@ -31,6 +31,13 @@ std::vector<float> AllLogits(Model& model, const KernelSet& kernels, const std::
   return logits;
 }
 
+TEST(ForwardParallelPaths, ANegativeMoeBlockIsRefusedAtLoad) {
+  auto model = Model::Load(kModel, ModelOptions{.max_batch_tokens = 32, .max_context = 256, .num_threads = 1,
+                                                .moe_block_tokens = -1});
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.error().find("moe_block_tokens"), std::string::npos) << model.error();
+}
+
 TEST(ForwardParallelPaths, OneLongForwardEqualsSmallChunksBitwise) {
   constexpr int kTokens = 540;
   // Deterministic mode: otherwise the 540-token forward runs attention in the MHA form.
