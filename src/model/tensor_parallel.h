@@ -1,0 +1,58 @@
+// Tensor parallelism (--tp-size N, N MPI ranks): what each rank holds and computes, and the
+// collectives the forward pass needs, as an interface the model calls (dist/ implements it
+// over MPI; the model never sees MPI).
+//
+// What rank r of N holds (docs/distributed.md):
+//   - replicated: the embedding, every norm, q_a_proj, kv_a_proj_with_mqa, the router (gate and
+//     its correction bias): every rank computes the latent and the routing of every token, and
+//     keeps the whole latent KV cache (MLA caches one latent per token, not per head);
+//   - by heads: q_b_proj (or q_proj) and kv_b_proj, rows of heads ShardRange(heads, 1);
+//   - by output rows: o_proj, the dense MLP's and the shared experts' gate/up (rows of the
+//     intermediate) and down (rows of hidden), lm_head (rows of the vocabulary), in ranges of
+//     ShardRange(rows, RowUnit(matrix));
+//   - routed experts whole: experts ShardRange(n_routed_experts, 1) (expert parallelism).
+// No reduction dimension is ever split: every output value is the same sum, in the same order,
+// as on one rank, and ranks exchange finished values (all-gathers). So N ranks produce the
+// logits of one rank bit for bit, in both modes.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace mlaserve {
+
+// Rank `rank` of `size`'s share of `total` items taken in units of `unit` items (total must be
+// a multiple of unit): [begin, end), as even as whole units allow, in rank order.
+struct ShardRangeResult {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t count() const { return end - begin; }
+};
+inline ShardRangeResult ShardRange(int64_t total, int64_t unit, int rank, int size) {
+  const int64_t units = total / unit;
+  return {unit * (units * rank / size), unit * (units * (rank + 1) / size)};
+}
+
+// Rows of a row-sharded matrix go in units of a kernel panel (16 rows), or of the scale block
+// for fp8 block-scaled weights (a rank's rows then start a scale row of their own).
+inline constexpr int64_t kShardRowUnit = 16;
+
+// The collectives of one tensor-parallel group, called by every rank in the same order from the
+// thread that runs Model::Forward. Blocking; a failed peer ends the job (MPI aborts it), so they
+// return nothing.
+class TpCollectives {
+ public:
+  virtual ~TpCollectives() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Rank 0's `bytes` bytes at data to every rank. idle: the receivers may wait long (a worker
+  // between forward calls), so they poll with sleeps instead of spinning.
+  virtual void Broadcast(void* data, int64_t bytes, bool idle) = 0;
+  // In place: data holds size() blocks back to back, block r of counts[r] floats written by rank
+  // r; afterwards every rank has every block.
+  virtual void AllGather(float* data, std::span<const int64_t> counts) = 0;
+  // The same, but only rank 0 receives (the other ranks' data is left as it was).
+  virtual void GatherToRoot(float* data, std::span<const int64_t> counts) = 0;
+};
+
+}  // namespace mlaserve
