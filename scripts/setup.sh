@@ -2,7 +2,8 @@
 # Installs what building and testing mlaserve need, from Debian's packages, when missing.
 # Training the bundled model needs more: tools/train/setup.sh.
 set -euo pipefail
-pkgs=(cmake g++ ninja-build pkg-config ccache libpcre2-dev nlohmann-json3-dev libgtest-dev libsqlite3-dev)
+pkgs=(cmake g++ ninja-build pkg-config ccache libpcre2-dev nlohmann-json3-dev libgtest-dev libsqlite3-dev
+      libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

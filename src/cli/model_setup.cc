@@ -1,10 +1,13 @@
 #include "cli/model_setup.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 
 #include "cli/kv_scales.h"
 #include "core/log.h"
+#include "dist/mpi_group.h"
 #include "tokenizer/unicode_version.h"
 
 namespace mlaserve::cli {
@@ -49,8 +52,53 @@ ModelFlags ReadModelFlags(Args& args, ForwardSize forward_size) {
                                       {.above = 0, .max = 1});
   f.max_total_tokens = args.Int64("max-total-tokens", 0, "caps the KV pool's tokens",
                                   {.shown_default = "what the budget holds", .min = 0});
+  f.tp_size = args.Int("tp-size", 1,
+                       "tensor-parallel ranks: run as `mpirun -np N mlaserve ... --tp-size N` (docs/distributed.md)",
+                       {.min = 1});
+  const int tp_alias = args.Int("tp", 1, "same as --tp-size", {.min = 1});
+  if (tp_alias != 1 && f.tp_size != 1 && tp_alias != f.tp_size) {
+    args.Reject("--tp " + std::to_string(tp_alias) + " and --tp-size " + std::to_string(f.tp_size) + " disagree");
+  }
+  if (tp_alias != 1) f.tp_size = tp_alias;
   return f;
 }
+
+namespace {
+
+// The tensor-parallel group this process belongs to: nullptr for one process (tp_size 1, not
+// started by mpirun). Errors: --tp-size > 1 without mpirun, or a job of another size.
+Result<dist::MpiGroup*> JoinTensorParallelJob(int tp_size) {
+  if (tp_size == 1 && !dist::LaunchedByMpirun()) return nullptr;
+  auto group = dist::MpiGroup::Get();
+  if (!group.ok()) {
+    return Status::Error("--tp-size " + std::to_string(tp_size) + " runs as an MPI job: start it as `mpirun -np " +
+                         std::to_string(tp_size) + " mlaserve ...` (" + group.error() + ")");
+  }
+  static bool joined = false;
+  if ((*group)->size() != tp_size) {
+    return Status::Error("mpirun started " + std::to_string((*group)->size()) + " ranks but --tp-size is " +
+                         std::to_string(tp_size) + ": give --tp-size " + std::to_string((*group)->size()));
+  }
+  if (tp_size == 1) return nullptr;
+  if (joined) return Status::Error("a tensor-parallel job runs one model (--compare-model-path and the like need tp 1)");
+  joined = true;
+  return *group;
+}
+
+// Ranks 1..: rank 0's forward calls until it stops them, then the end of the process. Shutdown
+// signals are rank 0's to act on (it drains, then stops the workers), so they are ignored here.
+[[noreturn]] void ServeForwardCalls(Model& model, dist::MpiGroup& group) {
+  ::signal(SIGINT, SIG_IGN);
+  ::signal(SIGTERM, SIG_IGN);
+  const Status status = model.RunTpWorker();
+  if (!status.ok()) {
+    std::fprintf(stderr, "mlaserve: tensor-parallel rank %d: %s\n", group.rank(), status.message().c_str());
+    group.Abort(1);
+  }
+  std::exit(0);
+}
+
+}  // namespace
 
 Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
   if (flags.model_path.empty()) return Status::Error("--model-path is required");
@@ -62,7 +110,20 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
   auto kernels = KernelsByName(flags.kernels);
   if (!kernels.ok()) return kernels.status();
   loaded.kernels = *kernels;
-  auto model = Model::Load(flags.model_path, flags.options);
+  auto tp = JoinTensorParallelJob(flags.tp_size);
+  if (!tp.ok()) return tp.status();
+  dist::MpiGroup* group = *tp;
+  ModelOptions options = flags.options;
+  options.tp = group;
+  if (group != nullptr && options.num_threads == 0) {
+    // The machine's cores shared by its ranks.
+    options.num_threads = std::max(1, ThreadPool::DefaultThreadCount() / group->local_size());
+  }
+  auto model = Model::Load(flags.model_path, options);
+  if (group != nullptr && !group->AllOk(model.ok())) {
+    if (!model.ok()) return model.status();
+    return Status::Error("another tensor-parallel rank could not load its shard (its error is above)");
+  }
   if (!model.ok()) return model.status();
   loaded.model = std::move(model).value();
   const ModelConfig& config = loaded.model->config();
@@ -78,21 +139,41 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
   MLA_RETURN_IF_ERROR(ValidateKvFormatDims(*format, config.kv_lora_rank, config.qk_rope_head_dim));
   loaded.kv_cache.kv_format = *format;
   loaded.kv_cache.page_size = flags.page_size;
+  // Ranks on one machine share its memory.
+  const double device_memory_bytes = flags.device_memory_gb > 0 || group == nullptr
+                                         ? flags.device_memory_gb * 1e9
+                                         : PhysicalMemoryBytes() / group->local_size();
   auto budget = ComputeKvBudget(KvBudgetRequest{
-      .device_memory_bytes = flags.device_memory_gb * 1e9,
+      .device_memory_bytes = device_memory_bytes,
       .mem_fraction_static = flags.mem_fraction_static,
       .weight_bytes = double(loaded.model->weight_bytes()),
       .kv_bytes_per_token = KvRowBytes(*format, config.kv_lora_rank, config.qk_rope_head_dim) *
                             size_t(config.num_hidden_layers),
       .max_total_tokens = flags.max_total_tokens,
       .page_size = flags.page_size});
+  if (group != nullptr && !group->AllOk(budget.ok())) {
+    if (!budget.ok()) return budget.status();
+    return Status::Error("another tensor-parallel rank has no memory left for the KV cache (its error is above)");
+  }
   if (!budget.ok()) return budget.status();
   loaded.kv_budget = *budget;
+  if (group != nullptr) {
+    // Every rank keeps the whole latent cache: the job holds what its smallest budget holds.
+    loaded.kv_budget.max_total_num_tokens = group->AllMin(budget->max_total_num_tokens);
+    Log(LogLevel::kInfo,
+        "[mlaserve] tensor parallel: rank %d of %d, %d threads, weights of this rank %.3f GB (of %.3f GB), "
+        "KV pool %lld tokens (the smallest rank's budget)",
+        group->rank(), group->size(), loaded.model->pool().num_threads(), double(loaded.model->weight_bytes()) / 1e9,
+        double(loaded.model->checkpoint().total_tensor_bytes()) / 1e9,
+        (long long)loaded.kv_budget.max_total_num_tokens);
+  }
   loaded.kv_cache.pool_tokens =
       std::min<int64_t>(budget->max_total_num_tokens, loaded.model->max_context());
   auto scales = ResolveKvScales(flags.kv_scales, loaded.model->checkpoint(), config, *format, &loaded.kv_scales_source);
   if (!scales.ok()) return scales.status();
   loaded.kv_cache.kv_tensor_scales = std::move(scales).value();
+  if (group != nullptr && group->rank() != 0) ServeForwardCalls(*loaded.model, *group);  // does not return
+  if (group != nullptr) group->WorkersListening();
   if (need_tokenizer) {
     auto tokenizer = Tokenizer::FromDirectory(flags.model_path);
     if (!tokenizer.ok()) return tokenizer.status();

@@ -26,6 +26,7 @@ struct ModelFlags {
   double device_memory_gb = 0;  // 0: physical memory
   double mem_fraction_static = 0.88;
   int64_t max_total_tokens = 0;
+  int tp_size = 1;  // --tp-size: ranks of the mpirun job (docs/distributed.md)
   std::optional<int> max_batch_tokens;  // as given; options.max_batch_tokens holds the one used
   ModelOptions options;
 };
@@ -51,6 +52,10 @@ struct LoadedModel {
 };
 
 // Logs that --trust-remote-code has no effect when it was given.
+// Tensor parallelism (--tp-size N, every rank of `mpirun -np N` runs the same command line):
+// every rank loads its shard and the ranks agree on the KV pool (the smallest budget); rank 0
+// returns and runs the command, while ranks 1.. serve its forward calls (Model::RunTpWorker)
+// here and then end the process: LoadModel does not return on them.
 Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer);
 
 // The engine's KV cache for a loaded model, sized to the whole budget (max_total_num_tokens):

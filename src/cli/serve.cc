@@ -38,8 +38,8 @@ void RefuseUnimplemented(Args& args) {
     const char* alias;
     const char* what;
   };
-  for (const Parallelism& p : {Parallelism{"tp-size", "tp", "tensor parallelism"},
-                               Parallelism{"dp-size", "dp", "data parallelism"}}) {
+  // (--tp-size is a model flag: cli/model_setup.h.)
+  for (const Parallelism& p : {Parallelism{"dp-size", "dp", "data parallelism"}}) {
     for (const std::string name : {p.flag, p.alias}) {
       const std::string help =
           name == p.flag ? std::string(p.what) + ": only 1 (one CPU process)" : "same as --" + std::string(p.flag);

@@ -55,7 +55,9 @@ void GemmF32(const float* x, int64_t ldx, const float* b, int64_t ldb, float* y,
   for (; j < m; ++j) {
     for (int64_t t = 0; t < n; ++t) {
       float sum = accumulate ? y[t * ldy + j] : 0.0f;
-      for (int64_t i = 0; i < k; ++i) sum += x[t * ldx + i] * b[i * ldb + j];
+      // Fused, as the vector lanes: a column's value does not depend on m (tensor-parallel
+      // ranks compute subsets of the heads' columns).
+      for (int64_t i = 0; i < k; ++i) sum = std::fma(x[t * ldx + i], b[i * ldb + j], sum);
       y[t * ldy + j] = sum;
     }
   }

@@ -13,6 +13,7 @@
 // int4 panel -> its two columns, each nibble - 8); Mul; Fma(a, b, acc) = a*b+acc; Sum(Reg);
 // StoreF32(float*, Reg). kPanelTokens: tokens a panel tile keeps in registers.
 
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 

@@ -8,6 +8,8 @@
 // dequantizes as a tile.
 #pragma once
 
+#include <atomic>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -101,6 +103,9 @@ class KvStorage {
  public:
   virtual ~KvStorage() = default;
 
+  // Unique in this process (a tensor-parallel job's workers mirror each storage by it).
+  uint64_t uid() const { return uid_; }
+
   virtual const KvStorageShape& shape() const = 0;
   // KvRowBytes(format, latent_dim, rope_dim): one token of one layer.
   virtual size_t row_bytes() const = 0;
@@ -111,6 +116,13 @@ class KvStorage {
 
   // What one token costs across all layers.
   size_t bytes_per_token() const { return row_bytes() * size_t(shape().num_layers); }
+
+ private:
+  static uint64_t NextUid() {
+    static std::atomic<uint64_t> next{1};
+    return next.fetch_add(1, std::memory_order_relaxed);
+  }
+  const uint64_t uid_ = NextUid();
 };
 
 // Every page in host memory: one anonymous mapping of [num_layers][num_pages][page_size]

@@ -20,7 +20,7 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, int layer
   const AttentionWeights& w = weights_.layers[size_t(layer_index)].attn;
   Workspace& ws = workspace_;
   const KernelSet& k = *ctx.kernels;
-  const int heads = c.num_attention_heads, nope = c.qk_nope_head_dim;
+  const int heads = local_heads_, nope = c.qk_nope_head_dim;  // this rank's heads
   const int L = c.kv_lora_rank, row_dim = c.kv_cache_dim(), v_dim = c.v_head_dim;
 
   // Queries.
@@ -84,7 +84,14 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, int layer
       MhaPrefillAttention(k, w, kv, layer_index, first_token, segments[size_t(s)]);
     }
   }
-  MatMul(ctx, ws.attn_out.data(), n, w.o_proj, ws.proj.data());
+  if (tp_ == nullptr) {
+    MatMul(ctx, ws.attn_out.data(), n, w.o_proj, ws.proj.data());
+    return;
+  }
+  // Tensor parallelism: every rank's heads, then o_proj's rows of this rank, then every rank's.
+  GatherColumns(ws.attn_out.data(), n, tp_attn_counts_, ws.tp_full.data(), false);
+  MatMul(ctx, ws.tp_full.data(), n, w.o_proj, ws.tp_local.data());
+  GatherColumns(ws.tp_local.data(), n, RowShardCounts(c.hidden_size, w.o_proj), ws.proj.data(), false);
 }
 
 }  // namespace mlaserve

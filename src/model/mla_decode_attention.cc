@@ -40,7 +40,7 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
       count = std::min(rows - r, (p / kv.page_size() + 1) * kv.page_size() - p);
       kv.ReadRows(layer, pages, p, count, scratch.tile + int64_t(r) * row_dim);
     }
-    if (heads >= kGemmScoreMinHeads) {
+    if (shape.gemm_scores) {
       k.gemm_f32(scratch.tile, row_dim, scratch.q_t, heads, scratch.scores, heads, rows, row_dim, heads, false);
     } else {
       for (int r = 0; r < rows; ++r) {
@@ -98,7 +98,7 @@ void MergeLatentSplits(const KernelSet& k, const LatentAttentionShape& shape, in
 void Model::AbsorbQueries(const KernelSet& k, const AttentionWeights& w, std::span<const int32_t> tokens) {
   const ModelConfig& c = config_;
   Workspace& ws = workspace_;
-  const int heads = c.num_attention_heads, nope = c.qk_nope_head_dim, L = c.kv_lora_rank;
+  const int heads = local_heads_, nope = c.qk_nope_head_dim, L = c.kv_lora_rank;
   const int row_dim = c.kv_cache_dim(), qk_dim = c.qk_head_dim();
   const int64_t kv_b_rows_per_head = nope + c.v_head_dim;
   // q_lat[t, h, :L] = sum_d q_nope[t, h, d] * W_UK[h][d, :]: rows outer, tokens inner, so each
@@ -131,8 +131,9 @@ void Model::AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int laye
                               std::span<const ForwardSegment> segments) {
   const ModelConfig& c = config_;
   Workspace& ws = workspace_;
-  const LatentAttentionShape shape{.heads = c.num_attention_heads, .latent_dim = c.kv_lora_rank,
-                                   .rope_dim = c.qk_rope_head_dim};
+  const LatentAttentionShape shape{.heads = local_heads_, .latent_dim = c.kv_lora_rank,
+                                   .rope_dim = c.qk_rope_head_dim,
+                                   .gemm_scores = c.num_attention_heads >= kGemmScoreMinHeads};
   const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
   const float scale = float(c.SoftmaxScale());
   // Waves of whole tokens whose splits fit the partials' scratch (capacity >= one token's splits).

@@ -27,6 +27,9 @@ struct LatentAttentionShape {
   int heads;
   int latent_dim;  // L = kv_lora_rank
   int rope_dim;    // R = qk_rope_head_dim
+  // Scores as one product (gemm_f32) rather than a dot product per (row, head): chosen by the
+  // model's heads, not a tensor-parallel rank's, so every rank computes a score as one rank does.
+  bool gemm_scores;
   int row_dim() const { return latent_dim + rope_dim; }
 };
 

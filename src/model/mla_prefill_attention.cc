@@ -40,7 +40,7 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
                                 int first_token, const ForwardSegment& seg) {
   const ModelConfig& c = config_;
   Workspace& ws = workspace_;
-  const int heads = c.num_attention_heads, nope = c.qk_nope_head_dim, R = c.qk_rope_head_dim;
+  const int heads = local_heads_, nope = c.qk_nope_head_dim, R = c.qk_rope_head_dim;
   const int L = c.kv_lora_rank, v_dim = c.v_head_dim, qk_dim = c.qk_head_dim(), row_dim = c.kv_cache_dim();
   const int n = seg.num_tokens, prefix = seg.num_computed_tokens + seg.num_tokens;
   const int64_t kv_b_rows_per_head = nope + v_dim, out_stride = int64_t(heads) * v_dim;

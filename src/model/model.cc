@@ -7,10 +7,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <unordered_set>
+#include <vector>
 
 #include "core/float16.h"
 #include "core/log.h"
+#include "model/tensor_parallel_weights.h"
 
 namespace mlaserve {
 
@@ -55,14 +56,18 @@ void LogSkippedMtpLayers(const ModelConfig& config, const Checkpoint& checkpoint
 // After packing, only the embedding and kv_b_proj (read by rows, with their scales) are read from
 // the mapping; every other tensor's pages (packed matrices, norms copied to fp32, MTP layers) are
 // given back, so resident weights are about the checkpoint's bytes, not twice them.
+// (A tensor-parallel rank's kv_b is a slice: its view points inside the tensor.)
 void ReleaseCopiedPages(const ModelWeights& weights, const Checkpoint& checkpoint) {
-  std::unordered_set<const void*> in_use{weights.embed.data};
+  std::vector<const std::byte*> in_use{static_cast<const std::byte*>(weights.embed.data)};
   for (const LayerWeights& layer : weights.layers) {
-    in_use.insert(layer.attn.kv_b.data);
-    in_use.insert(layer.attn.kv_b.scales);
+    in_use.push_back(static_cast<const std::byte*>(layer.attn.kv_b.data));
+    in_use.push_back(static_cast<const std::byte*>(layer.attn.kv_b.scales));
   }
+  std::sort(in_use.begin(), in_use.end());
   for (const auto& [name, view] : checkpoint.tensors()) {
-    if (!in_use.contains(view.data)) checkpoint.ReleasePages(view);
+    const std::byte* begin = view.data;
+    const auto first = std::lower_bound(in_use.begin(), in_use.end(), begin);
+    if (first == in_use.end() || *first >= begin + std::max<size_t>(1, view.num_bytes)) checkpoint.ReleasePages(view);
   }
 }
 
@@ -76,6 +81,11 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
   if (!checkpoint.ok()) return checkpoint.status();
   auto weights = BindWeights(*config, **checkpoint);
   if (!weights.ok()) return weights.status();
+  const TpShard shard{.rank = options.tp == nullptr ? 0 : options.tp->rank(),
+                      .size = options.tp == nullptr ? 1 : options.tp->size()};
+  weights = ShardWeights(std::move(weights).value(), *config, shard);
+  if (!weights.ok()) return weights.status();
+  const size_t shard_bytes = HeldWeightBytes(*weights, *config);
   LogSkippedMtpLayers(*config, **checkpoint);
   if (options.max_batch_tokens <= 0) return Status::Error("max_batch_tokens must be positive");
   if (options.moe_block_tokens < 0) return Status::Error("moe_block_tokens must be 0 (by memory) or positive");
@@ -90,6 +100,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
   int threads = options.num_threads > 0 ? options.num_threads : ThreadPool::DefaultThreadCount();
   std::unique_ptr<Model> model(new Model(std::move(config).value(), std::move(checkpoint).value(),
                                          std::move(weights).value(), options, max_context, threads));
+  model->SetUpTensorParallel(options.tp, shard_bytes);
   PackWeights(model->weights_, model->pool_, [](const WeightMatrix& source) {
     Checkpoint::ReleaseMappedPages(source.data, source.total_bytes());
     if (source.scales != nullptr) Checkpoint::ReleaseMappedPages(source.scales, source.scale_bytes());
@@ -160,6 +171,9 @@ Status Model::Forward(const KernelSet& kernels, KvStorage& kv, std::span<const T
     }
   }
 
+  // Tensor parallelism: the workers compute the same call on their shards (RunTpWorker).
+  if (tp_ != nullptr && tp_->rank() == 0) BroadcastForwardCall(kernels, kv, tokens, segments, mode);
+
   // Embedding lookup: one row per token, converted to fp32.
   const KernelSet& k = *ctx.kernels;
   ForTokenRanges(n, [&](int begin, int end, int) {
@@ -225,7 +239,11 @@ Status Model::Forward(const KernelSet& kernels, KvStorage& kv, std::span<const T
       ++num_out;
     }
   }
-  MatMul(ctx, ws.last_hidden.data(), num_out, weights_.lm_head, logits);
+  if (tp_ != nullptr) {
+    ShardedLogits(ctx, num_out, logits);  // only rank 0 receives them
+  } else {
+    MatMul(ctx, ws.last_hidden.data(), num_out, weights_.lm_head, logits);
+  }
   return Status::Ok();
 }
 

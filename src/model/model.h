@@ -14,6 +14,7 @@
 #include "model/config.h"
 #include "model/rope.h"
 #include "model/safetensors.h"
+#include "model/tensor_parallel.h"
 #include "model/weights.h"
 #include "model/workspace.h"
 
@@ -31,6 +32,9 @@ struct ModelOptions {
   // Tokens per block of the routed experts (workspace.h kMoeBlockBytes); 0: by memory. Tests set
   // it to run the blocked path on small models.
   int moe_block_tokens = 0;
+  // Tensor parallelism (model/tensor_parallel.h): this process is rank tp->rank() of
+  // tp->size() and loads only its shard. Borrowed, must outlive the model; nullptr: one rank.
+  TpCollectives* tp = nullptr;
 };
 
 // One sequence's share of a Forward call: its new tokens occupy positions
@@ -70,7 +74,11 @@ class Model {
   int max_batch_tokens() const { return workspace_.max_tokens; }
   ThreadPool& pool() { return pool_; }
   const ModelWeights& weights() const { return weights_; }
-  size_t weight_bytes() const { return checkpoint_->total_tensor_bytes(); }
+  // The checkpoint's bytes this process holds: the whole checkpoint on one rank, the rank's
+  // shard under tensor parallelism (the KV budget subtracts it).
+  size_t weight_bytes() const { return tp_size() > 1 ? shard_weight_bytes_ : checkpoint_->total_tensor_bytes(); }
+  int tp_size() const { return tp_ == nullptr ? 1 : tp_->size(); }
+  int tp_rank() const { return tp_ == nullptr ? 0 : tp_->rank(); }
   const Checkpoint& checkpoint() const { return *checkpoint_; }
 
   // tokens: the segments' tokens concatenated (at most max_batch_tokens). logits receives, in
@@ -83,6 +91,11 @@ class Model {
   // through its HostRows view, resolved once per call.
   Status Forward(const KernelSet& kernels, KvStorage& kv, std::span<const TokenId> tokens,
                  std::span<const ForwardSegment> segments, LogitsMode mode, float* logits);
+  // Ranks 1.. of a tensor-parallel job: runs rank 0's Forward calls (broadcast by its Forward,
+  // with the arguments it was given) on this rank's shard, each KV storage of rank 0 mirrored by
+  // one of the same shape here, until rank 0 stops the workers (TpCollectives::StopWorkers).
+  // Errors: a call this rank cannot run (it cannot happen when rank 0 validated it).
+  Status RunTpWorker();
   // Accumulates each Forward's attention time into *timings until set back to nullptr (the
   // default: then no clock is read). Not thread-safe: set it between Forward calls.
   void set_timings(ForwardTimings* timings) { timings_ = timings; }
@@ -96,6 +109,8 @@ class Model {
   Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWeights weights,
         const ModelOptions& options, int max_context, int num_threads);
 
+  // tensor_parallel_forward.cc: the shard's heads, experts, gather sizes and buffers.
+  void SetUpTensorParallel(TpCollectives* tp, size_t shard_weight_bytes);
   // mla_attention.cc: projections, the cache rows, then each segment in its form, then o_proj.
   void Attention(const ComputeContext& ctx, const KvHostRows& kv, int layer, int num_tokens,
                  std::span<const ForwardSegment> segments);
@@ -111,6 +126,22 @@ class Model {
   void MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, const KvHostRows& kv, int layer,
                            int first_token, const ForwardSegment& seg);
   void DenseMlp(const ComputeContext& ctx, const MlpWeights& w, int num_tokens, float* out);
+  // Tensor parallelism (tensor_parallel_forward.cc). An MLP whose gate/up and down hold this
+  // rank's output rows: out [n, H] = down(silu(gate(x)) * up(x)), gathering the intermediate
+  // and the output from every rank.
+  void ShardedMlp(const ComputeContext& ctx, const MlpWeights& w, const float* x, int n, int64_t full_inter,
+                  float* out);
+  // Every rank's rows of a matrix of total_rows rows sharded like m (ShardRowUnit), times
+  // `scale`: the per-token column counts of its product's gather (in tp_row_counts_).
+  std::span<const int64_t> RowShardCounts(int64_t total_rows, const WeightMatrix& m);
+  // Every rank's [n, per_token[r]] columns (local: this rank's, contiguous) into out
+  // [n, sum per_token], through workspace_.tp_stage; root_only: only rank 0 receives.
+  void GatherColumns(const float* local, int n, std::span<const int64_t> per_token, float* out, bool root_only);
+  // The logits rows from the rank's lm_head rows, gathered on rank 0 in blocks of rows.
+  void ShardedLogits(const ComputeContext& ctx, int num_rows, float* logits);
+  // Rank 0: the call's arguments to the workers (RunTpWorker), before computing it.
+  void BroadcastForwardCall(const KernelSet& kernels, KvStorage& kv, std::span<const TokenId> tokens,
+                            std::span<const ForwardSegment> segments, LogitsMode mode);
   void Moe(const ComputeContext& ctx, const MoeWeights& w, int num_tokens);
   // Runs workspace_.mlp_groups[0, num_groups) in one parallel region: gathers, then gate/up
   // tiles (SiLU fused), then down tiles, taken in that order by whichever thread is free.
@@ -132,6 +163,17 @@ class Model {
   std::vector<int32_t> token_segments_;   // [max_batch_tokens] segment of each token
   ForwardTimings* timings_ = nullptr;     // borrowed; see set_timings
   int parallel_tokens_;
+
+  // Tensor parallelism: nullptr on one rank. Per-rank floats per token of each gathered output
+  // (ShardCounts), and this rank's heads and routed experts.
+  TpCollectives* tp_ = nullptr;
+  size_t shard_weight_bytes_ = 0;
+  int local_heads_ = 0;                         // heads this rank computes (all on one rank)
+  int expert_begin_ = 0, expert_end_ = 0;       // routed experts this rank holds
+  std::vector<int64_t> tp_attn_counts_;  // [tp size] attention output floats per token of each rank
+  std::vector<int64_t> tp_row_counts_;   // [tp size] RowShardCounts' result
+  std::vector<int64_t> tp_block_counts_;  // [tp size] floats per block of one collective
+  std::vector<int32_t> tp_call_;          // a broadcast forward call's arguments (rank 0 and workers)
 };
 
 }  // namespace mlaserve

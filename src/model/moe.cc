@@ -217,6 +217,7 @@ void Model::RunMlps(const ComputeContext& ctx, int num_groups) {
 }
 
 void Model::DenseMlp(const ComputeContext& ctx, const MlpWeights& w, int n, float* out) {
+  if (tp_ != nullptr) return ShardedMlp(ctx, w, workspace_.normed.data(), n, config_.intermediate_size, out);
   Workspace& ws = workspace_;
   ws.mlp_groups[0] = MlpGroup{.id = 0, .w = &w, .x = ws.normed.data(), .count = n, .gate = ws.gate.data(),
                               .up = ws.up.data(), .out = out};
@@ -260,8 +261,10 @@ void Model::Moe(const ComputeContext& ctx, const MoeWeights& w, int n) {
       ws.token_slots[size_t(i)] = slot;
     }
 
+    // Under tensor parallelism this rank runs its own experts [expert_begin_, expert_end_) only
+    // (all of them on one rank), and the shared experts by rows (ShardedMlp) after them.
     int num_groups = 0;
-    for (int e = 0; e < E; ++e) {
+    for (int e = expert_begin_; e < expert_end_; ++e) {
       const int begin = ws.expert_offsets[size_t(e)], count = ws.expert_offsets[size_t(e + 1)] - begin;
       if (count == 0) continue;
       ws.mlp_groups[size_t(num_groups++)] = MlpGroup{
@@ -272,12 +275,26 @@ void Model::Moe(const ComputeContext& ctx, const MoeWeights& w, int n) {
           .out = ws.moe_rows.data() + begin * H, .gather_source = ws.normed.data(),
           .gather_rows = ws.expert_tokens.data() + begin};
     }
-    if (w.has_shared) {
+    if (w.has_shared && tp_ == nullptr) {
       ws.mlp_groups[size_t(num_groups++)] = MlpGroup{
           .id = E, .w = &w.shared, .x = ws.normed.data() + int64_t(block) * H, .count = m,
           .gate = ws.gate.data(), .up = ws.up.data(), .out = ws.expert_out.data() + int64_t(block) * H};
     }
-    RunMlps(ctx, num_groups);
+    if (num_groups > 0) RunMlps(ctx, num_groups);
+    if (tp_ != nullptr) {
+      // Every rank's experts' outputs: rank r's slots are those of its experts, contiguous and in
+      // rank order in moe_rows, so one in-place all-gather completes every slot everywhere.
+      for (int r = 0; r < tp_->size(); ++r) {
+        const ShardRangeResult experts = ShardRange(E, 1, r, tp_->size());
+        tp_block_counts_[size_t(r)] =
+            int64_t(ws.expert_offsets[size_t(experts.end)] - ws.expert_offsets[size_t(experts.begin)]) * H;
+      }
+      tp_->AllGather(ws.moe_rows.data(), tp_block_counts_);
+      if (w.has_shared) {
+        ShardedMlp(ctx, w.shared, ws.normed.data() + int64_t(block) * H, m, int64_t(c.n_shared_experts) * inter,
+                   ws.expert_out.data() + int64_t(block) * H);
+      }
+    }
 
     // proj[t] = sum over t's routed experts, in ascending expert order, of weight * output,
     // then + the shared experts' output: the order of the reference (one expert at a time).

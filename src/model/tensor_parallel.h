@@ -37,6 +37,10 @@ inline ShardRangeResult ShardRange(int64_t total, int64_t unit, int rank, int si
 // for fp8 block-scaled weights (a rank's rows then start a scale row of their own).
 inline constexpr int64_t kShardRowUnit = 16;
 
+// Rank 0 starts each forward call on every rank by broadcasting a header of this many bytes
+// (Model::Forward's arguments follow); a header of zeros tells the workers to stop.
+inline constexpr int64_t kTpCallHeaderBytes = 256;
+
 // The collectives of one tensor-parallel group, called by every rank in the same order from the
 // thread that runs Model::Forward. Blocking; a failed peer ends the job (MPI aborts it), so they
 // return nothing.
@@ -46,13 +50,18 @@ class TpCollectives {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // Rank 0's `bytes` bytes at data to every rank. idle: the receivers may wait long (a worker
-  // between forward calls), so they poll with sleeps instead of spinning.
+  // between forward calls), so they poll with sleeps instead of spinning; every rank must pass
+  // the same `idle` for one broadcast.
   virtual void Broadcast(void* data, int64_t bytes, bool idle) = 0;
   // In place: data holds size() blocks back to back, block r of counts[r] floats written by rank
   // r; afterwards every rank has every block.
   virtual void AllGather(float* data, std::span<const int64_t> counts) = 0;
   // The same, but only rank 0 receives (the other ranks' data is left as it was).
   virtual void GatherToRoot(float* data, std::span<const int64_t> counts) = 0;
+  // Rank 0: the workers (ranks 1..) now wait for forward calls (Model::RunTpWorker).
+  virtual void WorkersListening() = 0;
+  // Rank 0: broadcasts the stop header once, if the workers listen; later calls do nothing.
+  virtual void StopWorkers() = 0;
 };
 
 }  // namespace mlaserve

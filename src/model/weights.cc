@@ -272,9 +272,9 @@ void ForEachMatMulMatrix(ModelWeights& w, Visit&& visit) {
       if (m->data != nullptr) visit(*m);
     }
     auto mlp = [&](MlpWeights& m) {
-      visit(m.gate);
-      visit(m.up);
-      visit(m.down);
+      for (WeightMatrix* x : {&m.gate, &m.up, &m.down}) {
+        if (x->data != nullptr) visit(*x);  // (another tensor-parallel rank's expert: empty)
+      }
     };
     if (layer.is_moe) {
       visit(layer.moe.router);

@@ -120,6 +120,10 @@ struct Workspace {
   std::vector<float> mha_v;        // [threads, C, v] one head's values
   std::vector<float> mha_scores;   // [threads, B, C] scores, then probabilities
   std::vector<float> router_scratch;  // [threads, 2 * n_routed_experts + n_group]
+  // Tensor parallelism only (empty on one rank; sized by Model::Load):
+  std::vector<float> tp_stage;  // [ranks' blocks] an all-gather's blocks, [n, cols of rank r] each
+  std::vector<float> tp_full;   // [N, max(heads * v, inter)] a gathered intermediate
+  std::vector<float> tp_local;  // [N, H] or [kTpLogitsRows, vocab of this rank] a shard's product
   std::vector<float> gemm_activations;  // a prefill matmul's packed input and threads' scratch (ops.h, GemmScratchFloats)
 };
 

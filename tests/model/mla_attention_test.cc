@@ -84,7 +84,7 @@ double MaxAbsDiff(std::span<const float> a, std::span<const double> b) {
 class KvSplits : public ::testing::TestWithParam<int> {};
 
 TEST_P(KvSplits, MergeToTheUnsplitSoftmax) {
-  const LatentAttentionShape shape{.heads = GetParam(), .latent_dim = 128, .rope_dim = 32};
+  const LatentAttentionShape shape{.heads = GetParam(), .latent_dim = 128, .rope_dim = 32, .gemm_scores = GetParam() >= 16};
   const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
   const float scale = 0.3f;
   std::mt19937 rng(7);

@@ -1,0 +1,69 @@
+// The tensor-parallel group of an mpirun job: MPI's world communicator behind the model's
+// TpCollectives (model/tensor_parallel.h). One per process, created by the first command that
+// loads a model with --tp-size > 1, finalized when the process ends.
+//
+// Threads: MPI is initialized MPI_THREAD_SERIALIZED and only the thread that runs
+// Model::Forward calls the collectives (one call at a time). A dead rank ends the job: OpenMPI's
+// mpirun aborts every rank and names the one that died, so no call here waits forever.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+#include "model/tensor_parallel.h"
+
+namespace mlaserve::dist {
+
+// Whether this process was started by mpirun (from OpenMPI's environment), without starting MPI:
+// a process started directly never initializes MPI.
+bool LaunchedByMpirun();
+
+// What the collectives moved and cost, since start-up (for bench).
+struct TpTraffic {
+  int64_t calls = 0;           // collective calls (broadcasts of forward calls included)
+  int64_t bytes_received = 0;  // by this rank
+  int64_t ns = 0;              // wall time inside the collectives
+};
+
+class MpiGroup final : public TpCollectives {
+ public:
+  // Initializes MPI (once per process; later calls return the same group). Errors: not under
+  // mpirun, or an MPI that cannot give MPI_THREAD_SERIALIZED.
+  static Result<MpiGroup*> Get();
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  // Ranks of this job on this machine (for default threads and memory per rank).
+  int local_size() const { return local_size_; }
+
+  void Broadcast(void* data, int64_t bytes, bool idle) override;
+  void AllGather(float* data, std::span<const int64_t> counts) override;
+  void GatherToRoot(float* data, std::span<const int64_t> counts) override;
+  void WorkersListening() override { workers_listening_ = true; }
+  void StopWorkers() override;
+
+  // Every rank's `ok` and-ed: ranks that check the same thing agree before going on.
+  bool AllOk(bool ok);
+  // The minimum of every rank's value.
+  int64_t AllMin(int64_t value);
+
+  const TpTraffic& traffic() const { return traffic_; }
+  // Ends every rank of the job (MPI_Abort) with exit code `code`.
+  [[noreturn]] void Abort(int code);
+
+ private:
+  MpiGroup() = default;
+  ~MpiGroup() = default;
+  static void Finalize();  // atexit: StopWorkers, then MPI_Finalize
+
+  int rank_ = 0;
+  int size_ = 1;
+  int local_size_ = 1;
+  bool workers_listening_ = false;
+  TpTraffic traffic_;
+  std::vector<int> counts_, displs_;  // [size] MPI's int arguments, reused
+};
+
+}  // namespace mlaserve::dist
