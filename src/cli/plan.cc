@@ -86,8 +86,15 @@ void PrintRankWeights(const TpWeightPlan& plan, std::span<const double> budget_g
               (long long)plan.largest_rank, plan.ranks[size_t(plan.largest_rank)].bytes / unit, unit_name);
 }
 
+// What a node and its link can do, for the communication model.
+struct NodeModel {
+  double read_gbs = 0;     // memory read bandwidth of one node
+  double network_gbs = 0;  // link bandwidth
+  double latency_us = 0;   // per collective round
+};
+
 // The communication model of model/tp_comm.h against a memory-bound decode token.
-nlohmann::json PrintCommunication(const ModelConfig& c, const TpWeightPlan& plan, double node_gbs, double network_gbs) {
+nlohmann::json PrintCommunication(const ModelConfig& c, const TpWeightPlan& plan, const NodeModel& node) {
   nlohmann::json out;
   std::printf("\ncommunication per token, bytes each rank receives (ring collectives, fp32 values; rank 0 also "
               "receives the logits) (a model, not a measurement):\n");
@@ -96,24 +103,34 @@ nlohmann::json PrintCommunication(const ModelConfig& c, const TpWeightPlan& plan
   // The slowest rank sets the pace of a decode step: the one reading the most per token.
   double read_bytes = 0;
   for (int r = 0; r < plan.tp_size; ++r) read_bytes = std::max(read_bytes, DecodeReadBytesPerToken(plan, c, r));
-  const double compute_s = read_bytes / (node_gbs * 1e9);
+  const double compute_s = read_bytes / (node.read_gbs * 1e9);
   std::string times, break_even;
   for (TpScheme scheme : {TpScheme::kExactAllGather, TpScheme::kAllReduce}) {
     const bool exact = scheme == TpScheme::kExactAllGather;
     const TpCommPerToken comm = ModelTpComm(c, plan.tp_size, scheme);
-    const char* name = exact ? "all-gather (exact, runs)" : "all-reduce (alternative)";
-    std::printf("%-26s %9.1f KB %9.1f KB %9.1f KB %9.1f KB %10.3f MB %10.3f MB %9d\n", name,
-                comm.attention_bytes / 1e3, comm.dense_mlp_bytes / 1e3, comm.moe_bytes / 1e3,
-                comm.lm_head_bytes / 1e3, comm.decode_bytes() / 1e6, comm.prefill_bytes() / 1e6,
-                comm.messages_per_step());
-    const double comm_s = comm.decode_bytes() / (network_gbs * 1e9);
+    std::printf("%-26s %9.1f KB %9.1f KB %9.1f KB %9.1f KB %10.3f MB %10.3f MB %9d\n",
+                exact ? "all-gather (exact, runs)" : "all-reduce (alternative)", comm.attention_bytes / 1e3,
+                comm.dense_mlp_bytes / 1e3, comm.moe_bytes / 1e3, comm.lm_head_bytes / 1e3, comm.decode_bytes() / 1e6,
+                comm.prefill_bytes() / 1e6, comm.messages_per_step());
+    const double transfer_s = comm.decode_bytes() / (node.network_gbs * 1e9);
+    const int rounds = comm.messages_per_step() * LatencyRoundsPerCollective(plan.tp_size);
+    const double latency_s = rounds * node.latency_us * 1e-6;
     const double equal_gbs = comm.decode_bytes() / compute_s / 1e9;
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "%s%s %.3f ms", times.empty() ? "" : ", ", exact ? "all-gather" : "all-reduce",
-                  comm_s * 1e3);
+    // With the latency, the transfer must fit in what the latency leaves of the compute time.
+    const bool reachable = latency_s < compute_s;
+    const double equal_with_latency_gbs = reachable ? comm.decode_bytes() / (compute_s - latency_s) / 1e9 : 0;
+    const char* name = exact ? "all-gather" : "all-reduce";
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%s%s %.3f ms transfer + %.3f ms latency (%d rounds)", times.empty() ? "" : ", ",
+                  name, transfer_s * 1e3, latency_s * 1e3, rounds);
     times += buf;
-    std::snprintf(buf, sizeof buf, "%s%s %.2f GB/s", break_even.empty() ? "" : ", ", exact ? "all-gather" : "all-reduce",
-                  equal_gbs);
+    if (reachable) {
+      std::snprintf(buf, sizeof buf, "%s%s %.2f GB/s (%.2f GB/s with the latency)", break_even.empty() ? "" : ", ",
+                    name, equal_gbs, equal_with_latency_gbs);
+    } else {
+      std::snprintf(buf, sizeof buf, "%s%s %.2f GB/s (never with the latency: it alone exceeds the compute)",
+                    break_even.empty() ? "" : ", ", name, equal_gbs);
+    }
     break_even += buf;
     out[exact ? "exact_all_gather" : "all_reduce"] = {
         {"attention_bytes_per_layer", comm.attention_bytes},
@@ -126,21 +143,25 @@ nlohmann::json PrintCommunication(const ModelConfig& c, const TpWeightPlan& plan
         {"dense_mlp_messages_per_layer", comm.dense_mlp_messages},
         {"moe_messages_per_layer", comm.moe_messages},
         {"messages_per_step", comm.messages_per_step()},
-        {"decode_comm_ms_per_token", comm_s * 1e3},
-        {"break_even_network_gbs", equal_gbs}};
+        {"latency_rounds_per_step", rounds},
+        {"decode_transfer_ms_per_token", transfer_s * 1e3},
+        {"decode_latency_ms_per_step", latency_s * 1e3},
+        {"break_even_network_gbs", equal_gbs},
+        {"break_even_network_gbs_with_latency", reachable ? nlohmann::json(equal_with_latency_gbs) : nlohmann::json()}};
   }
   std::printf("messages are per forward step: a decode step of B tokens sends them once, a prefill chunk once "
               "for all its tokens; a prefill token that is not its sequence's last has no logits row\n");
-  std::printf("decode at batch 1, memory-bound: the busiest rank reads %.3f GB per token -> %.3f ms per token at "
-              "%.1f GB/s per node (a model, not a measurement)\n",
-              read_bytes / 1e9, compute_s * 1e3, node_gbs);
-  std::printf("communication per decode token at %.1f GB/s network: %s (a model, not a measurement)\n", network_gbs,
-              times.c_str());
+  std::printf("decode at batch 1, memory-bound: the busiest rank reads %.3f GB of weights per token -> %.3f ms per "
+              "token at %.1f GB/s per node (a model, not a measurement)\n",
+              read_bytes / 1e9, compute_s * 1e3, node.read_gbs);
+  std::printf("communication per decode token at %.1f GB/s and %.1f us per round: %s (a model, not a measurement)\n",
+              node.network_gbs, node.latency_us, times.c_str());
   std::printf("network bandwidth at which communication equals that compute: %s (a model, not a measurement)\n",
               break_even.c_str());
   out["decode_read_bytes_per_token"] = read_bytes;
-  out["node_bandwidth_gbs"] = node_gbs;
-  out["network_gbs"] = network_gbs;
+  out["node_bandwidth_gbs"] = node.read_gbs;
+  out["network_gbs"] = node.network_gbs;
+  out["network_latency_us"] = node.latency_us;
   out["decode_compute_ms_per_token"] = compute_s * 1e3;
   return out;
 }
@@ -164,15 +185,19 @@ int RunPlan(Args& args) {
                                         {.value_name = "GB", .shown_default = "from the memory flags", .above = 0});
   const int avg_seq_len = args.Int("avg-seq-len", 4096, "average tokens per request, for the requests column",
                                    {.min = 1});
-  // One socket of 12 DDR5-4800 channels (12 x 4.8 GT/s x 8 B = 460.8 GB/s, a peak; `mlaserve bench`
-  // measures a machine's) and a 100 Gb/s Ethernet link (12.5 GB/s).
+  // Defaults: a CPU node of one socket with 12 DDR5-4800 channels (12 x 4.8 GT/s x 8 B = 460.8 GB/s,
+  // a peak; `mlaserve bench` measures a machine's), and a 100 Gb/s RDMA link (RoCE or InfiniBand
+  // EDR: 12.5 GB/s, about 2 us a round; TCP over Ethernet takes 10-30 us).
   const double node_gbs = args.Double("node-bandwidth-gbs", 460.8,
                                       "memory read bandwidth of one node (one rank), in GB/s, for the decode time "
                                       "of the communication model (--tp-size above 1)",
                                       {.value_name = "GB/S", .shown_default = "460.8, one 12-channel DDR5-4800 socket",
                                        .above = 0});
   const double network_gbs = args.Double("network-gbs", 12.5, "network bandwidth of one node's link, in GB/s",
-                                         {.value_name = "GB/S", .shown_default = "12.5, 100 Gb/s Ethernet", .above = 0});
+                                         {.value_name = "GB/S", .shown_default = "12.5, 100 Gb/s", .above = 0});
+  const double latency_us = args.Double("network-latency-us", 2.0,
+                                        "network latency of one collective round, in microseconds",
+                                        {.value_name = "US", .shown_default = "2, RDMA", .min = 0});
   const std::string json_path = args.Str("json", "", "also write the table as JSON", {.value_name = "FILE"});
   if (model_path.empty()) args.Reject("--model-path (a model directory or config.json) is required");
   if (auto exit_code = args.Finish()) return *exit_code;
@@ -261,7 +286,8 @@ int RunPlan(Args& args) {
                               {"max_total_num_tokens_by_rank", rank_tokens},
                               {"requests_at_avg_seq_len", requests}});
   }
-  if (tp > 1) out["communication"] = PrintCommunication(c, split, node_gbs, network_gbs);
+  if (tp > 1) out["communication"] = PrintCommunication(
+        c, split, {.read_gbs = node_gbs, .network_gbs = network_gbs, .latency_us = latency_us});
   std::printf(
       "\nA host-memory cache tier (SGLang --enable-hierarchical-cache) holds reusable prefixes in "
       "host RAM and copies them back to the device before prefill: it saves recomputing shared "

@@ -2,6 +2,12 @@
 
 namespace mlaserve {
 
+int LatencyRoundsPerCollective(int tp_size) {
+  int rounds = 0;
+  while ((1 << rounds) < tp_size) ++rounds;
+  return rounds;
+}
+
 TpCommPerToken ModelTpComm(const ModelConfig& c, int tp_size, TpScheme scheme) {
   TpCommPerToken out;
   for (int layer = 0; layer < c.num_hidden_layers; ++layer) ++(c.IsMoeLayer(layer) ? out.moe_layers : out.dense_layers);

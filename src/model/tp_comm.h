@@ -14,6 +14,9 @@
 // Ring collectives over N ranks: an all-gather of V values brings each rank (N - 1) / N x V;
 // an all-reduce of V sends and receives 2 (N - 1) / N x V per rank; the gather to rank 0 brings
 // rank 0 (N - 1) / N x V (the other ranks receive nothing).
+// Latency: a collective of small messages (a decode step's are tens of KB) takes ceil(log2 N)
+// rounds, each at least one network latency (recursive doubling or Bruck all-gather, recursive
+// doubling all-reduce, binomial-tree gather: what MPI libraries pick for small messages).
 #pragma once
 
 #include "model/config.h"
@@ -49,6 +52,9 @@ struct TpCommPerToken {
            lm_head_messages;
   }
 };
+
+// Latency rounds of one collective over tp_size ranks: ceil(log2 tp_size).
+int LatencyRoundsPerCollective(int tp_size);
 
 // tp_size 1: nothing is exchanged (every figure 0).
 TpCommPerToken ModelTpComm(const ModelConfig& config, int tp_size, TpScheme scheme);

@@ -197,7 +197,7 @@ TEST(PlanTp, CommunicationMatchesTheFormulas) {
   // DeepSeek-V3 on 8 nodes: hidden 7168, 128 heads x v_head_dim 128, intermediate 18432, one
   // shared expert of 2048, top-8, vocab 129280, 61 layers of which the first 3 dense.
   auto plan = Plan("--model-path " + testing::ShellQuote(kConfigs + "deepseek-v3-fp8.json") +
-                   " --device-memory 141 --tp-size 8 --node-bandwidth-gbs 200 --network-gbs 25");
+                   " --device-memory 141 --tp-size 8 --node-bandwidth-gbs 200 --network-gbs 25 --network-latency-us 5");
   const auto& comm = plan["communication"];
   const double gather = 4.0 * 7 / 8, reduce = 2 * 4.0 * 7 / 8;  // bytes received per fp32 value
   const double attention = gather * (128 * 128 + 7168), dense = gather * (18432 + 7168);
@@ -219,8 +219,18 @@ TEST(PlanTp, CommunicationMatchesTheFormulas) {
   const double compute_s = read / 200e9;
   EXPECT_DOUBLE_EQ(comm["decode_compute_ms_per_token"].get<double>(), compute_s * 1e3);
   const double bytes = exact["decode_bytes_per_token"].get<double>();
-  EXPECT_DOUBLE_EQ(exact["decode_comm_ms_per_token"].get<double>(), bytes / 25e9 * 1e3);
+  EXPECT_DOUBLE_EQ(exact["decode_transfer_ms_per_token"].get<double>(), bytes / 25e9 * 1e3);
   EXPECT_DOUBLE_EQ(exact["break_even_network_gbs"].get<double>(), bytes / compute_s / 1e9);
+  // Latency: 303 collectives of ceil(log2 8) = 3 rounds, 5 us each; the transfer gets the rest.
+  const double latency_s = 303 * 3 * 5e-6;
+  EXPECT_EQ(exact["latency_rounds_per_step"], 909);
+  EXPECT_NEAR(exact["decode_latency_ms_per_step"].get<double>(), latency_s * 1e3, 1e-12);
+  ASSERT_GT(compute_s, latency_s);
+  EXPECT_NEAR(exact["break_even_network_gbs_with_latency"].get<double>(), bytes / (compute_s - latency_s) / 1e9, 1e-9);
+  // A latency above the compute time leaves no bandwidth that keeps up.
+  auto slow = Plan("--model-path " + testing::ShellQuote(kConfigs + "deepseek-v3-fp8.json") +
+                   " --device-memory 141 --tp-size 8 --network-latency-us 1000");
+  EXPECT_TRUE(slow["communication"]["exact_all_gather"]["break_even_network_gbs_with_latency"].is_null());
   // 8 ranks split V3's heads (16 x 192 q rows = 24 fp8 blocks) and rows in whole 128-row blocks,
   // 32 experts each: no scale row is held twice.
   int64_t sum = 0;
@@ -230,7 +240,7 @@ TEST(PlanTp, CommunicationMatchesTheFormulas) {
 }
 
 TEST(PlanTp, BandwidthFlagsMustBePositive) {
-  for (const char* flag : {"--node-bandwidth-gbs 0", "--network-gbs -1"}) {
+  for (const char* flag : {"--node-bandwidth-gbs 0", "--network-gbs -1", "--network-latency-us -1"}) {
     auto r = testing::RunMlaserve("plan --model-path " + testing::ShellQuote(kConfigs + "deepseek-v3.json") +
                                   " --tp-size 2 " + flag);
     EXPECT_EQ(r.exit_code, 2) << flag;
