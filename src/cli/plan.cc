@@ -2,7 +2,10 @@
 // Per format: bytes per token per layer and in total, the tokens that fit the KV budget of one
 // rank, and the requests of a given average length that can decode at once. MLA caches are
 // replicated on every tensor-parallel rank (one latent per token, not per head), so TP shrinks
-// the weights per rank but not the KV per token.
+// the weights per rank but not the KV per token. With --tp-size N: the weights each rank holds
+// (model/tp_weights.h; every rank keeps the whole cache, so the rank holding the most bounds the
+// job's KV tokens) and the bytes each rank receives per token (model/tp_comm.h), against the
+// time a memory-bound decode token takes.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
