@@ -239,6 +239,20 @@ TEST(PlanTp, CommunicationMatchesTheFormulas) {
   EXPECT_NEAR(plan["loaded_weight_bytes"].get<double>(), plan["weights_gb"].get<double>() * 1e9, 1);
 }
 
+TEST(PlanTp, RanksShareTheFp8ScaleRowOfABlockTheirHeadsSplit) {
+  // DeepSeek-V3 fp8 on 5 ranks: heads 0-25-51-76-102-128, q_b_proj rows 192 a head, so the
+  // boundaries at 4800 and 9792 rows fall inside 128-row blocks (14592 and 19584 do not): both
+  // neighbours hold that scale row, [12] f32 for 1536 columns, in each of 61 layers. kv_b_proj
+  // (256 rows a head) and the row-split matrices (whole 128-row blocks) share none.
+  auto plan = Plan("--model-path " + testing::ShellQuote(kConfigs + "deepseek-v3-fp8.json") +
+                   " --device-memory 4000 --tp-size 5");
+  int64_t sum = 0;
+  for (const auto& r : plan["weight_bytes_by_rank"]) sum += r.get<int64_t>();
+  const int64_t shared_scale_rows = 2 * 61;
+  EXPECT_EQ(sum - plan["loaded_weight_bytes"].get<int64_t>() - 4 * plan["replicated_weight_bytes"].get<int64_t>(),
+            shared_scale_rows * 12 * 4);
+}
+
 TEST(PlanTp, BandwidthFlagsMustBePositive) {
   for (const char* flag : {"--node-bandwidth-gbs 0", "--network-gbs -1", "--network-latency-us -1"}) {
     auto r = testing::RunMlaserve("plan --model-path " + testing::ShellQuote(kConfigs + "deepseek-v3.json") +
