@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -251,6 +252,39 @@ TEST(PlanTp, RanksShareTheFp8ScaleRowOfABlockTheirHeadsSplit) {
   const int64_t shared_scale_rows = 2 * 61;
   EXPECT_EQ(sum - plan["loaded_weight_bytes"].get<int64_t>() - 4 * plan["replicated_weight_bytes"].get<int64_t>(),
             shared_scale_rows * 12 * 4);
+}
+
+TEST(PlanTp, QuantizedCheckpointsSplitAsTheirConfigsEstimate) {
+  // The bundled model quantized here: plan on the directory splits its real tensors (fp8 scales
+  // with their rows, int4 packed values and scales with theirs); plan on its config.json splits
+  // the estimate. They differ only in replicated bytes (the quantizer keeps the router bias in
+  // f32 and weight_shape in int64, the estimate counts bf16 and int32), by the same on every rank.
+  for (const char* weights : {"fp8-block", "int4-g32"}) {
+    SCOPED_TRACE(weights);
+    testing::TempDir dir;
+    auto q = testing::RunMlaserve("quantize --weights " + std::string(weights) + " --model-path " +
+                                  testing::ShellQuote(kBundled) + " --out " + testing::ShellQuote(dir.path()));
+    ASSERT_EQ(q.exit_code, 0) << q.err;
+    auto ckpt = Checkpoint::Open(dir.path());
+    ASSERT_TRUE(ckpt.ok());
+    for (int n : {1, 2, 4}) {
+      SCOPED_TRACE(n);
+      const std::string flags = " --device-memory 1 --tp-size " + std::to_string(n);
+      auto real = Plan("--model-path " + testing::ShellQuote(dir.path()) + flags);
+      auto estimate = Plan("--model-path " + testing::ShellQuote(dir.path() + "/config.json") + flags);
+      EXPECT_EQ(real["weights_source"], "read from the checkpoint");
+      if (n == 1) {
+        EXPECT_EQ(real["weight_bytes_by_rank"][0], int64_t((*ckpt)->total_tensor_bytes()));
+      }
+      const int64_t replicated_gap =
+          real["replicated_weight_bytes"].get<int64_t>() - estimate["replicated_weight_bytes"].get<int64_t>();
+      EXPECT_LT(std::abs(replicated_gap), 1000);
+      for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(real["weight_bytes_by_rank"][r].get<int64_t>() - estimate["weight_bytes_by_rank"][r].get<int64_t>(),
+                  replicated_gap);
+      }
+    }
+  }
 }
 
 TEST(PlanTp, BandwidthFlagsMustBePositive) {
