@@ -2,10 +2,18 @@
 // Per format: bytes per token per layer and in total, the tokens that fit the KV budget of one
 // rank, and the requests of a given average length that can decode at once. MLA caches are
 // replicated on every tensor-parallel rank (one latent per token, not per head), so TP shrinks
-// the weights per rank but not the KV per token.
+// the weights per rank but not the KV per token. With --tp-size N: the weights each rank holds
+// (model/tp_weights.h; every rank keeps the whole cache, so the rank holding the most bounds the
+// job's KV tokens) and the bytes each rank receives per token (model/tp_comm.h), against the
+// time a memory-bound decode token takes.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/json_file.h"
@@ -13,35 +21,152 @@
 #include "kvcache/kv_format.h"
 #include "model/config.h"
 #include "model/safetensors.h"
+#include "model/tp_comm.h"
+#include "model/tp_weights.h"
 #include "model/weight_bytes.h"
 
 namespace mlaserve::cli {
 namespace {
 
-// Weight bytes: the checkpoint's tensors when the directory has them, else what the config's
-// tensors take in the format its quantization_config stores them in (model/weight_bytes.h).
-double WeightsGb(const std::string& path, const ModelConfig& config, std::string* source) {
+// The stored tensors to split: the checkpoint's when the directory has them, else what the
+// config's tensors take in the format its quantization_config stores them in
+// (model/weight_bytes.h).
+struct WeightSource {
+  std::vector<StoredTensor> tensors;
+  double total_bytes = 0;  // every stored tensor, loaded or not
+  std::string description;
+};
+
+WeightSource ReadWeightSource(const std::string& path, const ModelConfig& config) {
+  WeightSource out;
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     auto ckpt = Checkpoint::Open(path);
     if (ckpt.ok()) {
-      *source = "read from the checkpoint";
-      return double((*ckpt)->total_tensor_bytes()) / 1e9;
+      out.tensors = StoredTensorsOf(**ckpt);
+      out.total_bytes = double((*ckpt)->total_tensor_bytes());
+      out.description = "read from the checkpoint";
+      return out;
     }
   }
+  out.tensors = EstimateStoredTensors(config);
   const WeightBytes w = EstimateWeightBytes(config);
+  out.total_bytes = w.total_bytes;
   switch (config.quant.method) {
-    case WeightQuantMethod::kNone: *source = "estimated from the config, bf16"; break;
+    case WeightQuantMethod::kNone: out.description = "estimated from the config, bf16"; break;
     case WeightQuantMethod::kFp8Block:
-      *source = "estimated from the config: fp8 block-scaled linears (" + std::to_string(w.quantized_tensors) +
-                " matrices), the rest bf16";
+      out.description = "estimated from the config: fp8 block-scaled linears (" +
+                        std::to_string(w.quantized_tensors) + " matrices), the rest bf16";
       break;
     case WeightQuantMethod::kInt4Pack:
-      *source = "estimated from the config: int4 group-" + std::to_string(config.quant.group_size) + " (" +
-                std::to_string(w.quantized_tensors) + " matrices), the rest bf16";
+      out.description = "estimated from the config: int4 group-" + std::to_string(config.quant.group_size) + " (" +
+                        std::to_string(w.quantized_tensors) + " matrices), the rest bf16";
       break;
   }
-  return w.total_bytes / 1e9;
+  return out;
+}
+
+// Per rank: the weights it holds, as split by model/tensor_parallel.h (in MB for small models).
+void PrintRankWeights(const TpWeightPlan& plan, std::span<const double> budget_gb, int64_t bf16_row_bytes) {
+  const bool small = plan.loaded_bytes < 10e9;
+  const double unit = small ? 1e6 : 1e9;
+  const char* unit_name = small ? "MB" : "GB";
+  std::printf("\ntensor parallel over %d ranks (model/tensor_parallel.h): every rank holds %.2f %s replicated "
+              "(embedding, norms, q_a_proj, kv_a_proj_with_mqa, routers) and the whole latent KV cache; "
+              "heads, rows and routed experts are split\n",
+              plan.tp_size, plan.replicated_bytes / unit, unit_name);
+  const std::string weights = std::string("weights ") + unit_name, experts = std::string("routed experts ") + unit_name;
+  std::printf("%-6s %12s %12s %12s %24s %14s %14s\n", "rank", weights.c_str(), "replicated", "sharded",
+              experts.c_str(), "KV budget GB", "bf16 tokens");
+  for (size_t r = 0; r < plan.ranks.size(); ++r) {
+    const TpRankWeights& w = plan.ranks[r];
+    std::printf("%-6zu %12.2f %12.2f %12.2f %10.2f (%4lld a layer) %14.2f %14lld\n", r, w.bytes / unit,
+                plan.replicated_bytes / unit, w.sharded_bytes / unit, w.expert_bytes / unit,
+                (long long)w.experts_per_layer, budget_gb[r], (long long)(budget_gb[r] * 1e9 / double(bf16_row_bytes)));
+  }
+  std::printf("largest rank: %lld (%.2f %s); the KV tokens the job can use are that rank's, the fewest "
+              "(every rank keeps the whole cache)\n",
+              (long long)plan.largest_rank, plan.ranks[size_t(plan.largest_rank)].bytes / unit, unit_name);
+}
+
+// What a node and its link can do, for the communication model.
+struct NodeModel {
+  double read_gbs = 0;     // memory read bandwidth of one node
+  double network_gbs = 0;  // link bandwidth
+  double latency_us = 0;   // per collective round
+};
+
+// The communication model of model/tp_comm.h against a memory-bound decode token.
+nlohmann::json PrintCommunication(const ModelConfig& c, const TpWeightPlan& plan, const NodeModel& node) {
+  nlohmann::json out;
+  std::printf("\ncommunication per token, bytes each rank receives (ring collectives, fp32 values; rank 0 also "
+              "receives the logits) (a model, not a measurement):\n");
+  std::printf("%-26s %12s %12s %12s %12s %13s %13s %9s\n", "scheme", "attn/layer", "dense/layer", "MoE/layer",
+              "lm_head", "decode token", "prefill token", "msgs/step");
+  // The slowest rank sets the pace of a decode step: the one reading the most per token.
+  double read_bytes = 0;
+  for (int r = 0; r < plan.tp_size; ++r) read_bytes = std::max(read_bytes, DecodeReadBytesPerToken(plan, c, r));
+  const double compute_s = read_bytes / (node.read_gbs * 1e9);
+  std::string times, break_even;
+  for (TpScheme scheme : {TpScheme::kExactAllGather, TpScheme::kAllReduce}) {
+    const bool exact = scheme == TpScheme::kExactAllGather;
+    const TpCommPerToken comm = ModelTpComm(c, plan.tp_size, scheme);
+    std::printf("%-26s %9.1f KB %9.1f KB %9.1f KB %9.1f KB %10.3f MB %10.3f MB %9d\n",
+                exact ? "all-gather (exact, runs)" : "all-reduce (alternative)", comm.attention_bytes / 1e3,
+                comm.dense_mlp_bytes / 1e3, comm.moe_bytes / 1e3, comm.lm_head_bytes / 1e3, comm.decode_bytes() / 1e6,
+                comm.prefill_bytes() / 1e6, comm.messages_per_step());
+    const double transfer_s = comm.decode_bytes() / (node.network_gbs * 1e9);
+    const int rounds = comm.messages_per_step() * LatencyRoundsPerCollective(plan.tp_size);
+    const double latency_s = rounds * node.latency_us * 1e-6;
+    const double equal_gbs = comm.decode_bytes() / compute_s / 1e9;
+    // With the latency, the transfer must fit in what the latency leaves of the compute time.
+    const bool reachable = latency_s < compute_s;
+    const double equal_with_latency_gbs = reachable ? comm.decode_bytes() / (compute_s - latency_s) / 1e9 : 0;
+    const char* name = exact ? "all-gather" : "all-reduce";
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%s%s %.3f ms transfer + %.3f ms latency (%d rounds)", times.empty() ? "" : ", ",
+                  name, transfer_s * 1e3, latency_s * 1e3, rounds);
+    times += buf;
+    if (reachable) {
+      std::snprintf(buf, sizeof buf, "%s%s %.2f GB/s (%.2f GB/s with the latency)", break_even.empty() ? "" : ", ",
+                    name, equal_gbs, equal_with_latency_gbs);
+    } else {
+      std::snprintf(buf, sizeof buf, "%s%s %.2f GB/s (never with the latency: it alone exceeds the compute)",
+                    break_even.empty() ? "" : ", ", name, equal_gbs);
+    }
+    break_even += buf;
+    out[exact ? "exact_all_gather" : "all_reduce"] = {
+        {"attention_bytes_per_layer", comm.attention_bytes},
+        {"dense_mlp_bytes_per_layer", comm.dense_mlp_bytes},
+        {"moe_bytes_per_layer", comm.moe_bytes},
+        {"lm_head_bytes", comm.lm_head_bytes},
+        {"decode_bytes_per_token", comm.decode_bytes()},
+        {"prefill_bytes_per_token", comm.prefill_bytes()},
+        {"attention_messages_per_layer", comm.attention_messages},
+        {"dense_mlp_messages_per_layer", comm.dense_mlp_messages},
+        {"moe_messages_per_layer", comm.moe_messages},
+        {"messages_per_step", comm.messages_per_step()},
+        {"latency_rounds_per_step", rounds},
+        {"decode_transfer_ms_per_token", transfer_s * 1e3},
+        {"decode_latency_ms_per_step", latency_s * 1e3},
+        {"break_even_network_gbs", equal_gbs},
+        {"break_even_network_gbs_with_latency", reachable ? nlohmann::json(equal_with_latency_gbs) : nlohmann::json()}};
+  }
+  std::printf("messages are per forward step: a decode step of B tokens sends them once, a prefill chunk once "
+              "for all its tokens; a prefill token that is not its sequence's last has no logits row\n");
+  std::printf("decode at batch 1, memory-bound: the busiest rank reads %.3f GB of weights per token -> %.3f ms per "
+              "token at %.1f GB/s per node (a model, not a measurement)\n",
+              read_bytes / 1e9, compute_s * 1e3, node.read_gbs);
+  std::printf("communication per decode token at %.1f GB/s and %.1f us per round: %s (a model, not a measurement)\n",
+              node.network_gbs, node.latency_us, times.c_str());
+  std::printf("network bandwidth at which communication equals that compute: %s (a model, not a measurement)\n",
+              break_even.c_str());
+  out["decode_read_bytes_per_token"] = read_bytes;
+  out["node_bandwidth_gbs"] = node.read_gbs;
+  out["network_gbs"] = node.network_gbs;
+  out["network_latency_us"] = node.latency_us;
+  out["decode_compute_ms_per_token"] = compute_s * 1e3;
+  return out;
 }
 
 }  // namespace
@@ -55,7 +180,7 @@ int RunPlan(Args& args) {
   const double fraction = args.Double("mem-fraction-static", 0.88, "fraction of --device-memory for weights + KV",
                                       {.above = 0, .max = 1});
   const int tp = args.Int("tp-size", 1, "tensor-parallel ranks the weights are split over", {.min = 1});
-  const double weights_arg = args.Double("weights-gb", -1.0, "weight bytes of the whole model, in GB",
+  const double weights_arg = args.Double("weights-gb", -1.0, "weight bytes of the whole model, in GB (split evenly)",
                                          {.value_name = "GB",
                                           .shown_default = "the checkpoint's, else the config's tensors in their stored format",
                                           .min = 0});
@@ -63,6 +188,19 @@ int RunPlan(Args& args) {
                                         {.value_name = "GB", .shown_default = "from the memory flags", .above = 0});
   const int avg_seq_len = args.Int("avg-seq-len", 4096, "average tokens per request, for the requests column",
                                    {.min = 1});
+  // Defaults: a CPU node of one socket with 12 DDR5-4800 channels (12 x 4.8 GT/s x 8 B = 460.8 GB/s,
+  // a peak; `mlaserve bench` measures a machine's), and a 100 Gb/s RDMA link (RoCE or InfiniBand
+  // EDR: 12.5 GB/s, about 2 us a round; TCP over Ethernet takes 10-30 us).
+  const double node_gbs = args.Double("node-bandwidth-gbs", 460.8,
+                                      "memory read bandwidth of one node (one rank), in GB/s, for the decode time "
+                                      "of the communication model (--tp-size above 1)",
+                                      {.value_name = "GB/S", .shown_default = "460.8, one 12-channel DDR5-4800 socket",
+                                       .above = 0});
+  const double network_gbs = args.Double("network-gbs", 12.5, "network bandwidth of one node's link, in GB/s",
+                                         {.value_name = "GB/S", .shown_default = "12.5, 100 Gb/s", .above = 0});
+  const double latency_us = args.Double("network-latency-us", 2.0,
+                                        "network latency of one collective round, in microseconds",
+                                        {.value_name = "US", .shown_default = "2, RDMA", .min = 0});
   const std::string json_path = args.Str("json", "", "also write the table as JSON", {.value_name = "FILE"});
   if (model_path.empty()) args.Reject("--model-path (a model directory or config.json) is required");
   if (auto exit_code = args.Finish()) return *exit_code;
@@ -70,24 +208,33 @@ int RunPlan(Args& args) {
   if (!config.ok()) return Fail("plan", config.error());
   const ModelConfig& c = *config;
 
-  std::string weights_source = "given";
-  const double weights_gb = weights_arg >= 0 ? weights_arg : WeightsGb(model_path, c, &weights_source);
+  const WeightSource source = ReadWeightSource(model_path, c);
+  const TpWeightPlan split = PlanTpWeights(c, source.tensors, tp);
+  const std::string weights_source = weights_arg >= 0 ? "given" : source.description;
+  const double weights_gb = weights_arg >= 0 ? weights_arg : source.total_bytes / 1e9;
+  // [tp]: what each rank holds; --weights-gb splits evenly.
+  std::vector<double> rank_weights_gb(size_t(tp), weights_arg / tp);
+  if (weights_arg < 0) {
+    for (int r = 0; r < tp; ++r) rank_weights_gb[size_t(r)] = split.ranks[size_t(r)].bytes / 1e9;
+  }
+  const double largest_gb = *std::max_element(rank_weights_gb.begin(), rank_weights_gb.end());
   const double device = device_gb > 0 ? device_gb : PhysicalMemoryBytes() / 1e9;
-  double budget_gb;
-  std::string budget_line;
+  std::vector<double> rank_budget_gb(size_t(tp), budget_arg);  // [tp]
   char buf[512];
   if (budget_arg > 0) {
-    budget_gb = budget_arg;
-    std::snprintf(buf, sizeof buf, "KV budget per rank: %.2f GB (given)", budget_gb);
+    std::snprintf(buf, sizeof buf, "KV budget per rank: %.2f GB (given)", budget_arg);
   } else {
-    // SGLang: rest = (total - weights) - total * (1 - mem_fraction_static).
-    budget_gb = device * fraction - weights_gb / tp;
+    // SGLang: rest = (total - weights) - total * (1 - mem_fraction_static), on each rank.
+    for (int r = 0; r < tp; ++r) rank_budget_gb[size_t(r)] = device * fraction - rank_weights_gb[size_t(r)];
+    const char* whose = tp > 1 && weights_arg < 0 ? "the largest rank's; " : "";
     std::snprintf(buf, sizeof buf,
                   "KV budget per rank: device %.1f GB x mem_fraction_static %.2f - weights %.1f GB "
-                  "(%.1f GB %s, / tp %d) = %.2f GB",
-                  device, fraction, weights_gb / tp, weights_gb, weights_source.c_str(), tp, budget_gb);
+                  "(%s%.1f GB %s, over tp %d) = %.2f GB",
+                  device, fraction, largest_gb, whose, weights_gb, weights_source.c_str(), tp,
+                  device * fraction - largest_gb);
   }
-  budget_line = buf;
+  const std::string budget_line = buf;
+  const double budget_gb = *std::min_element(rank_budget_gb.begin(), rank_budget_gb.end());
   if (budget_gb <= 0) {
     return Fail("plan", budget_line + ": no memory left for the KV cache (raise --tp-size or "
                                       "--mem-fraction-static, or use a larger device)");
@@ -97,20 +244,34 @@ int RunPlan(Args& args) {
               "per token per layer (MLA: replicated on every TP rank)\n",
               c.model_type.c_str(), c.num_hidden_layers, c.kv_lora_rank, c.qk_rope_head_dim,
               c.kv_cache_dim());
-  std::printf("%s\n\n", budget_line.c_str());
+  std::printf("%s\n", budget_line.c_str());
+  if (split.not_loaded_bytes > 0) {
+    std::printf("not loaded: %.2f GB of the checkpoint's tensors (MTP layers, a vision tower) are left out of the "
+                "weights per rank\n", split.not_loaded_bytes / 1e9);
+  }
+  const size_t bf16_row_bytes = KvRowBytes(KvFormat::kBF16, c.kv_lora_rank, c.qk_rope_head_dim) * size_t(c.num_hidden_layers);
+  if (tp > 1 && weights_arg < 0) PrintRankWeights(split, rank_budget_gb, int64_t(bf16_row_bytes));
+  std::printf("\n");
   const std::string requests_header = "requests@" + std::to_string(avg_seq_len);
   std::printf("%-12s %13s %14s %16s %16s %10s\n", "format", "B/token/layer", "B/token", "tokens",
               requests_header.c_str(), "vs bf16");
   nlohmann::json out;
   out["model_type"] = c.model_type;
   out["num_layers"] = c.num_hidden_layers;
+  out["tp_size"] = tp;
   out["kv_budget_gb_per_rank"] = budget_gb;
+  out["kv_budget_gb_by_rank"] = rank_budget_gb;
   out["weights_gb"] = weights_gb;
   out["weights_source"] = weights_source;
+  out["weights_gb_by_rank"] = rank_weights_gb;
+  nlohmann::json rank_bytes = nlohmann::json::array();
+  for (const TpRankWeights& w : split.ranks) rank_bytes.push_back(int64_t(std::llround(w.bytes)));
+  out["weight_bytes_by_rank"] = rank_bytes;  // as split from the tensors, even with --weights-gb
+  out["replicated_weight_bytes"] = int64_t(std::llround(split.replicated_bytes));
+  out["loaded_weight_bytes"] = int64_t(std::llround(split.loaded_bytes));
+  out["not_loaded_weight_bytes"] = int64_t(std::llround(split.not_loaded_bytes));
   out["avg_seq_len"] = avg_seq_len;
-  const int64_t bf16_tokens = int64_t(
-      budget_gb * 1e9 /
-      double(KvRowBytes(KvFormat::kBF16, c.kv_lora_rank, c.qk_rope_head_dim) * size_t(c.num_hidden_layers)));
+  const int64_t bf16_tokens = int64_t(budget_gb * 1e9 / double(bf16_row_bytes));
   for (KvFormat f : kAllKvFormats) {
     if (!ValidateKvFormatDims(f, c.kv_lora_rank, c.qk_rope_head_dim).ok()) continue;
     const size_t per_layer = KvRowBytes(f, c.kv_lora_rank, c.qk_rope_head_dim);
@@ -119,12 +280,17 @@ int RunPlan(Args& args) {
     const double requests = double(tokens) / avg_seq_len;
     std::printf("%-12s %12zu %14zu %16lld %16.1f %9.2fx\n", KvFormatName(f), per_layer, per_token,
                 (long long)tokens, requests, double(tokens) / double(std::max<int64_t>(1, bf16_tokens)));
+    std::vector<int64_t> rank_tokens;  // [tp]
+    for (double b : rank_budget_gb) rank_tokens.push_back(int64_t(b * 1e9 / double(per_token)));
     out["formats"].push_back({{"format", KvFormatName(f)},
                               {"bytes_per_token_per_layer", per_layer},
                               {"bytes_per_token", per_token},
                               {"max_total_num_tokens", tokens},
+                              {"max_total_num_tokens_by_rank", rank_tokens},
                               {"requests_at_avg_seq_len", requests}});
   }
+  if (tp > 1) out["communication"] = PrintCommunication(
+        c, split, {.read_gbs = node_gbs, .network_gbs = network_gbs, .latency_us = latency_us});
   std::printf(
       "\nA host-memory cache tier (SGLang --enable-hierarchical-cache) holds reusable prefixes in "
       "host RAM and copies them back to the device before prefill: it saves recomputing shared "

@@ -2,6 +2,7 @@
 
 #include <regex>
 
+#include "model/safetensors.h"
 #include "model/weights.h"
 
 namespace mlaserve {
@@ -28,28 +29,54 @@ bool QuantizationIgnoreList::Ignores(const std::string& module) const {
   return false;
 }
 
+std::vector<StoredTensor> StoredForm(const TensorSpec& t, const WeightQuantConfig& q,
+                                     const QuantizationIgnoreList& ignore) {
+  double values = 1;
+  for (int64_t d : t.shape) values *= double(d);
+  const std::string module = t.name.substr(0, t.name.size() - (t.name.ends_with(".weight") ? 7 : 0));
+  if (t.shape.size() == 2) {
+    const int64_t rows = t.shape[0], cols = t.shape[1];
+    if (q.method == WeightQuantMethod::kFp8Block && IsDecoderLinear(t.name)) {
+      const int64_t block_rows = (rows + q.block_rows - 1) / q.block_rows;
+      const int64_t block_cols = (cols + q.block_cols - 1) / q.block_cols;
+      return {{t.name, t.shape, values},  // 1 byte per value
+              {t.name + "_scale_inv", {block_rows, block_cols}, 4 * double(block_rows) * double(block_cols)}};
+    }
+    if (q.method == WeightQuantMethod::kInt4Pack && (IsDecoderLinear(t.name) || t.name.ends_with("lm_head.weight")) &&
+        !ignore.Ignores(module)) {
+      const int64_t groups = (cols + q.group_size - 1) / q.group_size;
+      return {{module + ".weight_packed", {rows, cols / 8}, values / 2},
+              {module + ".weight_scale", {rows, groups}, 2 * double(rows) * double(groups)},  // bf16
+              {module + ".weight_shape", {2}, 8}};                                             // int32 [2]
+    }
+  }
+  return {{t.name, t.shape, 2 * values}};  // bf16
+}
+
+std::vector<StoredTensor> EstimateStoredTensors(const ModelConfig& config) {
+  const QuantizationIgnoreList ignore(config.quant.ignore);
+  std::vector<StoredTensor> out;
+  for (const TensorSpec& t : ListWeightTensors(config)) {
+    for (StoredTensor& s : StoredForm(t, config.quant, ignore)) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<StoredTensor> StoredTensorsOf(const Checkpoint& checkpoint) {
+  std::vector<StoredTensor> out;
+  out.reserve(checkpoint.tensors().size());
+  for (const auto& [name, view] : checkpoint.tensors()) out.push_back({name, view.shape, double(view.num_bytes)});
+  return out;
+}
+
 WeightBytes EstimateWeightBytes(const ModelConfig& config) {
   WeightBytes out;
-  const WeightQuantConfig& q = config.quant;
-  const QuantizationIgnoreList ignore(q.ignore);
+  const QuantizationIgnoreList ignore(config.quant.ignore);
   for (const TensorSpec& t : ListWeightTensors(config)) {
-    double values = 1;
-    for (int64_t d : t.shape) values *= double(d);
-    const std::string module = t.name.substr(0, t.name.size() - (t.name.ends_with(".weight") ? 7 : 0));
-    const bool two_d = t.shape.size() == 2;
-    double bytes = 2 * values;  // bf16
-    bool quantized = false;
-    if (two_d && q.method == WeightQuantMethod::kFp8Block && IsDecoderLinear(t.name)) {
-      const double block_rows = double((t.shape[0] + q.block_rows - 1) / q.block_rows);
-      const double block_cols = double((t.shape[1] + q.block_cols - 1) / q.block_cols);
-      bytes = values + 4 * block_rows * block_cols;
-      quantized = true;
-    } else if (two_d && q.method == WeightQuantMethod::kInt4Pack &&
-               (IsDecoderLinear(t.name) || t.name.ends_with("lm_head.weight")) && !ignore.Ignores(module)) {
-      const double groups = double(t.shape[0]) * double((t.shape[1] + q.group_size - 1) / q.group_size);
-      bytes = values / 2 + 2 * groups + 8;
-      quantized = true;
-    }
+    const std::vector<StoredTensor> stored = StoredForm(t, config.quant, ignore);
+    double bytes = 0;
+    for (const StoredTensor& s : stored) bytes += s.bytes;
+    const bool quantized = stored.size() > 1;
     out.total_bytes += bytes;
     if (quantized) {
       out.quantized_bytes += bytes;

@@ -7,7 +7,8 @@
 //     value plus an f32 scale per weight_block_size block;
 //   - compressed-tensors int4 (Kimi-K2-Thinking, Kimi-K2.5): every Linear not in `ignore`, half a
 //     byte per value plus a bf16 scale per group and the int32 [2] weight_shape.
-// MTP / nextn layers are not counted: mlaserve does not load them.
+// MTP / nextn layers are not counted: mlaserve does not load them. The same tensors one by one,
+// as stored (StoredTensor), feed the per-rank split of model/tp_weights.h.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/weights.h"
 
 namespace mlaserve {
 
@@ -45,5 +47,22 @@ class QuantizationIgnoreList {
   std::vector<std::string> names_;
   std::vector<std::regex> patterns_;
 };
+
+// One tensor as a checkpoint stores it. A quantized matrix is several: fp8 `X.weight` +
+// `X.weight_scale_inv`; int4 `X.weight_packed` + `X.weight_scale` + `X.weight_shape`.
+struct StoredTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  double bytes = 0;
+};
+
+// The stored tensors of `spec` (a tensor BindWeights reads) in the format `quant` names.
+std::vector<StoredTensor> StoredForm(const TensorSpec& spec, const WeightQuantConfig& quant,
+                                     const QuantizationIgnoreList& ignore);
+// Every stored tensor a checkpoint of `config` has for the weights mlaserve loads (what
+// EstimateWeightBytes sums).
+std::vector<StoredTensor> EstimateStoredTensors(const ModelConfig& config);
+// A checkpoint's tensors as they are (including any mlaserve does not load).
+std::vector<StoredTensor> StoredTensorsOf(const Checkpoint& checkpoint);
 
 }  // namespace mlaserve
