@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <unistd.h>
 
 #include "cli/kv_scales.h"
 #include "core/log.h"
@@ -91,6 +92,7 @@ Result<dist::MpiGroup*> JoinTensorParallelJob(int tp_size) {
   ::signal(SIGINT, SIG_IGN);
   ::signal(SIGTERM, SIG_IGN);
   const Status status = model.RunTpWorker();
+  if (status.ok()) Log(LogLevel::kInfo, "[mlaserve] tensor-parallel rank %d: stopped by rank 0", group.rank());
   if (!status.ok()) {
     std::fprintf(stderr, "mlaserve: tensor-parallel rank %d: %s\n", group.rank(), status.message().c_str());
     group.Abort(1);
@@ -161,9 +163,10 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
     // Every rank keeps the whole latent cache: the job holds what its smallest budget holds.
     loaded.kv_budget.max_total_num_tokens = group->AllMin(budget->max_total_num_tokens);
     Log(LogLevel::kInfo,
-        "[mlaserve] tensor parallel: rank %d of %d, %d threads, weights of this rank %.3f GB (of %.3f GB), "
+        "[mlaserve] tensor parallel: rank %d of %d (pid %d), %d threads, weights of this rank %.3f GB (of %.3f GB), "
         "KV pool %lld tokens (the smallest rank's budget)",
-        group->rank(), group->size(), loaded.model->pool().num_threads(), double(loaded.model->weight_bytes()) / 1e9,
+        group->rank(), group->size(), int(getpid()), loaded.model->pool().num_threads(),
+        double(loaded.model->weight_bytes()) / 1e9,
         double(loaded.model->checkpoint().total_tensor_bytes()) / 1e9,
         (long long)loaded.kv_budget.max_total_num_tokens);
   }

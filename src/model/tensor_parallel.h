@@ -21,8 +21,9 @@
 
 namespace mlaserve {
 
-// Rank `rank` of `size`'s share of `total` items taken in units of `unit` items (total must be
-// a multiple of unit): [begin, end), as even as whole units allow, in rank order.
+// Rank `rank` of `size`'s share of `total` items taken in units of `unit` items: [begin, end),
+// as even as whole units allow, in rank order; the last rank also takes the rows past the last
+// whole unit (an fp8 matrix's partial last scale block).
 struct ShardRangeResult {
   int64_t begin = 0;
   int64_t end = 0;
@@ -30,7 +31,7 @@ struct ShardRangeResult {
 };
 inline ShardRangeResult ShardRange(int64_t total, int64_t unit, int rank, int size) {
   const int64_t units = total / unit;
-  return {unit * (units * rank / size), unit * (units * (rank + 1) / size)};
+  return {unit * (units * rank / size), rank + 1 == size ? total : unit * (units * (rank + 1) / size)};
 }
 
 // Rows of a row-sharded matrix go in units of a kernel panel (16 rows), or of the scale block

@@ -31,9 +31,9 @@ Result<WeightMatrix> PackableRows(const WeightMatrix& m, int64_t begin, int64_t 
 // Output rows split in units of RowUnit: the rank's rows.
 Result<WeightMatrix> ByRows(const WeightMatrix& m, const TpShard& shard, const std::string& what) {
   const int64_t unit = RowUnit(m);
-  if (m.rows % unit != 0) {
-    return Status::Error(what + ": " + std::to_string(m.rows) + " rows do not split into units of " +
-                         std::to_string(unit) + " rows over tensor-parallel ranks");
+  if (m.rows < unit * shard.size) {
+    return Status::Error(what + ": " + std::to_string(m.rows) + " rows are fewer than " + std::to_string(shard.size) +
+                         " ranks x " + std::to_string(unit) + " rows");
   }
   const ShardRangeResult r = ShardRange(m.rows, unit, shard.rank, shard.size);
   return PackableRows(m, r.begin, r.count(), what);

@@ -20,8 +20,7 @@ struct TpShard {
 
 // The rank's views: heads' rows of q_b/q_proj and kv_b, output rows of o_proj, the MLPs and
 // lm_head, its routed experts (the others' become empty matrices). Errors (one line): fewer
-// heads or experts than ranks, rows that do not split into whole units, an fp8 shard that would
-// start inside a scale block.
+// heads, experts or row units than ranks, an fp8 shard that would start inside a scale block.
 Result<ModelWeights> ShardWeights(ModelWeights weights, const ModelConfig& config, const TpShard& shard);
 
 // The row unit a row-sharded matrix is split in (kShardRowUnit, or its fp8 block rows).

@@ -305,12 +305,19 @@ TEST(Cli, ParallelismFlagsAcceptOnlyOne) {
   // --dp is SGLang's alias of --dp-size, as --tp is of --tp-size. A bad model path makes a run
   // whose flags pass fail later, at loading, with exit 1.
   const std::string serve = "serve --model-path /nonexistent/model ";
-  for (const char* flag : {"--dp 2", "--dp-size 2", "--tp 4", "--tp-size 8"}) {
+  for (const char* flag : {"--dp 2", "--dp-size 2"}) {
     auto r = RunMlaserve(serve + flag);
     EXPECT_EQ(r.exit_code, 2) << flag << " -> " << r.err;
     EXPECT_NE(r.err.find(std::string(flag) + " is not supported by mlaserve yet"), std::string::npos)
         << flag << " -> " << r.err;
   }
+  // Tensor parallelism runs as an mpirun job (tests/dist); started directly, it says how.
+  for (const char* flag : {"--tp 4", "--tp-size 8"}) {
+    auto r = RunMlaserve(serve + flag);
+    EXPECT_EQ(r.exit_code, 1) << flag << " -> " << r.err;
+    EXPECT_NE(r.err.find("runs as an MPI job: start it as `mpirun -np"), std::string::npos) << flag << " -> " << r.err;
+  }
+  EXPECT_NE(RunMlaserve(serve + "--tp 2 --tp-size 4").err.find("--tp 2 and --tp-size 4 disagree"), std::string::npos);
   auto r = RunMlaserve(serve + "--dp 0");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--dp must be >= 1, got 0"), std::string::npos) << r.err;

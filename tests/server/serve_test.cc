@@ -465,7 +465,7 @@ TEST(Serve, ApiKeyGuardsEverythingButHealth) {
 }
 
 TEST(Serve, UnimplementedFlagsAreRefused) {
-  for (const char* flag : {"--enable-hierarchical-cache", "--hicache-size 8", "--tp-size 8", "--radix-eviction-policy lfu"}) {
+  for (const char* flag : {"--enable-hierarchical-cache", "--hicache-size 8", "--dp-size 8", "--radix-eviction-policy lfu"}) {
     auto r = testing::RunMlaserve("serve --model-path " + testing::ShellQuote(kModel) + " --port 0 " + flag);
     EXPECT_EQ(r.exit_code, 2) << flag;
     EXPECT_NE(r.err.find("not supported"), std::string::npos) << flag << " -> " << r.err;

@@ -82,4 +82,12 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
+std::string MpirunPath() { return "/usr/bin/mpirun"; }
+
+std::string MpirunMlaserve(int ranks, const std::string& args) {
+  const std::string n = std::to_string(ranks);
+  return MpirunPath() + " --allow-run-as-root --oversubscribe -np " + n + " " + ShellQuote(MLASERVE_BINARY) + " " + args +
+         " --tp-size " + n;
+}
+
 }  // namespace mlaserve::testing

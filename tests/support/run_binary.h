@@ -44,6 +44,12 @@ class TempDir {
 
 std::string ShellQuote(const std::string& s);
 
+// OpenMPI's launcher (scripts/setup.sh installs it), for tensor-parallel jobs.
+std::string MpirunPath();
+// `mpirun -np ranks <binary> <args> --tp-size ranks` as a shell command line, root allowed and
+// oversubscription allowed (4 ranks run on this 2-core machine).
+std::string MpirunMlaserve(int ranks, const std::string& args);
+
 // A whole file's bytes ("" when it cannot be read).
 std::string ReadTextFile(const std::string& path);
 

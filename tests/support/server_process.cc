@@ -25,6 +25,11 @@ ServerProcess::ServerProcess(const ServerLaunch& launch, std::vector<std::string
                                    "--max-total-tokens", "8192", "--served-model-name", "bard"};
   if (launch.deterministic) args.push_back("--enable-deterministic-inference");
   args.insert(args.end(), extra.begin(), extra.end());
+  if (launch.tp_ranks > 1) {
+    const std::string ranks = std::to_string(launch.tp_ranks);
+    args.insert(args.begin(), {MpirunPath(), "--allow-run-as-root", "--oversubscribe", "-np", ranks});
+    args.insert(args.end(), {"--tp-size", ranks});
+  }
   pid_ = fork();
   if (pid_ == 0) {
     FILE* f = std::freopen(log_.c_str(), "w", stderr);

@@ -24,6 +24,9 @@ struct ServerLaunch {
   // --enable-deterministic-inference: tests compare greedy outputs bit for bit across batch
   // compositions and chunkings, so their servers run in that mode unless a test says otherwise.
   bool deterministic = true;
+  // > 1: `mpirun -np tp_ranks ... serve ... --tp-size tp_ranks` (tensor parallelism); the
+  // process is mpirun, and rank 0 writes the log's server lines.
+  int tp_ranks = 1;
 };
 
 // Starts `mlaserve serve --model-path <bundled> --port 0 --max-total-tokens 8192
