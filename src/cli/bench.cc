@@ -20,6 +20,7 @@
 #include "cli/model_setup.h"
 #include "cli/read_bandwidth.h"
 #include "core/thread_pool.h"
+#include "dist/mpi_group.h"
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
 #include "kvcache/kv_format.h"
@@ -175,6 +176,33 @@ void PrintAttentionShare(const ForwardTimings& timings, double decode_s) {
               100.0 * double(timings.attention_ns) / 1e9 / decode_s);
 }
 
+// Tensor parallelism (--tp-size under mpirun): what rank 0's collectives moved and cost in a
+// phase of `steps` forward calls taking `seconds`. The time inside them is the transfer plus
+// waiting for the slowest rank to arrive.
+dist::TpTraffic TpTrafficNow(const Model& model) {
+  if (model.tp_size() == 1) return {};
+  auto group = dist::MpiGroup::Get();
+  return group.ok() ? (*group)->traffic() : dist::TpTraffic{};
+}
+
+// A rank's roofline would count its shard against its own cores' peaks, while a token's experts
+// live on any rank: under tensor parallelism, tokens/s are compared with one process instead.
+void PrintTpNoRooflines(Model& model) {
+  std::printf("tensor parallel over %d ranks: no per-rank rooflines (compare tokens/s with one process of %d threads)\n",
+              model.tp_size(), model.tp_size() * model.pool().num_threads());
+}
+
+void PrintTpTraffic(const Model& model, const char* phase, const dist::TpTraffic& before,
+                    const dist::TpTraffic& after, double seconds, int steps) {
+  if (model.tp_size() == 1) return;
+  const double bytes = double(after.bytes_received - before.bytes_received) / steps;
+  const double calls = double(after.calls - before.calls) / steps;
+  const double inside_s = double(after.ns - before.ns) / 1e9;
+  std::printf("tensor parallel, %s: rank 0 of %d received %.1f KB in %.0f collectives per forward call; %.1f%% of "
+              "the time inside collectives (transfer and waiting for the other ranks)\n",
+              phase, model.tp_size(), bytes / 1e3, calls, 100.0 * inside_s / seconds);
+}
+
 // The matmul kernel alone on the lm_head matrix, for batches of n tokens: where decode turns from
 // bandwidth-bound to compute-bound.
 void PrintMatmulSweep(Model& model, const KernelSet& kernels) {
@@ -230,9 +258,12 @@ int BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
   }
   runner.Reset();
 
+  const dist::TpTraffic traffic0 = TpTrafficNow(model);
   const auto t0 = Clock::now();
   if (Status s = runner.Append(prompt); !s.ok()) return Fail("bench", s.message());
   const double prefill_s = Seconds(t0, Clock::now());
+  const dist::TpTraffic traffic1 = TpTrafficNow(model);
+  const int prefill_calls = (prompt_len + model.max_batch_tokens() - 1) / model.max_batch_tokens();
 
   const size_t decode_bytes =
       DenseBytesPerToken(model) + size_t(MoeLayers(c) * c.num_experts_per_tok) * ExpertBytes(model);
@@ -246,6 +277,7 @@ int BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
   }
   const double decode_s = Seconds(t1, Clock::now());
   model.set_timings(nullptr);
+  const dist::TpTraffic traffic2 = TpTrafficNow(model);
   const double decode_tps = decode_tokens / decode_s;
   const double achieved = double(decode_bytes) * decode_tps;
   const Peaks peaks = MeasurePeaks(model, *loaded->kernels, settings.bandwidth_mb);
@@ -260,16 +292,22 @@ int BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
               prompt_len / prefill_s);
   std::printf("decode: %d tokens in %.3f s = %.2f tokens/s (%.1f ms/token)\n", decode_tokens,
               decode_s, decode_tps, 1000.0 * decode_s / decode_tokens);
-  std::printf("weights read per decode step: %.1f MB\n", double(decode_bytes) / 1e6);
-  std::printf("decode bandwidth: %.2f GB/s achieved, machine read bandwidth %.2f GB/s (%.0f%%)\n",
-              achieved / 1e9, machine / 1e9, 100.0 * achieved / machine);
-  std::printf("KV cache read per decode step: %.1f MB at the mean context of %.0f tokens (%s; not in the weights "
-              "figure above)\n",
-              double(KvBytesPerPosition(*loaded)) * mean_context / 1e6, mean_context,
-              KvFormatName(loaded->kv_cache.kv_format));
-  PrintAttentionShare(timings, decode_s);
-  PrintComputePeaks(peaks, *loaded->kernels);
-  PrintPrefillCompute(PrefillFlops(model, prompt_len), prefill_s, peaks);
+  if (model.tp_size() > 1) {
+    PrintTpNoRooflines(model);
+  } else {
+    std::printf("weights read per decode step: %.1f MB\n", double(decode_bytes) / 1e6);
+    std::printf("decode bandwidth: %.2f GB/s achieved, machine read bandwidth %.2f GB/s (%.0f%%)\n",
+                achieved / 1e9, machine / 1e9, 100.0 * achieved / machine);
+    std::printf("KV cache read per decode step: %.1f MB at the mean context of %.0f tokens (%s; not in the weights "
+                "figure above)\n",
+                double(KvBytesPerPosition(*loaded)) * mean_context / 1e6, mean_context,
+                KvFormatName(loaded->kv_cache.kv_format));
+    PrintAttentionShare(timings, decode_s);
+    PrintComputePeaks(peaks, *loaded->kernels);
+    PrintPrefillCompute(PrefillFlops(model, prompt_len), prefill_s, peaks);
+  }
+  PrintTpTraffic(model, "prefill", traffic0, traffic1, prefill_s, prefill_calls);
+  PrintTpTraffic(model, "decode", traffic1, traffic2, decode_s, decode_tokens);
   if (settings.matmul_sweep) PrintMatmulSweep(model, *loaded->kernels);
   return 0;
 }
@@ -344,6 +382,8 @@ int BenchBatch(const ModelFlags& model_flags, const BenchSettings& settings) {
   }
 
   // Prefill: the prompts back to back, cut into forward calls of up to max_batch_tokens.
+  const dist::TpTraffic traffic0 = TpTrafficNow(model);
+  int prefill_calls = 0;
   const auto t0 = Clock::now();
   for (int s = 0; s < n_seqs;) {
     tokens.clear();
@@ -357,6 +397,7 @@ int BenchBatch(const ModelFlags& model_flags, const BenchSettings& settings) {
       tokens.insert(tokens.end(), prompts[size_t(s)].begin() + done, prompts[size_t(s)].begin() + done + take);
       if (done + take == prompt_len) ++s;
     }
+    ++prefill_calls;
     if (Status st = forward(); !st.ok()) return Fail("bench", st.message());
     for (size_t j = 0; j < segments.size(); ++j) {
       if (seqs[size_t(segment_seq[j])]->num_tokens() == prompt_len) {
@@ -365,6 +406,7 @@ int BenchBatch(const ModelFlags& model_flags, const BenchSettings& settings) {
     }
   }
   const double prefill_s = Seconds(t0, Clock::now());
+  const dist::TpTraffic traffic1 = TpTrafficNow(model);
 
   // Decode: every step one token for each sequence.
   ForwardTimings timings;
@@ -386,6 +428,7 @@ int BenchBatch(const ModelFlags& model_flags, const BenchSettings& settings) {
   }
   const double decode_s = Seconds(t1, Clock::now());
   model.set_timings(nullptr);
+  const dist::TpTraffic traffic2 = TpTrafficNow(model);
   const Peaks peaks = MeasurePeaks(model, *loaded->kernels, settings.bandwidth_mb);
 
   // The per-step roofline bound, at the mean context (step i reads positions [0, prompt_len + i + 1)).
@@ -410,27 +453,33 @@ int BenchBatch(const ModelFlags& model_flags, const BenchSettings& settings) {
               prefill_s, n_seqs * prompt_len / prefill_s);
   std::printf("decode: %d steps x %d sequences in %.3f s = %.2f tokens/s aggregate (%.1f ms/step)\n", decode_tokens,
               n_seqs, decode_s, n_seqs * decode_tokens / decode_s, 1000.0 * step_s);
-  std::printf("bytes per decode step: %.1f MB = %.1f MB dense weights and lm_head + %.1f MB routed experts + %.1f MB "
-              "KV cache (%s, mean context %.0f)\n",
-              step_bytes / 1e6, dense_bytes / 1e6, expert_bytes / 1e6, kv_bytes / 1e6,
-              KvFormatName(loaded->kv_cache.kv_format), mean_context);
-  if (c.n_routed_experts > 0) {
-    std::printf("routed experts per MoE layer and step: %.1f of %d, expected for %d x top-%d uniform draws, "
-                "E (1 - (1 - k/E)^N) (the routing is not observed)\n",
-                experts_touched, c.n_routed_experts, n_seqs, c.num_experts_per_tok);
+  if (model.tp_size() > 1) {
+    PrintTpNoRooflines(model);
+  } else {
+    std::printf("bytes per decode step: %.1f MB = %.1f MB dense weights and lm_head + %.1f MB routed experts + %.1f MB "
+                "KV cache (%s, mean context %.0f)\n",
+                step_bytes / 1e6, dense_bytes / 1e6, expert_bytes / 1e6, kv_bytes / 1e6,
+                KvFormatName(loaded->kv_cache.kv_format), mean_context);
+    if (c.n_routed_experts > 0) {
+      std::printf("routed experts per MoE layer and step: %.1f of %d, expected for %d x top-%d uniform draws, "
+                  "E (1 - (1 - k/E)^N) (the routing is not observed)\n",
+                  experts_touched, c.n_routed_experts, n_seqs, c.num_experts_per_tok);
+    }
+    std::printf("FLOPs per decode step: %.2f GFLOP (weights, lm_head and attention at the mean context)\n",
+                step_flops / 1e9);
+    std::printf("per-step bound: max(%.1f ms reading at %.2f GB/s, %.1f ms computing at %.1f GFLOP/s) = %.1f ms "
+                "(%s-bound, %.1f tokens/s)\n",
+                1000.0 * memory_s, peaks.read_bandwidth / 1e9, 1000.0 * compute_s, peaks.fp32.all_threads_flops / 1e9,
+                1000.0 * bound_s, memory_s >= compute_s ? "memory" : "compute", n_seqs / bound_s);
+    // Three significant digits: a tiny model's bound is a fraction of a percent of its step, not 0.
+    std::printf("batched decode: %.1f ms/step achieved, %.3g%% of the per-step bound\n", 1000.0 * step_s,
+                100.0 * bound_s / step_s);
+    PrintAttentionShare(timings, decode_s);
+    PrintComputePeaks(peaks, *loaded->kernels);
+    PrintPrefillCompute(n_seqs * PrefillFlops(model, prompt_len), prefill_s, peaks);
   }
-  std::printf("FLOPs per decode step: %.2f GFLOP (weights, lm_head and attention at the mean context)\n",
-              step_flops / 1e9);
-  std::printf("per-step bound: max(%.1f ms reading at %.2f GB/s, %.1f ms computing at %.1f GFLOP/s) = %.1f ms "
-              "(%s-bound, %.1f tokens/s)\n",
-              1000.0 * memory_s, peaks.read_bandwidth / 1e9, 1000.0 * compute_s, peaks.fp32.all_threads_flops / 1e9,
-              1000.0 * bound_s, memory_s >= compute_s ? "memory" : "compute", n_seqs / bound_s);
-  // Three significant digits: a tiny model's bound is a fraction of a percent of its step, not 0.
-  std::printf("batched decode: %.1f ms/step achieved, %.3g%% of the per-step bound\n", 1000.0 * step_s,
-              100.0 * bound_s / step_s);
-  PrintAttentionShare(timings, decode_s);
-  PrintComputePeaks(peaks, *loaded->kernels);
-  PrintPrefillCompute(n_seqs * PrefillFlops(model, prompt_len), prefill_s, peaks);
+  PrintTpTraffic(model, "prefill", traffic0, traffic1, prefill_s, prefill_calls);
+  PrintTpTraffic(model, "decode", traffic1, traffic2, decode_s, decode_tokens);
   if (settings.matmul_sweep) PrintMatmulSweep(model, *loaded->kernels);
   return 0;
 }

@@ -24,10 +24,15 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
                       int begin, int end, const LatentAttentionShape& shape, const float* q_lat, float scale,
                       const LatentScratch& scratch, float* o, float* max_sum) {
   const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
-  for (int h = 0; h < heads; ++h) {
-    max_sum[2 * h] = -std::numeric_limits<float>::infinity();
-    max_sum[2 * h + 1] = 0.0f;
-    for (int i = 0; i < row_dim; ++i) scratch.q_t[int64_t(i) * heads + h] = q_lat[int64_t(h) * row_dim + i];
+  // Score columns: the heads, padded with zero queries to whole vectors for the product (a
+  // tensor-parallel rank's 8 heads still run as one vector, as 16 do on one rank).
+  const int cols = shape.gemm_scores ? ScoreColumns(heads) : heads;
+  for (int h = 0; h < cols; ++h) {
+    if (h < heads) {
+      max_sum[2 * h] = -std::numeric_limits<float>::infinity();
+      max_sum[2 * h + 1] = 0.0f;
+    }
+    for (int i = 0; i < row_dim; ++i) scratch.q_t[int64_t(i) * cols + h] = h < heads ? q_lat[int64_t(h) * row_dim + i] : 0.0f;
   }
   std::fill(o, o + int64_t(heads) * L, 0.0f);
   for (int p0 = begin, rows = 0; p0 < end; p0 += rows) {
@@ -41,11 +46,11 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
       kv.ReadRows(layer, pages, p, count, scratch.tile + int64_t(r) * row_dim);
     }
     if (shape.gemm_scores) {
-      k.gemm_f32(scratch.tile, row_dim, scratch.q_t, heads, scratch.scores, heads, rows, row_dim, heads, false);
+      k.gemm_f32(scratch.tile, row_dim, scratch.q_t, cols, scratch.scores, cols, rows, row_dim, cols, false);
     } else {
       for (int r = 0; r < rows; ++r) {
         for (int h = 0; h < heads; ++h) {
-          scratch.scores[r * heads + h] =
+          scratch.scores[r * cols + h] =
               k.dot_f32(q_lat + int64_t(h) * row_dim, scratch.tile + int64_t(r) * row_dim, row_dim);
         }
       }
@@ -53,7 +58,7 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
     for (int h = 0; h < heads; ++h) {
       float tile_max = -std::numeric_limits<float>::infinity();
       for (int r = 0; r < rows; ++r) {
-        float& score = scratch.scores[r * heads + h];
+        float& score = scratch.scores[r * cols + h];
         score *= scale;
         tile_max = std::max(tile_max, score);
       }
@@ -67,7 +72,7 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
       }
       float sum = running_sum * correction;
       for (int r = 0; r < rows; ++r) {
-        const float weight = std::exp(scratch.scores[r * heads + h] - new_max);
+        const float weight = std::exp(scratch.scores[r * cols + h] - new_max);
         scratch.probs[h * kKvTileRows + r] = weight;
         sum += weight;
       }
@@ -135,6 +140,7 @@ void Model::AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int laye
                                    .rope_dim = c.qk_rope_head_dim,
                                    .gemm_scores = c.num_attention_heads >= kGemmScoreMinHeads};
   const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
+  const int64_t score_cols = ScoreColumns(c.num_attention_heads);  // a thread's scratch (workspace.cc)
   const float scale = float(c.SoftmaxScale());
   // Waves of whole tokens whose splits fit the partials' scratch (capacity >= one token's splits).
   for (size_t first = 0; first < tokens.size();) {
@@ -154,8 +160,8 @@ void Model::AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int laye
     std::atomic<int> next_item{0};
     pool_.RunOnAll([&](int thread) {
       const LatentScratch scratch{.tile = ws.kv_tile.data() + int64_t(thread) * kKvTileRows * row_dim,
-                                  .q_t = ws.q_lat_t.data() + int64_t(thread) * row_dim * heads,
-                                  .scores = ws.tile_scores.data() + int64_t(thread) * kKvTileRows * heads,
+                                  .q_t = ws.q_lat_t.data() + int64_t(thread) * row_dim * score_cols,
+                                  .scores = ws.tile_scores.data() + int64_t(thread) * kKvTileRows * score_cols,
                                   .probs = ws.tile_probs.data() + int64_t(thread) * heads * kKvTileRows};
       for (int i = next_item.fetch_add(1, std::memory_order_relaxed); i < num_items;
            i = next_item.fetch_add(1, std::memory_order_relaxed)) {

@@ -33,11 +33,15 @@ struct LatentAttentionShape {
   int row_dim() const { return latent_dim + rope_dim; }
 };
 
+// Columns of the scores product for `heads` heads: whole vectors of 16 (LatentScratch's q_t
+// and scores hold this many columns).
+inline int ScoreColumns(int heads) { return (heads + 15) / 16 * 16; }
+
 // Per-thread buffers of AttendLatentRows.
 struct LatentScratch {
   float* tile;    // [kKvTileRows, L + R] dequantized cache rows
-  float* q_t;     // [L + R, heads] the query, transposed
-  float* scores;  // [kKvTileRows, heads]
+  float* q_t;     // [L + R, ScoreColumns(heads)] the query, transposed (gemm_scores; else [L + R, heads])
+  float* scores;  // [kKvTileRows, ScoreColumns(heads)] (gemm_scores; else [kKvTileRows, heads])
   float* probs;   // [heads, kKvTileRows]
 };
 

@@ -52,8 +52,8 @@ Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads, 
   expert_token_weights.resize(slots);
   last_hidden.resize(N * H);
   kv_tile.resize(size_t(num_threads) * kKvTileRows * row);
-  q_lat_t.resize(size_t(num_threads) * row * heads);
-  tile_scores.resize(size_t(num_threads) * kKvTileRows * heads);
+  q_lat_t.resize(size_t(num_threads) * row * size_t(ScoreColumns(int(heads))));
+  tile_scores.resize(size_t(num_threads) * kKvTileRows * size_t(ScoreColumns(int(heads))));
   tile_probs.resize(size_t(num_threads) * heads * kKvTileRows);
   const size_t threads = size_t(num_threads);
   const size_t qk = size_t(c.qk_head_dim()), v = size_t(c.v_head_dim);

@@ -91,8 +91,8 @@ TEST_P(KvSplits, MergeToTheUnsplitSoftmax) {
   std::normal_distribution<float> normal;
   std::vector<float> q_lat(size_t(heads) * row_dim);
   for (float& x : q_lat) x = normal(rng);
-  std::vector<float> tile(size_t(kKvTileRows) * row_dim), q_t(size_t(row_dim) * heads);
-  std::vector<float> tile_scores(size_t(kKvTileRows) * heads), tile_probs(size_t(heads) * kKvTileRows);
+  std::vector<float> tile(size_t(kKvTileRows) * row_dim), q_t(size_t(row_dim) * ScoreColumns(heads));
+  std::vector<float> tile_scores(size_t(kKvTileRows) * ScoreColumns(heads)), tile_probs(size_t(heads) * kKvTileRows);
   const LatentScratch scratch{.tile = tile.data(), .q_t = q_t.data(), .scores = tile_scores.data(),
                               .probs = tile_probs.data()};
   for (const KernelSet* k : testing::RunnableKernelTables()) {
@@ -137,6 +137,37 @@ TEST_P(KvSplits, MergeToTheUnsplitSoftmax) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MlaAttention, KvSplits, ::testing::Values(4, 16));
+
+// A tensor-parallel rank computes a subset of the heads with the scores path of the whole model:
+// its heads' outputs and softmax statistics are bit-identical to the same heads computed with all
+// of them (8 of 16 heads, the first and the second half, every kernel table).
+TEST(KvSplits, ARanksHeadsEqualTheSameHeadsOfAllHeads) {
+  const LatentAttentionShape all{.heads = 16, .latent_dim = 128, .rope_dim = 32, .gemm_scores = true};
+  const int L = all.latent_dim, row_dim = all.row_dim();
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  std::vector<float> q_lat(size_t(all.heads) * row_dim);
+  for (float& x : q_lat) x = normal(rng);
+  std::vector<float> tile(size_t(kKvTileRows) * row_dim), q_t(size_t(row_dim) * ScoreColumns(all.heads));
+  std::vector<float> scores(size_t(kKvTileRows) * ScoreColumns(all.heads)), probs(size_t(all.heads) * kKvTileRows);
+  const LatentScratch scratch{.tile = tile.data(), .q_t = q_t.data(), .scores = scores.data(), .probs = probs.data()};
+  const RandomCache cache = FillCache(KvFormat::kBF16, 16, 300, all, rng);
+  const KvHostRows rows = cache.storage->HostRows();
+  for (const KernelSet* k : testing::RunnableKernelTables()) {
+    SCOPED_TRACE(k->name);
+    std::vector<float> o_all(size_t(all.heads) * L), stats_all(size_t(all.heads) * 2);
+    AttendLatentRows(*k, rows, 0, cache.pages, 0, 300, all, q_lat.data(), 0.3f, scratch, o_all.data(), stats_all.data());
+    for (int first : {0, 8}) {
+      LatentAttentionShape rank = all;
+      rank.heads = 8;
+      std::vector<float> o(size_t(rank.heads) * L), stats(size_t(rank.heads) * 2);
+      AttendLatentRows(*k, rows, 0, cache.pages, 0, 300, rank, q_lat.data() + size_t(first) * row_dim, 0.3f, scratch,
+                       o.data(), stats.data());
+      EXPECT_EQ(o, std::vector<float>(o_all.begin() + first * L, o_all.begin() + (first + 8) * L)) << first;
+      EXPECT_EQ(stats, std::vector<float>(stats_all.begin() + first * 2, stats_all.begin() + (first + 8) * 2)) << first;
+    }
+  }
+}
 
 std::vector<TokenId> Prompt(int len, uint64_t seed) {
   std::vector<TokenId> p{0};
