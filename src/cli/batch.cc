@@ -34,6 +34,7 @@
 #include "cli/engine_flags.h"
 #include "cli/model_setup.h"
 #include "core/read_file.h"
+#include "dist/mpi_group.h"
 #include "engine/cpu_model_runner.h"
 
 namespace mlaserve::cli {
@@ -407,6 +408,14 @@ int RunBatch(Args& args) {
   batch::RunGate gate([&endpoints] { return endpoints == nullptr || endpoints->WaitHealthy(Clock::now()); },
                       JoinUrls(f.endpoints), f.server_wait_report_s, note, stats);
   StopOnSignal stop_on_signal(gate);
+
+  // Ranks 1.. of a tensor-parallel job only serve rank 0's forward calls (LoadModel does not
+  // return on them): the output and the progress DB are rank 0's alone.
+  if (in_process && dist::LaunchedRank() > 0) {
+    model_flags.options.deterministic = true;  // as rank 0 sets it below
+    auto l = LoadModel(model_flags, /*need_tokenizer=*/false);
+    return Fail("batch", l.ok() ? "a tensor-parallel worker rank returned from loading" : l.error());
+  }
 
   // The output first: its lock refuses a second concurrent run before anything is written.
   auto writer = batch::OutputWriter::Open(f.output, f.ordered);

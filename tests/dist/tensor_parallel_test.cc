@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -72,6 +74,39 @@ TEST(TensorParallel, GreedyGenerationOfTwoRanksEqualsOneRank) {
   ASSERT_EQ(two.exit_code, 0);
   EXPECT_GT(one.out.size(), 40u);
   EXPECT_EQ(two.out, one.out);
+}
+
+// The batch tool in its in-process mode: rank 0 alone owns the output and its progress DB; the
+// answers equal one process's.
+TEST(TensorParallel, BatchInProcessOfTwoRanksWritesOneRanksAnswers) {
+  testing::TempDir dir;
+  {
+    std::ofstream in(dir.path() + "/in.jsonl");
+    for (int i = 0; i < 6; ++i) {
+      in << nlohmann::json{{"id", "r" + std::to_string(i)},
+                           {"messages", {{{"role", "user"}, {"content", "Speak of kings " + std::to_string(i)}}}}}
+                .dump()
+         << "\n";
+    }
+  }
+  const std::string args = "batch --model-path " + ShellQuote(BundledModelPath()) + " --input " +
+                           ShellQuote(dir.path() + "/in.jsonl") + " --max-new-tokens 24 --output ";
+  const CommandResult one = RunMlaserve(args + ShellQuote(dir.path() + "/one.jsonl"));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const CommandResult two = RunCommand(MpirunMlaserve(2, args + ShellQuote(dir.path() + "/two.jsonl")));
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  auto answers = [&](const std::string& file) {
+    std::map<std::string, nlohmann::json> by_id;
+    std::ifstream in(dir.path() + "/" + file);
+    for (std::string line; std::getline(in, line);) {
+      const auto record = nlohmann::json::parse(line);
+      by_id[record["id"].get<std::string>()] = record["messages"];
+    }
+    return by_id;
+  };
+  const auto expected = answers("one.jsonl");
+  EXPECT_EQ(expected.size(), 6u);
+  EXPECT_EQ(answers("two.jsonl"), expected);
 }
 
 TEST(TensorParallel, RefusesAJobWhoseSizeIsNotTheTpSize) {
