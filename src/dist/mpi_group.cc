@@ -100,27 +100,25 @@ void MpiGroup::Broadcast(void* data, int64_t bytes, bool idle) {
   }
 }
 
-void MpiGroup::AllGather(float* data, std::span<const int64_t> counts) {
-  int64_t offset = 0, received = 0;
+int64_t MpiGroup::SetBlocks(std::span<const int64_t> counts) {
+  int64_t offset = 0, others = 0;
   for (int r = 0; r < size_; ++r) {
     counts_[size_t(r)] = int(counts[size_t(r)]);
     displs_[size_t(r)] = int(offset);
     offset += counts[size_t(r)];
-    if (r != rank_) received += counts[size_t(r)];
+    if (r != rank_) others += counts[size_t(r)];
   }
-  TrafficScope scope(traffic_, received * int64_t(sizeof(float)));
+  return others;
+}
+
+void MpiGroup::AllGather(float* data, std::span<const int64_t> counts) {
+  TrafficScope scope(traffic_, SetBlocks(counts) * int64_t(sizeof(float)));
   MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts_.data(), displs_.data(), MPI_FLOAT, MPI_COMM_WORLD);
 }
 
 void MpiGroup::GatherToRoot(float* data, std::span<const int64_t> counts) {
-  int64_t offset = 0, received = 0;
-  for (int r = 0; r < size_; ++r) {
-    counts_[size_t(r)] = int(counts[size_t(r)]);
-    displs_[size_t(r)] = int(offset);
-    offset += counts[size_t(r)];
-    if (r != rank_ && rank_ == 0) received += counts[size_t(r)];
-  }
-  TrafficScope scope(traffic_, received * int64_t(sizeof(float)));
+  const int64_t others = SetBlocks(counts);
+  TrafficScope scope(traffic_, rank_ == 0 ? others * int64_t(sizeof(float)) : 0);
   if (rank_ == 0) {
     MPI_Gatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts_.data(), displs_.data(), MPI_FLOAT, 0, MPI_COMM_WORLD);
   } else {

@@ -60,6 +60,9 @@ class MpiGroup final : public TpCollectives {
   MpiGroup() = default;
   ~MpiGroup() = default;
   static void Finalize();  // atexit: StopWorkers, then MPI_Finalize
+  // counts_ and displs_ for blocks of counts[r] floats back to back; returns the other ranks'
+  // floats (what this rank receives when it receives them all).
+  int64_t SetBlocks(std::span<const int64_t> counts);
 
   int rank_ = 0;
   int size_ = 1;
