@@ -127,6 +127,11 @@ void MpiGroup::GatherToRoot(float* data, std::span<const int64_t> counts) {
   }
 }
 
+void MpiGroup::AllReduceSum(float* data, int64_t count) {
+  TrafficScope scope(traffic_, 2 * (size_ - 1) * count * int64_t(sizeof(float)) / size_);
+  MPI_Allreduce(MPI_IN_PLACE, data, int(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
 void MpiGroup::Abort(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);
   std::abort();  // MPI_Abort does not return

@@ -44,6 +44,8 @@ class MpiGroup final : public TpCollectives {
   void Broadcast(void* data, int64_t bytes, bool idle) override;
   void AllGather(float* data, std::span<const int64_t> counts) override;
   void GatherToRoot(float* data, std::span<const int64_t> counts) override;
+  // Counts what a ring all-reduce receives, 2 (N - 1) / N of the vector (MPI picks the algorithm).
+  void AllReduceSum(float* data, int64_t count) override;
   void WorkersListening() override { workers_listening_ = true; }
   void StopWorkers() override;
 

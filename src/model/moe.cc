@@ -281,7 +281,12 @@ void Model::Moe(const ComputeContext& ctx, const MoeWeights& w, int n) {
           .gate = ws.gate.data(), .up = ws.up.data(), .out = ws.expert_out.data() + int64_t(block) * H};
     }
     if (num_groups > 0) RunMlps(ctx, num_groups);
-    if (tp_ != nullptr) {
+    // Tensor parallelism outside deterministic mode: each rank sums its own experts' outputs and
+    // one all-reduce adds the ranks' sums (model/tensor_parallel.h).
+    const bool reduce_partial_sums = tp_ != nullptr && !deterministic_;
+    const int own_slots_begin = ws.expert_offsets[size_t(expert_begin_)];
+    const int own_slots_end = ws.expert_offsets[size_t(expert_end_)];
+    if (tp_ != nullptr && !reduce_partial_sums) {
       // Every rank's experts' outputs: rank r's slots are those of its experts, contiguous and in
       // rank order in moe_rows, so one in-place all-gather completes every slot everywhere.
       for (int r = 0; r < tp_->size(); ++r) {
@@ -290,10 +295,10 @@ void Model::Moe(const ComputeContext& ctx, const MoeWeights& w, int n) {
             int64_t(ws.expert_offsets[size_t(experts.end)] - ws.expert_offsets[size_t(experts.begin)]) * H;
       }
       tp_->AllGather(ws.moe_rows.data(), tp_block_counts_);
-      if (w.has_shared) {
-        ShardedMlp(ctx, w.shared, ws.normed.data() + int64_t(block) * H, m, int64_t(c.n_shared_experts) * inter,
-                   ws.expert_out.data() + int64_t(block) * H);
-      }
+    }
+    if (tp_ != nullptr && w.has_shared) {
+      ShardedMlp(ctx, w.shared, ws.normed.data() + int64_t(block) * H, m, int64_t(c.n_shared_experts) * inter,
+                 ws.expert_out.data() + int64_t(block) * H);
     }
 
     // proj[t] = sum over t's routed experts, in ascending expert order, of weight * output,
@@ -305,14 +310,16 @@ void Model::Moe(const ComputeContext& ctx, const MoeWeights& w, int n) {
         float* row = ws.proj.data() + int64_t(block + t) * H;
         std::fill(row, row + H, 0.0f);
         for (int j = 0; j < k; ++j) {
+          if (reduce_partial_sums && (slots[j] < own_slots_begin || slots[j] >= own_slots_end)) continue;
           kernels.axpy_f32(ws.expert_token_weights[size_t(slots[j])], ws.moe_rows.data() + slots[j] * H, row, H);
         }
-        if (w.has_shared) {
+        if (w.has_shared && (!reduce_partial_sums || tp_->rank() == 0)) {  // counted once in the sum
           const float* shared = ws.expert_out.data() + int64_t(block + t) * H;
           for (int64_t i = 0; i < H; ++i) row[i] += shared[i];
         }
       }
     });
+    if (reduce_partial_sums) tp_->AllReduceSum(ws.proj.data() + int64_t(block) * H, int64_t(m) * H);
   }
 }
 

@@ -13,7 +13,10 @@
 //   - routed experts whole: experts ShardRange(n_routed_experts, 1) (expert parallelism).
 // No reduction dimension is ever split: every output value is the same sum, in the same order,
 // as on one rank, and ranks exchange finished values (all-gathers). So N ranks produce the
-// logits of one rank bit for bit, in both modes.
+// logits of one rank bit for bit with --enable-deterministic-inference. Outside it, the MoE
+// layers' routed experts are combined the way most engines do: each rank sums its own experts'
+// weighted outputs per token and one all-reduce adds the ranks' partial sums (k times fewer
+// bytes than gathering the k outputs; within tolerance of one rank).
 #pragma once
 
 #include <cstdint>
@@ -59,6 +62,9 @@ class TpCollectives {
   virtual void AllGather(float* data, std::span<const int64_t> counts) = 0;
   // The same, but only rank 0 receives (the other ranks' data is left as it was).
   virtual void GatherToRoot(float* data, std::span<const int64_t> counts) = 0;
+  // In place: data[0, count) becomes the sum of every rank's, in an order MPI chooses (so not
+  // bit-identical to one rank's sum: used only outside deterministic mode).
+  virtual void AllReduceSum(float* data, int64_t count) = 0;
   // Rank 0: the workers (ranks 1..) now wait for forward calls (Model::RunTpWorker).
   virtual void WorkersListening() = 0;
   // Rank 0: broadcasts the stop header once, if the workers listen; later calls do nothing.

@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -44,36 +46,59 @@ std::string Score(int ranks, const std::string& args) {
   return r.out;
 }
 
+// The largest difference between two `score` outputs' log-probabilities.
+double MaxLogprobDiff(const std::string& a, const std::string& b) {
+  const auto x = nlohmann::json::parse(a)["token_logprobs"], y = nlohmann::json::parse(b)["token_logprobs"];
+  EXPECT_EQ(x.size(), y.size());
+  double diff = 0;
+  for (size_t i = 1; i < std::min(x.size(), y.size()); ++i) {
+    diff = std::max(diff, std::abs(x[i].get<double>() - y[i].get<double>()));
+  }
+  return diff;
+}
+
 class TensorParallelScore : public ::testing::TestWithParam<bool> {};
 
-// Every logprob of N = 2 and N = 4 ranks equals one rank's, printed to 17 digits: the bundled
-// model (4 heads, 8 experts) and the tiny DeepSeek-V2 reference fixture (no q_lora, 2 shared
-// experts), in deterministic mode and in the default mode (MHA-form prefill).
+// Every logprob of N = 2 and N = 4 ranks equals one rank's, printed to 17 digits, in
+// deterministic mode: the bundled model (4 heads, 8 experts) and the tiny DeepSeek-V2 reference
+// fixture (no q_lora, 2 shared experts). In the default mode (MHA-form prefill, the routed
+// experts' partial sums all-reduced) they agree within 1e-4 (measured: 1e-6 on the bundled
+// model, 8e-6 on the reference shape).
 TEST_P(TensorParallelScore, LogprobsOfTwoAndFourRanksEqualOneRank) {
-  const std::string mode = GetParam() ? " --enable-deterministic-inference" : "";
+  const bool exact = GetParam();
+  const std::string mode = exact ? " --enable-deterministic-inference" : "";
   const std::string bundled = "--model-path " + ShellQuote(BundledModelPath()) + " --text " + ShellQuote(kText) + mode;
   std::string ids;
   for (int i = 0; i < 70; ++i) ids += (i ? "," : "") + std::to_string((i * 37 + 11) % 512);
   const std::string fixture = "--model-path " + ShellQuote(kSource + "/tests/fixtures/tiny-v2") + " --input-ids " + ids + mode;
   for (const std::string& args : {bundled, fixture}) {
     const std::string one = Score(1, args);
-    EXPECT_EQ(Score(2, args), one) << args;
-    EXPECT_EQ(Score(4, args), one) << args;
+    for (int ranks : {2, 4}) {
+      const std::string many = Score(ranks, args);
+      if (exact) {
+        EXPECT_EQ(many, one) << ranks << " ranks: " << args;
+      } else {
+        EXPECT_LT(MaxLogprobDiff(many, one), 1e-4) << ranks << " ranks: " << args;
+      }
+    }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, TensorParallelScore, ::testing::Values(true, false),
                          [](const auto& p) { return p.param ? "Deterministic" : "Default"; });
 
+// Greedy continuations are identical in both modes.
 TEST(TensorParallel, GreedyGenerationOfTwoRanksEqualsOneRank) {
-  const std::string args = "generate --model-path " + ShellQuote(BundledModelPath()) +
-                           " --prompt 'KING HENRY:' --max-new-tokens 48 --temperature 0 --enable-deterministic-inference";
-  const CommandResult one = RunMlaserve(args + " 2>/dev/null");
-  const CommandResult two = RunCommand(MpirunMlaserve(2, args) + " 2>/dev/null");
-  ASSERT_EQ(one.exit_code, 0);
-  ASSERT_EQ(two.exit_code, 0);
-  EXPECT_GT(one.out.size(), 40u);
-  EXPECT_EQ(two.out, one.out);
+  for (const std::string mode : {" --enable-deterministic-inference", ""}) {
+    const std::string args = "generate --model-path " + ShellQuote(BundledModelPath()) +
+                             " --prompt 'KING HENRY:' --max-new-tokens 64 --temperature 0" + mode;
+    const CommandResult one = RunMlaserve(args + " 2>/dev/null");
+    const CommandResult two = RunCommand(MpirunMlaserve(2, args) + " 2>/dev/null");
+    ASSERT_EQ(one.exit_code, 0);
+    ASSERT_EQ(two.exit_code, 0);
+    EXPECT_GT(one.out.size(), 40u);
+    EXPECT_EQ(two.out, one.out) << mode;
+  }
 }
 
 // The batch tool in its in-process mode: rank 0 alone owns the output and its progress DB; the
