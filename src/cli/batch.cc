@@ -409,12 +409,18 @@ int RunBatch(Args& args) {
                       JoinUrls(f.endpoints), f.server_wait_report_s, note, stats);
   StopOnSignal stop_on_signal(gate);
 
-  // Ranks 1.. of a tensor-parallel job only serve rank 0's forward calls (LoadModel does not
-  // return on them): the output and the progress DB are rank 0's alone.
-  if (in_process && dist::LaunchedRank() > 0) {
-    model_flags.options.deterministic = true;  // as rank 0 sets it below
-    auto l = LoadModel(model_flags, /*need_tokenizer=*/false);
-    return Fail("batch", l.ok() ? "a tensor-parallel worker rank returned from loading" : l.error());
+  // A tensor-parallel job loads the model first, on every rank together: ranks 1.. only serve
+  // rank 0's forward calls (LoadModel does not return on them), and once they do, any return of
+  // rank 0 (a locked output, nothing left to do) stops them. The output and the progress DB are
+  // rank 0's alone.
+  std::optional<LoadedModel> loaded;
+  if (in_process && model_flags.tp_size > 1) {
+    // Resume continues an interrupted record from its checkpointed tokens; only batch- and
+    // chunk-invariant logits make that continuation the one an uninterrupted run would write.
+    model_flags.options.deterministic = true;
+    auto l = LoadModel(model_flags, /*need_tokenizer=*/true);
+    if (!l.ok()) return Fail("batch", l.error());
+    loaded = std::move(l).value();
   }
 
   // The output first: its lock refuses a second concurrent run before anything is written.
@@ -468,7 +474,6 @@ int RunBatch(Args& args) {
   if (!input_file.ok()) return Fail("batch", input_file.error());
 
   // Who generates.
-  std::optional<LoadedModel> loaded;
   EngineKv kv;
   std::unique_ptr<CpuModelRunner> model_runner;
   std::unique_ptr<Engine> engine;
@@ -479,12 +484,13 @@ int RunBatch(Args& args) {
   std::string model_type;
   if (in_process) {
     engine_options.log_batches = false;
-    // Resume continues an interrupted record from its checkpointed tokens; only batch- and
-    // chunk-invariant logits make that continuation the one an uninterrupted run would write.
+    // (See above: deterministic, for resume.)
     model_flags.options.deterministic = true;
-    auto l = LoadModel(model_flags, /*need_tokenizer=*/true);
-    if (!l.ok()) return Fail("batch", l.error());
-    loaded = std::move(l).value();
+    if (!loaded) {
+      auto l = LoadModel(model_flags, /*need_tokenizer=*/true);
+      if (!l.ok()) return Fail("batch", l.error());
+      loaded = std::move(l).value();
+    }
     const ModelConfig& c = loaded->model->config();
     auto created_kv = CreateEngineKv(*loaded, model_flags.page_size);
     if (!created_kv.ok()) return Fail("batch", created_kv.error());

@@ -86,6 +86,15 @@ Result<dist::MpiGroup*> JoinTensorParallelJob(int tp_size) {
   return *group;
 }
 
+// A step every rank of a tensor-parallel job takes together: all go on only if it succeeded on
+// all of them (a rank's own error is returned; the others learn that one failed). One process:
+// `status` itself.
+Status Agree(dist::MpiGroup* group, const Status& status) {
+  if (group == nullptr || group->AllOk(status.ok())) return status;
+  if (!status.ok()) return status;
+  return Status::Error("another tensor-parallel rank failed to load (its error is above)");
+}
+
 // Ranks 1..: rank 0's forward calls until it stops them, then the end of the process. Shutdown
 // signals are rank 0's to act on (it drains, then stops the workers), so they are ignored here.
 [[noreturn]] void ServeForwardCalls(Model& model, dist::MpiGroup& group) {
@@ -122,11 +131,7 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
     options.num_threads = std::max(1, ThreadPool::DefaultThreadCount() / group->local_size());
   }
   auto model = Model::Load(flags.model_path, options);
-  if (group != nullptr && !group->AllOk(model.ok())) {
-    if (!model.ok()) return model.status();
-    return Status::Error("another tensor-parallel rank could not load its shard (its error is above)");
-  }
-  if (!model.ok()) return model.status();
+  MLA_RETURN_IF_ERROR(Agree(group, model.status()));
   loaded.model = std::move(model).value();
   const ModelConfig& config = loaded.model->config();
   if (!config.tensor_prefix.empty()) {
@@ -137,8 +142,8 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
             : "");
   }
   auto format = ParseKvCacheDtype(flags.kv_cache_dtype, config.torch_dtype);
-  if (!format.ok()) return format.status();
-  MLA_RETURN_IF_ERROR(ValidateKvFormatDims(*format, config.kv_lora_rank, config.qk_rope_head_dim));
+  MLA_RETURN_IF_ERROR(Agree(group, format.status()));
+  MLA_RETURN_IF_ERROR(Agree(group, ValidateKvFormatDims(*format, config.kv_lora_rank, config.qk_rope_head_dim)));
   loaded.kv_cache.kv_format = *format;
   loaded.kv_cache.page_size = flags.page_size;
   // Ranks on one machine share its memory.
@@ -153,12 +158,11 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
                             size_t(config.num_hidden_layers),
       .max_total_tokens = flags.max_total_tokens,
       .page_size = flags.page_size});
-  if (group != nullptr && !group->AllOk(budget.ok())) {
-    if (!budget.ok()) return budget.status();
-    return Status::Error("another tensor-parallel rank has no memory left for the KV cache (its error is above)");
-  }
-  if (!budget.ok()) return budget.status();
+  MLA_RETURN_IF_ERROR(Agree(group, budget.status()));
   loaded.kv_budget = *budget;
+  auto scales = ResolveKvScales(flags.kv_scales, loaded.model->checkpoint(), config, *format, &loaded.kv_scales_source);
+  MLA_RETURN_IF_ERROR(Agree(group, scales.status()));
+  loaded.kv_cache.kv_tensor_scales = std::move(scales).value();
   if (group != nullptr) {
     // Every rank keeps the whole latent cache: the job holds what its smallest budget holds.
     loaded.kv_budget.max_total_num_tokens = group->AllMin(budget->max_total_num_tokens);
@@ -171,10 +175,7 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
         (long long)loaded.kv_budget.max_total_num_tokens);
   }
   loaded.kv_cache.pool_tokens =
-      std::min<int64_t>(budget->max_total_num_tokens, loaded.model->max_context());
-  auto scales = ResolveKvScales(flags.kv_scales, loaded.model->checkpoint(), config, *format, &loaded.kv_scales_source);
-  if (!scales.ok()) return scales.status();
-  loaded.kv_cache.kv_tensor_scales = std::move(scales).value();
+      std::min<int64_t>(loaded.kv_budget.max_total_num_tokens, loaded.model->max_context());
   if (group != nullptr && group->rank() != 0) ServeForwardCalls(*loaded.model, *group);  // does not return
   if (group != nullptr) group->WorkersListening();
   if (need_tokenizer) {

@@ -3,7 +3,10 @@
 // loads a model with --tp-size > 1, finalized when the process ends.
 //
 // Threads: MPI is initialized MPI_THREAD_SERIALIZED and only the thread that runs
-// Model::Forward calls the collectives (one call at a time). A dead rank ends the job: OpenMPI's
+// Model::Forward calls the collectives (one call at a time); the atexit stop runs on the main
+// thread, so a command must have joined its engine thread before it exits (serve and batch do).
+// AllReduceSum relies on every rank receiving the same bits of the sum (OpenMPI's reductions
+// give every rank one result), since the ranks then route their tokens independently. A dead rank ends the job: OpenMPI's
 // mpirun aborts every rank and names the one that died, so no call here waits forever.
 #pragma once
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -97,13 +98,31 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
                          " exceeds the model's max_position_embeddings " +
                          std::to_string(config->max_position_embeddings));
   }
+  if (shard.size > 1) {
+    // MPI counts are int: the widest gather (tensor_parallel_forward.cc) must fit one.
+    const int64_t widest = std::max({int64_t(config->num_attention_heads) * config->v_head_dim,
+                                     int64_t(config->intermediate_size),
+                                     int64_t(config->n_shared_experts) * config->moe_intermediate_size,
+                                     int64_t(config->hidden_size)});
+    if (int64_t(options.max_batch_tokens) * widest > INT32_MAX) {
+      return Status::Error("--max-batch-tokens " + std::to_string(options.max_batch_tokens) +
+                           " is too many for tensor parallelism: a gather of " + std::to_string(widest) +
+                           " values per token would exceed MPI's int counts");
+    }
+  }
   int threads = options.num_threads > 0 ? options.num_threads : ThreadPool::DefaultThreadCount();
   std::unique_ptr<Model> model(new Model(std::move(config).value(), std::move(checkpoint).value(),
                                          std::move(weights).value(), options, max_context, threads));
   model->SetUpTensorParallel(options.tp, shard_bytes);
   PackWeights(model->weights_, model->pool_, [](const WeightMatrix& source) {
     Checkpoint::ReleaseMappedPages(source.data, source.total_bytes());
-    if (source.scales != nullptr) Checkpoint::ReleaseMappedPages(source.scales, source.scale_bytes());
+    if (source.scales != nullptr) {
+      // A row slice of an int4 matrix (a tensor-parallel shard) indexes its parent's scale rows.
+      const size_t skipped = source.format == WeightFormat::kInt4Group
+                                 ? size_t(source.scale_row0) * size_t(source.scale_cols()) * 2
+                                 : 0;
+      Checkpoint::ReleaseMappedPages(static_cast<const std::byte*>(source.scales) + skipped, source.scale_bytes());
+    }
   });
   ReleaseCopiedPages(model->weights_, *model->checkpoint_);
   return model;

@@ -84,6 +84,27 @@ TEST_P(TensorParallelScore, LogprobsOfTwoAndFourRanksEqualOneRank) {
   }
 }
 
+// 16 heads (the scores product: a rank's 8 heads padded to a vector), dense, fp8 block-scaled and
+// int4 shards (scale grids cut with the rows), prompts chunked over several forward calls:
+// deterministic logprobs of 2 ranks equal one rank's.
+TEST(TensorParallel, SixteenHeadsAndQuantizedShardsEqualOneRank) {
+  testing::TempDir dir;
+  const std::string shape =
+      " --preset tiny --set num_attention_heads=16 --set num_key_value_heads=16 --set hidden_size=256"
+      " --set intermediate_size=256 --set moe_intermediate_size=256 --set qk_nope_head_dim=32"
+      " --set qk_rope_head_dim=32 --set v_head_dim=32";
+  std::string ids;
+  for (int i = 0; i < 70; ++i) ids += (i ? "," : "") + std::to_string((i * 37 + 11) % 256);
+  for (const std::string weights : {"dense", "fp8-block", "int4-g32"}) {
+    const std::string model = dir.path() + "/" + weights;
+    const CommandResult init = RunMlaserve("init-random" + shape + " --weights " + weights + " --out " + ShellQuote(model));
+    ASSERT_EQ(init.exit_code, 0) << init.err;
+    const std::string args = "--model-path " + ShellQuote(model) + " --input-ids " + ids +
+                             " --max-batch-tokens 32 --enable-deterministic-inference";
+    EXPECT_EQ(Score(2, args), Score(1, args)) << weights;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, TensorParallelScore, ::testing::Values(true, false),
                          [](const auto& p) { return p.param ? "Deterministic" : "Default"; });
 
@@ -180,12 +201,26 @@ class TensorParallelServer : public ::testing::Test {
     server_ = std::make_unique<ServerProcess>(ServerLaunch{.tp_ranks = 2}, std::vector<std::string>{});
     ASSERT_TRUE(server_->running()) << server_->log();
   }
-  // The pid rank `rank` logged at start-up.
+  // The pid rank `rank` logged at start-up (its line may reach the log after rank 0's ready line:
+  // polled for, up to 30 s).
   pid_t RankPid(int rank) const {
-    std::smatch m;
-    const std::string log = server_->log();
     const std::regex pid("rank " + std::to_string(rank) + R"( of 2 \(pid (\d+)\))");
-    return std::regex_search(log, m, pid) ? pid_t(std::stoi(m[1])) : -1;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::smatch m;
+      const std::string log = server_->log();
+      if (std::regex_search(log, m, pid)) return pid_t(std::stoi(m[1]));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the log, not a guessed delay
+    }
+    return -1;
+  }
+  // Whether the job ended within 30 s.
+  bool EndsWithin30s() const {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (server_->running() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling for the exit, not a guessed delay
+    }
+    return !server_->running();
   }
   std::unique_ptr<ServerProcess> server_;
 };
@@ -211,11 +246,7 @@ TEST_F(TensorParallelServer, KillingARankEndsTheJobWithAMessage) {
   const pid_t worker = RankPid(1);
   ASSERT_GT(worker, 0) << server_->log();
   ASSERT_EQ(kill(worker, SIGKILL), 0);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (server_->running() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling for the exit, not a guessed delay
-  }
-  EXPECT_FALSE(server_->running()) << "the job outlived its rank 1 by 30 s\n" << server_->log();
+  EXPECT_TRUE(EndsWithin30s()) << "the job outlived its rank 1 by 30 s\n" << server_->log();
   EXPECT_NE(server_->log().find("process rank 1 with PID"), std::string::npos) << server_->log();
   EXPECT_NE(server_->log().find("exited on signal 9"), std::string::npos) << server_->log();
 }
@@ -224,6 +255,7 @@ TEST_F(TensorParallelServer, SigtermOnRankZeroDrainsAndStopsEveryRank) {
   const pid_t rank0 = RankPid(0);
   ASSERT_GT(rank0, 0) << server_->log();
   ASSERT_EQ(kill(rank0, SIGTERM), 0);
+  ASSERT_TRUE(EndsWithin30s()) << "a rank did not stop within 30 s\n" << server_->log();
   EXPECT_EQ(server_->Wait(), 0) << server_->log();
   EXPECT_NE(server_->log().find("received SIGTERM: draining"), std::string::npos) << server_->log();
   EXPECT_NE(server_->log().find("tensor-parallel rank 1: stopped by rank 0"), std::string::npos) << server_->log();
