@@ -152,6 +152,44 @@ void PrintKvCodecTable(std::mt19937& rng) {
   }
 }
 
+// The prefill product both ways, one thread, a 2048 x 2048 matrix (8 MB in bf16, from cache
+// after the first call): in registers (matmul_panels, activations read per panel) and over
+// packed activations (pack_activations, then matmul_panels_packed: each weight widened once per
+// call, ops.cc's kPackedProductMinTokens picks between them).
+void PrintPrefillGemmTable(const KernelSet& kernels, double one_thread_flops, std::mt19937& rng, ThreadPool& pool) {
+  constexpr int64_t kRows = 2048, kCols = 2048;
+  const int token_counts[] = {24, 48, 96, 256};
+  std::printf("\nprefill product, one thread, %lld x %lld: G multiply-adds/s (share of the one-thread FMA peak), "
+              "in registers / over packed activations\n",
+              static_cast<long long>(kRows), static_cast<long long>(kCols));
+  std::printf("%-10s", "format");
+  for (int n : token_counts) std::printf(" %26s", ("n=" + std::to_string(n)).c_str());
+  std::printf("\n");
+  for (Format f : kFormats) {
+    const PackedMatrix m = RandomPacked(f, kRows, kCols, rng, pool);
+    std::printf("%-10s", FormatName(f));
+    for (int n : token_counts) {
+      std::vector<float> x(size_t(n * kCols)), y(size_t(n * kRows));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (float& v : x) v = normal(rng);
+      std::vector<float> xp(size_t(PackedActivationFloats(n, kCols))), scratch(size_t(GemmThreadScratchFloats(n)));
+      const double in_registers = BestSeconds(5, [&] {
+        kernels.matmul_panels(x.data(), n, m.packed, 0, m.packed.num_panels(), y.data(), kRows);
+      });
+      const double packed = BestSeconds(5, [&] {
+        kernels.pack_activations(x.data(), n, kCols, 0, GemmTiles(n), xp.data());
+        kernels.matmul_panels_packed(x.data(), xp.data(), scratch.data(), n, m.packed, 0, m.packed.num_panels(),
+                                     y.data(), kRows);
+      });
+      const double madds = double(kRows * kCols) * n;
+      std::printf("   %6.1f %3.0f%% / %6.1f %3.0f%%", madds / in_registers / 1e9,
+                  100.0 * 2.0 * madds / in_registers / one_thread_flops, madds / packed / 1e9,
+                  100.0 * 2.0 * madds / packed / one_thread_flops);
+    }
+    std::printf("\n");
+  }
+}
+
 }  // namespace
 
 int RunBenchKernels(Args& args) {
@@ -222,6 +260,7 @@ int RunBenchKernels(Args& args) {
     std::printf("\n");
   }
 
+  PrintPrefillGemmTable(**kernels, fma.one_thread_flops, rng, pool);
   PrintKvCodecTable(rng);
   return 0;
 }

@@ -174,14 +174,15 @@ TEST(Cli, BenchKernelsTimesEveryWeightFormat) {
   ASSERT_NE(kv_table, std::string::npos) << r.out;
   const std::string matmul_tables = r.out.substr(0, kv_table), kv_rows = r.out.substr(kv_table);
   for (const char* format : {"bf16", "fp8-block", "int4-g32"}) {
-    // One row in the streaming table and one in the compute table.
+    // One row in the streaming table, one in the compute table, one in the prefill product's.
     size_t rows = 0;
     for (size_t at = matmul_tables.find(std::string("\n") + format + " "); at != std::string::npos;
          at = matmul_tables.find(std::string("\n") + format + " ", at + 1)) {
       ++rows;
     }
-    EXPECT_EQ(rows, 2u) << format << "\n" << r.out;
+    EXPECT_EQ(rows, 3u) << format << "\n" << r.out;
   }
+  EXPECT_NE(matmul_tables.find("in registers / over packed activations"), std::string::npos) << r.out;
   // The KV codec table: a row per cache format, timing the portable codec at least.
   EXPECT_NE(kv_rows.find("portable"), std::string::npos) << r.out;
   for (KvFormat format : kAllKvFormats) {
