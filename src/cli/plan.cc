@@ -112,7 +112,7 @@ nlohmann::json PrintCommunication(const ModelConfig& c, const TpWeightPlan& plan
     const bool exact = scheme == TpScheme::kExactAllGather;
     const TpCommPerToken comm = ModelTpComm(c, plan.tp_size, scheme);
     std::printf("%-26s %9.1f KB %9.1f KB %9.1f KB %9.1f KB %10.3f MB %10.3f MB %9d\n",
-                exact ? "all-gather (exact, runs)" : "all-reduce (alternative)", comm.attention_bytes / 1e3,
+                exact ? "all-gather (exact)" : "all-reduce (not exact)", comm.attention_bytes / 1e3,
                 comm.dense_mlp_bytes / 1e3, comm.moe_bytes / 1e3, comm.lm_head_bytes / 1e3, comm.decode_bytes() / 1e6,
                 comm.prefill_bytes() / 1e6, comm.messages_per_step());
     const double transfer_s = comm.decode_bytes() / (node.network_gbs * 1e9);
