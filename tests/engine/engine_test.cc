@@ -460,7 +460,8 @@ SpecRun RunTogether(Model& model, const std::vector<GenerateRequest>& requests, 
   run.stats = engine.stats();
   const EngineStatsSnapshot& s = run.stats;
   if (s.spec_verify_steps_total > 0) {
-    run.accept_length = double(s.spec_accepted_tokens_total + s.spec_verify_steps_total) / double(s.spec_verify_steps_total);
+    run.accept_length =
+        double(s.spec_accepted_tokens_total + s.spec_verify_steps_total) / double(s.spec_verify_steps_total);
   }
   return run;
 }
@@ -524,6 +525,8 @@ TEST_F(EngineTest, SpeculativeGreedyBatchMatchesPlainDecodingWithStopsAndLogprob
   requests[1].sampling.return_logprob = true;
   requests[1].sampling.top_logprobs_num = 2;
   requests[4].sampling.frequency_penalty = 0.3f;  // greedy over penalised logits: still drafted
+  requests[3].sampling.temperature = 0.8f;         // sampled: never drafted, the same draws
+  requests[3].sampling.seed = 7;
   // A stop string and a stop token taken from what plain decoding produces, well inside the output.
   const SpecRun free_run = RunTogether(*model_, requests, 0, 4096, &*tokenizer);
   const std::string text6 = free_run.out.at("b6").text;
