@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cstdio>
 
 #include "core/check.h"
 #include "core/log.h"
@@ -24,7 +25,11 @@ Engine::Engine(ModelRunner& runner, PageAllocator& allocator, const EngineOption
       options_(Clamped(options, runner.info().max_batch_tokens)),
       scheduler_(allocator, options_, runner.info().max_batch_tokens),
       output_(runner.info(), tokenizer) {
-  runner_.ReserveLogitsRows(options_.max_running_requests + kLogprobChunkTokens);
+  // A row per decode (plus its drafts: at most max_batch_tokens rows in all) and one prompt-
+  // logprob segment.
+  const int base_rows = options_.max_running_requests + kLogprobChunkTokens;
+  const int draft_rows = options_.speculative() ? options_.max_running_requests * options_.num_draft_tokens : 0;
+  runner_.ReserveLogitsRows(std::min(base_rows + draft_rows, std::max(base_rows, runner.info().max_batch_tokens)));
   stats_.max_total_num_tokens = allocator_.capacity_tokens();
 }
 
@@ -86,6 +91,7 @@ Status Engine::Submit(GenerateRequest request, OutputCallback callback) {
   r->tokens.reserve(size_t(total));
   r->kv = std::make_unique<SequenceKv>(allocator_, model.max_context);
   r->penalties = PenaltyState(r->spec.sampling.max_new_tokens);
+  if (options_.speculative()) r->draft_tokens.reserve(size_t(options_.num_draft_tokens));
   MLA_RETURN_IF_ERROR(output_.Prepare(*r));
   r->submit_time = Clock::now();
   {
@@ -193,6 +199,7 @@ bool Engine::Step() {
     scheduler_.RecordComputed();
     const int sampled = output_.Process(scheduler_.plan(), scheduler_.planned_requests(), out->logits,
                                         [this](Request& r, FinishReason reason) { Finish(r, reason); });
+    scheduler_.DropRejectedDrafts();
     generation_tokens_total_ += sampled;
     tokens_since_log_ += sampled;
   } else {
@@ -240,13 +247,26 @@ void Engine::EndDecodeInterval() {
   last_decode_log_ = now;
   tokens_since_log_ = 0;
   retracted_last_interval_ = scheduler_.TakeIntervalRetractions();
+  // SGLang's accept len: tokens appended per verify step (accepted drafts + the bonus token).
+  const OutputProcessor::SpecCounters& spec = output_.spec_counters();
+  const int64_t verify_steps = spec.verify_steps - spec_at_last_log_.verify_steps;
+  const int64_t drafts = spec.draft_tokens - spec_at_last_log_.draft_tokens;
+  const int64_t accepted = spec.accepted_tokens - spec_at_last_log_.accepted_tokens;
+  spec_at_last_log_ = spec;
+  last_accept_length_ = verify_steps > 0 ? double(accepted + verify_steps) / double(verify_steps) : 0.0;
+  last_accept_rate_ = drafts > 0 ? double(accepted) / double(drafts) : 0.0;
   if (!options_.log_batches) return;  // Step() publishes the stats
   const int64_t tokens = scheduler_.running_kv_tokens();
   PublishStats();
   const EngineStatsSnapshot s = stats();
+  char accept[64] = "";
+  if (options_.speculative()) {
+    std::snprintf(accept, sizeof(accept), "accept len: %.2f, accept rate: %.2f, ", last_accept_length_,
+                  last_accept_rate_);
+  }
   Log(LogLevel::kInfo, "Decode batch, #running-req: %d, #token: %" PRId64 ", token usage: %.2f, "
-      "gen throughput (token/s): %.2f, #queue-req: %d,",
-      scheduler_.num_running(), tokens, s.token_usage, last_gen_throughput_, scheduler_.num_waiting());
+      "%sgen throughput (token/s): %.2f, #queue-req: %d,",
+      scheduler_.num_running(), tokens, s.token_usage, accept, last_gen_throughput_, scheduler_.num_waiting());
 }
 
 void Engine::PublishStats() {
@@ -272,6 +292,12 @@ void Engine::PublishStats() {
   stats_.num_retracted_reqs = retracted_last_interval_;
   stats_.num_retracted_requests_total = counters.retracted_total;
   stats_.max_running_reqs_seen = max_running_seen_;
+  const OutputProcessor::SpecCounters& spec = output_.spec_counters();
+  stats_.spec_accept_length = last_accept_length_;
+  stats_.spec_accept_rate = last_accept_rate_;
+  stats_.spec_verify_steps_total = spec.verify_steps;
+  stats_.spec_draft_tokens_total = spec.draft_tokens;
+  stats_.spec_accepted_tokens_total = spec.accepted_tokens;
 }
 
 EngineStatsSnapshot Engine::stats() const {

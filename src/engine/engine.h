@@ -2,7 +2,8 @@
 // One engine thread runs the loop
 //   intake -> Scheduler::Schedule (a BatchPlan: capacity step, then batch step)
 //          -> ModelRunner::Execute (one forward over decode tokens and prefill chunks together)
-//          -> OutputProcessor::Process (sample, detokenize, stop checks, stream)
+//          -> OutputProcessor::Process (sample or verify drafts, detokenize, stop checks, stream)
+//          -> Scheduler::DropRejectedDrafts (speculative decoding's KV rollback)
 // over the page ids of one paged KV cache (a PageAllocator) and an optional radix prefix cache
 // (the scheduler's), both sized at start-up. The engine knows the model only through the
 // ModelRunner interface, and the KV bytes not at all (the runner's KvStorage holds them).
@@ -109,6 +110,8 @@ class Engine {
   int64_t requests_total_ = 0, aborted_total_ = 0, max_running_seen_ = 0;
   int64_t retracted_last_interval_ = 0;
   double last_gen_throughput_ = 0;
+  OutputProcessor::SpecCounters spec_at_last_log_;  // at the start of the decode log interval
+  double last_accept_length_ = 0, last_accept_rate_ = 0;
 
   std::thread thread_;
   std::atomic<bool> stop_{false};

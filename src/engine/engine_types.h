@@ -16,6 +16,8 @@
 
 namespace mlaserve {
 
+class Drafter;
+
 enum class FinishReason { kNone, kStop, kLength, kAbort };
 const char* FinishReasonName(FinishReason reason);  // "stop", "length", "abort"
 
@@ -106,6 +108,12 @@ struct EngineOptions {
   bool disable_radix_cache = false;
   int decode_log_interval = 40;        // decode steps between "Decode batch" log lines
   bool log_batches = true;
+  // Speculative decoding (docs/architecture.md): with a drafter (borrowed; must outlive the
+  // engine) and num_draft_tokens > 0, each step verifies up to num_draft_tokens drafted tokens
+  // per greedy decoding request. Null or 0: off.
+  Drafter* drafter = nullptr;
+  int num_draft_tokens = 0;
+  bool speculative() const { return drafter != nullptr && num_draft_tokens > 0; }
 };
 
 // Counters for logs and the metrics endpoint: written by the engine thread, read by anyone.
@@ -126,6 +134,13 @@ struct EngineStatsSnapshot {
   int64_t num_retracted_requests_total = 0;
   int64_t max_running_reqs_seen = 0;  // peak concurrency
   int64_t max_total_num_tokens = 0;
+  // Speculative decoding (SGLang's "accept len" and "accept rate"): per verify step of one
+  // request, the tokens it appended (accepted drafts + 1), and accepted / proposed drafts.
+  double spec_accept_length = 0;         // over the last decode log interval
+  double spec_accept_rate = 0;           // over the last decode log interval
+  int64_t spec_verify_steps_total = 0;   // request-steps that verified at least one draft
+  int64_t spec_draft_tokens_total = 0;   // drafts proposed and run through the model
+  int64_t spec_accepted_tokens_total = 0;  // drafts accepted (and kept: not past a finish)
 };
 
 // What a cache flush did (SGLang's /flush_cache). Like SGLang, the engine flushes only when no

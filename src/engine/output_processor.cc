@@ -36,29 +36,46 @@ Status OutputProcessor::Prepare(Request& r) const {
 int OutputProcessor::Process(const BatchPlan& plan, std::span<Request* const> requests,
                              std::span<const float> logits, FinishFn finish) {
   const size_t vocab = size_t(vocab_size_);
-  int sampled = 0;
+  int appended = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     Request& r = *requests[i];
     const PlannedSequence& seq = plan.sequences[i];
+    const std::span<const TokenId> drafts = seq.drafts(plan.tokens);
     const float* rows = logits.data() + size_t(seq.first_logits_row) * vocab;
-    if (seq.all_logits) CollectInputLogprobs(r, seq.num_computed_tokens, seq.num_new_tokens, rows);
-    if (r.pending_tokens() != 0) continue;  // a prefill chunk that is not the prompt's last
-    if (r.spec.sampling.max_new_tokens == 0) {
-      finish(r, FinishReason::kLength);  // prefill only (e.g. to warm the prefix cache)
-      continue;
+    if (drafts.empty()) {
+      if (seq.all_logits) CollectInputLogprobs(r, seq.num_computed_tokens, seq.num_new_tokens, rows);
+      if (r.pending_tokens() != 0) continue;  // a prefill chunk that is not the prompt's last
+      if (r.spec.sampling.max_new_tokens == 0) {
+        finish(r, FinishReason::kLength);  // prefill only (e.g. to warm the prefix cache)
+        continue;
+      }
     }
-    const float* last = rows + size_t(seq.num_logits_rows() - 1) * vocab;
-    const SampleContext context{.position = int64_t(r.tokens.size()),
-                                .seed = r.seed,
-                                .output_history = &r.penalties,
-                                .eos_token_ids = eos_token_ids_};
-    LogprobResult logprob;
-    const TokenId token = sampler_.Sample(std::span(last, vocab), r.spec.sampling, context,
-                                          r.spec.sampling.return_logprob ? &logprob : nullptr);
-    ++sampled;
-    AfterToken(r, token, r.spec.sampling.return_logprob ? &logprob : nullptr, finish);
+    // Rows [first, num_logits_rows): the last token's, then one per draft.
+    const float* first = rows + size_t(seq.num_logits_rows() - 1 - int(drafts.size())) * vocab;
+    bool finished = false;
+    int accepted = 0;
+    for (size_t j = 0; j <= drafts.size(); ++j) {
+      const SampleContext context{.position = int64_t(r.tokens.size()),
+                                  .seed = r.seed,
+                                  .output_history = &r.penalties,
+                                  .eos_token_ids = eos_token_ids_};
+      LogprobResult logprob;
+      LogprobResult* wanted = r.spec.sampling.return_logprob ? &logprob : nullptr;
+      const TokenId token = sampler_.Sample(std::span(first + j * vocab, vocab), r.spec.sampling, context, wanted);
+      ++appended;
+      finished = AfterToken(r, token, wanted, finish);
+      const bool accept = j < drafts.size() && token == drafts[j];
+      accepted += accept ? 1 : 0;
+      if (finished || !accept) break;
+    }
+    if (!drafts.empty()) {
+      ++spec_.verify_steps;
+      spec_.draft_tokens += int64_t(drafts.size());
+      spec_.accepted_tokens += accepted;
+    }
+    if (!finished) Deliver(r, /*finished=*/false);
   }
-  return sampled;
+  return appended;
 }
 
 void OutputProcessor::CollectInputLogprobs(Request& r, int first_position, int count, const float* logits) const {
@@ -78,7 +95,7 @@ void OutputProcessor::CollectInputLogprobs(Request& r, int first_position, int c
   }
 }
 
-void OutputProcessor::AfterToken(Request& r, TokenId token, LogprobResult* logprob, FinishFn finish) {
+bool OutputProcessor::AfterToken(Request& r, TokenId token, LogprobResult* logprob, FinishFn finish) {
   const SamplingParams& p = r.spec.sampling;
   r.tokens.push_back(token);
   r.penalties.Add(token);
@@ -88,13 +105,18 @@ void OutputProcessor::AfterToken(Request& r, TokenId token, LogprobResult* logpr
     if (p.top_logprobs_num > 0) r.pending_top_logprobs.push_back(std::move(logprob->top));
   }
   const int out = r.num_output_tokens();
+  FinishReason reason = FinishReason::kNone;
   if (out >= p.min_new_tokens && IsStopToken(p, eos_token_ids_, token)) {
     r.matched_stop_token = token;
-    return finish(r, FinishReason::kStop);
+    reason = FinishReason::kStop;
+  } else if (r.decoder && AppendText(r, r.decoder->Push(token))) {
+    reason = FinishReason::kStop;
+  } else if (out >= p.max_new_tokens || int(r.tokens.size()) >= max_context_) {
+    reason = FinishReason::kLength;
   }
-  if (r.decoder && AppendText(r, r.decoder->Push(token))) return finish(r, FinishReason::kStop);
-  if (out >= p.max_new_tokens || int(r.tokens.size()) >= max_context_) return finish(r, FinishReason::kLength);
-  Deliver(r, /*finished=*/false);
+  if (reason == FinishReason::kNone) return false;
+  finish(r, reason);
+  return true;
 }
 
 bool OutputProcessor::AppendText(Request& r, std::string_view piece) {

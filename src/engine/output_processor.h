@@ -34,9 +34,11 @@ class OutputProcessor {
 
   // The step's outputs: for each planned request (in plan order, `requests` parallel to
   // plan.sequences) its prompt logprobs from the logits rows, then, once its prompt is computed,
-  // one sampled token, the finish checks, and a chunk to its callback. `logits` is the runner's
-  // [plan.num_logits_rows, vocab]. Requests that end are passed to `finish`. Returns the number
-  // of tokens sampled.
+  // one sampled token, the finish checks, and a chunk to its callback. A sequence with drafts
+  // (greedy only) takes row i's token while it equals draft i, then the next row's token as its
+  // bonus: each appended token goes through the same checks as if decoded alone, so a finish
+  // ends the run. `logits` is the runner's [plan.num_logits_rows, vocab]. Requests that end are
+  // passed to `finish`. Returns the number of tokens appended.
   int Process(const BatchPlan& plan, std::span<Request* const> requests, std::span<const float> logits,
               FinishFn finish);
 
@@ -49,9 +51,17 @@ class OutputProcessor {
   // streamed and the pending buffers are cleared (capacity kept).
   void Deliver(Request& r, bool finished, std::string_view error = {});
 
+  // Speculative decoding since construction (the engine's "accept len" and "accept rate").
+  struct SpecCounters {
+    int64_t verify_steps = 0;     // request-steps that verified at least one draft
+    int64_t draft_tokens = 0;     // drafts verified
+    int64_t accepted_tokens = 0;  // drafts accepted and appended
+  };
+  const SpecCounters& spec_counters() const { return spec_; }
+
  private:
-  // One sampled token: history, logprobs, finish checks, text; streams or finishes.
-  void AfterToken(Request& r, TokenId token, LogprobResult* logprob, FinishFn finish);
+  // One sampled token: history, logprobs, finish checks, text. True when it finished the request.
+  bool AfterToken(Request& r, TokenId token, LogprobResult* logprob, FinishFn finish);
   void CollectInputLogprobs(Request& r, int first_position, int count, const float* logits) const;
   bool AppendText(Request& r, std::string_view piece);  // true when a stop string matched
 
@@ -60,6 +70,7 @@ class OutputProcessor {
   const Tokenizer* tokenizer_;
   std::vector<TokenId> eos_token_ids_;  // the model's and the tokenizer's
   Sampler sampler_;
+  SpecCounters spec_;
 };
 
 }  // namespace mlaserve

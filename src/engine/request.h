@@ -47,6 +47,9 @@ struct Request {
   std::string matched_stop_string;
 
   std::unique_ptr<SequenceKv> kv;       // KV for tokens[0, kv->num_tokens())
+  // [<= num_draft_tokens, capacity reserved at Submit] drafts this step verifies; while not
+  // empty, kv may also hold rows of drafts the step rejects (Scheduler::DropRejectedDrafts).
+  std::vector<TokenId> draft_tokens;
   std::optional<RadixCache::NodeHandle> locked_prefix;  // held while borrowing cached pages
   int cached_tokens = 0;                // prompt tokens the prefix cache served (first admission)
   bool admitted_once = false;

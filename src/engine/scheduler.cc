@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "engine/drafter.h"
 
 namespace mlaserve {
 
@@ -156,6 +157,7 @@ void Scheduler::RetractUntil(FunctionRef<bool()> fits) {
 }
 
 void Scheduler::ReleaseKv(Request& r, bool cache_prefix) {
+  DropRejectedDrafts(r);  // the prefix cache must never receive a rejected draft's rows
   SequenceKv& kv = *r.kv;
   if (radix_ && cache_prefix) {
     // The cache takes the full pages (recognising the borrowed ones as its own and freeing any
@@ -255,11 +257,39 @@ void Scheduler::AdmitWaiting(int token_budget, bool& logprob_segment_used, std::
   }
 }
 
+int Scheduler::Draft(Request& r, int budget) {
+  r.draft_tokens.clear();
+  if (!options_.speculative() || !IsGreedy(r.spec.sampling)) return 0;
+  // The verify step appends at most drafts + 1 tokens, never more than the request may.
+  const int remaining = r.spec.sampling.max_new_tokens - r.num_output_tokens();
+  const int room = r.kv->max_tokens() - r.kv->num_tokens() - 1;
+  const int most = std::min({options_.num_draft_tokens, budget, remaining - 1, room});
+  if (most <= 0) return 0;
+  r.draft_tokens.resize(size_t(options_.num_draft_tokens));  // within the capacity reserved at Submit
+  const int64_t coverable = (int64_t(r.kv->pages().size()) + allocator_.num_free_pages()) * allocator_.page_size() -
+                            r.kv->num_tokens() - 1;
+  const int count = int(std::min<int64_t>({most, options_.drafter->Propose(r.tokens, r.draft_tokens), coverable}));
+  r.draft_tokens.resize(size_t(std::max(count, 0)));
+  if (count > 0) MLA_CHECK(r.kv->Reserve(1 + count).ok());
+  return int(r.draft_tokens.size());
+}
+
+void Scheduler::DropRejectedDrafts(Request& r) {
+  if (r.draft_tokens.empty()) return;
+  r.draft_tokens.clear();
+  r.kv->Truncate(std::min(r.kv->num_tokens(), int(r.tokens.size()) - 1));
+}
+
+void Scheduler::DropRejectedDrafts() {
+  for (Request* r : planned_) DropRejectedDrafts(*r);
+}
+
 void Scheduler::AddToPlan(Request* r, int num_new_tokens) {
   const int start = r->kv->num_tokens();
   // Prompt logprobs need a row for every prompt token of the chunk (ChunkFor capped it).
   const bool all_logits = r->wants_input_logprobs() && start < int(r->spec.input_ids.size());
-  plan_.Add(r->kv->pages(), start, std::span(r->tokens).subspan(size_t(start), size_t(num_new_tokens)), all_logits);
+  plan_.Add(r->kv->pages(), start, std::span(r->tokens).subspan(size_t(start), size_t(num_new_tokens)), all_logits,
+            r->draft_tokens);
   planned_.push_back(r);
 }
 
@@ -270,8 +300,9 @@ Scheduler::Outcome Scheduler::Schedule() {
   if (waiting_.empty() && running_.empty()) return Outcome::kIdle;
   ReserveDecodeSlots();
 
-  // Batch step: every decoding request contributes one token; prefill chunks share the rest of
-  // the token budget (--chunked-prefill-size), running prefills first, then new admissions.
+  // Batch step: every decoding request contributes one token (and its drafts); prefill chunks
+  // share the rest of the token budget (--chunked-prefill-size), running prefills first, then
+  // new admissions.
   std::vector<Request*>& decodes = step_decodes_;
   std::vector<Request*>& prefills = step_prefills_;
   std::vector<int>& prefill_lengths = step_prefill_lengths_;
@@ -285,6 +316,7 @@ Scheduler::Outcome Scheduler::Schedule() {
       --budget;
     }
   }
+  for (Request* r : decodes) budget -= Draft(*r, budget);
   if (options_.chunked_prefill_size > 0) budget = std::min(budget, options_.chunked_prefill_size);
   bool logprob_segment_used = false;
   for (auto& r : running_) {

@@ -5,8 +5,9 @@
 //             unlocked prefix-cache pages are evicted, then requests retracted (to the front of
 //             the queue, recomputed later);
 //   batch:    the token budget (--chunked-prefill-size, capped by the runner's max_batch_tokens)
-//             goes to decodes (one token each), running prefills, then admissions from the
-//             queue (fcfs or lpm), which match the longest cached prefix and reserve KV pages.
+//             goes to decodes (one token each, plus the drafts of greedy ones when speculating,
+//             as far as free pages allow), running prefills, then admissions from the queue
+//             (fcfs or lpm), which match the longest cached prefix and reserve KV pages.
 // Ownership: the scheduler owns the queued and running requests (the engine hands them over at
 // intake and takes them back to abort), the radix prefix cache, and the page bookkeeping of
 // every request's SequenceKv, through the PageAllocator it borrows; the pages' bytes are the
@@ -75,6 +76,10 @@ class Scheduler {
   const PlanSummary& summary() const { return summary_; }
   // After the runner executed plan() without error: its new positions now have KV rows.
   void RecordComputed();
+  // After the step's outputs were processed: the rows of drafts that were not accepted are
+  // dead, so each verified request's KV ends where its history's last token starts (as if it
+  // had decoded one token at a time) and the pages past that go back to the allocator.
+  void DropRejectedDrafts();
   // After a plan with decodes ran: new_token_ratio decays one step. True every
   // decode_log_interval decode steps (the end of a decode log interval).
   bool EndDecodeStep();
@@ -112,6 +117,11 @@ class Scheduler {
   // a logits row per token (one such segment per step, kLogprobChunkTokens rows at most).
   int ChunkFor(const Request& r, int budget, bool& logprob_segment_used) const;
   void MatchPrefix(Request& r);
+  // Proposes drafts for a decoding request into r.draft_tokens: at most `budget`, never past
+  // max_new_tokens or the context, and only as many as free pages hold (a guess never evicts
+  // or retracts). Returns how many.
+  int Draft(Request& r, int budget);
+  void DropRejectedDrafts(Request& r);
   void AddToPlan(Request* r, int num_new_tokens);
 
   PageAllocator& allocator_;

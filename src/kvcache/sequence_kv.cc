@@ -39,6 +39,17 @@ void SequenceKv::MarkComputed(int num_new_tokens) {
   num_tokens_ += num_new_tokens;
 }
 
+void SequenceKv::Truncate(int num_tokens) {
+  const int page_size = allocator_.page_size();
+  MLA_CHECK(num_tokens >= num_borrowed_pages_ * page_size && num_tokens <= num_tokens_);
+  num_tokens_ = num_tokens;
+  const size_t keep_pages = size_t((num_tokens + page_size - 1) / page_size);
+  while (pages_.size() > keep_pages) {
+    allocator_.Free(pages_.back());
+    pages_.pop_back();
+  }
+}
+
 Status SequenceKv::AdoptPrefix(std::span<const PageId> pages, int num_tokens) {
   if (num_tokens_ != 0 || !pages_.empty()) {
     return Status::Error("a cached prefix can only start an empty sequence");

@@ -48,6 +48,10 @@ class SequenceKv {
   int num_tokens() const { return num_tokens_; }
   // Rows for the next `num_new_tokens` positions were written (they must be reserved).
   void MarkComputed(int num_new_tokens);
+  // Speculative rollback: rows at positions [num_tokens, num_tokens()) are dead (rejected
+  // drafts); the owned pages wholly past the new length go back to the allocator. num_tokens
+  // must not cut into the borrowed prefix (checked).
+  void Truncate(int num_tokens);
   int reserved_tokens() const { return int(pages_.size()) * allocator_.page_size(); }
   int max_tokens() const { return max_tokens_; }
   std::span<const PageId> pages() const { return pages_; }

@@ -7,11 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <map>
 #include <mutex>
 
 #include "engine/cpu_model_runner.h"
+#include "engine/drafter.h"
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
 #include "support/greedy_request.h"
@@ -400,6 +402,171 @@ TEST_F(EngineTest, ThreadedEngineAcceptsRequestsWhileRunning) {
   }
   ASSERT_TRUE(finished.WaitFor(20));
   engine.Stop();
+}
+
+// ---- speculative decoding ---------------------------------------------------------------------
+
+// Everything a request delivered, over all its chunks.
+struct Delivered {
+  std::vector<TokenId> tokens;
+  std::vector<float> logprobs;
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
+  std::string text;
+  int chunks = 0;
+  RequestOutput last;
+};
+
+struct SpecRun {
+  std::map<std::string, Delivered> out;
+  EngineStatsSnapshot stats;
+  double accept_length = 0;  // tokens appended per verify step, over the whole run
+};
+
+// Runs `requests` on one engine (stepped here) until all finish, with prompt-lookup drafts when
+// num_draft_tokens > 0. Afterwards every page must be back: the requests' own on finishing, the
+// prefix cache's on a flush.
+SpecRun RunTogether(Model& model, const std::vector<GenerateRequest>& requests, int num_draft_tokens,
+                    int64_t pool_tokens, const Tokenizer* tokenizer, EngineOptions o = {}) {
+  const ModelConfig& c = model.config();
+  auto storage = HostKvStorage::Create({.format = KvFormat::kBF16, .num_layers = c.num_hidden_layers,
+                                        .latent_dim = c.kv_lora_rank, .rope_dim = c.qk_rope_head_dim,
+                                        .page_size = 16, .num_pages = pool_tokens / 16});
+  auto allocator = PageAllocator::Create(16, pool_tokens / 16);
+  EXPECT_TRUE(storage.ok() && allocator.ok());
+  NgramDrafter drafter;
+  o.log_batches = false;
+  o.drafter = num_draft_tokens > 0 ? &drafter : nullptr;
+  o.num_draft_tokens = num_draft_tokens;
+  CpuModelRunner runner(model, DefaultKernels(), **storage);
+  Engine engine(runner, **allocator, o, tokenizer);
+  SpecRun run;
+  for (const GenerateRequest& r : requests) {
+    EXPECT_TRUE(engine.Submit(r, [&run](const OutputView& v) {
+                  Delivered& d = run.out[std::string(v.rid)];
+                  d.tokens.insert(d.tokens.end(), v.new_token_ids.begin(), v.new_token_ids.end());
+                  d.logprobs.insert(d.logprobs.end(), v.new_token_logprobs.begin(), v.new_token_logprobs.end());
+                  d.top_logprobs.insert(d.top_logprobs.end(), v.new_top_logprobs.begin(), v.new_top_logprobs.end());
+                  d.text += v.new_text;
+                  ++d.chunks;
+                  if (v.finished) d.last.Assign(v);
+                }).ok());
+  }
+  int steps = 0;
+  while (engine.Step()) EXPECT_LT(++steps, 100000);
+  EXPECT_TRUE(engine.idle());
+  const Result<FlushCacheResult> flushed = engine.FlushCache();
+  EXPECT_TRUE(flushed.ok() && flushed->flushed);
+  EXPECT_EQ((*allocator)->num_free_pages(), (*allocator)->num_pages());
+  run.stats = engine.stats();
+  const EngineStatsSnapshot& s = run.stats;
+  if (s.spec_verify_steps_total > 0) {
+    run.accept_length =
+        double(s.spec_accepted_tokens_total + s.spec_verify_steps_total) / double(s.spec_verify_steps_total);
+  }
+  return run;
+}
+
+void ExpectSameOutputs(const SpecRun& plain, const SpecRun& speculative) {
+  ASSERT_EQ(plain.out.size(), speculative.out.size());
+  for (const auto& [rid, want] : plain.out) {
+    const Delivered& got = speculative.out.at(rid);
+    EXPECT_EQ(got.tokens, want.tokens) << rid;
+    EXPECT_EQ(got.text, want.text) << rid;
+    EXPECT_EQ(got.logprobs, want.logprobs) << rid;
+    ASSERT_EQ(got.top_logprobs.size(), want.top_logprobs.size()) << rid;
+    for (size_t i = 0; i < want.top_logprobs.size(); ++i) {
+      ASSERT_EQ(got.top_logprobs[i].size(), want.top_logprobs[i].size()) << rid;
+      for (size_t j = 0; j < want.top_logprobs[i].size(); ++j) {
+        EXPECT_EQ(got.top_logprobs[i][j].token, want.top_logprobs[i][j].token) << rid;
+        EXPECT_EQ(got.top_logprobs[i][j].logprob, want.top_logprobs[i][j].logprob) << rid;
+      }
+    }
+    EXPECT_EQ(got.last.finish_reason, want.last.finish_reason) << rid;
+    EXPECT_EQ(got.last.matched_stop_token, want.last.matched_stop_token) << rid;
+    EXPECT_EQ(got.last.matched_stop_string, want.last.matched_stop_string) << rid;
+    EXPECT_EQ(got.last.completion_tokens, want.last.completion_tokens) << rid;
+  }
+  EXPECT_EQ(speculative.stats.generation_tokens_total, plain.stats.generation_tokens_total);
+  EXPECT_EQ(plain.stats.spec_verify_steps_total, 0);
+}
+
+TEST_F(EngineTest, SpeculativeGreedyAloneMatchesTheSoloRunAndAcceptsDrafts) {
+  auto tokenizer = Tokenizer::FromDirectory(kModel);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.error();
+  auto prompt = tokenizer->Encode("ROMEO:\n", /*add_bos=*/true);
+  ASSERT_TRUE(prompt.ok());
+  const std::vector<GenerateRequest> one{Greedy("alone", *prompt, 160)};
+  const SpecRun plain = RunTogether(*model_, one, 0, 2048, &*tokenizer);
+  const SpecRun speculative = RunTogether(*model_, one, 4, 2048, &*tokenizer);
+  EXPECT_EQ(plain.out.at("alone").tokens, Solo(*prompt, 160));
+  ExpectSameOutputs(plain, speculative);
+  // Speculation ran and paid off: fewer chunks (one per step) than tokens.
+  EXPECT_GT(speculative.stats.spec_accepted_tokens_total, 0);
+  EXPECT_LE(speculative.stats.spec_accepted_tokens_total, speculative.stats.spec_draft_tokens_total);
+  EXPECT_LT(speculative.out.at("alone").chunks, 160);
+  std::printf("[ speculative ] alone, k=4: accept len %.2f (%lld drafts accepted of %lld, %lld verify steps)\n",
+              speculative.accept_length, (long long)speculative.stats.spec_accepted_tokens_total,
+              (long long)speculative.stats.spec_draft_tokens_total,
+              (long long)speculative.stats.spec_verify_steps_total);
+}
+
+TEST_F(EngineTest, SpeculativeGreedyBatchMatchesPlainDecodingWithStopsAndLogprobs) {
+  auto tokenizer = Tokenizer::FromDirectory(kModel);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.error();
+  const char* texts[] = {"ROMEO:\n", "JULIET:\n", "First Citizen:\n", "KING HENRY:\n",
+                         "To be, or not", "The quality of mercy", "HAMLET:\n", "MENENIUS:\n"};
+  const int max_new[] = {120, 73, 57, 31, 90, 12, 64, 101};
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    auto prompt = tokenizer->Encode(texts[i], /*add_bos=*/true);
+    ASSERT_TRUE(prompt.ok());
+    requests.push_back(Greedy("b" + std::to_string(i), *prompt, max_new[i]));
+  }
+  requests[1].sampling.return_logprob = true;
+  requests[1].sampling.top_logprobs_num = 2;
+  requests[4].sampling.frequency_penalty = 0.3f;  // greedy over penalised logits: still drafted
+  requests[3].sampling.temperature = 0.8f;         // sampled: never drafted, the same draws
+  requests[3].sampling.seed = 7;
+  // A stop string and a stop token taken from what plain decoding produces, well inside the output.
+  const SpecRun free_run = RunTogether(*model_, requests, 0, 4096, &*tokenizer);
+  const std::string text6 = free_run.out.at("b6").text;
+  ASSERT_GT(text6.size(), 60u);
+  requests[6].sampling.stop = {text6.substr(40, 3)};
+  requests[7].sampling.stop_token_ids = {free_run.out.at("b7").tokens.at(50)};
+  requests[7].sampling.ignore_eos = false;
+
+  const SpecRun plain = RunTogether(*model_, requests, 0, 4096, &*tokenizer);
+  const SpecRun speculative = RunTogether(*model_, requests, 5, 4096, &*tokenizer);
+  ExpectSameOutputs(plain, speculative);
+  EXPECT_EQ(speculative.out.at("b6").last.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(speculative.out.at("b6").last.matched_stop_string, text6.substr(40, 3));
+  EXPECT_EQ(speculative.out.at("b7").last.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(speculative.out.at("b1").logprobs.size(), speculative.out.at("b1").tokens.size());
+  for (int i : {0, 2, 3, 5}) {
+    EXPECT_EQ(int(speculative.out.at("b" + std::to_string(i)).tokens.size()), max_new[i]);
+  }
+  EXPECT_GT(speculative.stats.spec_accepted_tokens_total, 0);
+  std::printf("[ speculative ] 8 requests, k=5: accept len %.2f (%lld drafts accepted of %lld)\n",
+              speculative.accept_length, (long long)speculative.stats.spec_accepted_tokens_total,
+              (long long)speculative.stats.spec_draft_tokens_total);
+}
+
+TEST_F(EngineTest, SpeculativeDecodingUnderMemoryPressureMatchesAndLeaksNoPage) {
+  // A pool that holds a few requests at once and an over-admitting scheduler: drafts compete
+  // for pages with decodes, prefill chunks and the prefix cache, and requests are retracted.
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 24; ++i) {
+    requests.push_back(Greedy("m" + std::to_string(i), Prompt(30 + (i * 37) % 70, i % 2 == 0 ? 1000 : uint64_t(i)),
+                              40 + (i * 13) % 60));
+  }
+  EngineOptions o;
+  o.chunked_prefill_size = 48;
+  o.schedule_conservativeness = 0.2;
+  const SpecRun plain = RunTogether(*model_, requests, 0, 1024, nullptr, o);
+  const SpecRun speculative = RunTogether(*model_, requests, 4, 1024, nullptr, o);
+  ExpectSameOutputs(plain, speculative);
+  EXPECT_GT(speculative.stats.num_retracted_requests_total, 0);
+  EXPECT_GT(speculative.stats.spec_verify_steps_total, 0);
 }
 
 }  // namespace

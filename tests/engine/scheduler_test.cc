@@ -4,12 +4,14 @@
 // by every request's tokens being exactly the script's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/drafter.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "support/fake_model_runner.h"
@@ -81,6 +83,7 @@ class Harness {
   FakeModelRunner& runner() { return runner_; }
   Engine& engine() { return engine_; }
   const RequestOutput& last(const std::string& rid) { return last_[rid]; }
+  const std::vector<TokenId>& tokens(const std::string& rid) { return tokens_[rid]; }
   // Prompt logprobs, from whichever chunk carried them.
   const std::vector<float>& input_logprobs(const std::string& rid) { return input_logprobs_[rid]; }
 
@@ -273,6 +276,88 @@ TEST(Scheduler, AFailedExecuteAbortsItsBatchAndLeavesNoPagesBehind) {
   again.Submit(Greedy("x", Prompt(40, 10), 5));
   again.RunToEnd();
   again.ExpectScriptedOutputs();
+}
+
+// Drafts what the script produces next, except that the third draft is always wrong: a verify
+// step with three or more drafts accepts exactly two.
+class ScriptDrafter final : public Drafter {
+ public:
+  int Propose(std::span<const TokenId> tokens, std::span<TokenId> draft) override {
+    context_.assign(tokens.begin(), tokens.end());  // a test drafter may allocate
+    for (size_t i = 0; i < draft.size(); ++i) {
+      const TokenId next = FakeModelRunner::NextToken(context_, kVocab);
+      draft[i] = i == 2 ? (next + 1) % kVocab : next;
+      context_.push_back(draft[i]);
+    }
+    return int(draft.size());
+  }
+
+ private:
+  std::vector<TokenId> context_;
+};
+
+TEST(Scheduler, DraftsFitTheBudgetAndRejectedRowsNeverReachTheCache) {
+  ScriptDrafter drafter;
+  EngineOptions o = Options();
+  o.drafter = &drafter;
+  o.num_draft_tokens = 4;
+  // 24 tokens a step for 8 decoding requests: not every one gets its 4 drafts.
+  Harness h(2048, o, /*max_batch_tokens=*/24);
+  for (int i = 0; i < 8; ++i) h.Submit(Greedy("r" + std::to_string(i), Prompt(12 + i, uint64_t(200 + i)), 30 + 3 * i));
+  h.RunToEnd();
+  // The fake's logits read every row its page tables point at: a dead draft row left in place
+  // would change the next tokens.
+  h.ExpectScriptedOutputs();
+  bool saw_full_verify = false;
+  for (const auto& step : h.runner().steps()) {
+    int tokens = 0;
+    for (const Executed& s : step) {
+      tokens += s.num_new_tokens;
+      saw_full_verify |= s.num_new_tokens == 5 && s.all_logits;
+    }
+    EXPECT_LE(tokens, 24);
+  }
+  EXPECT_TRUE(saw_full_verify);
+  const EngineStatsSnapshot s = h.engine().stats();
+  EXPECT_GT(s.spec_accepted_tokens_total, s.spec_verify_steps_total);  // mostly two per step
+  EXPECT_LE(s.spec_accepted_tokens_total, 2 * s.spec_verify_steps_total);
+  // A prompt that continues r0's output is served from r0's cached pages, which must hold only
+  // verified rows.
+  std::vector<TokenId> continued = Prompt(12, 200);
+  const std::vector<TokenId> r0 = h.runner().Greedy(continued, 30);
+  continued.insert(continued.end(), r0.begin(), r0.end());
+  h.Submit(Greedy("continued", continued, 20));
+  h.RunToEnd();
+  h.ExpectScriptedOutputs();
+  EXPECT_EQ(h.last("continued").cached_tokens, 32);
+  ASSERT_TRUE(h.engine().FlushCache().ok());
+  EXPECT_EQ(h.pool().num_free_pages(), h.pool().num_pages());
+
+  // Requests that stop on a token inside a verified run, their later drafts computed too (a run
+  // appends outputs 3m+1, 3m+2 and the bonus 3m+3; output 18 is a bonus whose row, position 30,
+  // holds the rejected draft, and the drafts fill rows up to 31: a whole page). What each leaves
+  // in the prefix cache is the whole pages of its history but the last token, as without drafts.
+  Harness stops(2048, o);
+  for (int i = 0; i < 6; ++i) {
+    const std::string rid = "stop" + std::to_string(i);
+    const std::vector<TokenId> prompt = Prompt(12, uint64_t(300 + i));
+    const std::vector<TokenId> script = stops.runner().Greedy(prompt, 40);
+    GenerateRequest r = Greedy(rid, prompt, 40);
+    r.sampling.ignore_eos = false;
+    r.sampling.stop_token_ids = {script[size_t(15 + i)]};
+    stops.Submit(std::move(r));
+    stops.RunToEnd();
+    const std::vector<TokenId>& out = stops.tokens(rid);
+    EXPECT_EQ(stops.last(rid).finish_reason, FinishReason::kStop) << rid;
+    ASSERT_LE(out.size(), script.size());
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), script.begin())) << rid;
+    const Result<FlushCacheResult> flushed = stops.engine().FlushCache();
+    ASSERT_TRUE(flushed.ok());
+    const int64_t history = int64_t(prompt.size() + out.size());
+    EXPECT_EQ(flushed->freed_tokens, (history - 1) / 16 * 16) << rid;
+    EXPECT_EQ(stops.pool().num_free_pages(), stops.pool().num_pages()) << rid;
+  }
+  EXPECT_GT(stops.engine().stats().spec_verify_steps_total, 0);
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
+#include <vector>
 
 namespace mlaserve {
 namespace {
@@ -39,6 +41,26 @@ TEST(SequenceKv, SequencesReserveAndReleasePages) {
     EXPECT_EQ(a.num_tokens(), 0);
   }
   EXPECT_EQ(allocator->num_free_pages(), 5);  // destructors give pages back
+}
+
+TEST(SequenceKv, TruncateDropsRowsAndReturnsWhollyDeadPages) {
+  auto allocator = MakeAllocator(10);
+  SequenceKv s(*allocator, 100);
+  ASSERT_TRUE(s.Reserve(14).ok());  // 4 pages of 4
+  s.MarkComputed(14);
+  const std::vector<PageId> before(s.pages().begin(), s.pages().end());
+  s.Truncate(9);  // positions [9, 14) were rejected drafts: page 3 is wholly past, page 2 is not
+  EXPECT_EQ(s.num_tokens(), 9);
+  EXPECT_EQ(s.reserved_tokens(), 12);
+  EXPECT_EQ(allocator->num_free_pages(), 7);
+  EXPECT_TRUE(std::equal(s.pages().begin(), s.pages().end(), before.begin()));
+  s.Truncate(8);  // on a page boundary: the third page goes too
+  EXPECT_EQ(s.reserved_tokens(), 8);
+  EXPECT_EQ(allocator->num_free_pages(), 8);
+  s.Truncate(8);  // nothing to drop
+  EXPECT_EQ(allocator->num_free_pages(), 8);
+  s.Release();
+  EXPECT_EQ(allocator->num_free_pages(), 10);
 }
 
 TEST(SequenceKv, ContextLimit) {
