@@ -110,7 +110,7 @@ struct EngineOptions {
   bool log_batches = true;
   // Speculative decoding (docs/architecture.md): with a drafter (borrowed; must outlive the
   // engine) and num_draft_tokens > 0, each step verifies up to num_draft_tokens drafted tokens
-  // per greedy decoding request. Null or 0: off.
+  // per decoding request (greedy or sampled). Null or 0: off.
   Drafter* drafter = nullptr;
   int num_draft_tokens = 0;
   bool speculative() const { return drafter != nullptr && num_draft_tokens > 0; }

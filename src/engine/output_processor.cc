@@ -50,7 +50,14 @@ int OutputProcessor::Process(const BatchPlan& plan, std::span<Request* const> re
         continue;
       }
     }
-    // Rows [first, num_logits_rows): the last token's, then one per draft.
+    // Rows [first, num_logits_rows): the last token's, then one per draft. Verification is
+    // speculative sampling with a one-hot draft distribution q = [d_j]: row j's token x is drawn
+    // from the target p_j exactly as a one-token decode would draw it (the same transforms, the
+    // uniform keyed by (seed, position)); d_j is accepted when x == d_j, which happens with
+    // probability p_j(d_j) = min(1, p_j/q_j)(d_j), and otherwise x, distributed as p_j without d_j
+    // renormalised = norm((p_j - q_j)+), is the correction. One uniform serves both the test and
+    // the residual draw, so the output is the token-for-token output of one-by-one decoding
+    // whatever was drafted (docs/architecture.md, "Speculative sampling").
     const float* first = rows + size_t(seq.num_logits_rows() - 1 - int(drafts.size())) * vocab;
     bool finished = false;
     int accepted = 0;

@@ -35,10 +35,14 @@ class OutputProcessor {
   // The step's outputs: for each planned request (in plan order, `requests` parallel to
   // plan.sequences) its prompt logprobs from the logits rows, then, once its prompt is computed,
   // one sampled token, the finish checks, and a chunk to its callback. A sequence with drafts
-  // (greedy only) takes row i's token while it equals draft i, then the next row's token as its
-  // bonus: each appended token goes through the same checks as if decoded alone, so a finish
-  // ends the run. `logits` is the runner's [plan.num_logits_rows, vocab]. Requests that end are
-  // passed to `finish`. Returns the number of tokens appended.
+  // samples row i exactly as a one-token decode at that position (greedy or seeded draw keyed
+  // by the position) and goes on to row i + 1 only while that token equals draft i, so the
+  // last token appended is the correction or the bonus: this is speculative (rejection)
+  // sampling for a one-hot draft distribution, and the tokens appended are the ones one-by-one
+  // decoding appends (docs/architecture.md, "Speculative sampling"). Each appended token goes
+  // through the same checks as if decoded alone, so a finish ends the run. `logits` is the
+  // runner's [plan.num_logits_rows, vocab]. Requests that end are passed to `finish`. Returns
+  // the number of tokens appended.
   int Process(const BatchPlan& plan, std::span<Request* const> requests, std::span<const float> logits,
               FinishFn finish);
 

@@ -259,7 +259,9 @@ void Scheduler::AdmitWaiting(int token_budget, bool& logprob_segment_used, std::
 
 int Scheduler::Draft(Request& r, int budget) {
   r.draft_tokens.clear();
-  if (!options_.speculative() || !IsGreedy(r.spec.sampling)) return 0;
+  // Greedy and sampled requests alike: the output processor's acceptance keeps either's output
+  // what one-by-one decoding gives (docs/architecture.md, "Speculative sampling").
+  if (!options_.speculative()) return 0;
   // The verify step appends at most drafts + 1 tokens, never more than the request may.
   const int remaining = r.spec.sampling.max_new_tokens - r.num_output_tokens();
   const int room = r.kv->max_tokens() - r.kv->num_tokens() - 1;

@@ -5,7 +5,7 @@
 //             unlocked prefix-cache pages are evicted, then requests retracted (to the front of
 //             the queue, recomputed later);
 //   batch:    the token budget (--chunked-prefill-size, capped by the runner's max_batch_tokens)
-//             goes to decodes (one token each, plus the drafts of greedy ones when speculating,
+//             goes to decodes (one token each, plus their drafts when speculating,
 //             as far as free pages allow), running prefills, then admissions from the queue
 //             (fcfs or lpm), which match the longest cached prefix and reserve KV pages.
 // Ownership: the scheduler owns the queued and running requests (the engine hands them over at

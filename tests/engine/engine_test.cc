@@ -525,7 +525,7 @@ TEST_F(EngineTest, SpeculativeGreedyBatchMatchesPlainDecodingWithStopsAndLogprob
   requests[1].sampling.return_logprob = true;
   requests[1].sampling.top_logprobs_num = 2;
   requests[4].sampling.frequency_penalty = 0.3f;  // greedy over penalised logits: still drafted
-  requests[3].sampling.temperature = 0.8f;         // sampled: never drafted, the same draws
+  requests[3].sampling.temperature = 0.8f;         // sampled: drafted too, the same draws
   requests[3].sampling.seed = 7;
   // A stop string and a stop token taken from what plain decoding produces, well inside the output.
   const SpecRun free_run = RunTogether(*model_, requests, 0, 4096, &*tokenizer);
@@ -567,6 +567,63 @@ TEST_F(EngineTest, SpeculativeDecodingUnderMemoryPressureMatchesAndLeaksNoPage) 
   ExpectSameOutputs(plain, speculative);
   EXPECT_GT(speculative.stats.num_retracted_requests_total, 0);
   EXPECT_GT(speculative.stats.spec_verify_steps_total, 0);
+}
+
+TEST_F(EngineTest, SpeculativeSamplingDrawsThePlainTokensAloneAndInABusyBatch) {
+  // Seeded sampled requests get drafts and draw, token for token, what plain decoding draws
+  // (docs/architecture.md, "Speculative sampling"): alone, and among neighbours in a small pool
+  // where chunked prefill, the prefix cache and retraction change the batches around them.
+  auto tokenizer = Tokenizer::FromDirectory(kModel);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.error();
+  const char* texts[] = {"ROMEO:\n", "JULIET:\n", "HAMLET:\n"};
+  std::vector<GenerateRequest> sampled;
+  for (int i = 0; i < 3; ++i) {
+    auto prompt = tokenizer->Encode(texts[i], /*add_bos=*/true);
+    ASSERT_TRUE(prompt.ok());
+    GenerateRequest r = Greedy("s" + std::to_string(i), *prompt, 80);
+    r.sampling.seed = uint64_t(11 + i);
+    sampled.push_back(std::move(r));
+  }
+  sampled[0].sampling.temperature = 0.7f;
+  sampled[0].sampling.top_p = 0.9f;
+  sampled[1].sampling.temperature = 1.0f;
+  sampled[1].sampling.top_k = 20;
+  sampled[1].sampling.min_p = 0.05f;
+  sampled[1].sampling.frequency_penalty = 0.2f;
+  sampled[1].sampling.return_logprob = true;
+  sampled[1].sampling.top_logprobs_num = 2;
+  sampled[2].sampling.temperature = 0.5f;
+  sampled[2].sampling.repetition_penalty = 1.1f;
+
+  const SpecRun plain = RunTogether(*model_, sampled, 0, 4096, &*tokenizer);
+  std::vector<GenerateRequest> busy = sampled;
+  for (int i = 0; i < 12; ++i) {
+    busy.push_back(Greedy("n" + std::to_string(i), Prompt(30 + (i * 37) % 70, uint64_t(50 + i)), 40 + (i * 13) % 60));
+    if (i % 2 == 0) {
+      busy.back().sampling.temperature = 0.9f;
+      busy.back().sampling.seed = uint64_t(i);
+    }
+  }
+  EngineOptions o;
+  o.chunked_prefill_size = 48;
+  o.schedule_conservativeness = 0.2;
+  const SpecRun crowded = RunTogether(*model_, busy, 4, 1024, &*tokenizer, o);
+  int64_t accepted = 0;
+  for (const GenerateRequest& r : sampled) {
+    const SpecRun alone = RunTogether(*model_, {r}, 4, 4096, &*tokenizer);
+    EXPECT_GT(alone.stats.spec_verify_steps_total, 0) << r.rid;
+    accepted += alone.stats.spec_accepted_tokens_total;
+    const Delivered& want = plain.out.at(r.rid);
+    ASSERT_EQ(int(want.tokens.size()), 80) << r.rid;
+    EXPECT_EQ(alone.out.at(r.rid).tokens, want.tokens) << r.rid;
+    EXPECT_EQ(alone.out.at(r.rid).logprobs, want.logprobs) << r.rid;
+    EXPECT_EQ(crowded.out.at(r.rid).tokens, want.tokens) << r.rid;
+    EXPECT_EQ(crowded.out.at(r.rid).text, want.text) << r.rid;
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_GT(crowded.stats.num_retracted_requests_total, 0);
+  std::printf("[ speculative ] 3 sampled requests alone, k=4: %lld drafts accepted; crowded: %lld retractions\n",
+              (long long)accepted, (long long)crowded.stats.num_retracted_requests_total);
 }
 
 }  // namespace
