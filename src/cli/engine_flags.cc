@@ -1,5 +1,7 @@
 #include "cli/engine_flags.h"
 
+#include "engine/drafter.h"
+
 namespace mlaserve::cli {
 namespace {
 
@@ -29,6 +31,27 @@ EngineOptions ReadEngineFlags(Args& args, ModelFlags& model_flags) {
   o.disable_radix_cache = args.Switch("disable-radix-cache", "no prefix cache");
   o.decode_log_interval = args.Int("decode-log-interval", o.decode_log_interval,
                                    "decode steps between \"Decode batch\" log lines", {.min = 1});
+
+  // Speculative decoding (docs/architecture.md, "Speculative decoding"): SGLang's flags; of its
+  // algorithms only NGRAM, drafting by prompt lookup in the request's own tokens.
+  const std::string algorithm = args.Str("speculative-algorithm", "",
+                                         "speculative decoding: NGRAM (drafts by prompt lookup in each request's own "
+                                         "tokens); EAGLE, EAGLE3, NEXTN and STANDALONE are not implemented",
+                                         {.value_name = "NAME", .shown_default = "none"});
+  const int draft_tokens = args.Int("speculative-num-draft-tokens", 4, "tokens drafted per verify step (NGRAM)",
+                                    {.min = 1, .max = 64});
+  if (!algorithm.empty() && algorithm != "NGRAM") {
+    args.Reject("--speculative-algorithm " + algorithm +
+                " is not supported by mlaserve yet (NGRAM is: prompt lookup, no draft model)");
+  }
+  for (const char* flag : {"speculative-draft-model-path", "speculative-num-steps", "speculative-eagle-topk"}) {
+    args.Refuse(flag, "only --speculative-algorithm NGRAM is implemented, which takes --speculative-num-draft-tokens");
+  }
+  if (algorithm == "NGRAM") {
+    static NgramDrafter ngram_drafter;  // stateless; shared by every request
+    o.drafter = &ngram_drafter;
+    o.num_draft_tokens = draft_tokens;
+  }
 
   const int needed = ForwardTokensFor(o);
   model_flags.options.max_batch_tokens = model_flags.max_batch_tokens.value_or(needed);

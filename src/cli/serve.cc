@@ -32,7 +32,6 @@ void RefuseUnimplemented(Args& args) {
   args.Refuse("hicache-ratio", hicache);
   args.Refuse("hicache-write-policy", hicache);
   args.Refuse("enable-dp-attention", "data-parallel attention is not implemented");
-  args.Refuse("speculative-algorithm", "speculative decoding is not implemented");
   struct Parallelism {
     const char* flag;
     const char* alias;

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <regex>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -462,6 +463,30 @@ TEST(Serve, ApiKeyGuardsEverythingButHealth) {
   EXPECT_EQ(Get(s, "/v1/models").status_code, 401);
   EXPECT_EQ(Get(s, "/v1/models", {{"Authorization", "Bearer wrong"}}).status_code, 401);
   EXPECT_EQ(Get(s, "/v1/models", {{"Authorization", "Bearer sesame"}}).status_code, 200);
+}
+
+// --speculative-algorithm NGRAM: greedy completions equal a plain server's token for token (the
+// verify path), and the decode log shows that drafts were accepted.
+TEST(Serve, NgramSpeculationGivesThePlainServersGreedyText) {
+  ServerProcess plain;
+  ServerProcess speculative({"--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4",
+                             "--decode-log-interval", "1"});
+  ASSERT_TRUE(plain.running()) << plain.log();
+  ASSERT_TRUE(speculative.running()) << speculative.log();
+  const std::string body = R"({"model": "bard", "prompt": "ROMEO:", "max_tokens": 96, "temperature": 0})";
+  const auto a = Post(plain, "/v1/completions", body), b = Post(speculative, "/v1/completions", body);
+  ASSERT_EQ(a.status_code, 200) << a.body;
+  ASSERT_EQ(b.status_code, 200) << b.body;
+  EXPECT_EQ(json::parse(b.body)["choices"][0]["text"], json::parse(a.body)["choices"][0]["text"]);
+  EXPECT_EQ(json::parse(b.body)["usage"]["completion_tokens"], 96);
+  // The best interval: more than the one bonus token per verify step, so drafts were accepted.
+  const std::regex accept(R"(accept len: ([0-9.]+))");
+  const std::string log = speculative.log();
+  double best = 0;
+  for (std::sregex_iterator it(log.begin(), log.end(), accept), end; it != end; ++it) {
+    best = std::max(best, std::stod((*it)[1]));
+  }
+  EXPECT_GT(best, 1.0) << log;
 }
 
 TEST(Serve, UnimplementedFlagsAreRefused) {
