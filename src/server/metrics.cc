@@ -106,6 +106,11 @@ std::string ServerMetrics::Render(const EngineStatsSnapshot& s) const {
   Metric(out, "gauge", "sglang:cache_hit_rate", "The prefix cache hit rate.", l, s.cache_hit_rate);
   Metric(out, "gauge", "sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.", l, double(s.max_total_num_tokens));
   Metric(out, "gauge", "sglang:num_retracted_reqs", "The number of retracted requests.", l, double(s.num_retracted_reqs));
+  // Speculative decoding (--speculative-algorithm), over the last decode log interval; 0 when off.
+  Metric(out, "gauge", "sglang:spec_accept_length", "The average acceptance length of speculative decoding.", l,
+         s.spec_accept_length);
+  Metric(out, "gauge", "sglang:spec_accept_rate", "The average acceptance rate of speculative decoding.", l,
+         s.spec_accept_rate);
   std::lock_guard<std::mutex> lock(mu_);
   ttft_.Render("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", l, out);
   e2e_.Render("sglang:e2e_request_latency_seconds", "Histogram of end-to-end request latency in seconds.", l, out);

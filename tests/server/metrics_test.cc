@@ -116,7 +116,8 @@ TEST(ServerMetrics, PageHasSglangNamesAndTypesAndEscapesTheModelName) {
                             .gen_throughput = 12.5, .cache_hit_rate = 0.25, .prompt_tokens_total = 40,
                             .generation_tokens_total = 10, .cached_tokens_total = 10, .num_requests_total = 2,
                             .num_aborted_requests_total = 1, .num_retracted_reqs = 1,
-                            .num_retracted_requests_total = 3, .max_total_num_tokens = 1000};
+                            .num_retracted_requests_total = 3, .max_total_num_tokens = 1000,
+                            .spec_accept_length = 2.5, .spec_accept_rate = 0.375};
   const std::string page = metrics.Render(stats);
   auto families = ParsePrometheusText(page);
   ASSERT_TRUE(families.ok()) << families.error() << "\n" << page;
@@ -136,6 +137,8 @@ TEST(ServerMetrics, PageHasSglangNamesAndTypesAndEscapesTheModelName) {
       {"sglang:gen_throughput", "gauge"},
       {"sglang:max_total_num_tokens", "gauge"},
       {"sglang:num_retracted_reqs", "gauge"},
+      {"sglang:spec_accept_length", "gauge"},
+      {"sglang:spec_accept_rate", "gauge"},
       {"sglang:time_to_first_token_seconds", "histogram"},
       {"sglang:e2e_request_latency_seconds", "histogram"},
       {"sglang:time_per_output_token_seconds", "histogram"},
@@ -162,6 +165,8 @@ TEST(ServerMetrics, PageHasSglangNamesAndTypesAndEscapesTheModelName) {
   EXPECT_EQ(value("sglang:num_retracted_requests_total"), 3);
   EXPECT_EQ(value("sglang:num_retracted_reqs"), 1);
   EXPECT_EQ(value("sglang:token_usage"), 0.3);
+  EXPECT_EQ(value("sglang:spec_accept_length"), 2.5);
+  EXPECT_EQ(value("sglang:spec_accept_rate"), 0.375);
   EXPECT_EQ(value("sglang:e2e_request_latency_seconds"), 2);
   EXPECT_EQ(value("sglang:time_to_first_token_seconds"), 1);  // only the request with a token
   // Floats print as the shortest text that reads back: le="0.1", not 0.10000000000000001.
