@@ -33,12 +33,6 @@ bool LaunchedByMpirun() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
 }
 
-int LaunchedRank() {
-  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  if (rank == nullptr) rank = std::getenv("PMIX_RANK");
-  return rank == nullptr ? 0 : std::atoi(rank);
-}
-
 Result<MpiGroup*> MpiGroup::Get() {
   if (g_group != nullptr) return g_group;
   if (!LaunchedByMpirun()) return Status::Error("not started by mpirun");

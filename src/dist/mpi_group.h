@@ -22,9 +22,6 @@ namespace mlaserve::dist {
 // Whether this process was started by mpirun (from OpenMPI's environment), without starting MPI:
 // a process started directly never initializes MPI.
 bool LaunchedByMpirun();
-// This process's rank in its mpirun job from the same environment (0 when not under mpirun), for
-// commands that must skip rank 0's own work (files, ports) on the other ranks before MPI starts.
-int LaunchedRank();
 
 // What the collectives moved and cost, since start-up (for bench).
 struct TpTraffic {
