@@ -1,5 +1,7 @@
 #include "cli/engine_flags.h"
 
+#include <optional>
+
 #include "engine/drafter.h"
 
 namespace mlaserve::cli {
@@ -38,8 +40,11 @@ EngineOptions ReadEngineFlags(Args& args, ModelFlags& model_flags) {
                                          "speculative decoding: NGRAM (drafts by prompt lookup in each request's own "
                                          "tokens); EAGLE, EAGLE3, NEXTN and STANDALONE are not implemented",
                                          {.value_name = "NAME", .shown_default = "none"});
-  const int draft_tokens = args.Int("speculative-num-draft-tokens", 4, "tokens drafted per verify step (NGRAM)",
-                                    {.min = 1, .max = 64});
+  const std::optional<int> draft_tokens = args.OptInt(
+      "speculative-num-draft-tokens", "tokens drafted per verify step (NGRAM)", {.shown_default = "4", .min = 1, .max = 64});
+  if (draft_tokens && algorithm.empty()) {
+    args.Reject("--speculative-num-draft-tokens needs --speculative-algorithm NGRAM (speculative decoding is off)");
+  }
   if (!algorithm.empty() && algorithm != "NGRAM") {
     args.Reject("--speculative-algorithm " + algorithm +
                 " is not supported by mlaserve yet (NGRAM is: prompt lookup, no draft model)");
@@ -50,7 +55,7 @@ EngineOptions ReadEngineFlags(Args& args, ModelFlags& model_flags) {
   if (algorithm == "NGRAM") {
     static NgramDrafter ngram_drafter;  // stateless; shared by every request
     o.drafter = &ngram_drafter;
-    o.num_draft_tokens = draft_tokens;
+    o.num_draft_tokens = draft_tokens.value_or(4);
   }
 
   const int needed = ForwardTokensFor(o);

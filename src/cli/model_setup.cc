@@ -101,11 +101,11 @@ Status Agree(dist::MpiGroup* group, const Status& status) {
   ::signal(SIGINT, SIG_IGN);
   ::signal(SIGTERM, SIG_IGN);
   const Status status = model.RunTpWorker();
-  if (status.ok()) Log(LogLevel::kInfo, "[mlaserve] tensor-parallel rank %d: stopped by rank 0", group.rank());
   if (!status.ok()) {
     std::fprintf(stderr, "mlaserve: tensor-parallel rank %d: %s\n", group.rank(), status.message().c_str());
     group.Abort(1);
   }
+  Log(LogLevel::kInfo, "[mlaserve] tensor-parallel rank %d: stopped by rank 0", group.rank());
   std::exit(0);
 }
 

@@ -78,7 +78,6 @@ class Model {
   // shard under tensor parallelism (the KV budget subtracts it).
   size_t weight_bytes() const { return tp_size() > 1 ? shard_weight_bytes_ : checkpoint_->total_tensor_bytes(); }
   int tp_size() const { return tp_ == nullptr ? 1 : tp_->size(); }
-  int tp_rank() const { return tp_ == nullptr ? 0 : tp_->rank(); }
   const Checkpoint& checkpoint() const { return *checkpoint_; }
 
   // tokens: the segments' tokens concatenated (at most max_batch_tokens). logits receives, in

@@ -7,10 +7,6 @@
 namespace mlaserve {
 namespace {
 
-int64_t RowUnit(const WeightMatrix& m) {
-  return m.format == WeightFormat::kFp8Block ? std::max<int64_t>(kShardRowUnit, m.block_rows) : kShardRowUnit;
-}
-
 // Rows [begin, begin + count) of a matrix that will be packed: fp8's scale grid then starts at
 // the slice's first block (packing copies whole grids), so the slice must start a block.
 Result<WeightMatrix> PackableRows(const WeightMatrix& m, int64_t begin, int64_t count, const std::string& what) {
@@ -30,7 +26,7 @@ Result<WeightMatrix> PackableRows(const WeightMatrix& m, int64_t begin, int64_t 
 
 // Output rows split in units of RowUnit: the rank's rows.
 Result<WeightMatrix> ByRows(const WeightMatrix& m, const TpShard& shard, const std::string& what) {
-  const int64_t unit = RowUnit(m);
+  const int64_t unit = ShardRowUnit(m);
   if (m.rows < unit * shard.size) {
     return Status::Error(what + ": " + std::to_string(m.rows) + " rows are fewer than " + std::to_string(shard.size) +
                          " ranks x " + std::to_string(unit) + " rows");
@@ -47,7 +43,9 @@ std::vector<int64_t> ShardCounts(int64_t total, int64_t unit, int size, int64_t 
   return counts;
 }
 
-int64_t ShardRowUnit(const WeightMatrix& m) { return RowUnit(m); }
+int64_t ShardRowUnit(const WeightMatrix& m) {
+  return m.format == WeightFormat::kFp8Block ? std::max<int64_t>(kShardRowUnit, m.block_rows) : kShardRowUnit;
+}
 
 Result<ModelWeights> ShardWeights(ModelWeights w, const ModelConfig& c, const TpShard& shard) {
   if (shard.size <= 1) return w;

@@ -489,6 +489,15 @@ TEST(Serve, NgramSpeculationGivesThePlainServersGreedyText) {
   EXPECT_GT(best, 1.0) << log;
 }
 
+// A speculation setting without the algorithm would be ignored: refused instead.
+TEST(Serve, DraftTokensWithoutAnAlgorithmAreRefused) {
+  auto r = testing::RunMlaserve("serve --model-path " + testing::ShellQuote(kModel) +
+                                " --port 0 --speculative-num-draft-tokens 3");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--speculative-num-draft-tokens needs --speculative-algorithm NGRAM"), std::string::npos)
+      << r.err;
+}
+
 TEST(Serve, UnimplementedFlagsAreRefused) {
   for (const char* flag : {"--enable-hierarchical-cache", "--hicache-size 8", "--dp-size 8", "--radix-eviction-policy lfu"}) {
     auto r = testing::RunMlaserve("serve --model-path " + testing::ShellQuote(kModel) + " --port 0 " + flag);
