@@ -302,9 +302,9 @@ Scheduler::Outcome Scheduler::Schedule() {
   if (waiting_.empty() && running_.empty()) return Outcome::kIdle;
   ReserveDecodeSlots();
 
-  // Batch step: every decoding request contributes one token (and its drafts); prefill chunks
-  // share the rest of the token budget (--chunked-prefill-size), running prefills first, then
-  // new admissions.
+  // Batch step: every decoding request contributes one token; prefill chunks share the rest of
+  // the token budget (--chunked-prefill-size), running prefills first, then new admissions; what
+  // is left goes to the decoding requests' drafts.
   std::vector<Request*>& decodes = step_decodes_;
   std::vector<Request*>& prefills = step_prefills_;
   std::vector<int>& prefill_lengths = step_prefill_lengths_;
@@ -318,7 +318,6 @@ Scheduler::Outcome Scheduler::Schedule() {
       --budget;
     }
   }
-  for (Request* r : decodes) budget -= Draft(*r, budget);
   if (options_.chunked_prefill_size > 0) budget = std::min(budget, options_.chunked_prefill_size);
   bool logprob_segment_used = false;
   for (auto& r : running_) {
@@ -342,6 +341,9 @@ Scheduler::Outcome Scheduler::Schedule() {
     summary_.new_tokens += chunk;
     summary_.cached_tokens += r->kv->num_tokens();
   }
+  // Drafts last: guesses take only the budget and free pages the prompts left, so they never
+  // hold back an admission or make a prefill evict the prefix cache.
+  for (Request* r : decodes) budget -= Draft(*r, budget);
   if (decodes.empty() && prefills.empty()) {
     if (running_.empty()) return Outcome::kBlocked;  // waits for memory that running requests free
     // Running prefills that cannot get pages and nothing decoding: retract until the first one
