@@ -40,6 +40,9 @@ inline ShardRangeResult ShardRange(int64_t total, int64_t unit, int rank, int si
 // Rows of a row-sharded matrix go in units of a kernel panel (16 rows), or of the scale block
 // for fp8 block-scaled weights (a rank's rows then start a scale row of their own).
 inline constexpr int64_t kShardRowUnit = 16;
+inline int64_t ShardRowUnit(bool fp8_block_scaled, int64_t block_rows) {
+  return fp8_block_scaled && block_rows > kShardRowUnit ? block_rows : kShardRowUnit;
+}
 
 // Rank 0 starts each forward call on every rank by broadcasting a header of this many bytes
 // (Model::Forward's arguments follow); a header of zeros tells the workers to stop.

@@ -44,7 +44,7 @@ std::vector<int64_t> ShardCounts(int64_t total, int64_t unit, int size, int64_t 
 }
 
 int64_t ShardRowUnit(const WeightMatrix& m) {
-  return m.format == WeightFormat::kFp8Block ? std::max<int64_t>(kShardRowUnit, m.block_rows) : kShardRowUnit;
+  return ShardRowUnit(m.format == WeightFormat::kFp8Block, m.block_rows);
 }
 
 Result<ModelWeights> ShardWeights(ModelWeights w, const ModelConfig& c, const TpShard& shard) {

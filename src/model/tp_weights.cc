@@ -82,7 +82,7 @@ TpWeightPlan PlanTpWeights(const ModelConfig& c, std::span<const StoredTensor> s
     const int64_t rows = specs[i].shape[0];
     bool fp8 = false;
     for (const StoredTensor* t : parts[i]) fp8 = fp8 || t->name.ends_with("_scale_inv");
-    const int64_t row_unit = fp8 ? c.quant.block_rows : kShardRowUnit;
+    const int64_t row_unit = ShardRowUnit(fp8, c.quant.block_rows);  // the runtime's (tensor_parallel.h)
     for (const StoredTensor* t : parts[i]) {
       if (name == "model.embed_tokens.weight") plan.embedding_bytes += t->bytes;
       if (role.split == Split::kReplicated || t->shape.size() != 2) {
@@ -100,8 +100,7 @@ TpWeightPlan PlanTpWeights(const ModelConfig& c, std::span<const StoredTensor> s
             break;
           }
           case Split::kRows: {
-            ShardRangeResult range = ShardRange(rows, row_unit, r, tp_size);
-            if (r == tp_size - 1) range.end = rows;  // rows not a multiple of the unit: the tail
+            const ShardRangeResult range = ShardRange(rows, row_unit, r, tp_size);  // the last rank takes the tail
             rank.sharded_bytes += RowShareBytes(*t, rows, range.begin, range.end, c.quant.block_rows);
             break;
           }
