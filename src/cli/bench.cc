@@ -259,11 +259,13 @@ int BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
   runner.Reset();
 
   const dist::TpTraffic traffic0 = TpTrafficNow(model);
+  ForwardTimings prefill_timings;  // counts the forward calls the prompt took
+  model.set_timings(&prefill_timings);
   const auto t0 = Clock::now();
   if (Status s = runner.Append(prompt); !s.ok()) return Fail("bench", s.message());
   const double prefill_s = Seconds(t0, Clock::now());
+  model.set_timings(nullptr);
   const dist::TpTraffic traffic1 = TpTrafficNow(model);
-  const int prefill_calls = (prompt_len + model.max_batch_tokens() - 1) / model.max_batch_tokens();
 
   const size_t decode_bytes =
       DenseBytesPerToken(model) + size_t(MoeLayers(c) * c.num_experts_per_tok) * ExpertBytes(model);
@@ -306,7 +308,7 @@ int BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
     PrintComputePeaks(peaks, *loaded->kernels);
     PrintPrefillCompute(PrefillFlops(model, prompt_len), prefill_s, peaks);
   }
-  PrintTpTraffic(model, "prefill", traffic0, traffic1, prefill_s, prefill_calls);
+  PrintTpTraffic(model, "prefill", traffic0, traffic1, prefill_s, int(prefill_timings.forward_calls));
   PrintTpTraffic(model, "decode", traffic1, traffic2, decode_s, decode_tokens);
   if (settings.matmul_sweep) PrintMatmulSweep(model, *loaded->kernels);
   return 0;

@@ -190,6 +190,7 @@ Status Model::Forward(const KernelSet& kernels, KvStorage& kv, std::span<const T
     }
   }
 
+  if (timings_ != nullptr) ++timings_->forward_calls;
   // Tensor parallelism: the workers compute the same call on their shards (RunTpWorker).
   if (tp_ != nullptr && tp_->rank() == 0) BroadcastForwardCall(kernels, kv, tokens, segments, mode);
 

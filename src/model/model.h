@@ -55,6 +55,7 @@ enum class LogitsMode { kLastPerSegment, kAllTokens };
 // while set; the caller times the whole call and zeroes the fields when it wants.
 struct ForwardTimings {
   int64_t attention_ns = 0;  // in the attention block of every layer (projections included)
+  int64_t forward_calls = 0;  // Forward calls that computed something
 };
 
 class Model {

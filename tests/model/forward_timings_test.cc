@@ -34,12 +34,24 @@ TEST(ForwardTimings, AttentionTimeIsAccumulatedOnlyWhileSetAndIsPartOfTheCall) {
   (*model)->set_timings(nullptr);
   EXPECT_GT(timings.attention_ns, 0);
   EXPECT_LT(timings.attention_ns, call_ns);
+  EXPECT_EQ(timings.forward_calls, 1);  // 13 tokens fit one call of 64
   EXPECT_TRUE(std::equal(plain.begin(), plain.end(), (*runner)->last_logits().begin()));
 
   const int64_t before = timings.attention_ns;
   const TokenId next = 32;
   ASSERT_TRUE((*runner)->Append(std::span(&next, 1)).ok());
   EXPECT_EQ(timings.attention_ns, before);
+  EXPECT_EQ(timings.forward_calls, 1);
+
+  // A prompt longer than max_batch_tokens takes several calls.
+  (*runner)->Reset();
+  ForwardTimings chunked;
+  (*model)->set_timings(&chunked);
+  std::vector<TokenId> long_prompt;
+  for (int i = 0; i < 100; ++i) long_prompt.push_back(prompt[size_t(i) % prompt.size()]);
+  ASSERT_TRUE((*runner)->Append(long_prompt).ok());
+  (*model)->set_timings(nullptr);
+  EXPECT_EQ(chunked.forward_calls, 2);  // 64 + 36
 }
 
 }  // namespace
