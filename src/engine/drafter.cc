@@ -16,8 +16,9 @@ int NgramDrafter::Propose(std::span<const TokenId> tokens, std::span<TokenId> dr
   for (int n = std::min(max_ngram_, len - 1); n >= min_ngram_; --n) {
     const std::span<const TokenId> suffix = tokens.last(size_t(n));
     // Candidate occurrences start at `start` and end before the suffix's own start + n - 1,
-    // so at least one token follows each; the most recent one wins.
-    for (int start = len - n - 1; start >= 0; --start) {
+    // so at least one token follows each; the most recent one wins. Only the last
+    // kLookbackTokens are searched: the scan runs per request per step on the engine thread.
+    for (int start = len - n - 1; start >= std::max(0, len - kLookbackTokens); --start) {
       if (!std::equal(suffix.begin(), suffix.end(), tokens.begin() + start)) continue;
       const int follow = start + n;
       const int count = std::min(int(draft.size()), len - follow);

@@ -25,6 +25,8 @@ class Drafter {
 // occurrence of the last n tokens in the history and proposes the tokens that followed it.
 class NgramDrafter final : public Drafter {
  public:
+  // How far back an n-gram is looked for, in tokens (bounds the per-step scan).
+  static constexpr int kLookbackTokens = 4096;
   // 1 <= min_ngram <= max_ngram (checked).
   explicit NgramDrafter(int min_ngram = 1, int max_ngram = 3);
   [[nodiscard]] int Propose(std::span<const TokenId> tokens, std::span<TokenId> draft) override;

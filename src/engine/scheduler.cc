@@ -265,14 +265,15 @@ int Scheduler::Draft(Request& r, int budget) {
   // The verify step appends at most drafts + 1 tokens, never more than the request may.
   const int remaining = r.spec.sampling.max_new_tokens - r.num_output_tokens();
   const int room = r.kv->max_tokens() - r.kv->num_tokens() - 1;
-  const int most = std::min({options_.num_draft_tokens, budget, remaining - 1, room});
+  // Rows the reserved and free pages hold past the token already granted (never evicting).
+  const int64_t coverable =
+      int64_t(r.kv->reserved_tokens()) + int64_t(allocator_.num_free_pages()) * allocator_.page_size() -
+      r.kv->num_tokens() - 1;
+  const int most = int(std::min<int64_t>({options_.num_draft_tokens, budget, remaining - 1, room, coverable}));
   if (most <= 0) return 0;
-  r.draft_tokens.resize(size_t(options_.num_draft_tokens));  // within the capacity reserved at Submit
-  const int64_t coverable = (int64_t(r.kv->pages().size()) + allocator_.num_free_pages()) * allocator_.page_size() -
-                            r.kv->num_tokens() - 1;
-  const int count = int(std::min<int64_t>({most, options_.drafter->Propose(r.tokens, r.draft_tokens), coverable}));
-  r.draft_tokens.resize(size_t(std::max(count, 0)));
-  if (count > 0) MLA_CHECK(r.kv->Reserve(1 + count).ok());
+  r.draft_tokens.resize(size_t(most));  // within the capacity reserved at Submit
+  r.draft_tokens.resize(size_t(options_.drafter->Propose(r.tokens, r.draft_tokens)));
+  if (!r.draft_tokens.empty()) MLA_CHECK(r.kv->Reserve(1 + int(r.draft_tokens.size())).ok());
   return int(r.draft_tokens.size());
 }
 

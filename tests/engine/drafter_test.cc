@@ -48,5 +48,24 @@ TEST(NgramDrafterTest, ProposesNothingWithoutAMatchOrRoom) {
   EXPECT_EQ(Propose(pairs, {1, 2, 3, 9, 2, 3}, 4), (std::vector<TokenId>{9, 2, 3}));
 }
 
+// The scan covers the last kLookbackTokens tokens only: a match just inside is found, one just
+// outside is not.
+TEST(NgramDrafterTest, LooksBackAFixedWindow) {
+  NgramDrafter drafter;
+  const int window = NgramDrafter::kLookbackTokens;
+  for (int gap : {window - 4, window + 4}) {
+    std::vector<TokenId> tokens = {7, 8};  // the match, then filler, then the suffix 7
+    tokens.resize(size_t(gap), 1);
+    tokens.push_back(2);  // no filler token repeats the suffix
+    tokens.push_back(7);
+    const std::vector<TokenId> draft = Propose(drafter, tokens, 2);
+    if (gap < window) {
+      EXPECT_EQ(draft, (std::vector<TokenId>{8, 1})) << gap;
+    } else {
+      EXPECT_TRUE(draft.empty()) << gap;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mlaserve
