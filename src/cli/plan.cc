@@ -190,7 +190,7 @@ int RunPlan(Args& args) {
                                    {.min = 1});
   // Defaults: a CPU node of one socket with 12 DDR5-4800 channels (12 x 4.8 GT/s x 8 B = 460.8 GB/s,
   // a peak; `mlaserve bench` measures a machine's), and a 100 Gb/s RDMA link (RoCE or InfiniBand
-  // EDR: 12.5 GB/s, about 2 us a round; TCP over Ethernet takes 10-30 us).
+  // EDR: 12.5 GB/s, about 2 us a round; TCP takes longer: pass what the network measures).
   const double node_gbs = args.Double("node-bandwidth-gbs", 460.8,
                                       "memory read bandwidth of one node (one rank), in GB/s, for the decode time "
                                       "of the communication model (--tp-size above 1)",
@@ -203,6 +203,11 @@ int RunPlan(Args& args) {
                                         {.value_name = "US", .shown_default = "2, RDMA", .min = 0});
   const std::string json_path = args.Str("json", "", "also write the table as JSON", {.value_name = "FILE"});
   if (model_path.empty()) args.Reject("--model-path (a model directory or config.json) is required");
+  for (const char* flag : {"node-bandwidth-gbs", "network-gbs", "network-latency-us"}) {
+    if (tp == 1 && args.WasGiven(flag)) {
+      args.Reject(std::string("--") + flag + " is for the communication model of --tp-size above 1");
+    }
+  }
   if (auto exit_code = args.Finish()) return *exit_code;
   auto config = LoadModelConfig(model_path);
   if (!config.ok()) return Fail("plan", config.error());

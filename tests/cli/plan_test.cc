@@ -293,6 +293,11 @@ TEST(PlanTp, BandwidthFlagsMustBePositive) {
                                   " --tp-size 2 " + flag);
     EXPECT_EQ(r.exit_code, 2) << flag;
   }
+  // Without ranks to talk to they would have no effect: refused rather than ignored.
+  auto r = testing::RunMlaserve("plan --model-path " + testing::ShellQuote(kConfigs + "deepseek-v3.json") +
+                                " --network-gbs 5");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--network-gbs is for the communication model of --tp-size above 1"), std::string::npos) << r.err;
 }
 
 }  // namespace
