@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -42,6 +43,33 @@ TEST(GemmF32, SimdTablesMatchThePortableReference) {
               }
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// A column's value does not depend on how many columns are computed or where the product's
+// columns start (tensor parallelism computes a rank's heads' score columns alone): every subset
+// of columns equals the same columns of the whole product bit for bit, in every table.
+TEST(GemmF32, AColumnDoesNotDependOnTheOtherColumns) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  const int n = 9, kk = 192, m = 77;
+  std::vector<float> x(size_t(n) * kk), b(size_t(kk) * m);
+  for (float& v : x) v = normal(rng);
+  for (float& v : b) v = normal(rng);
+  for (const KernelSet* k : testing::RunnableKernelTables()) {
+    SCOPED_TRACE(k->name);
+    std::vector<float> whole(size_t(n) * m);
+    k->gemm_f32(x.data(), kk, b.data(), m, whole.data(), m, n, kk, m, false);
+    for (const auto& [first, count] : {std::pair{0, 8}, {16, 16}, {8, 8}, {64, 13}, {3, 5}}) {
+      std::vector<float> part(size_t(n) * count);
+      k->gemm_f32(x.data(), kk, b.data() + first, m, part.data(), count, n, kk, count, false);
+      for (int t = 0; t < n; ++t) {
+        for (int j = 0; j < count; ++j) {
+          ASSERT_EQ(part[size_t(t) * count + j], whole[size_t(t) * m + first + j])
+              << "columns [" << first << ", " << first + count << ") row " << t << " column " << j;
         }
       }
     }
