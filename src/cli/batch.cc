@@ -475,6 +475,7 @@ int RunBatch(Args& args) {
 
   // Who generates.
   EngineKv kv;
+  EngineDrafter drafter;  // speculative decoding's drafter (outlives the engine)
   std::unique_ptr<CpuModelRunner> model_runner;
   std::unique_ptr<Engine> engine;
   std::optional<Tokenizer> own_tokenizer;
@@ -495,6 +496,9 @@ int RunBatch(Args& args) {
     auto created_kv = CreateEngineKv(*loaded, model_flags.page_size);
     if (!created_kv.ok()) return Fail("batch", created_kv.error());
     kv = std::move(created_kv).value();
+    auto attached = AttachDrafter(engine_options, *loaded, kv);
+    if (!attached.ok()) return Fail("batch", attached.error());
+    drafter = std::move(attached).value();
     model_runner = std::make_unique<CpuModelRunner>(*loaded->model, *loaded->kernels, *kv.storage);
     engine = std::make_unique<Engine>(*model_runner, *kv.allocator, engine_options, &*loaded->tokenizer);
     engine->Start();

@@ -36,7 +36,7 @@ int RandomLen(int len, double range_ratio, uint64_t seed, uint64_t i) {
 
 int RunBenchOffline(Args& args) {
   ModelFlags model_flags = ReadModelFlags(args, ForwardSize::kEngineStep);
-  const EngineOptions engine_options = ReadEngineFlags(args, model_flags);
+  EngineOptions engine_options = ReadEngineFlags(args, model_flags);
   const int num_prompts = args.Int("num-prompts", 64, "requests", {.min = 1});
   const int input_len = args.Int("random-input-len", 256, "prompt tokens per request, at most", {.min = 1});
   const int output_len = args.Int("random-output-len", 256, "output tokens per request, at most", {.min = 1});
@@ -82,6 +82,8 @@ int RunBenchOffline(Args& args) {
 
   auto kv = CreateEngineKv(*loaded, model_flags.page_size);
   if (!kv.ok()) return Fail("bench-offline", kv.error());
+  auto drafter = AttachDrafter(engine_options, *loaded, *kv);
+  if (!drafter.ok()) return Fail("bench-offline", drafter.error());
   Log(LogLevel::kInfo, "[mlaserve] kv_cache_dtype=%s, %s", KvFormatName(loaded->kv_cache.kv_format),
       loaded->kv_budget.log_line.c_str());
   CpuModelRunner runner(model, *loaded->kernels, *kv->storage);
@@ -126,6 +128,16 @@ int RunBenchOffline(Args& args) {
   std::printf("%-40s %lld\n", "Peak running requests:", (long long)stats.max_running_reqs_seen);
   std::printf("%-40s %lld\n", "Retractions:", (long long)stats.num_retracted_requests_total);
   std::printf("%-40s %.4f\n", "Cache hit rate:", stats.cache_hit_rate);
+  // Speculative decoding, over the whole run: tokens appended per verify step of one request.
+  const double accept_length =
+      stats.spec_verify_steps_total > 0
+          ? double(stats.spec_accepted_tokens_total + stats.spec_verify_steps_total) / double(stats.spec_verify_steps_total)
+          : 0.0;
+  if (engine_options.speculative()) {
+    std::printf("%-40s %s, %d drafts per step\n", "Speculative algorithm:", engine_options.speculative_algorithm.c_str(),
+                engine_options.num_draft_tokens);
+    std::printf("%-40s %.2f\n", "Accept length:", accept_length);
+  }
   std::printf("==================================================\n");
   if (!json_path.empty()) {
     nlohmann::json j{{"kv_cache_dtype", KvFormatName(loaded->kv_cache.kv_format)},
@@ -139,7 +151,9 @@ int RunBenchOffline(Args& args) {
                      {"total_throughput", (input_tokens + output_tokens) / duration},
                      {"peak_running_requests", stats.max_running_reqs_seen},
                      {"retractions", stats.num_retracted_requests_total},
-                     {"cache_hit_rate", stats.cache_hit_rate}};
+                     {"cache_hit_rate", stats.cache_hit_rate},
+                     {"speculative_algorithm", engine_options.speculative_algorithm},
+                     {"accept_length", accept_length}};
     if (Status s = WriteJsonFile(json_path, j); !s.ok()) return Fail("bench-offline", s.message());
   }
   return failed == 0 && finished == int(w.prompts.size()) ? 0 : 1;

@@ -2,7 +2,7 @@
 
 #include <optional>
 
-#include "engine/drafter.h"
+#include "engine/mtp_drafter.h"
 
 namespace mlaserve::cli {
 namespace {
@@ -34,29 +34,49 @@ EngineOptions ReadEngineFlags(Args& args, ModelFlags& model_flags) {
   o.decode_log_interval = args.Int("decode-log-interval", o.decode_log_interval,
                                    "decode steps between \"Decode batch\" log lines", {.min = 1});
 
-  // Speculative decoding (docs/architecture.md, "Speculative decoding"): SGLang's flags; of its
-  // algorithms only NGRAM, drafting by prompt lookup in the request's own tokens.
+  // Speculative decoding (docs/architecture.md, "Speculative decoding"): SGLang's flags. NGRAM
+  // drafts by prompt lookup in the request's own tokens; NEXTN runs the checkpoint's MTP layer
+  // (SGLang: --speculative-num-steps drafts, topk 1, num-draft-tokens = steps + 1 verified).
   const std::string algorithm = args.Str("speculative-algorithm", "",
-                                         "speculative decoding: NGRAM (drafts by prompt lookup in each request's own "
-                                         "tokens); EAGLE, EAGLE3, NEXTN and STANDALONE are not implemented",
+                                         "speculative decoding: NGRAM (prompt lookup in each request's own tokens) "
+                                         "or NEXTN (the checkpoint's MTP layer); EAGLE, EAGLE3 and STANDALONE "
+                                         "are not implemented",
                                          {.value_name = "NAME", .shown_default = "none"});
   const std::optional<int> draft_tokens = args.OptInt(
-      "speculative-num-draft-tokens", "tokens drafted per verify step (NGRAM)", {.shown_default = "4", .min = 1, .max = 64});
-  if (draft_tokens && algorithm.empty()) {
-    args.Reject("--speculative-num-draft-tokens needs --speculative-algorithm NGRAM (speculative decoding is off)");
-  }
-  if (!algorithm.empty() && algorithm != "NGRAM") {
-    args.Reject("--speculative-algorithm " + algorithm +
-                " is not supported by mlaserve yet (NGRAM is: prompt lookup, no draft model)");
-  }
-  for (const char* flag : {"speculative-draft-model-path", "speculative-num-steps", "speculative-eagle-topk"}) {
-    args.Refuse(flag, "only --speculative-algorithm NGRAM is implemented, which takes --speculative-num-draft-tokens");
+      "speculative-num-draft-tokens",
+      "NGRAM: tokens drafted per verify step (default 4); NEXTN: tokens verified per step, num-steps + 1",
+      {.min = 1, .max = 64});
+  const std::optional<int> num_steps = args.OptInt(
+      "speculative-num-steps", "NEXTN: MTP steps (drafts) per verify step", {.shown_default = "3", .min = 1, .max = 16});
+  const std::optional<int> topk = args.OptInt("speculative-eagle-topk", "NEXTN: drafts per step; only 1 (a chain)",
+                                              {.shown_default = "1", .min = 1});
+  args.Refuse("speculative-draft-model-path",
+              "separate draft models (EAGLE, EAGLE3, STANDALONE) are not implemented; NEXTN uses the checkpoint's "
+              "own MTP layer");
+  if ((draft_tokens || num_steps || topk) && algorithm.empty()) {
+    args.Reject("--speculative-num-draft-tokens, --speculative-num-steps and --speculative-eagle-topk need "
+                "--speculative-algorithm (speculative decoding is off)");
   }
   if (algorithm == "NGRAM") {
-    static NgramDrafter ngram_drafter;  // stateless; shared by every request
-    o.drafter = &ngram_drafter;
+    if (num_steps || topk) args.Reject("--speculative-num-steps and --speculative-eagle-topk are for NEXTN, not NGRAM");
     o.num_draft_tokens = draft_tokens.value_or(4);
+  } else if (algorithm == "NEXTN") {
+    const int steps = num_steps.value_or(3);
+    if (topk.value_or(1) != 1) {
+      args.Reject("--speculative-eagle-topk " + std::to_string(*topk) +
+                  ": tree drafts are not implemented; NEXTN drafts a chain (topk 1)");
+    }
+    if (draft_tokens && *draft_tokens != steps + 1) {
+      args.Reject("--speculative-num-draft-tokens " + std::to_string(*draft_tokens) +
+                  " with topk 1 must be --speculative-num-steps + 1 = " + std::to_string(steps + 1) +
+                  " (the last sampled token and one draft per step)");
+    }
+    o.num_draft_tokens = steps;
+    model_flags.options.load_mtp = true;
+  } else if (!algorithm.empty()) {
+    args.Reject("--speculative-algorithm " + algorithm + " is not supported by mlaserve yet (NGRAM and NEXTN are)");
   }
+  o.speculative_algorithm = algorithm;
 
   const int needed = ForwardTokensFor(o);
   model_flags.options.max_batch_tokens = model_flags.max_batch_tokens.value_or(needed);
@@ -69,6 +89,22 @@ EngineOptions ReadEngineFlags(Args& args, ModelFlags& model_flags) {
                 "; omit it, or lower those");
   }
   return o;
+}
+
+Result<EngineDrafter> AttachDrafter(EngineOptions& o, LoadedModel& loaded, const EngineKv& kv) {
+  EngineDrafter out;
+  if (o.speculative_algorithm == "NGRAM") {
+    out.drafter = std::make_unique<NgramDrafter>();
+  } else if (o.speculative_algorithm == "NEXTN") {
+    KvStorageShape shape = kv.storage->shape();
+    shape.num_layers = 1;  // the MTP layer's rows, at the same page ids
+    auto storage = HostKvStorage::Create(shape);
+    if (!storage.ok()) return storage.status();
+    out.mtp_kv = std::move(storage).value();
+    out.drafter = std::make_unique<MtpDrafter>(*loaded.model, *loaded.kernels, *out.mtp_kv, o.num_draft_tokens);
+  }
+  o.drafter = out.drafter.get();
+  return out;
 }
 
 }  // namespace mlaserve::cli

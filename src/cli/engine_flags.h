@@ -2,8 +2,11 @@
 // engine (serve, batch, bench-offline), and the forward size they imply.
 #pragma once
 
+#include <memory>
+
 #include "cli/args.h"
 #include "cli/model_setup.h"
+#include "engine/drafter.h"
 #include "engine/engine_types.h"
 
 namespace mlaserve::cli {
@@ -13,6 +16,18 @@ namespace mlaserve::cli {
 // and sizes the forward calls of model_flags (read with ForwardSize::kEngineStep) for one
 // engine step: --max-batch-tokens when given (refused below what a step may forward), else
 // exactly that. Bad values are reported through args.Finish().
+// Speculative decoding: --speculative-algorithm NGRAM|NEXTN with SGLang's --speculative-num-steps,
+// --speculative-eagle-topk (1) and --speculative-num-draft-tokens; NEXTN also asks model_flags
+// to load the checkpoint's MTP layer and counts its cache in the KV budget.
 EngineOptions ReadEngineFlags(Args& args, ModelFlags& model_flags);
+
+// The drafter options.speculative_algorithm names, made once the model and the engine's KV
+// exist, and attached (options.drafter; left null when speculation is off). It owns what it
+// made; keep it alive as long as the engine.
+struct EngineDrafter {
+  std::unique_ptr<HostKvStorage> mtp_kv;  // NEXTN: the MTP layer's cache, over kv's page ids
+  std::unique_ptr<Drafter> drafter;
+};
+Result<EngineDrafter> AttachDrafter(EngineOptions& options, LoadedModel& loaded, const EngineKv& kv);
 
 }  // namespace mlaserve::cli

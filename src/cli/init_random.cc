@@ -143,7 +143,8 @@ int RunInitRandom(Args& args) {
     if (!out) return Fail("init-random", out_dir + "/config.json: write failed");
   }
 
-  const std::vector<TensorSpec> specs = ListWeightTensors(*parsed);
+  // A config with num_nextn_predict_layers > 0 gets its (random) MTP layer too.
+  const std::vector<TensorSpec> specs = ListWeightTensors(*parsed, /*with_mtp=*/true);
   SafetensorsWriter writer((std::filesystem::path(dense_dir) / "model.safetensors").string());
   writer.SetMetadata("format", "pt");
   for (const TensorSpec& spec : specs) {

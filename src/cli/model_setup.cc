@@ -154,8 +154,9 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
       .device_memory_bytes = device_memory_bytes,
       .mem_fraction_static = flags.mem_fraction_static,
       .weight_bytes = double(loaded.model->weight_bytes()),
+      // NEXTN: the MTP layer's rows too (one more layer, at the same page ids).
       .kv_bytes_per_token = KvRowBytes(*format, config.kv_lora_rank, config.qk_rope_head_dim) *
-                            size_t(config.num_hidden_layers),
+                            size_t(config.num_hidden_layers + (flags.options.load_mtp ? 1 : 0)),
       .max_total_tokens = flags.max_total_tokens,
       .page_size = flags.page_size});
   MLA_RETURN_IF_ERROR(Agree(group, budget.status()));

@@ -115,6 +115,8 @@ int RunServe(Args& args) {
 
   auto kv = CreateEngineKv(*loaded, model_flags.page_size);
   if (!kv.ok()) return Fail("serve", kv.error());
+  auto drafter = AttachDrafter(engine_options, *loaded, *kv);
+  if (!drafter.ok()) return Fail("serve", drafter.error());
   Log(LogLevel::kInfo,
       "[mlaserve] model=%s (%s, %d layers), served_model_name=%s, kernels=%s, threads=%d, "
       "enable_deterministic_inference=%s",
@@ -150,6 +152,15 @@ int RunServe(Args& args) {
                       {"schedule_policy", engine_options.schedule_policy == SchedulePolicy::kLpm ? "lpm" : "fcfs"},
                       {"schedule_conservativeness", engine_options.schedule_conservativeness},
                       {"disable_radix_cache", engine_options.disable_radix_cache},
+                      {"speculative_algorithm", engine_options.speculative()
+                                                    ? nlohmann::json(engine_options.speculative_algorithm)
+                                                    : nlohmann::json()},
+                      // SGLang's meanings: NEXTN verifies the last token and one draft per step.
+                      {"speculative_num_steps", engine_options.speculative_algorithm == "NEXTN"
+                                                    ? nlohmann::json(engine_options.num_draft_tokens)
+                                                    : nlohmann::json()},
+                      {"speculative_num_draft_tokens",
+                       engine_options.num_draft_tokens + (engine_options.speculative_algorithm == "NEXTN" ? 1 : 0)},
                       {"enable_metrics", enable_metrics},
                       {"incremental_streaming_output", incremental_streaming_output},
                       {"reasoning_parser", reasoning_parser ? nlohmann::json(*reasoning_parser) : nlohmann::json()},

@@ -39,7 +39,7 @@ struct BatchPlan {
   std::vector<TokenId> tokens;             // [num_tokens] every sequence's new tokens, in order
   std::vector<PlannedSequence> sequences;  // decodes first, then prefill chunks
   int num_logits_rows = 0;                 // sum of the sequences' num_logits_rows()
-  bool return_hidden_states = false;       // the runner also returns each logits row's hidden state
+  bool return_hidden_states = false;       // the runner also returns every token's final-normed hidden state
 
   int num_tokens() const { return int(tokens.size()); }
   bool empty() const { return sequences.empty(); }

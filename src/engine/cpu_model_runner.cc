@@ -34,7 +34,7 @@ Result<ModelRunnerOutput> CpuModelRunner::Execute(const BatchPlan& plan) {
   MLA_RETURN_IF_ERROR(model_.Forward(kernels_, kv_, plan.tokens, segments_, LogitsMode::kLastPerSegment,
                                      logits_.data()));
   ModelRunnerOutput out{.logits = std::span(logits_).first(size_t(plan.num_logits_rows) * size_t(info_.vocab_size))};
-  if (plan.return_hidden_states) out.hidden_states = model_.last_hidden_rows(plan.num_logits_rows);
+  if (plan.return_hidden_states) out.hidden_states = model_.all_hidden_rows(plan.num_tokens());
   return out;
 }
 

@@ -10,7 +10,7 @@ NgramDrafter::NgramDrafter(int min_ngram, int max_ngram) : min_ngram_(min_ngram)
   MLA_CHECK(min_ngram_ >= 1 && min_ngram_ <= max_ngram_);
 }
 
-int NgramDrafter::Propose(std::span<const TokenId> tokens, std::span<TokenId> draft) {
+int NgramDrafter::Lookup(std::span<const TokenId> tokens, std::span<TokenId> draft) const {
   const int len = int(tokens.size());
   if (draft.empty()) return 0;
   for (int n = std::min(max_ngram_, len - 1); n >= min_ngram_; --n) {

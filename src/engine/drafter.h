@@ -2,23 +2,41 @@
 // request's history; the engine verifies them all in one forward pass (docs/architecture.md,
 // "Speculative decoding"). This file owns the interface and the one drafter that needs no
 // weights: prompt lookup (vLLM's "ngram" method), which copies what followed the most recent
-// earlier occurrence of the history's last few tokens.
+// earlier occurrence of the history's last few tokens. The MTP drafter, which runs the
+// checkpoint's next-token-prediction layer, is engine/mtp_drafter.h.
 // Threads: the engine thread only (a drafter may keep state between calls).
 #pragma once
 
 #include <span>
 
+#include "core/status.h"
 #include "core/types.h"
+#include "engine/batch_plan.h"
+#include "engine/request.h"
 
 namespace mlaserve {
 
 class Drafter {
  public:
   virtual ~Drafter() = default;
-  // Writes at most draft.size() tokens guessed to follow `tokens` (a request's prompt and
-  // output so far) to the front of `draft`, a buffer the caller owns; returns how many
-  // (0: no guess). Does not allocate and does not keep the views.
-  [[nodiscard]] virtual int Propose(std::span<const TokenId> tokens, std::span<TokenId> draft) = 0;
+  // While scheduling a decoding request: writes at most draft.size() tokens guessed to follow
+  // r.tokens (its prompt and output so far) to the front of `draft`, a buffer the caller owns;
+  // returns how many (0: no guess). Does not allocate and does not keep the views.
+  [[nodiscard]] virtual int Propose(const Request& r, std::span<TokenId> draft) = 0;
+
+  // A drafter that reads the target's hidden states (MTP): the engine then asks the runner for
+  // them every step and calls Observe after it.
+  virtual bool wants_hidden_states() const { return false; }
+  // After a step's outputs were appended and its rejected drafts dropped, so each planned
+  // request's kv->num_tokens() counts its final rows: the step's plan, its requests in plan
+  // order (finished ones have released their KV: skip them), and the target's final-normed
+  // hidden state of every planned token, [plan.num_tokens(), hidden]. Views valid for the call.
+  // An error means no drafts this step; the engine goes on without them.
+  virtual Status Observe(const BatchPlan& plan, std::span<Request* const> requests,
+                         std::span<const float> hidden_states) {
+    (void)plan, (void)requests, (void)hidden_states;
+    return Status::Ok();
+  }
 };
 
 // Prompt lookup: for n from max_ngram down to min_ngram, finds the most recent earlier
@@ -29,7 +47,9 @@ class NgramDrafter final : public Drafter {
   static constexpr int kLookbackTokens = 4096;
   // 1 <= min_ngram <= max_ngram (checked).
   explicit NgramDrafter(int min_ngram = 1, int max_ngram = 3);
-  [[nodiscard]] int Propose(std::span<const TokenId> tokens, std::span<TokenId> draft) override;
+  [[nodiscard]] int Propose(const Request& r, std::span<TokenId> draft) override { return Lookup(r.tokens, draft); }
+  // The lookup in any history `tokens` (Propose's contract).
+  [[nodiscard]] int Lookup(std::span<const TokenId> tokens, std::span<TokenId> draft) const;
 
  private:
   int min_ngram_;

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "engine/drafter.h"
 
 namespace mlaserve {
 
@@ -91,7 +92,10 @@ Status Engine::Submit(GenerateRequest request, OutputCallback callback) {
   r->tokens.reserve(size_t(total));
   r->kv = std::make_unique<SequenceKv>(allocator_, model.max_context);
   r->penalties = PenaltyState(r->spec.sampling.max_new_tokens);
-  if (options_.speculative()) r->draft_tokens.reserve(size_t(options_.num_draft_tokens));
+  if (options_.speculative()) {
+    r->draft_tokens.reserve(size_t(options_.num_draft_tokens));
+    r->next_drafts.reserve(size_t(options_.num_draft_tokens));
+  }
   MLA_RETURN_IF_ERROR(output_.Prepare(*r));
   r->submit_time = Clock::now();
   {
@@ -200,6 +204,14 @@ bool Engine::Step() {
     const int sampled = output_.Process(scheduler_.plan(), scheduler_.planned_requests(), out->logits,
                                         [this](Request& r, FinishReason reason) { Finish(r, reason); });
     scheduler_.DropRejectedDrafts();
+    if (options_.speculative() && options_.drafter->wants_hidden_states()) {
+      const Status drafted = options_.drafter->Observe(scheduler_.plan(), scheduler_.planned_requests(),
+                                                       out->hidden_states);
+      if (!drafted.ok() && !draft_error_logged_) {
+        Log(LogLevel::kWarning, "[mlaserve] drafting failed, going on without drafts: %s", drafted.message().c_str());
+        draft_error_logged_ = true;
+      }
+    }
     generation_tokens_total_ += sampled;
     tokens_since_log_ += sampled;
   } else {

@@ -92,6 +92,7 @@ class Engine {
 
   // Engine-thread state.
   int64_t tokens_since_log_ = 0;
+  bool draft_error_logged_ = false;  // a drafter's Observe failed once (logged once)
   Clock::time_point last_decode_log_ = Clock::now();
   uint64_t next_seed_ = 0x5eed;
 

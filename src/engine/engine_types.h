@@ -113,6 +113,7 @@ struct EngineOptions {
   // per decoding request (greedy or sampled). Null or 0: off.
   Drafter* drafter = nullptr;
   int num_draft_tokens = 0;
+  std::string speculative_algorithm;  // "", "NGRAM" or "NEXTN": what the drafter is (logs, server info)
   bool speculative() const { return drafter != nullptr && num_draft_tokens > 0; }
 };
 

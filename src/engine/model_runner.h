@@ -25,7 +25,7 @@ struct ModelRunnerInfo {
 // Views into the runner's buffers, valid until the next Execute (or the runner's destruction).
 struct ModelRunnerOutput {
   std::span<const float> logits;         // [plan.num_logits_rows, vocab_size], in the plan's row order
-  std::span<const float> hidden_states;  // [plan.num_logits_rows, hidden_size] when asked, else empty
+  std::span<const float> hidden_states;  // [plan.num_tokens(), hidden_size] when asked, else empty
 };
 
 class ModelRunner {

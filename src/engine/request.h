@@ -50,6 +50,9 @@ struct Request {
   // [<= num_draft_tokens, capacity reserved at Submit] drafts this step verifies; while not
   // empty, kv may also hold rows of drafts the step rejects (Scheduler::DropRejectedDrafts).
   std::vector<TokenId> draft_tokens;
+  // A drafter's guesses for the next step, made after the last one (the MTP drafter's Observe),
+  // which its Propose hands out; capacity reserved at Submit.
+  std::vector<TokenId> next_drafts;
   std::optional<RadixCache::NodeHandle> locked_prefix;  // held while borrowing cached pages
   int cached_tokens = 0;                // prompt tokens the prefix cache served (first admission)
   bool admitted_once = false;

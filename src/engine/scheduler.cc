@@ -272,7 +272,7 @@ int Scheduler::Draft(Request& r, int budget) {
   const int most = int(std::min<int64_t>({options_.num_draft_tokens, budget, remaining - 1, room, coverable}));
   if (most <= 0) return 0;
   r.draft_tokens.resize(size_t(most));  // within the capacity reserved at Submit
-  r.draft_tokens.resize(size_t(options_.drafter->Propose(r.tokens, r.draft_tokens)));
+  r.draft_tokens.resize(size_t(options_.drafter->Propose(r, r.draft_tokens)));
   if (!r.draft_tokens.empty()) MLA_CHECK(r.kv->Reserve(1 + int(r.draft_tokens.size())).ok());
   return int(r.draft_tokens.size());
 }
@@ -298,6 +298,7 @@ void Scheduler::AddToPlan(Request* r, int num_new_tokens) {
 
 Scheduler::Outcome Scheduler::Schedule() {
   plan_.Clear();
+  plan_.return_hidden_states = options_.speculative() && options_.drafter->wants_hidden_states();
   planned_.clear();
   summary_ = {};
   if (waiting_.empty() && running_.empty()) return Outcome::kIdle;

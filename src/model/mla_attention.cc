@@ -14,10 +14,9 @@
 
 namespace mlaserve {
 
-void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, int layer_index, int n,
-                      std::span<const ForwardSegment> segments) {
+void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, const AttentionWeights& w, int layer_index,
+                      int n, std::span<const ForwardSegment> segments) {
   const ModelConfig& c = config_;
-  const AttentionWeights& w = weights_.layers[size_t(layer_index)].attn;
   Workspace& ws = workspace_;
   const KernelSet& k = *ctx.kernels;
   const int heads = local_heads_, nope = c.qk_nope_head_dim;  // this rank's heads

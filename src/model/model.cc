@@ -24,7 +24,8 @@ Model::Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWe
       weights_(std::move(weights)),
       pool_(num_threads),
       rope_(config_, max_context),
-      workspace_(config_, options.max_batch_tokens, max_context, num_threads, options.moe_block_tokens),
+      workspace_(config_, options.max_batch_tokens, max_context, num_threads, options.moe_block_tokens,
+                 weights_.has_mtp),
       token_positions_(size_t(options.max_batch_tokens)),
       token_segments_(size_t(options.max_batch_tokens)),
       parallel_tokens_(int(std::max<int64_t>(2, kParallelFloats / std::max(1, config_.hidden_size)))) {}
@@ -32,8 +33,8 @@ Model::Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWe
 namespace {
 
 // DeepSeek-V3/R1 checkpoints carry their multi-token-prediction (nextn) layers as
-// model.layers.{num_hidden_layers + k}.*. They are not bound, so their pages are never read; one
-// line says so (speculative decoding will use them).
+// model.layers.{num_hidden_layers + k}.*. Unless --speculative-algorithm NEXTN loads the first
+// (ModelOptions::load_mtp), they are not bound, so their pages are never read; one line says so.
 void LogSkippedMtpLayers(const ModelConfig& config, const Checkpoint& checkpoint) {
   const std::string prefix = config.tensor_prefix + "model.layers.";
   size_t num_tensors = 0, num_bytes = 0;
@@ -60,10 +61,12 @@ void LogSkippedMtpLayers(const ModelConfig& config, const Checkpoint& checkpoint
 // (A tensor-parallel rank's kv_b is a slice: its view points inside the tensor.)
 void ReleaseCopiedPages(const ModelWeights& weights, const Checkpoint& checkpoint) {
   std::vector<const std::byte*> in_use{static_cast<const std::byte*>(weights.embed.data)};
-  for (const LayerWeights& layer : weights.layers) {
+  auto keep_kv_b = [&](const LayerWeights& layer) {
     in_use.push_back(static_cast<const std::byte*>(layer.attn.kv_b.data));
     in_use.push_back(static_cast<const std::byte*>(layer.attn.kv_b.scales));
-  }
+  };
+  for (const LayerWeights& layer : weights.layers) keep_kv_b(layer);
+  if (weights.has_mtp) keep_kv_b(weights.mtp.block);
   std::sort(in_use.begin(), in_use.end());
   for (const auto& [name, view] : checkpoint.tensors()) {
     const std::byte* begin = view.data;
@@ -80,14 +83,17 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
   if (!config.ok()) return config.status();
   auto checkpoint = Checkpoint::Open(model_dir);
   if (!checkpoint.ok()) return checkpoint.status();
-  auto weights = BindWeights(*config, **checkpoint);
-  if (!weights.ok()) return weights.status();
   const TpShard shard{.rank = options.tp == nullptr ? 0 : options.tp->rank(),
                       .size = options.tp == nullptr ? 1 : options.tp->size()};
+  if (options.load_mtp && shard.size > 1) {
+    return Status::Error("the MTP layer (NEXTN speculative decoding) is not supported with tensor parallelism");
+  }
+  auto weights = BindWeights(*config, **checkpoint, options.load_mtp);
+  if (!weights.ok()) return weights.status();
   weights = ShardWeights(std::move(weights).value(), *config, shard);
   if (!weights.ok()) return weights.status();
   const size_t shard_bytes = HeldWeightBytes(*weights, *config);
-  LogSkippedMtpLayers(*config, **checkpoint);
+  if (!options.load_mtp) LogSkippedMtpLayers(*config, **checkpoint);
   if (options.max_batch_tokens <= 0) return Status::Error("max_batch_tokens must be positive");
   if (options.moe_block_tokens < 0) return Status::Error("moe_block_tokens must be 0 (by memory) or positive");
   int max_context = options.max_context > 0
@@ -139,26 +145,19 @@ void Model::ForTokenRanges(int n, FunctionRef<void(int begin, int end, int threa
   });
 }
 
-Status Model::Forward(const KernelSet& kernels, KvStorage& kv, std::span<const TokenId> tokens,
-                      std::span<const ForwardSegment> segments, LogitsMode mode, float* logits) {
-  const ComputeContext ctx{&kernels, &pool_, workspace_.gemm_activations};
+Status Model::CheckForwardCall(KvStorage& kv, int kv_layers, std::span<const TokenId> tokens,
+                               std::span<const ForwardSegment> segments) {
   const ModelConfig& c = config_;
-  Workspace& ws = workspace_;
   const int n = int(tokens.size());
-  const int64_t H = c.hidden_size;
-  if (n == 0) return Status::Ok();
-  if (n > ws.max_tokens) {
+  if (n > workspace_.max_tokens) {
     return Status::Error("forward of " + std::to_string(n) + " tokens exceeds max_batch_tokens " +
-                         std::to_string(ws.max_tokens));
+                         std::to_string(workspace_.max_tokens));
   }
-  // Validate everything before touching any KV.
   const KvStorageShape& po = kv.shape();
-  if (po.num_layers != c.num_hidden_layers || po.latent_dim != c.kv_lora_rank ||
-      po.rope_dim != c.qk_rope_head_dim) {
+  if (po.num_layers != kv_layers || po.latent_dim != c.kv_lora_rank || po.rope_dim != c.qk_rope_head_dim) {
     return Status::Error("KV pool shape does not match the model");
   }
-  const KvHostRows kv_rows = kv.HostRows();
-  if (kv_rows.empty()) return Status::Error("the KV storage has no rows in host memory to compute with");
+  if (kv.HostRows().empty()) return Status::Error("the KV storage has no rows in host memory to compute with");
   int covered = 0;
   for (size_t s = 0; s < segments.size(); ++s) {
     const ForwardSegment& seg = segments[s];
@@ -176,6 +175,7 @@ Status Model::Forward(const KernelSet& kernels, KvStorage& kv, std::span<const T
         return Status::Error("forward segment's KV page " + std::to_string(page) + " is outside the storage");
       }
     }
+    if (covered + seg.num_tokens > n) return Status::Error("forward segments do not cover the tokens");
     for (int i = 0; i < seg.num_tokens; ++i) {
       token_positions_[size_t(covered + i)] = seg.num_computed_tokens + i;
       token_segments_[size_t(covered + i)] = int32_t(s);
@@ -189,23 +189,98 @@ Status Model::Forward(const KernelSet& kernels, KvStorage& kv, std::span<const T
                            std::to_string(c.vocab_size) + ")");
     }
   }
+  return Status::Ok();
+}
+
+void Model::Embed(const KernelSet& k, std::span<const TokenId> tokens) {
+  const int64_t H = config_.hidden_size;
+  ForTokenRanges(int(tokens.size()), [&](int begin, int end, int) {
+    for (int t = begin; t < end; ++t) {
+      float* row = workspace_.hidden.data() + t * H;
+      std::fill(row, row + H, 0.0f);
+      k.axpy_row(1.0f, weights_.embed, tokens[size_t(t)], row);
+    }
+  });
+}
+
+void Model::DecoderLayer(const ComputeContext& ctx, const KvHostRows& kv, const LayerWeights& layer, int kv_layer,
+                         int n, std::span<const ForwardSegment> segments, const float* next_norm) {
+  Workspace& ws = workspace_;
+  const KernelSet& k = *ctx.kernels;
+  const int64_t H = config_.hidden_size;
+  const double eps = config_.rms_norm_eps;
+  if (timings_ == nullptr) {
+    Attention(ctx, kv, layer.attn, kv_layer, n, segments);
+  } else {
+    const auto start = std::chrono::steady_clock::now();
+    Attention(ctx, kv, layer.attn, kv_layer, n, segments);
+    timings_->attention_ns +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  }
+  // Each residual add is fused with the norm that follows it: hidden += proj; normed =
+  // rms_norm(hidden) (after the last layer, the caller's norm).
+  ForTokenRanges(n, [&](int begin, int end, int) {
+    for (int t = begin; t < end; ++t) {
+      k.add_rms_norm(ws.hidden.data() + t * H, ws.proj.data() + t * H, layer.post_attn_norm.data(), H, eps,
+                     ws.normed.data() + t * H);
+    }
+  });
+  if (layer.is_moe) {
+    Moe(ctx, layer.moe, n);
+  } else {
+    DenseMlp(ctx, layer.mlp, n, ws.proj.data());
+  }
+  ForTokenRanges(n, [&](int begin, int end, int) {
+    for (int t = begin; t < end; ++t) {
+      float* row = ws.hidden.data() + t * H;
+      const float* add = ws.proj.data() + t * H;
+      if (next_norm == nullptr) {
+        for (int64_t i = 0; i < H; ++i) row[i] += add[i];
+      } else {
+        k.add_rms_norm(row, add, next_norm, H, eps, ws.normed.data() + t * H);
+      }
+    }
+  });
+}
+
+int Model::NormOutputRows(const KernelSet& k, const float* norm, int n, std::span<const ForwardSegment> segments,
+                          LogitsMode mode) {
+  Workspace& ws = workspace_;
+  const int64_t H = config_.hidden_size;
+  ForTokenRanges(n, [&](int begin, int end, int) {
+    for (int t = begin; t < end; ++t) {
+      k.rms_norm(ws.hidden.data() + t * H, norm, H, config_.rms_norm_eps, ws.normed.data() + t * H);
+    }
+  });
+  int num_out = 0;
+  for (int t = 0; t < n; ++t) {
+    const bool last_of_segment = t + 1 == n || token_segments_[size_t(t + 1)] != token_segments_[size_t(t)];
+    if (mode == LogitsMode::kAllTokens || last_of_segment || segments[size_t(token_segments_[size_t(t)])].all_logits) {
+      std::copy_n(ws.normed.data() + t * H, H, ws.last_hidden.data() + num_out * H);
+      ++num_out;
+    }
+  }
+  return num_out;
+}
+
+Status Model::Forward(const KernelSet& kernels, KvStorage& kv, std::span<const TokenId> tokens,
+                      std::span<const ForwardSegment> segments, LogitsMode mode, float* logits) {
+  const ComputeContext ctx{&kernels, &pool_, workspace_.gemm_activations};
+  const ModelConfig& c = config_;
+  Workspace& ws = workspace_;
+  const int n = int(tokens.size());
+  const int64_t H = c.hidden_size;
+  if (n == 0) return Status::Ok();
+  // Validate everything before touching any KV.
+  MLA_RETURN_IF_ERROR(CheckForwardCall(kv, c.num_hidden_layers, tokens, segments));
+  const KvHostRows kv_rows = kv.HostRows();
 
   if (timings_ != nullptr) ++timings_->forward_calls;
   // Tensor parallelism: the workers compute the same call on their shards (RunTpWorker).
   if (tp_ != nullptr && tp_->rank() == 0) BroadcastForwardCall(kernels, kv, tokens, segments, mode);
 
-  // Embedding lookup: one row per token, converted to fp32.
   const KernelSet& k = *ctx.kernels;
-  ForTokenRanges(n, [&](int begin, int end, int) {
-    for (int t = begin; t < end; ++t) {
-      float* row = ws.hidden.data() + t * H;
-      std::fill(row, row + H, 0.0f);
-      k.axpy_row(1.0f, weights_.embed, tokens[size_t(t)], row);
-    }
-  });
-
-  // Each residual add is fused with the norm that follows it: hidden += proj; normed =
-  // rms_norm(hidden) (the last layer's add is followed by the final norm of some rows only).
+  Embed(k, tokens);
   const double eps = c.rms_norm_eps;
   ForTokenRanges(n, [&](int begin, int end, int) {
     for (int t = begin; t < end; ++t) {
@@ -213,52 +288,13 @@ Status Model::Forward(const KernelSet& kernels, KvStorage& kv, std::span<const T
     }
   });
   for (int l = 0; l < c.num_hidden_layers; ++l) {
-    const LayerWeights& layer = weights_.layers[size_t(l)];
-    if (timings_ == nullptr) {
-      Attention(ctx, kv_rows, l, n, segments);
-    } else {
-      const auto start = std::chrono::steady_clock::now();
-      Attention(ctx, kv_rows, l, n, segments);
-      timings_->attention_ns +=
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
-    }
-    ForTokenRanges(n, [&](int begin, int end, int) {
-      for (int t = begin; t < end; ++t) {
-        k.add_rms_norm(ws.hidden.data() + t * H, ws.proj.data() + t * H, layer.post_attn_norm.data(), H, eps,
-                       ws.normed.data() + t * H);
-      }
-    });
-    if (layer.is_moe) {
-      Moe(ctx, layer.moe, n);
-    } else {
-      DenseMlp(ctx, layer.mlp, n, ws.proj.data());
-    }
     const bool last = l + 1 == c.num_hidden_layers;
-    const float* next_norm = last ? nullptr : weights_.layers[size_t(l + 1)].input_norm.data();
-    ForTokenRanges(n, [&](int begin, int end, int) {
-      for (int t = begin; t < end; ++t) {
-        float* row = ws.hidden.data() + t * H;
-        const float* add = ws.proj.data() + t * H;
-        if (last) {
-          for (int64_t i = 0; i < H; ++i) row[i] += add[i];
-        } else {
-          k.add_rms_norm(row, add, next_norm, H, eps, ws.normed.data() + t * H);
-        }
-      }
-    });
+    DecoderLayer(ctx, kv_rows, weights_.layers[size_t(l)], l, n, segments,
+                 last ? nullptr : weights_.layers[size_t(l + 1)].input_norm.data());
   }
 
-  // Final norm and lm_head, only for the rows whose logits are wanted.
-  int num_out = 0;
-  for (int t = 0; t < n; ++t) {
-    const bool last_of_segment =
-        t + 1 == n || token_segments_[size_t(t + 1)] != token_segments_[size_t(t)];
-    if (mode == LogitsMode::kAllTokens || last_of_segment ||
-        segments[size_t(token_segments_[size_t(t)])].all_logits) {
-      k.rms_norm(ws.hidden.data() + t * H, weights_.final_norm.data(), H, eps, ws.last_hidden.data() + num_out * H);
-      ++num_out;
-    }
-  }
+  // Final norm (every token: all_hidden_rows), then lm_head for the rows whose logits are wanted.
+  const int num_out = NormOutputRows(k, weights_.final_norm.data(), n, segments, mode);
   if (tp_ != nullptr) {
     ShardedLogits(ctx, num_out, logits);  // only rank 0 receives them
   } else {

@@ -32,6 +32,9 @@ struct ModelOptions {
   // Tokens per block of the routed experts (workspace.h kMoeBlockBytes); 0: by memory. Tests set
   // it to run the blocked path on small models.
   int moe_block_tokens = 0;
+  // Also loads the checkpoint's first MTP (NEXTN) layer for ForwardMtp; an error if the config
+  // declares none (num_nextn_predict_layers 0), and refused under tensor parallelism.
+  bool load_mtp = false;
   // Tensor parallelism (model/tensor_parallel.h): this process is rank tp->rank() of
   // tp->size() and loads only its shard. Borrowed, must outlive the model; nullptr: one rank.
   TpCollectives* tp = nullptr;
@@ -91,6 +94,17 @@ class Model {
   // through its HostRows view, resolved once per call.
   Status Forward(const KernelSet& kernels, KvStorage& kv, std::span<const TokenId> tokens,
                  std::span<const ForwardSegment> segments, LogitsMode mode, float* logits);
+  // The MTP (NEXTN) layer (ModelOptions::load_mtp; docs/architecture.md, "MTP drafts"). Token i
+  // of the call, at position p of its segment, is the pair (prev_hidden row i, tokens[i]): the
+  // final-normed hidden state at position p (the target's, all_hidden_rows, or the MTP's own
+  // for a chained draft) and the token at position p + 1; its logits predict the token at p + 2.
+  // mtp_kv: the MTP layer's own cache, one layer, indexed by the segments' pages like Forward's.
+  // Logits rows as Forward; last_hidden_rows then holds the MTP's shared_head-normed rows.
+  // prev_hidden [tokens.size(), hidden_size] may not alias the model's buffers.
+  bool has_mtp() const { return weights_.has_mtp; }
+  Status ForwardMtp(const KernelSet& kernels, KvStorage& mtp_kv, std::span<const TokenId> tokens,
+                    std::span<const float> prev_hidden, std::span<const ForwardSegment> segments, LogitsMode mode,
+                    float* logits);
   // Ranks 1.. of a tensor-parallel job: runs rank 0's Forward calls (broadcast by its Forward,
   // with the arguments it was given) on this rank's shard, each KV storage of rank 0 mirrored by
   // one of the same shape here, until rank 0 stops the workers (TpCollectives::StopWorkers).
@@ -100,9 +114,14 @@ class Model {
   // default: then no clock is read). Not thread-safe: set it between Forward calls.
   void set_timings(ForwardTimings* timings) { timings_ = timings; }
   // The final-normed hidden state of each logits row of the last Forward, [rows, hidden_size]
-  // (what lm_head multiplied); valid until the next Forward.
+  // (what lm_head multiplied); valid until the next Forward or ForwardMtp.
   std::span<const float> last_hidden_rows(int num_rows) const {
     return std::span(workspace_.last_hidden).first(size_t(num_rows) * size_t(config_.hidden_size));
+  }
+  // The final-normed hidden state of every token of the last Forward (or ForwardMtp), in call
+  // order, [num_tokens, hidden_size]; valid until the next Forward or ForwardMtp.
+  std::span<const float> all_hidden_rows(int num_tokens) const {
+    return std::span(workspace_.normed).first(size_t(num_tokens) * size_t(config_.hidden_size));
   }
 
  private:
@@ -111,9 +130,24 @@ class Model {
 
   // tensor_parallel_forward.cc: the shard's heads, experts, gather sizes and buffers.
   void SetUpTensorParallel(TpCollectives* tp, size_t shard_weight_bytes);
+  // Validates a call's arguments against a storage of kv_layers layers, before any KV row is
+  // touched, and fills token_positions_ and token_segments_.
+  Status CheckForwardCall(KvStorage& kv, int kv_layers, std::span<const TokenId> tokens,
+                          std::span<const ForwardSegment> segments);
+  // ws.hidden rows = the tokens' embeddings, in fp32.
+  void Embed(const KernelSet& k, std::span<const TokenId> tokens);
+  // One decoder layer on ws.hidden, whose rows ws.normed holds normalised by layer.input_norm;
+  // its cache rows are layer kv_layer of kv. Leaves ws.normed = rms_norm(hidden) * next_norm
+  // (nullptr: the caller normalises; hidden is updated either way).
+  void DecoderLayer(const ComputeContext& ctx, const KvHostRows& kv, const LayerWeights& layer, int kv_layer, int n,
+                    std::span<const ForwardSegment> segments, const float* next_norm);
+  // ws.normed = rms_norm(hidden) * norm for every token; the rows whose logits are wanted are
+  // copied to ws.last_hidden in order. Returns their count.
+  int NormOutputRows(const KernelSet& k, const float* norm, int n, std::span<const ForwardSegment> segments,
+                     LogitsMode mode);
   // mla_attention.cc: projections, the cache rows, then each segment in its form, then o_proj.
-  void Attention(const ComputeContext& ctx, const KvHostRows& kv, int layer, int num_tokens,
-                 std::span<const ForwardSegment> segments);
+  void Attention(const ComputeContext& ctx, const KvHostRows& kv, const AttentionWeights& w, int kv_layer,
+                 int num_tokens, std::span<const ForwardSegment> segments);
   // mla_decode_attention.cc: the absorbed form for `tokens` (indices into the step), split along
   // the KV length; q_lat, then o_lat of those tokens.
   void AbsorbQueries(const KernelSet& k, const AttentionWeights& w, std::span<const int32_t> tokens);

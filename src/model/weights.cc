@@ -228,34 +228,56 @@ MoeWeights BindMoe(Binder& b, const ModelConfig& c, const std::string& p) {
 
 namespace {
 
-ModelWeights BindAll(Binder& b, const ModelConfig& c) {
+LayerWeights BindLayer(Binder& b, const ModelConfig& c, int index) {
+  const std::string p = "model.layers." + std::to_string(index) + ".";
+  LayerWeights layer;
+  layer.input_norm = b.Vector(p + "input_layernorm.weight", c.hidden_size);
+  layer.post_attn_norm = b.Vector(p + "post_attention_layernorm.weight", c.hidden_size);
+  layer.attn = BindAttention(b, c, p + "self_attn.");
+  layer.is_moe = c.IsMoeLayer(index);
+  if (layer.is_moe) {
+    layer.moe = BindMoe(b, c, p + "mlp.");
+  } else {
+    layer.mlp = b.Mlp(p + "mlp", c.hidden_size, c.intermediate_size);
+  }
+  return layer;
+}
+
+MtpWeights BindMtp(Binder& b, const ModelConfig& c) {
+  const int index = c.num_hidden_layers;
+  const std::string p = "model.layers." + std::to_string(index) + ".";
+  MtpWeights m;
+  m.enorm = b.Vector(p + "enorm.weight", c.hidden_size);
+  m.hnorm = b.Vector(p + "hnorm.weight", c.hidden_size);
+  m.eh_proj = b.Matrix(p + "eh_proj.weight", c.hidden_size, 2 * int64_t(c.hidden_size));
+  m.block = BindLayer(b, c, index);
+  m.head_norm = b.Vector(p + "shared_head.norm.weight", c.hidden_size);
+  return m;
+}
+
+ModelWeights BindAll(Binder& b, const ModelConfig& c, bool with_mtp) {
   ModelWeights w;
   w.embed = b.Matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size);
   w.lm_head = c.tie_word_embeddings ? w.embed
                                     : b.Matrix("lm_head.weight", c.vocab_size, c.hidden_size);
   w.final_norm = b.Vector("model.norm.weight", c.hidden_size);
-  w.layers.resize(size_t(c.num_hidden_layers));
-  for (int i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    LayerWeights& layer = w.layers[size_t(i)];
-    layer.input_norm = b.Vector(p + "input_layernorm.weight", c.hidden_size);
-    layer.post_attn_norm = b.Vector(p + "post_attention_layernorm.weight", c.hidden_size);
-    layer.attn = BindAttention(b, c, p + "self_attn.");
-    layer.is_moe = c.IsMoeLayer(i);
-    if (layer.is_moe) {
-      layer.moe = BindMoe(b, c, p + "mlp.");
-    } else {
-      layer.mlp = b.Mlp(p + "mlp", c.hidden_size, c.intermediate_size);
-    }
+  w.layers.reserve(size_t(c.num_hidden_layers));
+  for (int i = 0; i < c.num_hidden_layers; ++i) w.layers.push_back(BindLayer(b, c, i));
+  if (with_mtp) {
+    w.has_mtp = true;
+    w.mtp = BindMtp(b, c);
   }
   return w;
 }
 
 }  // namespace
 
-Result<ModelWeights> BindWeights(const ModelConfig& c, const Checkpoint& checkpoint) {
+Result<ModelWeights> BindWeights(const ModelConfig& c, const Checkpoint& checkpoint, bool with_mtp) {
+  if (with_mtp && c.num_nextn_predict_layers <= 0) {
+    return Status::Error("the checkpoint has no MTP layer (config.json: num_nextn_predict_layers is 0)");
+  }
   Binder b(&checkpoint, c.tensor_prefix, c.quant);
-  ModelWeights w = BindAll(b, c);
+  ModelWeights w = BindAll(b, c, with_mtp);
   if (!b.status().ok()) return b.status();
   return w;
 }
@@ -264,25 +286,33 @@ namespace {
 
 // Every matrix MatMul reads, in a fixed order.
 template <typename Visit>
+void ForEachLayerMatrix(LayerWeights& layer, Visit&& visit) {
+  AttentionWeights& a = layer.attn;
+  for (WeightMatrix* m : {&a.q_a, &a.q_b, &a.q_proj, &a.kv_a, &a.o_proj}) {
+    if (m->data != nullptr) visit(*m);
+  }
+  auto mlp = [&](MlpWeights& m) {
+    for (WeightMatrix* x : {&m.gate, &m.up, &m.down}) {
+      if (x->data != nullptr) visit(*x);  // (another tensor-parallel rank's expert: empty)
+    }
+  };
+  if (layer.is_moe) {
+    visit(layer.moe.router);
+    for (MlpWeights& e : layer.moe.experts) mlp(e);
+    if (layer.moe.has_shared) mlp(layer.moe.shared);
+  } else {
+    mlp(layer.mlp);
+  }
+}
+
+// Every matrix MatMul reads, in a fixed order.
+template <typename Visit>
 void ForEachMatMulMatrix(ModelWeights& w, Visit&& visit) {
   visit(w.lm_head);
-  for (LayerWeights& layer : w.layers) {
-    AttentionWeights& a = layer.attn;
-    for (WeightMatrix* m : {&a.q_a, &a.q_b, &a.q_proj, &a.kv_a, &a.o_proj}) {
-      if (m->data != nullptr) visit(*m);
-    }
-    auto mlp = [&](MlpWeights& m) {
-      for (WeightMatrix* x : {&m.gate, &m.up, &m.down}) {
-        if (x->data != nullptr) visit(*x);  // (another tensor-parallel rank's expert: empty)
-      }
-    };
-    if (layer.is_moe) {
-      visit(layer.moe.router);
-      for (MlpWeights& e : layer.moe.experts) mlp(e);
-      if (layer.moe.has_shared) mlp(layer.moe.shared);
-    } else {
-      mlp(layer.mlp);
-    }
+  for (LayerWeights& layer : w.layers) ForEachLayerMatrix(layer, visit);
+  if (w.has_mtp) {
+    visit(w.mtp.eh_proj);
+    ForEachLayerMatrix(w.mtp.block, visit);
   }
 }
 
@@ -302,10 +332,10 @@ void PackWeights(ModelWeights& w, ThreadPool& pool, const std::function<void(con
   });
 }
 
-std::vector<TensorSpec> ListWeightTensors(const ModelConfig& c) {
+std::vector<TensorSpec> ListWeightTensors(const ModelConfig& c, bool with_mtp) {
   std::vector<TensorSpec> specs;
   Binder b(nullptr, c.tensor_prefix, c.quant, &specs);
-  BindAll(b, c);
+  BindAll(b, c, with_mtp && c.num_nextn_predict_layers > 0);
   return specs;
 }
 

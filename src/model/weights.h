@@ -52,6 +52,18 @@ struct LayerWeights {
   MoeWeights moe;  // MoE layers
 };
 
+// DeepSeek-V3's multi-token-prediction (NEXTN) layer, model.layers.{num_hidden_layers}.*: it
+// predicts the token after next from the target's final-normed hidden state h_j and the token
+// t_{j+1} (docs/architecture.md, "MTP drafts"). It shares the embedding and lm_head with the
+// model (the checkpoint's copies, embed_tokens and shared_head.head, are not read).
+struct MtpWeights {
+  std::vector<float> enorm;      // [hidden] on the embedding of t_{j+1}
+  std::vector<float> hnorm;      // [hidden] on h_j
+  WeightMatrix eh_proj;          // [hidden, 2 * hidden]: input [enorm(embed) | hnorm(h)]
+  LayerWeights block;            // a decoder layer, MoE or dense as layer num_hidden_layers would be
+  std::vector<float> head_norm;  // [hidden] shared_head.norm, before lm_head
+};
+
 struct ModelWeights {
   // Owns the packed copies of every matrix the matmul kernels read (see PackWeights).
   std::vector<std::byte> packed_storage;
@@ -59,9 +71,12 @@ struct ModelWeights {
   WeightMatrix lm_head;  // [vocab, hidden] (the embedding when tie_word_embeddings)
   std::vector<float> final_norm;  // [hidden]
   std::vector<LayerWeights> layers;
+  bool has_mtp = false;  // mtp is bound (BindWeights with_mtp)
+  MtpWeights mtp;
 };
 
-Result<ModelWeights> BindWeights(const ModelConfig& config, const Checkpoint& checkpoint);
+// with_mtp: also binds the first MTP layer (the config must declare num_nextn_predict_layers > 0).
+Result<ModelWeights> BindWeights(const ModelConfig& config, const Checkpoint& checkpoint, bool with_mtp = false);
 
 // Copies every matrix that goes through MatMul (all but the embedding and kv_b_proj, which are
 // read by rows) into panels of kPanelRows rows, in their dtype, owned by weights.packed_storage,
@@ -71,12 +86,13 @@ Result<ModelWeights> BindWeights(const ModelConfig& config, const Checkpoint& ch
 void PackWeights(ModelWeights& weights, ThreadPool& pool,
                  const std::function<void(const WeightMatrix&)>& after_each = {});
 
-// Every tensor BindWeights reads for `config`, with its shape (for writing checkpoints).
+// Every tensor BindWeights reads for `config` (with_mtp: and the MTP layer's, which the config
+// must declare), with its shape (for writing checkpoints).
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
 };
-std::vector<TensorSpec> ListWeightTensors(const ModelConfig& config);
+std::vector<TensorSpec> ListWeightTensors(const ModelConfig& config, bool with_mtp = false);
 
 // Converts a 1-D tensor (any float dtype) to fp32.
 std::vector<float> TensorToF32(const TensorView& t);

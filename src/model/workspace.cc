@@ -7,7 +7,7 @@
 
 namespace mlaserve {
 
-Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads, int block_tokens)
+Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads, int block_tokens, bool with_mtp)
     : max_tokens(n), max_context(context) {
   const size_t N = size_t(n), H = size_t(c.hidden_size), heads = size_t(c.num_attention_heads);
   const size_t L = size_t(c.kv_lora_rank), row = size_t(c.kv_cache_dim());
@@ -51,6 +51,7 @@ Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads, 
   expert_tokens.resize(slots);
   expert_token_weights.resize(slots);
   last_hidden.resize(N * H);
+  if (with_mtp) mtp_input.resize(N * 2 * H);
   kv_tile.resize(size_t(num_threads) * kKvTileRows * row);
   q_lat_t.resize(size_t(num_threads) * row * size_t(ScoreColumns(int(heads))));
   tile_scores.resize(size_t(num_threads) * kKvTileRows * size_t(ScoreColumns(int(heads))));
@@ -74,9 +75,9 @@ Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads, 
   mha_scores.resize(threads * B * C);
   router_scratch.resize(size_t(num_threads) * (2 * experts + size_t(std::max(1, c.n_group))));
   // The widest input any packed matmul reads: hidden (projections, experts, lm_head), q_lora,
-  // heads * v (o_proj) or an MLP's intermediate (down).
+  // heads * v (o_proj), an MLP's intermediate (down) or the MTP's 2 * hidden (eh_proj).
   const int64_t max_cols = std::max({int64_t(H), int64_t(c.q_lora_rank), int64_t(heads) * c.v_head_dim,
-                                     int64_t(max_inter)});
+                                     int64_t(max_inter), with_mtp ? 2 * int64_t(H) : 0});
   gemm_activations.resize(size_t(GemmScratchFloats(n, max_cols, num_threads)));
 }
 

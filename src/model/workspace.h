@@ -62,7 +62,9 @@ struct MlpTile {
 
 struct Workspace {
   // moe_block_tokens: 0 for the default (see kMoeBlockBytes).
-  Workspace(const ModelConfig& c, int max_tokens, int max_context, int num_threads, int moe_block_tokens = 0);
+  // with_mtp: also the MTP layer's input (mtp_input) and its eh_proj product.
+  Workspace(const ModelConfig& c, int max_tokens, int max_context, int num_threads, int moe_block_tokens = 0,
+            bool with_mtp = false);
 
   int max_tokens;
   int max_context;
@@ -96,6 +98,7 @@ struct Workspace {
   std::vector<int32_t> expert_tokens;   // [B * top_k] token index, grouped by expert
   std::vector<float> expert_token_weights;  // [B * top_k]
   std::vector<float> last_hidden;   // [N, H] rows whose logits are wanted
+  std::vector<float> mtp_input;     // [N, 2H] the MTP layer's [enorm(embed) | hnorm(h)] (with_mtp)
   std::vector<float> kv_tile;       // [threads, kKvTileRows, L + R] dequantized cache rows
   std::vector<float> q_lat_t;       // [threads, L + R, heads] a token's absorbed query, transposed
   std::vector<float> tile_scores;   // [threads, kKvTileRows, heads]

@@ -58,7 +58,7 @@ TEST(CpuModelRunner, ExecutesAPlanAsEachSequenceRunsAlone) {
   ASSERT_TRUE(out.ok()) << out.error();
   const size_t vocab = size_t(c.vocab_size);
   ASSERT_EQ(out->logits.size(), 10 * vocab);
-  ASSERT_EQ(out->hidden_states.size(), 10 * size_t(c.hidden_size));
+  ASSERT_EQ(out->hidden_states.size(), (20 + 9) * size_t(c.hidden_size));  // every token's
 
   auto solo = [&](const std::vector<TokenId>& prompt) {
     auto r = SequenceRunner::Create(**model, DefaultKernels(), {.kv_format = KvFormat::kBF16});

@@ -11,7 +11,7 @@ namespace {
 
 std::vector<TokenId> Propose(NgramDrafter& drafter, const std::vector<TokenId>& history, int k) {
   std::vector<TokenId> draft(size_t(k), -1);
-  const int n = drafter.Propose(history, draft);
+  const int n = drafter.Lookup(history, draft);
   EXPECT_GE(n, 0);
   EXPECT_LE(n, k);
   draft.resize(size_t(n));

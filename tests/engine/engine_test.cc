@@ -14,6 +14,7 @@
 
 #include "engine/cpu_model_runner.h"
 #include "engine/drafter.h"
+#include "engine/mtp_drafter.h"
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
 #include "support/greedy_request.h"
@@ -422,20 +423,33 @@ struct SpecRun {
   double accept_length = 0;  // tokens appended per verify step, over the whole run
 };
 
-// Runs `requests` on one engine (stepped here) until all finish, with prompt-lookup drafts when
-// num_draft_tokens > 0. Afterwards every page must be back: the requests' own on finishing, the
-// prefix cache's on a flush.
+enum class Drafts { kNgram, kMtp };
+
+// Runs `requests` on one engine (stepped here) until all finish, with drafts when
+// num_draft_tokens > 0: prompt lookup, or the model's MTP layer (which it must have loaded).
+// Afterwards every page must be back: the requests' own on finishing, the prefix cache's on a flush.
 SpecRun RunTogether(Model& model, const std::vector<GenerateRequest>& requests, int num_draft_tokens,
-                    int64_t pool_tokens, const Tokenizer* tokenizer, EngineOptions o = {}) {
+                    int64_t pool_tokens, const Tokenizer* tokenizer, EngineOptions o = {},
+                    Drafts drafts = Drafts::kNgram) {
   const ModelConfig& c = model.config();
-  auto storage = HostKvStorage::Create({.format = KvFormat::kBF16, .num_layers = c.num_hidden_layers,
-                                        .latent_dim = c.kv_lora_rank, .rope_dim = c.qk_rope_head_dim,
-                                        .page_size = 16, .num_pages = pool_tokens / 16});
+  const KvStorageShape shape{.format = KvFormat::kBF16, .num_layers = c.num_hidden_layers,
+                             .latent_dim = c.kv_lora_rank, .rope_dim = c.qk_rope_head_dim,
+                             .page_size = 16, .num_pages = pool_tokens / 16};
+  auto storage = HostKvStorage::Create(shape);
   auto allocator = PageAllocator::Create(16, pool_tokens / 16);
   EXPECT_TRUE(storage.ok() && allocator.ok());
-  NgramDrafter drafter;
+  NgramDrafter ngram;
+  std::unique_ptr<HostKvStorage> mtp_kv;
+  std::unique_ptr<MtpDrafter> mtp;
+  if (drafts == Drafts::kMtp) {
+    KvStorageShape one_layer = shape;
+    one_layer.num_layers = 1;
+    mtp_kv = std::move(HostKvStorage::Create(one_layer)).value();
+    mtp = std::make_unique<MtpDrafter>(model, DefaultKernels(), *mtp_kv, num_draft_tokens);
+  }
   o.log_batches = false;
-  o.drafter = num_draft_tokens > 0 ? &drafter : nullptr;
+  Drafter* drafter = drafts == Drafts::kMtp ? static_cast<Drafter*>(mtp.get()) : &ngram;
+  o.drafter = num_draft_tokens > 0 ? drafter : nullptr;
   o.num_draft_tokens = num_draft_tokens;
   CpuModelRunner runner(model, DefaultKernels(), **storage);
   Engine engine(runner, **allocator, o, tokenizer);
@@ -624,6 +638,79 @@ TEST_F(EngineTest, SpeculativeSamplingDrawsThePlainTokensAloneAndInABusyBatch) {
   EXPECT_GT(crowded.stats.num_retracted_requests_total, 0);
   std::printf("[ speculative ] 3 sampled requests alone, k=4: %lld drafts accepted; crowded: %lld retractions\n",
               (long long)accepted, (long long)crowded.stats.num_retracted_requests_total);
+}
+
+
+// ---- MTP (NEXTN) drafts ---------------------------------------------------------------------
+
+const std::string kMtpModel = kModel;
+
+class MtpEngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto m = Model::Load(kMtpModel, ModelOptions{.max_batch_tokens = 256, .max_context = 512, .deterministic = true,
+                                                 .load_mtp = true});
+    ASSERT_TRUE(m.ok()) << m.error();
+    model_ = std::move(m).value().release();
+  }
+  static void TearDownTestSuite() { delete model_; }
+  static Model* model_;
+};
+Model* MtpEngineTest::model_ = nullptr;
+
+std::vector<GenerateRequest> ShakespearePrompts(const Tokenizer& tokenizer, int count, int max_new) {
+  const char* texts[] = {"ROMEO:\n", "JULIET:\n", "First Citizen:\n", "KING HENRY:\n",
+                         "To be, or not", "The quality of mercy", "HAMLET:\n", "MENENIUS:\n"};
+  std::vector<GenerateRequest> out;
+  for (int i = 0; i < count; ++i) {
+    auto prompt = tokenizer.Encode(texts[i % 8], /*add_bos=*/true);
+    EXPECT_TRUE(prompt.ok());
+    out.push_back(Greedy("q" + std::to_string(i), *prompt, max_new - 7 * (i % 5)));
+  }
+  return out;
+}
+
+TEST_F(MtpEngineTest, GreedyAloneAndInABatchMatchesPlainDecoding) {
+  auto tokenizer = Tokenizer::FromDirectory(kMtpModel);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.error();
+  for (int count : {1, 8}) {
+    const std::vector<GenerateRequest> requests = ShakespearePrompts(*tokenizer, count, 100);
+    const SpecRun plain = RunTogether(*model_, requests, 0, 4096, &*tokenizer);
+    const SpecRun speculative = RunTogether(*model_, requests, 3, 4096, &*tokenizer, {}, Drafts::kMtp);
+    ExpectSameOutputs(plain, speculative);
+    EXPECT_GT(speculative.stats.spec_verify_steps_total, 0);
+    EXPECT_LE(speculative.stats.spec_accepted_tokens_total, speculative.stats.spec_draft_tokens_total);
+    std::printf("[ mtp ] %d request(s), 3 steps: accept len %.2f (%lld drafts accepted of %lld)\n", count,
+                speculative.accept_length, (long long)speculative.stats.spec_accepted_tokens_total,
+                (long long)speculative.stats.spec_draft_tokens_total);
+  }
+}
+
+TEST_F(MtpEngineTest, UnderMemoryPressureWithSampledRequestsMatchesAndLeaksNoPage) {
+  // Chunked prefill (the MTP layer follows each chunk), the prefix cache (its pages carry MTP
+  // rows), retraction, and sampled requests among greedy ones.
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 24; ++i) {
+    std::vector<TokenId> prompt{0};
+    for (int t = 1; t < 30 + (i * 37) % 70; ++t) {
+      prompt.push_back(TokenId(1 + CounterUniform(i % 2 == 0 ? 1000 : uint64_t(i), uint64_t(t)) * 2000));
+    }
+    GenerateRequest r = Greedy("m" + std::to_string(i), prompt, 40 + (i * 13) % 60);
+    if (i % 3 == 1) {
+      r.sampling.temperature = 0.8f;
+      r.sampling.top_k = 40;
+      r.sampling.seed = uint64_t(100 + i);
+    }
+    requests.push_back(std::move(r));
+  }
+  EngineOptions o;
+  o.chunked_prefill_size = 48;
+  o.schedule_conservativeness = 0.2;
+  const SpecRun plain = RunTogether(*model_, requests, 0, 1024, nullptr, o);
+  const SpecRun speculative = RunTogether(*model_, requests, 2, 1024, nullptr, o, Drafts::kMtp);
+  ExpectSameOutputs(plain, speculative);
+  EXPECT_GT(speculative.stats.num_retracted_requests_total, 0);
+  EXPECT_GT(speculative.stats.spec_verify_steps_total, 0);
 }
 
 }  // namespace

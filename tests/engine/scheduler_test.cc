@@ -282,8 +282,8 @@ TEST(Scheduler, AFailedExecuteAbortsItsBatchAndLeavesNoPagesBehind) {
 // step with three or more drafts accepts exactly two.
 class ScriptDrafter final : public Drafter {
  public:
-  int Propose(std::span<const TokenId> tokens, std::span<TokenId> draft) override {
-    context_.assign(tokens.begin(), tokens.end());  // a test drafter may allocate
+  int Propose(const Request& r, std::span<TokenId> draft) override {
+    context_.assign(r.tokens.begin(), r.tokens.end());  // a test drafter may allocate
     for (size_t i = 0; i < draft.size(); ++i) {
       const TokenId next = FakeModelRunner::NextToken(context_, kVocab);
       draft[i] = i == 2 ? (next + 1) % kVocab : next;

@@ -66,7 +66,7 @@ class MarkovRunner final : public ModelRunner {
 class FixedDrafter final : public Drafter {
  public:
   explicit FixedDrafter(TokenId token) : token_(token) {}
-  int Propose(std::span<const TokenId>, std::span<TokenId> draft) override {
+  int Propose(const Request&, std::span<TokenId> draft) override {
     std::fill(draft.begin(), draft.end(), token_);
     return int(draft.size());
   }

@@ -494,8 +494,55 @@ TEST(Serve, DraftTokensWithoutAnAlgorithmAreRefused) {
   auto r = testing::RunMlaserve("serve --model-path " + testing::ShellQuote(kModel) +
                                 " --port 0 --speculative-num-draft-tokens 3");
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("--speculative-num-draft-tokens needs --speculative-algorithm NGRAM"), std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("need --speculative-algorithm (speculative decoding is off)"), std::string::npos) << r.err;
+}
+
+// NEXTN drafts from the checkpoint's MTP layer: the same greedy text as a plain server, drafts
+// accepted, SGLang's settings reported; settings it does not implement are refused by name.
+TEST(Serve, NextnSpeculationGivesThePlainServersGreedyText) {
+  ServerProcess plain;
+  ServerProcess speculative({"--speculative-algorithm", "NEXTN", "--speculative-num-steps", "2",
+                             "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3",
+                             "--decode-log-interval", "1"});
+  ASSERT_TRUE(plain.running()) << plain.log();
+  ASSERT_TRUE(speculative.running()) << speculative.log();
+  const std::string body = R"({"model": "bard", "prompt": "ROMEO:", "max_tokens": 96, "temperature": 0})";
+  const auto a = Post(plain, "/v1/completions", body), b = Post(speculative, "/v1/completions", body);
+  ASSERT_EQ(a.status_code, 200) << a.body;
+  ASSERT_EQ(b.status_code, 200) << b.body;
+  EXPECT_EQ(json::parse(b.body)["choices"][0]["text"], json::parse(a.body)["choices"][0]["text"]);
+  const auto info = HttpClient().Request("GET", speculative.Url("/get_server_info"), "", {}, 10000);
+  ASSERT_TRUE(info.ok());
+  const json server_info = json::parse(info->body);
+  EXPECT_EQ(server_info["speculative_algorithm"], "NEXTN");
+  EXPECT_EQ(server_info["speculative_num_steps"], 2);
+  EXPECT_EQ(server_info["speculative_num_draft_tokens"], 3);
+  const std::regex accept(R"(accept len: ([0-9.]+))");
+  const std::string log = speculative.log();
+  double best = 0;
+  for (std::sregex_iterator it(log.begin(), log.end(), accept), end; it != end; ++it) {
+    best = std::max(best, std::stod((*it)[1]));
+  }
+  EXPECT_GT(best, 1.0) << log;
+}
+
+TEST(Serve, SpeculationSettingsItDoesNotImplementAreRefused) {
+  const struct {
+    const char* flags;
+    const char* message;
+  } cases[] = {
+      {"--speculative-algorithm EAGLE3", "--speculative-algorithm EAGLE3 is not supported"},
+      {"--speculative-algorithm NEXTN --speculative-eagle-topk 4", "tree drafts are not implemented"},
+      {"--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-num-draft-tokens 8",
+       "must be --speculative-num-steps + 1 = 4"},
+      {"--speculative-algorithm NGRAM --speculative-num-steps 3", "are for NEXTN, not NGRAM"},
+      {"--speculative-algorithm NEXTN --speculative-draft-model-path /x", "separate draft models"},
+  };
+  for (const auto& c : cases) {
+    auto r = testing::RunMlaserve("serve --model-path " + testing::ShellQuote(kModel) + " --port 0 " + c.flags);
+    EXPECT_EQ(r.exit_code, 2) << c.flags << " -> " << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.flags << " -> " << r.err;
+  }
 }
 
 TEST(Serve, UnimplementedFlagsAreRefused) {
