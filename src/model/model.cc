@@ -34,7 +34,8 @@ namespace {
 
 // DeepSeek-V3/R1 checkpoints carry their multi-token-prediction (nextn) layers as
 // model.layers.{num_hidden_layers + k}.*. Unless --speculative-algorithm NEXTN loads the first
-// (ModelOptions::load_mtp), they are not bound, so their pages are never read; one line says so.
+// (ModelOptions::load_mtp), they are not bound, so their pages are never read; one debug line
+// says so (at info it would precede every command's one-line errors on the bundled model).
 void LogSkippedMtpLayers(const ModelConfig& config, const Checkpoint& checkpoint) {
   const std::string prefix = config.tensor_prefix + "model.layers.";
   size_t num_tensors = 0, num_bytes = 0;
@@ -49,7 +50,7 @@ void LogSkippedMtpLayers(const ModelConfig& config, const Checkpoint& checkpoint
     last_layer = std::max(last_layer, layer);
   }
   if (num_tensors == 0) return;
-  Log(LogLevel::kInfo, "mlaserve: skipping MTP (nextn) layer%s %d%s: %zu tensors, %.1f MB, not loaded",
+  Log(LogLevel::kDebug, "mlaserve: skipping MTP (nextn) layer%s %d%s: %zu tensors, %.1f MB, not loaded",
       first_layer == last_layer ? "" : "s", first_layer,
       first_layer == last_layer ? "" : ("-" + std::to_string(last_layer)).c_str(), num_tensors,
       double(num_bytes) / 1e6);

@@ -125,8 +125,9 @@ namespace {
 const std::string kBundled = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla";
 
 // The bundled checkpoint's bytes by what the split does with them, classified here by name.
+// total: what is loaded; its MTP layer (model.layers.4.*, loaded only for NEXTN) is apart.
 struct BundledBytes {
-  double total = 0, replicated = 0, experts = 0, embedding = 0;
+  double total = 0, replicated = 0, experts = 0, embedding = 0, mtp = 0;
 };
 BundledBytes ClassifyBundled() {
   auto ckpt = Checkpoint::Open(kBundled);
@@ -134,6 +135,10 @@ BundledBytes ClassifyBundled() {
   BundledBytes b;
   for (const auto& [name, t] : (*ckpt)->tensors()) {
     const double bytes = double(t.num_bytes);
+    if (name.starts_with("model.layers.4.")) {
+      b.mtp += bytes;
+      continue;
+    }
     b.total += bytes;
     if (name.find("embed_tokens") != std::string::npos) b.embedding += bytes;
     if (name.find("embed_tokens") != std::string::npos || name.find("norm") != std::string::npos ||
@@ -144,7 +149,8 @@ BundledBytes ClassifyBundled() {
       b.experts += bytes;
     }
   }
-  EXPECT_EQ(double((*ckpt)->total_tensor_bytes()), b.total);
+  EXPECT_EQ(double((*ckpt)->total_tensor_bytes()), b.total + b.mtp);
+  EXPECT_GT(b.mtp, 0);
   return b;
 }
 
@@ -152,8 +158,8 @@ TEST(PlanTp, OneRankHoldsTheWholeCheckpoint) {
   const BundledBytes b = ClassifyBundled();
   auto plan = Plan("--model-path " + testing::ShellQuote(kBundled) + " --device-memory 1");
   EXPECT_EQ(plan["weight_bytes_by_rank"], nlohmann::json::array({int64_t(b.total)}));
-  EXPECT_NEAR(plan["weights_gb"].get<double>(), b.total / 1e9, 1e-12);  // the figure plan printed before TP
-  EXPECT_EQ(plan["not_loaded_weight_bytes"], 0);
+  EXPECT_NEAR(plan["weights_gb"].get<double>(), (b.total + b.mtp) / 1e9, 1e-12);  // the whole checkpoint
+  EXPECT_EQ(plan["not_loaded_weight_bytes"], int64_t(b.mtp));
   EXPECT_NEAR(plan["kv_budget_gb_per_rank"].get<double>(), 0.88 - b.total / 1e9, 1e-12);
   EXPECT_FALSE(plan.contains("communication"));  // nothing to exchange
 }
@@ -273,8 +279,10 @@ TEST(PlanTp, QuantizedCheckpointsSplitAsTheirConfigsEstimate) {
       auto real = Plan("--model-path " + testing::ShellQuote(dir.path()) + flags);
       auto estimate = Plan("--model-path " + testing::ShellQuote(dir.path() + "/config.json") + flags);
       EXPECT_EQ(real["weights_source"], "read from the checkpoint");
-      if (n == 1) {
-        EXPECT_EQ(real["weight_bytes_by_rank"][0], int64_t((*ckpt)->total_tensor_bytes()));
+      if (n == 1) {  // everything but the MTP layer (loaded only for NEXTN)
+        EXPECT_EQ(real["weight_bytes_by_rank"][0].get<int64_t>() + real["not_loaded_weight_bytes"].get<int64_t>(),
+                  int64_t((*ckpt)->total_tensor_bytes()));
+        EXPECT_GT(real["not_loaded_weight_bytes"].get<int64_t>(), 0);
       }
       const int64_t replicated_gap =
           real["replicated_weight_bytes"].get<int64_t>() - estimate["replicated_weight_bytes"].get<int64_t>();

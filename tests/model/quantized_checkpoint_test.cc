@@ -299,7 +299,8 @@ TEST(QuantizedCheckpoint, QuantizeRefusesQuantizedInputAndOddGroups) {
   EXPECT_NE(r.err.find("not a multiple of the int4 group size 32"), std::string::npos) << r.err;
 }
 
-// DeepSeek-V3/R1 keep their MTP layer at index num_hidden_layers: skipped with one log line.
+// DeepSeek-V3/R1 keep their MTP layer at index num_hidden_layers: skipped (without NEXTN) with
+// one debug log line.
 TEST(QuantizedCheckpoint, MtpLayersAreSkippedWithOneLogLine) {
   TempDir dir;
   InitRandom(dir.path(), "fp8-block");  // tiny: 3 layers
@@ -312,7 +313,7 @@ TEST(QuantizedCheckpoint, MtpLayersAreSkippedWithOneLogLine) {
                   {mtp + "self_attn.o_proj.weight_scale_inv", DType::kF32, {1, 1}},
                   {mtp + "shared_head.head.weight", DType::kBF16, {256, 64}}});
   EXPECT_EQ(LoadError(dir.path()), "");
-  auto r = RunMlaserve("score --model-path " + ShellQuote(dir.path()) + " --input-ids 1,2,3");
+  auto r = RunMlaserve("score --model-path " + ShellQuote(dir.path()) + " --input-ids 1,2,3 --log-level debug");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("skipping MTP (nextn) layer 3: 6 tensors"), std::string::npos) << r.err;
 }
@@ -331,7 +332,9 @@ TEST(QuantizedCheckpoint, WeightsEvalReportsBothLayouts) {
     ASSERT_TRUE(j["weights"].contains(scheme)) << *text;
     EXPECT_GT(j["weights"][scheme]["top1"].get<double>(), 0.9) << scheme;
     EXPECT_LT(j["weights"][scheme]["mean_kl"].get<double>(), 0.01) << scheme;
-    EXPECT_LT(j["weights"][scheme]["mb"].get<double>(), 8.0) << scheme;
+    // The bf16 checkpoint is 15.3 MB, its MTP layer included (quantized too; int4 keeps the
+    // embedding copy and lm_head in bf16).
+    EXPECT_LT(j["weights"][scheme]["mb"].get<double>(), 11.5) << scheme;
   }
 }
 

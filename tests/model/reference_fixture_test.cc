@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "model/quantize.h"
 #include "model/safetensors.h"
+#include "support/fixture_tensors.h"
 #include "support/run_binary.h"
 #include "support/kernel_tables.h"
 
@@ -29,16 +30,6 @@ struct FixturePrompt {
   std::vector<TokenId> greedy;
 };
 
-std::vector<TokenId> ReadIds(const TensorView& t) {
-  std::vector<TokenId> ids(size_t(t.numel()));
-  for (size_t i = 0; i < ids.size(); ++i) {
-    int64_t v;
-    std::memcpy(&v, t.data + 8 * i, 8);
-    ids[i] = TokenId(v);
-  }
-  return ids;
-}
-
 std::vector<FixturePrompt> LoadFixture(const std::string& path) {
   auto ckpt = Checkpoint::Open(path);
   EXPECT_TRUE(ckpt.ok()) << ckpt.error();
@@ -52,8 +43,8 @@ std::vector<FixturePrompt> LoadFixture(const std::string& path) {
     const TensorView* greedy = (*ckpt)->Find(p + "greedy");
     EXPECT_TRUE(logits != nullptr && greedy != nullptr);
     FixturePrompt fp;
-    fp.input_ids = ReadIds(*ids);
-    fp.greedy = ReadIds(*greedy);
+    fp.input_ids = testing::ReadFixtureIds(*ids);
+    fp.greedy = testing::ReadFixtureIds(*greedy);
     fp.logits.resize(size_t(logits->numel()));
     std::memcpy(fp.logits.data(), logits->data, logits->num_bytes);
     prompts.push_back(std::move(fp));

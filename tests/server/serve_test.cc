@@ -542,7 +542,14 @@ TEST(Serve, SpeculationSettingsItDoesNotImplementAreRefused) {
     auto r = testing::RunMlaserve("serve --model-path " + testing::ShellQuote(kModel) + " --port 0 " + c.flags);
     EXPECT_EQ(r.exit_code, 2) << c.flags << " -> " << r.err;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.flags << " -> " << r.err;
-  }
+  }  // A checkpoint without an MTP layer: one line naming it.
+  auto r = testing::RunMlaserve("serve --model-path " +
+                                testing::ShellQuote(std::string(MLASERVE_SOURCE_DIR) + "/tests/fixtures/tiny-v2") +
+                                " --port 0 --speculative-algorithm NEXTN");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("the checkpoint has no MTP layer (config.json: num_nextn_predict_layers is 0)"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(Serve, UnimplementedFlagsAreRefused) {
