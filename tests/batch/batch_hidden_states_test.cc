@@ -155,6 +155,28 @@ TEST(BatchHiddenStates, AFilePerRecordWithTheRowsOfAForwardPass) {
   }
 }
 
+// The dump loads in PyTorch (tools/train/load_hidden_states.py, the snippet docs/batch.md shows)
+// and its rows agree with the PyTorch reference forward (tools/train/modeling.py, fp32) within
+// bf16 rounding, but for rare rows after a near-tie in MoE routing (the script's statistical
+// check; it prints the figures).
+TEST(BatchHiddenStates, LoadsInPyTorchAndMatchesTheReferenceForward) {
+  if (testing::RunCommand("/usr/bin/python3 -c 'import torch, numpy'").exit_code != 0) {
+    GTEST_SKIP() << "no /usr/bin/python3 with torch and numpy (tools/train/setup.sh)";
+  }
+  TempDir dir;
+  const std::string in = dir.path() + "/in.jsonl", out = dir.path() + "/out.jsonl", dump = dir.path() + "/hidden";
+  std::ofstream(in) << testing::MakeBatchInput(6);
+  const std::string log = dir.path() + "/batch.log";
+  ASSERT_EQ(WaitExit(SpawnMlaserve(DumpArgs(in, out, dump, 40, 3), log)), 0) << ReadTextFile(log);
+  const auto r = testing::RunCommand("cd " + ShellQuote(std::string(MLASERVE_SOURCE_DIR) + "/tools/train") +
+                                     " && /usr/bin/python3 load_hidden_states.py " + ShellQuote(dump) +
+                                     " --reference " + ShellQuote(kModel) + " 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("6 records"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("shapes ok"), std::string::npos) << r.out;
+  std::fprintf(stderr, "[pytorch reference] %s", r.out.c_str());
+}
+
 TEST(BatchHiddenStates, KilledAndResumedEndsWithOneCompleteFilePerRecord) {
   TempDir dir;
   const std::string in = dir.path() + "/in.jsonl";
