@@ -254,6 +254,16 @@ TEST(BatchHiddenStates, StartUpDeletesStrayFilesAndRefusesMissingOrChangedOnes) 
   // Restored, the job is whole again.
   std::ofstream(first, std::ios::binary | std::ios::trunc) << bytes;
   EXPECT_EQ(testing::RunMlaserve(args).exit_code, 0);
+  // The layers are the job's settings: other layers, or no dump, on the same job are refused.
+  std::vector<std::string> other = DumpArgs(in, out, dump, 8, 2);
+  other.back() = "1,2,3";
+  rerun = testing::RunMlaserve(Joined(other));
+  EXPECT_EQ(rerun.exit_code, 2);
+  EXPECT_NE(rerun.err.find("other settings"), std::string::npos) << rerun.err;
+  other.resize(other.size() - 4);  // without --dump-hidden-states DIR --hidden-layers ...
+  rerun = testing::RunMlaserve(Joined(other));
+  EXPECT_EQ(rerun.exit_code, 2);
+  EXPECT_NE(rerun.err.find("other settings"), std::string::npos) << rerun.err;
 }
 
 TEST(BatchHiddenStates, BadFlagsAreRefusedByName) {
