@@ -279,6 +279,7 @@ TEST(BatchHiddenStates, BadFlagsAreRefusedByName) {
       {local + " --hidden-layers 2,1", "strictly increasing"},
       {local + " --hidden-layers 1,5", "layer 5 is outside [0, 4]"},
       {local + " --hidden-layers 1,x", "'x' is not a layer index"},
+      {local + " --hidden-layers 1,2,4 --tp-size 2", "not supported with tensor parallelism"},
       {base + " --endpoint http://127.0.0.1:9 --dump-hidden-states " + ShellQuote(dump),
        "--dump-hidden-states needs the in-process engine"},
       {base + " --model-path " + ShellQuote(kModel) + " --hidden-layers 1,2,3", "--hidden-layers needs --dump-hidden-states"},
