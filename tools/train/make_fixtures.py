@@ -5,6 +5,9 @@
                                                  logits + greedy continuations of the bundled model
     tests/fixtures/tiny-v2/                      a random DeepSeek-V2-Lite-style checkpoint (sharded,
                                                  F16 + F32) and its fixture.safetensors
+    tests/fixtures/shakespeare-mla/mtp.safetensors
+                                                 the bundled model's MTP layer: target hidden
+                                                 states, MTP logits/hidden, chained drafts
     tests/fixtures/quant/{fp8-block,int4-g32}.safetensors
                                                  logits + greedy continuations of the bundled model
                                                  after `mlaserve quantize` (the checkpoint is not
@@ -19,6 +22,7 @@ Computed in fp32 with the weights exactly as stored (rounded to bf16/f16 and rea
 Usage (from the repository root):
     /usr/bin/python3 tools/train/make_fixtures.py                  # all parts
     /usr/bin/python3 tools/train/make_fixtures.py --parts tokenizer
+    /usr/bin/python3 tools/train/make_fixtures.py --parts mtp   # needs train_mtp.py's layer
 """
 
 import argparse
@@ -28,6 +32,7 @@ import os
 import sys
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bpe  # noqa: E402
@@ -115,12 +120,12 @@ def write_tokenizer_cases(tokenizer, heldout_text):
 
 
 class RoutingMarginProbe:
-    """Records the smallest router margin seen by every MoE gate of `model` while active."""
+    """Records the smallest router margin seen by every MoE gate of `models` while active."""
 
-    def __init__(self, model):
+    def __init__(self, *models):
         self.min_margin = math.inf
         self.handles = [
-            moe.gate.register_forward_pre_hook(self._record) for moe in model.moe_layers()
+            moe.gate.register_forward_pre_hook(self._record) for model in models for moe in model.moe_layers()
         ]
 
     def _record(self, gate, inputs):
@@ -220,6 +225,95 @@ def write_shakespeare_fixture(tokenizer, heldout_text):
         "greedy_tokens": str(NUM_GREEDY_TOKENS),
     }
     write_fixture(os.path.join(FIXTURE_DIR, "shakespeare-mla", "fixture.safetensors"), prompts, metadata)
+
+
+# ---- (b) the bundled model's MTP layer ----------------------------------------------------------
+
+NUM_MTP_CHAIN = 3  # chained drafts d_1..d_3
+
+
+def logit_margin(logits):
+    """Top-1 minus top-2 of a [vocab] logit row."""
+    top2 = logits.topk(2).values
+    return (top2[0] - top2[1]).item()
+
+
+@torch.no_grad()
+def mtp_reference(target, mtp, input_ids):
+    """Returns ({name: tensor} for one prompt, smallest greedy logit margin, smallest routing
+    margin). See modeling.MTPLayer for the math:
+        hidden [n, H]           the target's final-normed hidden states h_0..h_{n-1}
+        mtp_logits [n-1, vocab] MTP positions j = 0..n-2, pairs (h_j, t_{j+1})
+        mtp_hidden [n-1, H]     g_j = shared_head.norm of the MTP block output
+        next_token [1]          the target's greedy t_n
+        mtp_chain [3]           d_1 from (h_{n-1}, t_n) at MTP position n-1; d_2 from (g_{n-1}, d_1)
+                                at position n; d_3 from (g_n, d_2) at position n+1 (full re-run each
+                                step, the MTP attending over all its earlier positions)"""
+    probe = RoutingMarginProbe(target, mtp)
+    ids = torch.tensor([input_ids])  # [1, n]
+    hidden = target.final_hidden(ids)  # [1, n, H]
+    target_logits = F.linear(hidden, target.output_weight())[0]  # [n, vocab]
+    margins = [logit_margin(target_logits[-1])]
+    next_token = int(target_logits[-1].argmax())
+    mtp_hidden, mtp_logits = mtp(hidden[:, :-1], ids[:, 1:], target)  # [1, n-1, ...]
+
+    chain_hidden = hidden  # MTP positions 0..n-1: (h_j, t_{j+1}), t_n = next_token
+    chain_ids = torch.cat((ids[:, 1:], torch.tensor([[next_token]])), dim=1)
+    chain = []
+    for _ in range(NUM_MTP_CHAIN):
+        g, logits = mtp(chain_hidden, chain_ids, target)
+        margins.append(logit_margin(logits[0, -1]))
+        draft = int(logits[0, -1].argmax())
+        chain.append(draft)
+        chain_hidden = torch.cat((chain_hidden, g[:, -1:]), dim=1)
+        chain_ids = torch.cat((chain_ids, torch.tensor([[draft]])), dim=1)
+    probe.remove()
+    tensors = {
+        "input_ids": torch.tensor(input_ids, dtype=torch.int64),
+        "hidden": hidden[0].float().contiguous(),
+        "mtp_logits": mtp_logits[0].float().contiguous(),
+        "mtp_hidden": mtp_hidden[0].float().contiguous(),
+        "next_token": torch.tensor([next_token], dtype=torch.int64),
+        "mtp_chain": torch.tensor(chain, dtype=torch.int64),
+    }
+    return tensors, min(margins), probe.min_margin
+
+
+def write_mtp_fixture(tokenizer, heldout_text):
+    with open(os.path.join(MODEL_DIR, "config.json")) as f:
+        config = json.load(f)
+    tensors = safetensors_io.load_checkpoint(MODEL_DIR)
+    target = modeling.load_model(config, tensors)
+    mtp = modeling.load_mtp(config, tensors, target)
+    bos_id = tokenizer.token_id("<|bos|>")
+
+    short_candidates = ["ROMEO:\nO, she doth teach", "JULIET:\nWhat's in a name", "HAMLET:\nTo be, or not"]
+    short_candidates += [heldout_prompt(tokenizer, heldout_text, line, 7) for line in range(100, 400, 20)]
+    medium_candidates = [heldout_prompt(tokenizer, heldout_text, line, 39) for line in range(100, 400, 20)]
+    fixture, texts = {}, []
+    for kind, candidates in (("short", short_candidates), ("medium", medium_candidates)):
+        for text in candidates:
+            input_ids = [bos_id] + tokenizer.encode(text)
+            prompt, logit_margin_, routing_margin = mtp_reference(target, mtp, input_ids)
+            if fixture_is_robust(f"MTP {kind} prompt ({len(input_ids)} tokens)", logit_margin_, routing_margin):
+                fixture.update({f"p{len(texts)}.{name}": tensor for name, tensor in prompt.items()})
+                texts.append(text)
+                chain = [int(prompt["next_token"][0])] + prompt["mtp_chain"].tolist()
+                print(f"    -> next token + chain {tokenizer.decode(chain)!r}")
+                break
+        else:
+            raise RuntimeError(f"no {kind} prompt with robust margins")
+
+    metadata = {
+        "model": "shakespeare-mla (MTP layer " + str(config["num_hidden_layers"]) + ")",
+        "prompts": json.dumps(texts, ensure_ascii=False),
+        "num_prompts": str(len(texts)),
+        "chain_tokens": str(NUM_MTP_CHAIN),
+    }
+    os.makedirs(os.path.join(FIXTURE_DIR, "shakespeare-mla"), exist_ok=True)
+    path = os.path.join(FIXTURE_DIR, "shakespeare-mla", "mtp.safetensors")
+    safetensors_io.save_file(fixture, path, metadata)
+    print(f"fixture: {path} ({os.path.getsize(path) / 1e6:.2f} MB)")
 
 
 # ---- (c) tiny DeepSeek-V2-Lite-style checkpoint ------------------------------------------------
@@ -401,8 +495,8 @@ def write_quant_fixtures(tokenizer, heldout_text, mlaserve_binary):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--parts", default="tokenizer,tiny-v2,shakespeare,quant",
-        help="comma list of: tokenizer, tiny-v2, shakespeare, quant"
+        "--parts", default="tokenizer,tiny-v2,shakespeare,mtp,quant",
+        help="comma list of: tokenizer, tiny-v2, shakespeare, mtp, quant"
     )
     parser.add_argument(
         "--mlaserve", default=os.path.join(REPO_ROOT, "build", "mlaserve"), help="the binary that runs quantize (quant)"
@@ -412,7 +506,7 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     parts = set(args.parts.split(","))
-    unknown = parts - {"tokenizer", "tiny-v2", "shakespeare", "quant"}
+    unknown = parts - {"tokenizer", "tiny-v2", "shakespeare", "mtp", "quant"}
     if unknown:
         parser.error(f"unknown parts {sorted(unknown)}")
 
@@ -427,6 +521,8 @@ def main():
         write_tiny_v2(args.seed)
     if "shakespeare" in parts:
         write_shakespeare_fixture(tokenizer, heldout_text)
+    if "mtp" in parts:
+        write_mtp_fixture(tokenizer, heldout_text)
     if "quant" in parts:
         write_quant_fixtures(tokenizer, heldout_text, args.mlaserve)
 

@@ -8,6 +8,7 @@ model the bundled checkpoint is trained with.
 
 import dataclasses
 import math
+import re
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +48,7 @@ class ModelConfig:
     rms_norm_eps: float = 1e-6
     tie_word_embeddings: bool = False
     model_type: str = "deepseek_v3"
+    num_nextn_predict_layers: int = 0
 
     @classmethod
     def from_dict(cls, config):
@@ -384,19 +386,95 @@ class DeepseekForCausalLM(nn.Module):
             return self.model.embed_tokens.weight
         return self.lm_head.weight
 
-    def forward(self, input_ids):
-        """input_ids: [batch, seq] (positions 0..seq-1). Returns logits [batch, seq, vocab]."""
+    def final_hidden(self, input_ids):
+        """input_ids: [batch, seq] (positions 0..seq-1). Returns the final-normed hidden states
+        [batch, seq, hidden]: model.norm of the last layer's output, what lm_head multiplies
+        (and what an MTP layer takes as its hidden input)."""
         seq = input_ids.shape[1]
         cos, sin = rope_cos_sin(self.config, seq)  # [seq, rope/2] each
         x = self.model.embed_tokens(input_ids)  # [batch, seq, hidden]
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         for layer in self.model.layers:
             x = layer(x, cos, sin)
-        x = self.model.norm(x)
-        return F.linear(x, self.output_weight())
+        return self.model.norm(x)
+
+    def forward(self, input_ids):
+        """input_ids: [batch, seq] (positions 0..seq-1). Returns logits [batch, seq, vocab]."""
+        return F.linear(self.final_hidden(input_ids), self.output_weight())
 
     def moe_layers(self):
         return [layer.mlp for layer in self.model.layers if isinstance(layer.mlp, MoE)]
+
+
+# ---- multi-token prediction (DeepSeek-V3 MTP / NEXTN) ------------------------------------------
+
+
+class SharedHead(nn.Module):
+    """V3's `shared_head.`: the MTP's own final norm. (`shared_head.head` is a copy of lm_head in
+    V3 checkpoints; the math uses the main model's lm_head, so it is not a parameter here.)"""
+
+    def __init__(self, config):
+        super().__init__()
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class MTPLayer(DecoderLayer):
+    """One DeepSeek-V3 multi-token-prediction layer, HF index L = num_hidden_layers + k. Its
+    tensors live under `model.layers.{L}.`: enorm, hnorm, eh_proj, a full decoder block with the
+    usual names (MoE or dense by config.is_moe_layer(L)), and shared_head.norm.
+
+    MTP position j takes the pair (h_j, t_{j+1}), h_j the target's final-normed hidden state at
+    position j, and predicts t_{j+2}:
+        x_j = eh_proj(concat(enorm(embed(t_{j+1})), hnorm(h_j)))    # embedding half first
+        y   = DecoderBlock(x), causal over MTP positions, rope position j
+        g_j = shared_head.norm(y_j);  logits_j = g_j @ lm_head^T
+    Position 0 is not masked. Chained drafting feeds (g_j, d) back in as the next pair.
+    """
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+        self.config = config
+        self.layer_idx = layer_idx
+        hidden = config.hidden_size
+        self.enorm = RMSNorm(hidden, config.rms_norm_eps)
+        self.hnorm = RMSNorm(hidden, config.rms_norm_eps)
+        self.eh_proj = nn.Linear(2 * hidden, hidden, bias=False)
+        self.shared_head = SharedHead(config)
+
+    def forward(self, hidden, next_ids, target):
+        """hidden: [batch, m, hidden] (h_j, or g_j when chaining); next_ids: [batch, m] (t_{j+1});
+        target: the DeepseekForCausalLM whose embedding and lm_head are shared. MTP positions
+        are 0..m-1 (rope positions too). Returns (g [batch, m, hidden], logits [batch, m, vocab])."""
+        m = next_ids.shape[1]
+        embedded = target.model.embed_tokens(next_ids)  # [batch, m, hidden]
+        x = self.eh_proj(torch.cat((self.enorm(embedded), self.hnorm(hidden)), dim=-1))
+        cos, sin = rope_cos_sin(self.config, m)
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+        y = DecoderLayer.forward(self, x, cos, sin)
+        g = self.shared_head.norm(y)
+        return g, F.linear(g, target.output_weight())
+
+    def moe_layers(self):
+        return [self.mlp] if isinstance(self.mlp, MoE) else []
+
+
+def mtp_prefix(config, k=0):
+    return f"model.layers.{config.num_hidden_layers + k}."
+
+
+def is_mtp_tensor(config, name):
+    """True for the tensors of MTP layers (`model.layers.{L}.` with L >= num_hidden_layers)."""
+    match = re.match(r"model\.layers\.(\d+)\.", name)
+    return match is not None and int(match.group(1)) >= config.num_hidden_layers
+
+
+def mtp_checkpoint_names(mtp, target):
+    """{HF name: tensor} of one MTP layer, with V3's copies of the embedding and lm_head."""
+    prefix = mtp_prefix(target.config, mtp.layer_idx - target.config.num_hidden_layers)
+    tensors = {prefix + name: tensor for name, tensor in mtp.state_dict().items()}
+    tensors[prefix + "embed_tokens.weight"] = target.model.embed_tokens.weight.detach()
+    tensors[prefix + "shared_head.head.weight"] = target.output_weight().detach()
+    return tensors
 
 
 def init_weights(model, std, norm_jitter=0.0, generator=None):
@@ -412,8 +490,31 @@ def init_weights(model, std, norm_jitter=0.0, generator=None):
 
 
 def load_model(config_dict, tensors):
-    """Builds the fp32 model and loads HF-named tensors (any float dtype, converted to fp32)."""
-    model = DeepseekForCausalLM(ModelConfig.from_dict(config_dict))
-    state = {name: tensor.float() for name, tensor in tensors.items()}
+    """Builds the fp32 model and loads HF-named tensors (any float dtype, converted to fp32).
+    MTP layers' tensors (see load_mtp) are ignored."""
+    config = ModelConfig.from_dict(config_dict)
+    model = DeepseekForCausalLM(config)
+    state = {name: tensor.float() for name, tensor in tensors.items() if not is_mtp_tensor(config, name)}
     model.load_state_dict(state, strict=True)
     return model.eval()
+
+
+def load_mtp(config_dict, tensors, target, k=0):
+    """Builds the fp32 MTP layer k and loads its tensors; checks that its embed_tokens and
+    shared_head.head copies equal the target's embedding and lm_head."""
+    config = ModelConfig.from_dict(config_dict)
+    prefix = mtp_prefix(config, k)
+    mtp = MTPLayer(config, config.num_hidden_layers + k)
+    copies = {"embed_tokens.weight": target.model.embed_tokens.weight, "shared_head.head.weight": target.output_weight()}
+    state = {}
+    for name, tensor in tensors.items():
+        if not name.startswith(prefix):
+            continue
+        local = name[len(prefix) :]
+        if local in copies:
+            if not torch.equal(tensor.float(), copies[local]):
+                raise ValueError(f"{name} is not a copy of the target's tensor")
+        else:
+            state[local] = tensor.float()
+    mtp.load_state_dict(state, strict=True)
+    return mtp.eval()

@@ -42,6 +42,9 @@ def model_config_json(bos_token_id, eos_token_id):
         "intermediate_size": 768,
         "moe_intermediate_size": 128,
         "num_hidden_layers": 4,
+        # One MTP layer (model.layers.4.*), added and trained by train_mtp.py; train.py writes
+        # only the main model.
+        "num_nextn_predict_layers": 1,
         "num_attention_heads": 4,
         "num_key_value_heads": 4,
         "n_shared_experts": 1,
