@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 namespace mlaserve::batch {
@@ -52,7 +53,7 @@ Result<std::vector<TokenId>> BatchRunner::PromptIds(const Record& record, const 
   return tokenizer_.Encode(*text, /*add_bos=*/false);
 }
 
-Result<Answer> BatchRunner::RunTurn(const Record& record, RecordProgress& p, size_t turn) {
+Result<Answer> BatchRunner::RunTurn(const Record& record, RecordProgress& p, size_t turn, CapturedRows* captured) {
   std::vector<ChatMessage> messages;
   auto prompt = PromptIds(record, p.turns, turn, &messages);
   if (!prompt.ok()) return prompt.status();
@@ -83,7 +84,8 @@ Result<Answer> BatchRunner::RunTurn(const Record& record, RecordProgress& p, siz
                         .temperature = options_.temperature,
                         .top_p = options_.top_p,
                         .seed = RecordSeed(options_.seed, record.id),
-                        .cancel = &gate_.stop_flag()};
+                        .cancel = &gate_.stop_flag(),
+                        .captured = captured};
     request.input_ids.insert(request.input_ids.end(), p.partial.begin(), p.partial.end());
     const std::vector<TokenId> base = p.partial;
     const std::vector<Segment> base_segments = p.partial_segments;
@@ -142,6 +144,27 @@ Status BatchRunner::Recover(const TurnOutcome& outcome, RecordProgress& p, int& 
   return Status::Ok();
 }
 
+Result<HiddenDumpFile> BatchRunner::DumpHiddenStates(const Record& record, const RecordProgress& p,
+                                                     CapturedRows& captured) {
+  const size_t last = p.turns.size() - 1;
+  std::vector<ChatMessage> messages;
+  auto ids = PromptIds(record, p.turns, last, &messages);
+  if (!ids.ok()) return ids.status();
+  ids->insert(ids->end(), p.turns[last].ids.begin(), p.turns[last].ids.end());
+  const int n = int(ids->size());
+  if (!captured.Covers(n - 1)) {
+    TurnRequest request{.rid = record.id + "#hidden." + run_nonce_,
+                        .input_ids = std::vector<TokenId>(ids->begin(), ids->end() - 1),
+                        .messages = messages,
+                        .max_new_tokens = 0,
+                        .cancel = &gate_.stop_flag(),
+                        .captured = &captured};
+    const TurnOutcome outcome = generator_.Generate(request, [](std::span<const TokenId>, const Serving&) {});
+    if (outcome.error != TurnError::kNone) return Status::Error("hidden states: " + outcome.message);
+  }
+  return options_.dump->Write(p.seq, record.id, *ids, captured);
+}
+
 Status BatchRunner::RunRecord(RecordProgress& p) {
   auto read = input_.Read(p);
   if (!read.ok()) return read.status();
@@ -149,8 +172,10 @@ Status BatchRunner::RunRecord(RecordProgress& p) {
   if (p.state == RecordState::kRunning && (!p.partial.empty() || !p.turns.empty())) ++stats_.resumed_from_checkpoint;
   ++stats_.running;
   std::string error;
+  CapturedRows captured;  // the final turn's hidden states (--dump-hidden-states)
   while (p.turns.size() < record.answer_slots.size()) {
-    auto answer = RunTurn(record, p, p.turns.size());
+    const bool final_turn = p.turns.size() + 1 == record.answer_slots.size();
+    auto answer = RunTurn(record, p, p.turns.size(), options_.dump != nullptr && final_turn ? &captured : nullptr);
     if (!answer.ok() && gate_.stopping()) {
       --stats_.running;  // stopped: the checkpoint stands and the record stays running for the next run
       return Status::Ok();
@@ -169,6 +194,16 @@ Status BatchRunner::RunRecord(RecordProgress& p) {
       }
     }
   }
+  std::optional<HiddenDumpFile> dumped;
+  if (error.empty() && options_.dump != nullptr) {
+    auto file = DumpHiddenStates(record, p, captured);
+    if (!file.ok() && gate_.stopping()) {
+      --stats_.running;  // as above: the record stays running
+      return Status::Ok();
+    }
+    if (file.ok()) dumped = std::move(file).value();
+    else error = file.error();
+  }
   --stats_.running;
   if (!error.empty()) {
     p.state = RecordState::kFailed;
@@ -182,7 +217,8 @@ Status BatchRunner::RunRecord(RecordProgress& p) {
   OutputSettings settings = options_.output;
   settings.kv_cache_dtype = KvSummary(AllSegments(p.turns));
   p.output_line = RenderOutputLine(record, p.turns, settings);
-  MLA_RETURN_IF_ERROR(db_.MarkDone(p));  // the commit point
+  // The commit point (the hidden-state file, renamed into place above, is recorded with it).
+  MLA_RETURN_IF_ERROR(db_.MarkDone(p, dumped ? &*dumped : nullptr));
   p.state = RecordState::kDone;
   ++stats_.done;
   ++stats_.done_this_run;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "batch/hidden_dump.h"
 #include "batch/input_file.h"
 #include "batch/output_record.h"
 #include "batch/output_writer.h"
@@ -40,6 +41,9 @@ struct RunnerOptions {
   int max_retries = 3;             // per turn, for timeouts / 5xx / interruptions without progress
   double checkpoint_interval_s = 0.2;
   OutputSettings output;           // model, seed, ... (kv_cache_dtype filled per record)
+  // --dump-hidden-states (borrowed): each record's final turn is generated with its hidden states
+  // captured, and its file written before the done commit, which records it.
+  const HiddenStateDump* dump = nullptr;
 };
 
 // Live counters, read by the progress display while the runner works.
@@ -82,7 +86,12 @@ class BatchRunner {
                                          std::vector<ChatMessage>* messages) const;
   // Generates one turn into `p` (partial on input and on interruption; the answer on success).
   // Returns an error message when the turn fails for good.
-  Result<Answer> RunTurn(const Record& record, RecordProgress& p, size_t turn);
+  // captured: the final turn's hidden states, with --dump-hidden-states.
+  Result<Answer> RunTurn(const Record& record, RecordProgress& p, size_t turn, CapturedRows* captured);
+  // The record's hidden-state file: the final turn's whole sequence (prompt, answer) and its
+  // rows, from `captured` when the turn's last request ran all of it, else from a prefill of
+  // the sequence (the turn came whole from a checkpoint, its rows lost with a killed process).
+  Result<HiddenDumpFile> DumpHiddenStates(const Record& record, const RecordProgress& p, CapturedRows& captured);
   // After a failed attempt (its tokens checkpointed in `p`): Ok to try again, once a server
   // answers (and after a backoff, for a retryable error); else why the record fails, or the run
   // is stopping. `failures` counts the attempts that were this record's fault.

@@ -5,6 +5,8 @@
 #include <memory>
 #include <mutex>
 
+#include "batch/hidden_dump.h"
+
 namespace mlaserve::batch {
 namespace {
 
@@ -18,6 +20,7 @@ struct Mailbox {
   bool finished = false;
   FinishReason reason = FinishReason::kNone;
   std::string error;
+  CapturedRows captured;  // with TurnRequest::captured, reserved for the whole sequence
 };
 
 }  // namespace
@@ -30,13 +33,18 @@ TurnOutcome EngineGenerator::Generate(const TurnRequest& request, OnTokens on_to
   req.sampling.top_p = float(request.top_p);
   req.sampling.max_new_tokens = request.max_new_tokens;
   req.sampling.seed = request.seed;
+  req.capture_hidden_states = request.captured != nullptr;
   TurnOutcome out;
   out.serving = serving_;
   auto box = std::make_shared<Mailbox>();
   box->ids.reserve(size_t(std::max(0, request.max_new_tokens)));
   out.new_ids.reserve(box->ids.capacity());
+  if (request.captured != nullptr) {
+    box->captured.Reset(engine_.captured_width(), int(request.input_ids.size()) + request.max_new_tokens);
+  }
   const Status submitted = engine_.Submit(std::move(req), [box](const OutputView& o) {
     std::lock_guard<std::mutex> lock(box->mu);
+    box->captured.Add(o.captured_first_position, o.captured_rows);
     box->ids.insert(box->ids.end(), o.new_token_ids.begin(), o.new_token_ids.end());
     if (o.finished) {
       box->finished = true;
@@ -81,6 +89,7 @@ TurnOutcome EngineGenerator::Generate(const TurnRequest& request, OnTokens on_to
     out.message = "engine aborted the request: " + box->error;
   } else {
     out.finish_reason = FinishReasonName(box->reason);
+    if (request.captured != nullptr) *request.captured = std::move(box->captured);  // finished: the engine is done with it
   }
   return out;
 }

@@ -49,6 +49,9 @@ HttpGenerator::HttpGenerator(EndpointPool& pool, const Tokenizer& tokenizer, dou
 bool HttpGenerator::continues_partial() const { return pool_.all_native(); }
 
 TurnOutcome HttpGenerator::Generate(const TurnRequest& request, OnTokens on_tokens) {
+  if (request.captured != nullptr) {
+    return {.error = TurnError::kPermanent, .message = "a server does not return hidden states"};
+  }
   const size_t index = pool_.Acquire();
   const EndpointInfo endpoint = pool_.info(index);
   TurnOutcome out = endpoint.native ? Native(endpoint, request, on_tokens) : Chat(endpoint, request);

@@ -40,6 +40,8 @@ CREATE TABLE IF NOT EXISTS runs(
   run INTEGER PRIMARY KEY AUTOINCREMENT,
   records_done INTEGER, records_failed INTEGER, interruptions INTEGER, continued INTEGER,
   restarted INTEGER, time_lost_s REAL, output_tokens INTEGER, duration_s REAL);
+CREATE TABLE IF NOT EXISTS hidden_dumps(
+  seq INTEGER PRIMARY KEY, file TEXT NOT NULL, rows INTEGER NOT NULL, bytes INTEGER NOT NULL, hash INTEGER NOT NULL);
 )sql";
 
 // A prepared statement, finalized on scope exit.
@@ -421,6 +423,10 @@ Result<std::vector<RecordProgress>> ProgressDb::Failed() {
 
 Status ProgressDb::SaveRow(const RecordProgress& p, RecordState state) {
   std::lock_guard<std::mutex> lock(mu_);
+  return SaveRowLocked(p, state);
+}
+
+Status ProgressDb::SaveRowLocked(const RecordProgress& p, RecordState state) {
   // Done: the line holds the answers, so the checkpoints are dropped with the same commit.
   const bool done = state == RecordState::kDone;
   Stmt up(db_,
@@ -442,7 +448,49 @@ Status ProgressDb::SaveRow(const RecordProgress& p, RecordState state) {
 
 Status ProgressDb::SaveProgress(const RecordProgress& p) { return SaveRow(p, RecordState::kRunning); }
 
-Status ProgressDb::MarkDone(const RecordProgress& p) { return SaveRow(p, RecordState::kDone); }
+Status ProgressDb::MarkDone(const RecordProgress& p, const HiddenDumpFile* dump) {
+  if (dump == nullptr) return SaveRow(p, RecordState::kDone);
+  std::lock_guard<std::mutex> lock(mu_);
+  MLA_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  Status s = SaveRowLocked(p, RecordState::kDone);
+  if (s.ok()) {
+    Stmt ins(db_, "INSERT OR REPLACE INTO hidden_dumps(seq, file, rows, bytes, hash) VALUES(?, ?, ?, ?, ?)");
+    ins.Bind(1, p.seq);
+    ins.Bind(2, dump->file);
+    ins.Bind(3, dump->rows);
+    ins.Bind(4, dump->bytes);
+    ins.Bind(5, int64_t(dump->hash));
+    if (ins.Step() != SQLITE_DONE) s = SqlError(db_, "store the hidden-state file of " + p.id);
+  }
+  if (!s.ok()) {
+    (void)Exec("ROLLBACK");
+    return s;
+  }
+  return Exec("COMMIT");
+}
+
+Result<std::vector<HiddenDumpRow>> ProgressDb::HiddenDumps() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q(db_, "SELECT d.seq, r.id, r.state, d.file, d.rows, d.bytes, d.hash FROM hidden_dumps d "
+              "JOIN records r ON r.seq = d.seq ORDER BY d.seq");
+  if (!q.ok()) return SqlError(db_, "read hidden_dumps");
+  std::vector<HiddenDumpRow> out;
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    out.push_back({.seq = q.Int(0), .id = q.Text(1), .state = StateFromName(q.Text(2)),
+                   .file = {.file = q.Text(3), .rows = q.Int(4), .bytes = q.Int(5), .hash = uint64_t(q.Int(6))}});
+  }
+  if (rc != SQLITE_DONE) return SqlError(db_, "read hidden_dumps");
+  return out;
+}
+
+Status ProgressDb::ForgetHiddenDump(int64_t seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt del(db_, "DELETE FROM hidden_dumps WHERE seq = ?");
+  del.Bind(1, seq);
+  if (del.Step() != SQLITE_DONE) return SqlError(db_, "forget a hidden-state file");
+  return Status::Ok();
+}
 
 Status ProgressDb::MarkFailed(const RecordProgress& p) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -7,6 +7,9 @@
 //             and hash (the output file is the line store)
 //   problems  malformed input lines and later duplicate ids, for the errors file
 //   runs      per finished run figures
+//   hidden_dumps  with --dump-hidden-states: each done record's hidden-state file (name, rows,
+//             size, hash), inserted by the done commit itself (batch/hidden_dump.h). A DB made
+//             before this table gains it (empty) when opened.
 // States: pending -> running (answers and the partial answer checkpointed, with per-segment
 // provenance) -> done (the output line, one transaction) -> written (line in the output) | failed.
 // Rows not yet written are reached through a partial index, so start-up on an existing job costs
@@ -99,6 +102,21 @@ struct RunFigures {
   double duration_s = 0;
 };
 
+// A record's hidden-state file (batch/hidden_dump.h), stored by its done commit.
+struct HiddenDumpFile {
+  std::string file;   // name inside the dump directory
+  int64_t rows = 0;   // hidden-state rows (the sequence's tokens - 1)
+  int64_t bytes = 0;  // file size
+  uint64_t hash = 0;  // Hash64 of the file's bytes
+};
+
+struct HiddenDumpRow {
+  int64_t seq = 0;
+  std::string id;
+  RecordState state = RecordState::kPending;  // the record's
+  HiddenDumpFile file;
+};
+
 class ProgressDb {
  public:
   static Result<std::unique_ptr<ProgressDb>> Open(const std::string& path);
@@ -132,8 +150,12 @@ class ProgressDb {
 
   // Checkpoint: state running with these finished turns and this partial answer.
   Status SaveProgress(const RecordProgress& p);
-  // Commit point: state done with the output line, in one transaction.
-  Status MarkDone(const RecordProgress& p);
+  // Commit point: state done with the output line, and the record's hidden-state file when
+  // given, in one transaction.
+  Status MarkDone(const RecordProgress& p, const HiddenDumpFile* dump = nullptr);
+  // Every stored hidden-state file, in input order, with its record's id and state.
+  Result<std::vector<HiddenDumpRow>> HiddenDumps();
+  Status ForgetHiddenDump(int64_t seq);
   Status MarkFailed(const RecordProgress& p);
   // Sets every failed row back to pending (its checkpointed turns, partial answer and segments
   // kept) for a rerun that retries them; returns how many there were.
@@ -158,6 +180,7 @@ class ProgressDb {
   Status SetJobKey(const std::string& key, const std::string& value);  // caller holds mu_
   Result<std::string> JobKey(const std::string& key);                   // caller holds mu_
   Status SaveRow(const RecordProgress& p, RecordState state);
+  Status SaveRowLocked(const RecordProgress& p, RecordState state);  // caller holds mu_
 
   std::mutex mu_;
   sqlite3* db_;

@@ -16,6 +16,8 @@
 
 namespace mlaserve::batch {
 
+class CapturedRows;
+
 using Clock = std::chrono::steady_clock;
 inline double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -28,6 +30,10 @@ struct TurnRequest {
   double top_p = 1;
   uint64_t seed = 0;
   const std::atomic<bool>* cancel = nullptr;  // when it becomes true: give up, return the tokens so far
+  // --dump-hidden-states: when the turn completes (error kNone), the captured rows of every
+  // position it ran (the whole of input_ids and the answer but its last token) replace what
+  // this held. Only an in-process engine captures; others fail the turn.
+  CapturedRows* captured = nullptr;
 };
 
 enum class TurnError {

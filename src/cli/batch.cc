@@ -20,6 +20,7 @@
 #include "batch/batch_runner.h"
 #include "batch/endpoint_pool.h"
 #include "batch/engine_generator.h"
+#include "batch/hidden_dump.h"
 #include "batch/http_generator.h"
 #include "batch/input_file.h"
 #include "batch/output_writer.h"
@@ -36,6 +37,7 @@
 #include "core/read_file.h"
 #include "dist/mpi_group.h"
 #include "engine/cpu_model_runner.h"
+#include "model/config.h"
 
 namespace mlaserve::cli {
 namespace {
@@ -58,6 +60,8 @@ struct BatchFlags {
   batch::RunnerOptions runner;
   std::optional<chat::ReasoningFormat> reasoning_parser;
   bool strip_reasoning = false;
+  std::string dump_hidden_states;  // --dump-hidden-states DIR ("": off)
+  std::vector<int> hidden_layers;  // --hidden-layers, resolved
 };
 
 std::string ErrorsPathFor(const std::string& output) {
@@ -79,6 +83,7 @@ std::string SettingsText(const BatchFlags& f) {
     text += " reasoning_parser=" + std::string(chat::ReasoningFormatName(*f.reasoning_parser));
     if (f.strip_reasoning) text += " strip_reasoning";
   }
+  if (!f.dump_hidden_states.empty()) text += " hidden_layers=" + batch::JoinLayers(f.hidden_layers);
   return text;
 }
 
@@ -361,6 +366,13 @@ int RunBatch(Args& args) {
       "how the model marks its reasoning: OpenAI-messages output gets it in reasoning_content, apart from content",
       {.value_name = "NAME", .choices = {"deepseek-r1", "kimi"}});
   f.strip_reasoning = args.Switch("strip-reasoning", "write the answers without their reasoning (needs --reasoning-parser)");
+  f.dump_hidden_states = args.Str(
+      "dump-hidden-states", "",
+      "also write each record's hidden states (EAGLE-3 training data) into DIR, from the same run (--model-path only)",
+      {.value_name = "DIR"});
+  const std::string hidden_layers = args.Str(
+      "hidden-layers", "auto", "with --dump-hidden-states: the residual stream entering these layers; auto: SGLang's "
+      "EAGLE-3 default [2, L/2, L-3]", {.value_name = "auto|i,j,k"});
   if (reasoning_parser) f.reasoning_parser = *chat::ReasoningFormatFromName(*reasoning_parser);
   if (f.strip_reasoning && !reasoning_parser) args.Reject("--strip-reasoning needs --reasoning-parser NAME");
   if (f.input.empty()) args.Reject("--input IN.jsonl is required");
@@ -379,6 +391,24 @@ int RunBatch(Args& args) {
   }
   if (in_process && args.WasGiven("request-timeout")) {
     args.Reject("--request-timeout is for --endpoint runs; in process no request times out");
+  }
+  if (args.WasGiven("hidden-layers") && f.dump_hidden_states.empty()) {
+    args.Reject("--hidden-layers needs --dump-hidden-states DIR");
+  }
+  if (!f.dump_hidden_states.empty() && !f.dry_run) {
+    if (!in_process) {
+      args.Reject("--dump-hidden-states needs the in-process engine (--model-path DIR): a server (--endpoint) does "
+                  "not return hidden states");
+    } else if (model_flags.tp_size > 1) {
+      args.Reject("--dump-hidden-states is not supported with tensor parallelism (--tp-size > 1)");
+    } else if (auto config = LoadModelConfig(model_flags.model_path); config.ok()) {
+      auto layers = batch::ResolveHiddenLayers(hidden_layers, config->num_hidden_layers);
+      if (layers.ok()) {
+        f.hidden_layers = std::move(layers).value();
+      } else {
+        args.Reject(layers.error());
+      }
+    }  // (an unreadable config is reported when the model loads)
   }
   if (auto exit_code = args.Finish()) return *exit_code;
   if (f.errors.empty()) f.errors = ErrorsPathFor(f.output);
@@ -458,6 +488,20 @@ int RunBatch(Args& args) {
                            "failed)\n", *retried);
     }
   }
+  // The hidden-state files, reconciled with the DB's done records before anything is generated.
+  std::unique_ptr<batch::HiddenStateDump> dump;
+  if (!f.dump_hidden_states.empty()) {
+    auto config = LoadModelConfig(model_flags.model_path);
+    if (!config.ok()) return Fail("batch", config.error());
+    auto opened = batch::HiddenStateDump::Open({.dir = f.dump_hidden_states,
+                                                .layers = f.hidden_layers,
+                                                .hidden_size = int(config->hidden_size),
+                                                .model_path = model_flags.model_path},
+                                               **db, note);
+    if (!opened.ok()) return Fail("batch", opened.error(), 2);
+    dump = std::move(opened).value();
+    f.runner.dump = dump.get();
+  }
   batch::WorkQueue queue(**db, **writer);
   if (Status s = queue.WriteFinished(); !s.ok()) return Fail("batch", s.message());
   auto counts = (*db)->Counts();
@@ -487,6 +531,14 @@ int RunBatch(Args& args) {
     engine_options.log_batches = false;
     // (See above: deterministic, for resume.)
     model_flags.options.deterministic = true;
+    if (dump) {
+      // A position served from the prefix cache is never run, so it would have no hidden states.
+      model_flags.options.capture_layers = f.hidden_layers;
+      engine_options.disable_radix_cache = true;
+      std::fprintf(stderr, "batch: --dump-hidden-states: radix cache off (every position of each record is run "
+                           "once, so every one has its hidden states), layers [%s]\n",
+                   batch::JoinLayers(f.hidden_layers).c_str());
+    }
     if (!loaded) {
       auto l = LoadModel(model_flags, /*need_tokenizer=*/true);
       if (!l.ok()) return Fail("batch", l.error());
@@ -573,6 +625,9 @@ int RunBatch(Args& args) {
                                   .duration_s = duration_s};
   if (Status s = (*db)->RecordRun(figures); !s.ok()) std::fprintf(stderr, "batch: %s\n", s.message().c_str());
   if (Status s = WriteErrors(f.errors, **db); !s.ok()) std::fprintf(stderr, "batch: %s\n", s.message().c_str());
+  if (dump) {
+    if (Status s = dump->WriteIndex(); !s.ok()) std::fprintf(stderr, "batch: %s\n", s.message().c_str());
+  }
   std::printf("batch: %d records: %d done, %d failed; %lld input problems (errors in %s)\n", int(stats.total),
               int(stats.done), int(stats.failed), (long long)summary->num_problems, f.errors.c_str());
   std::printf("batch: this run: %d done, %d failed, %lld tokens in %.1f s (%.1f tok/s, %.2f records/s)\n",

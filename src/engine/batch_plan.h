@@ -40,6 +40,7 @@ struct BatchPlan {
   std::vector<PlannedSequence> sequences;  // decodes first, then prefill chunks
   int num_logits_rows = 0;                 // sum of the sequences' num_logits_rows()
   bool return_hidden_states = false;       // the runner also returns every token's final-normed hidden state
+  bool capture_hidden_states = false;      // ... and every token's captured layer rows (ModelRunnerInfo::captured_width)
 
   int num_tokens() const { return int(tokens.size()); }
   bool empty() const { return sequences.empty(); }
@@ -48,6 +49,7 @@ struct BatchPlan {
     sequences.clear();
     num_logits_rows = 0;
     return_hidden_states = false;
+    capture_hidden_states = false;
   }
   // Appends a sequence's new tokens, then its drafts (which need every logits row); the plan
   // assigns its token and logits offsets.

@@ -12,7 +12,8 @@ CpuModelRunner::CpuModelRunner(Model& model, const KernelSet& kernels, KvStorage
             .hidden_size = int(model.config().hidden_size),
             .max_batch_tokens = model.max_batch_tokens(),
             .max_context = model.max_context(),
-            .eos_token_id = model.config().eos_token_id} {}
+            .eos_token_id = model.config().eos_token_id,
+            .captured_width = model.captured_width()} {}
 
 void CpuModelRunner::ReserveLogitsRows(int max_logits_rows) {
   logits_.resize(size_t(max_logits_rows) * size_t(info_.vocab_size));
@@ -35,6 +36,7 @@ Result<ModelRunnerOutput> CpuModelRunner::Execute(const BatchPlan& plan) {
                                      logits_.data()));
   ModelRunnerOutput out{.logits = std::span(logits_).first(size_t(plan.num_logits_rows) * size_t(info_.vocab_size))};
   if (plan.return_hidden_states) out.hidden_states = model_.all_hidden_rows(plan.num_tokens());
+  if (plan.capture_hidden_states) out.captured_hidden_states = model_.captured_rows(plan.num_tokens());
   return out;
 }
 

@@ -74,6 +74,13 @@ Status Engine::Submit(GenerateRequest request, OutputCallback callback) {
     return Status::Error("logprob_start_len " + std::to_string(request.logprob_start_len) +
                          " must be below the prompt length " + std::to_string(request.input_ids.size()));
   }
+  if (request.capture_hidden_states && model.captured_width == 0) {
+    return Status::Error("capture_hidden_states: the model was loaded without capture layers");
+  }
+  if (request.capture_hidden_states && !options_.disable_radix_cache) {
+    return Status::Error("capture_hidden_states needs the radix cache off (--disable-radix-cache): positions served "
+                         "from the prefix cache are never run, so they would have no captured rows");
+  }
   const int64_t total = int64_t(request.input_ids.size()) + request.sampling.max_new_tokens;
   if (total > model.max_context) {
     return Status::Error("the prompt (" + std::to_string(request.input_ids.size()) +
@@ -202,6 +209,7 @@ bool Engine::Step() {
   if (out.ok()) {
     scheduler_.RecordComputed();
     const int sampled = output_.Process(scheduler_.plan(), scheduler_.planned_requests(), out->logits,
+                                        out->captured_hidden_states,
                                         [this](Request& r, FinishReason reason) { Finish(r, reason); });
     scheduler_.DropRejectedDrafts();
     if (options_.speculative() && options_.drafter->wants_hidden_states()) {

@@ -62,6 +62,8 @@ class Engine {
 
   EngineStatsSnapshot stats() const;
   bool idle() const;  // nothing queued, running or in the intake
+  // Width of a captured row (GenerateRequest::capture_hidden_states); 0: the model captures nothing.
+  int captured_width() const { return runner_.info().captured_width; }
 
  private:
   struct Intake {

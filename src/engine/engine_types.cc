@@ -20,6 +20,9 @@ void RequestOutput::Assign(const OutputView& v) {
   input_token_ids.assign(v.input_token_ids.begin(), v.input_token_ids.end());
   input_token_logprobs.assign(v.input_token_logprobs.begin(), v.input_token_logprobs.end());
   input_top_logprobs.assign(v.input_top_logprobs.begin(), v.input_top_logprobs.end());
+  captured_rows.assign(v.captured_rows.begin(), v.captured_rows.end());
+  captured_first_position = v.captured_first_position;
+  captured_width = v.captured_width;
   finished = v.finished;
   finish_reason = v.finish_reason;
   new_text.assign(v.new_text);

@@ -28,6 +28,10 @@ struct GenerateRequest {
   // >= 0: also the logprob of every prompt token from this position on (SGLang's
   // logprob_start_len); the prefix cache is then not used for this request.
   int logprob_start_len = -1;
+  // The captured hidden states of every position this request runs (ModelRunnerInfo::
+  // captured_width > 0; needs the radix cache off: a cached prefix is never run). Delivered in
+  // OutputView::captured_rows.
+  bool capture_hidden_states = false;
 };
 
 // One chunk of a request's progress, delivered in order. The last chunk has finished == true;
@@ -51,6 +55,15 @@ struct OutputView {
   std::span<const TokenId> input_token_ids;
   std::span<const float> input_token_logprobs;
   std::span<const std::vector<TokenLogprob>> input_top_logprobs;
+  // With capture_hidden_states: [rows, captured_width] the captured rows of the positions whose
+  // KV rows became final this step, in order from captured_first_position: every position of a
+  // prefill chunk (a chunk that samples nothing is delivered with no new tokens), the decode
+  // token's, and under speculation only the accepted ones. The last token of the sequence is
+  // never run, so it has no row. A retracted request re-prefills and delivers positions again
+  // (the same values under deterministic inference): consumers key rows by position.
+  std::span<const float> captured_rows;
+  int captured_first_position = 0;
+  int captured_width = 0;
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string_view new_text;         // detokenized text since the previous chunk (with a tokenizer)
@@ -74,6 +87,9 @@ struct RequestOutput {
   std::vector<TokenId> input_token_ids;
   std::vector<float> input_token_logprobs;
   std::vector<std::vector<TokenLogprob>> input_top_logprobs;
+  std::vector<float> captured_rows;
+  int captured_first_position = 0;
+  int captured_width = 0;
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string new_text;

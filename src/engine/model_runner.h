@@ -20,12 +20,18 @@ struct ModelRunnerInfo {
   int max_batch_tokens = 0;    // most tokens one Execute holds (BatchPlan::num_tokens())
   int max_context = 0;         // longest sequence, in positions
   TokenId eos_token_id = -1;   // the model's own end-of-sequence id; -1: none
+  // Width of a captured row (C captured layers * hidden_size, ModelOptions::capture_layers);
+  // 0: the model captures nothing.
+  int captured_width = 0;
 };
 
 // Views into the runner's buffers, valid until the next Execute (or the runner's destruction).
 struct ModelRunnerOutput {
   std::span<const float> logits;         // [plan.num_logits_rows, vocab_size], in the plan's row order
   std::span<const float> hidden_states;  // [plan.num_tokens(), hidden_size] when asked, else empty
+  // [plan.num_tokens(), captured_width] with plan.capture_hidden_states, else empty: per token,
+  // the residual stream entering each captured layer, the layers concatenated in order.
+  std::span<const float> captured_hidden_states;
 };
 
 class ModelRunner {

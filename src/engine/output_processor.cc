@@ -8,6 +8,7 @@ namespace mlaserve {
 OutputProcessor::OutputProcessor(const ModelRunnerInfo& model, const Tokenizer* tokenizer)
     : vocab_size_(model.vocab_size),
       max_context_(model.max_context),
+      captured_width_(model.captured_width),
       tokenizer_(tokenizer),
       sampler_(model.vocab_size) {
   if (model.eos_token_id >= 0) eos_token_ids_.push_back(model.eos_token_id);
@@ -34,7 +35,8 @@ Status OutputProcessor::Prepare(Request& r) const {
 }
 
 int OutputProcessor::Process(const BatchPlan& plan, std::span<Request* const> requests,
-                             std::span<const float> logits, FinishFn finish) {
+                             std::span<const float> logits, std::span<const float> captured,
+                             FinishFn finish) {
   const size_t vocab = size_t(vocab_size_);
   int appended = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -42,9 +44,15 @@ int OutputProcessor::Process(const BatchPlan& plan, std::span<Request* const> re
     const PlannedSequence& seq = plan.sequences[i];
     const std::span<const TokenId> drafts = seq.drafts(plan.tokens);
     const float* rows = logits.data() + size_t(seq.first_logits_row) * vocab;
+    // Positions before the drafts are final whatever is accepted; an accepted draft's as it is.
+    const int settled = seq.num_new_tokens - int(drafts.size());
+    if (r.spec.capture_hidden_states) SetCaptured(r, seq, captured, settled);
     if (drafts.empty()) {
       if (seq.all_logits) CollectInputLogprobs(r, seq.num_computed_tokens, seq.num_new_tokens, rows);
-      if (r.pending_tokens() != 0) continue;  // a prefill chunk that is not the prompt's last
+      if (r.pending_tokens() != 0) {  // a prefill chunk that is not the prompt's last
+        if (r.spec.capture_hidden_states) Deliver(r, /*finished=*/false);
+        continue;
+      }
       if (r.spec.sampling.max_new_tokens == 0) {
         finish(r, FinishReason::kLength);  // prefill only (e.g. to warm the prefix cache)
         continue;
@@ -70,6 +78,8 @@ int OutputProcessor::Process(const BatchPlan& plan, std::span<Request* const> re
       LogprobResult* wanted = r.spec.sampling.return_logprob ? &logprob : nullptr;
       const TokenId token = sampler_.Sample(std::span(first + j * vocab, vocab), r.spec.sampling, context, wanted);
       ++appended;
+      // Row j was run for the token before this one, which drafts[0, j) being accepted made final.
+      if (r.spec.capture_hidden_states) SetCaptured(r, seq, captured, settled + int(j));
       finished = AfterToken(r, token, wanted, finish);
       const bool accept = j < drafts.size() && token == drafts[j];
       accepted += accept ? 1 : 0;
@@ -83,6 +93,13 @@ int OutputProcessor::Process(const BatchPlan& plan, std::span<Request* const> re
     if (!finished) Deliver(r, /*finished=*/false);
   }
   return appended;
+}
+
+void OutputProcessor::SetCaptured(Request& r, const PlannedSequence& seq, std::span<const float> captured,
+                                  int count) const {
+  const size_t width = size_t(captured_width_);
+  r.pending_captured = captured.subspan(size_t(seq.first_token) * width, size_t(count) * width);
+  r.pending_captured_position = seq.num_computed_tokens;
 }
 
 void OutputProcessor::CollectInputLogprobs(Request& r, int first_position, int count, const float* logits) const {
@@ -159,6 +176,9 @@ void OutputProcessor::Deliver(Request& r, bool finished, std::string_view error)
     out.input_token_logprobs = r.input_logprobs;
     out.input_top_logprobs = r.input_top_logprobs;
   }
+  out.captured_rows = r.pending_captured;
+  out.captured_first_position = r.pending_captured_position;
+  out.captured_width = captured_width_;
   out.finished = finished;
   out.finish_reason = r.finish_reason;
   out.matched_stop_token = r.matched_stop_token;
@@ -172,8 +192,9 @@ void OutputProcessor::Deliver(Request& r, bool finished, std::string_view error)
   if (r.first_scheduled_time) out.queue_time_s = ElapsedSeconds(r.submit_time, *r.first_scheduled_time);
   if (r.first_token_time) out.ttft_s = ElapsedSeconds(r.submit_time, *r.first_token_time);
   out.e2e_latency_s = ElapsedSeconds(r.submit_time, now);
-  if (!finished && out.new_token_ids.empty() && out.new_text.empty()) return;
+  if (!finished && out.new_token_ids.empty() && out.new_text.empty() && out.captured_rows.empty()) return;
   if (r.callback) r.callback(out);
+  r.pending_captured = {};  // a view into the runner's buffer: valid for this step only
   // Delivered: the buffers empty but keep their capacity for the next chunk. The prompt
   // logprobs go once, so theirs is let go.
   r.num_streamed = r.num_output_tokens();

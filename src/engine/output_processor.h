@@ -42,9 +42,12 @@ class OutputProcessor {
   // decoding appends (docs/architecture.md, "Speculative sampling"). Each appended token goes
   // through the same checks as if decoded alone, so a finish ends the run. `logits` is the
   // runner's [plan.num_logits_rows, vocab]. Requests that end are passed to `finish`. Returns
-  // the number of tokens appended.
+  // the number of tokens appended. `captured` is the runner's [plan.num_tokens(), captured_width]
+  // (empty unless the plan captured): a request with capture_hidden_states gets, in the chunk of
+  // this step, the rows of its positions that became final (the chunk's tokens, minus rejected
+  // drafts), also when the step samples nothing for it.
   int Process(const BatchPlan& plan, std::span<Request* const> requests, std::span<const float> logits,
-              FinishFn finish);
+              std::span<const float> captured, FinishFn finish);
 
   // At the end of a request (any reason): what the detokenizer and the stop matcher still hold
   // becomes pending text, unless a stop string ended it.
@@ -69,8 +72,12 @@ class OutputProcessor {
   void CollectInputLogprobs(Request& r, int first_position, int count, const float* logits) const;
   bool AppendText(Request& r, std::string_view piece);  // true when a stop string matched
 
+  // Points r's pending captured rows at the first `count` positions of its planned tokens.
+  void SetCaptured(Request& r, const PlannedSequence& seq, std::span<const float> captured, int count) const;
+
   int vocab_size_;
   int max_context_;
+  int captured_width_;
   const Tokenizer* tokenizer_;
   std::vector<TokenId> eos_token_ids_;  // the model's and the tokenizer's
   Sampler sampler_;

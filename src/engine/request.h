@@ -38,6 +38,10 @@ struct Request {
   std::vector<float> input_logprobs;    // prompt logprobs computed so far (logprob_start_len)
   std::vector<std::vector<TokenLogprob>> input_top_logprobs;
   bool input_logprobs_sent = false;
+  // With spec.capture_hidden_states: the step's captured rows not yet delivered, a view into the
+  // runner's output (valid during the step that set it), from this position on.
+  std::span<const float> pending_captured;
+  int pending_captured_position = 0;
   bool wants_input_logprobs() const { return spec.logprob_start_len >= 0 && !input_logprobs_sent; }
 
   // Detokenization (when the engine has a tokenizer): text streams as it becomes safe to show.

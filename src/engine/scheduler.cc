@@ -294,6 +294,7 @@ void Scheduler::AddToPlan(Request* r, int num_new_tokens) {
   plan_.Add(r->kv->pages(), start, std::span(r->tokens).subspan(size_t(start), size_t(num_new_tokens)), all_logits,
             r->draft_tokens);
   planned_.push_back(r);
+  if (r->spec.capture_hidden_states) plan_.capture_hidden_states = true;
 }
 
 Scheduler::Outcome Scheduler::Schedule() {

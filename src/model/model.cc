@@ -28,7 +28,12 @@ Model::Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWe
                  weights_.has_mtp),
       token_positions_(size_t(options.max_batch_tokens)),
       token_segments_(size_t(options.max_batch_tokens)),
-      parallel_tokens_(int(std::max<int64_t>(2, kParallelFloats / std::max(1, config_.hidden_size)))) {}
+      parallel_tokens_(int(std::max<int64_t>(2, kParallelFloats / std::max(1, config_.hidden_size)))) {
+  capture_layers_ = options.capture_layers;
+  capture_slot_.assign(size_t(config_.num_hidden_layers + 1), -1);
+  for (size_t c = 0; c < capture_layers_.size(); ++c) capture_slot_[size_t(capture_layers_[c])] = int(c);
+  workspace_.captured.resize(size_t(options.max_batch_tokens) * size_t(captured_width()));
+}
 
 namespace {
 
@@ -88,6 +93,17 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
                       .size = options.tp == nullptr ? 1 : options.tp->size()};
   if (options.load_mtp && shard.size > 1) {
     return Status::Error("the MTP layer (NEXTN speculative decoding) is not supported with tensor parallelism");
+  }
+  for (size_t c = 0; c < options.capture_layers.size(); ++c) {
+    const int layer = options.capture_layers[c];
+    if (layer < 0 || layer > config->num_hidden_layers || (c > 0 && layer <= options.capture_layers[c - 1])) {
+      return Status::Error("hidden-state capture layers must be strictly increasing in [0, " +
+                           std::to_string(config->num_hidden_layers) + "] (num_hidden_layers); layer " +
+                           std::to_string(layer) + " is not");
+    }
+  }
+  if (!options.capture_layers.empty() && shard.size > 1) {
+    return Status::Error("hidden-state capture is not supported with tensor parallelism (--tp-size > 1)");
   }
   auto weights = BindWeights(*config, **checkpoint, options.load_mtp);
   if (!weights.ok()) return weights.status();
@@ -193,6 +209,19 @@ Status Model::CheckForwardCall(KvStorage& kv, int kv_layers, std::span<const Tok
   return Status::Ok();
 }
 
+void Model::CaptureLayer(int layer, int n) {
+  const int slot = capture_slot_[size_t(layer)];
+  if (slot < 0) return;
+  Workspace& ws = workspace_;
+  const int64_t H = config_.hidden_size;
+  const int64_t C = int64_t(capture_layers_.size());
+  ForTokenRanges(n, [&](int begin, int end, int) {
+    for (int t = begin; t < end; ++t) {
+      std::copy_n(ws.hidden.data() + t * H, H, ws.captured.data() + (t * C + slot) * H);
+    }
+  });
+}
+
 void Model::Embed(const KernelSet& k, std::span<const TokenId> tokens) {
   const int64_t H = config_.hidden_size;
   ForTokenRanges(int(tokens.size()), [&](int begin, int end, int) {
@@ -290,9 +319,11 @@ Status Model::Forward(const KernelSet& kernels, KvStorage& kv, std::span<const T
   });
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const bool last = l + 1 == c.num_hidden_layers;
+    CaptureLayer(l, n);
     DecoderLayer(ctx, kv_rows, weights_.layers[size_t(l)], l, n, segments,
                  last ? nullptr : weights_.layers[size_t(l + 1)].input_norm.data());
   }
+  CaptureLayer(c.num_hidden_layers, n);
 
   // Final norm (every token: all_hidden_rows), then lm_head for the rows whose logits are wanted.
   const int num_out = NormOutputRows(k, weights_.final_norm.data(), n, segments, mode);

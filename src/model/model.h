@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "core/types.h"
@@ -35,6 +36,12 @@ struct ModelOptions {
   // Also loads the checkpoint's first MTP (NEXTN) layer for ForwardMtp; an error if the config
   // declares none (num_nextn_predict_layers 0), and refused under tensor parallelism.
   bool load_mtp = false;
+  // Hidden-state capture (EAGLE-3 training data, docs/batch.md): layer index i is the residual
+  // stream entering decoder layer i (0: the embeddings; num_hidden_layers: the last layer's
+  // output, before the final norm). Strictly increasing, in [0, num_hidden_layers]; every
+  // Forward then copies those rows of every token (captured_rows). Refused under tensor
+  // parallelism. Empty: no capture, no buffer.
+  std::vector<int> capture_layers;
   // Tensor parallelism (model/tensor_parallel.h): this process is rank tp->rank() of
   // tp->size() and loads only its shard. Borrowed, must outlive the model; nullptr: one rank.
   TpCollectives* tp = nullptr;
@@ -123,6 +130,14 @@ class Model {
   std::span<const float> all_hidden_rows(int num_tokens) const {
     return std::span(workspace_.normed).first(size_t(num_tokens) * size_t(config_.hidden_size));
   }
+  // ModelOptions::capture_layers, and the captured rows of every token of the last Forward, in
+  // call order, [num_tokens, C * hidden_size] (token t's C layers concatenated in layer order);
+  // valid until the next Forward. Empty when nothing is captured.
+  std::span<const int> capture_layers() const { return capture_layers_; }
+  int captured_width() const { return int(capture_layers_.size()) * config_.hidden_size; }
+  std::span<const float> captured_rows(int num_tokens) const {
+    return std::span(workspace_.captured).first(size_t(num_tokens) * size_t(captured_width()));
+  }
 
  private:
   Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWeights weights,
@@ -134,6 +149,9 @@ class Model {
   // touched, and fills token_positions_ and token_segments_.
   Status CheckForwardCall(KvStorage& kv, int kv_layers, std::span<const TokenId> tokens,
                           std::span<const ForwardSegment> segments);
+  // Copies ws.hidden (the residual stream entering layer `layer`) into ws.captured when the
+  // layer is captured.
+  void CaptureLayer(int layer, int n);
   // ws.hidden rows = the tokens' embeddings, in fp32.
   void Embed(const KernelSet& k, std::span<const TokenId> tokens);
   // One decoder layer on ws.hidden, whose rows ws.normed holds normalised by layer.input_norm;
@@ -196,6 +214,8 @@ class Model {
   std::vector<int32_t> token_positions_;  // [max_batch_tokens] position of each token
   std::vector<int32_t> token_segments_;   // [max_batch_tokens] segment of each token
   ForwardTimings* timings_ = nullptr;     // borrowed; see set_timings
+  std::vector<int> capture_layers_;       // ModelOptions::capture_layers
+  std::vector<int> capture_slot_;         // [num_hidden_layers + 1] slot in ws.captured, -1: not captured
   int parallel_tokens_;
 
   // Tensor parallelism: nullptr on one rank. Per-rank floats per token of each gathered output

@@ -99,6 +99,9 @@ struct Workspace {
   std::vector<float> expert_token_weights;  // [B * top_k]
   std::vector<float> last_hidden;   // [N, H] rows whose logits are wanted
   std::vector<float> mtp_input;     // [N, 2H] the MTP layer's [enorm(embed) | hnorm(h)] (with_mtp)
+  // [N, C, H] the residual stream entering each of the C captured layers (ModelOptions::
+  // capture_layers), per token of the last Forward; sized by the model at load, empty without.
+  std::vector<float> captured;
   std::vector<float> kv_tile;       // [threads, kKvTileRows, L + R] dequantized cache rows
   std::vector<float> q_lat_t;       // [threads, L + R, heads] a token's absorbed query, transposed
   std::vector<float> tile_scores;   // [threads, kKvTileRows, heads]
