@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "core/log.h"
 #include "engine/mtp_drafter.h"
 
 namespace mlaserve::cli {
@@ -61,15 +62,18 @@ EngineOptions ReadEngineFlags(Args& args, ModelFlags& model_flags) {
     if (num_steps || topk) args.Reject("--speculative-num-steps and --speculative-eagle-topk are for NEXTN, not NGRAM");
     o.num_draft_tokens = draft_tokens.value_or(4);
   } else if (algorithm == "NEXTN") {
-    const int steps = num_steps.value_or(3);
+    // As SGLang with topk 1: steps from num-draft-tokens - 1 when only that is given; a
+    // num-draft-tokens other than steps + 1 is adjusted to it, with a warning.
+    const int steps = num_steps.value_or(draft_tokens && *draft_tokens >= 2 ? *draft_tokens - 1 : 3);
     if (topk.value_or(1) != 1) {
       args.Reject("--speculative-eagle-topk " + std::to_string(*topk) +
                   ": tree drafts are not implemented; NEXTN drafts a chain (topk 1)");
     }
     if (draft_tokens && *draft_tokens != steps + 1) {
-      args.Reject("--speculative-num-draft-tokens " + std::to_string(*draft_tokens) +
-                  " with topk 1 must be --speculative-num-steps + 1 = " + std::to_string(steps + 1) +
-                  " (the last sampled token and one draft per step)");
+      Log(LogLevel::kWarning,
+          "[mlaserve] --speculative-num-draft-tokens %d is adjusted to --speculative-num-steps + 1 = %d when "
+          "--speculative-eagle-topk is 1 (as SGLang does)",
+          *draft_tokens, steps + 1);
     }
     o.num_draft_tokens = steps;
     model_flags.options.load_mtp = true;

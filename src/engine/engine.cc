@@ -32,6 +32,7 @@ Engine::Engine(ModelRunner& runner, PageAllocator& allocator, const EngineOption
   const int draft_rows = options_.speculative() ? options_.max_running_requests * options_.num_draft_tokens : 0;
   runner_.ReserveLogitsRows(std::min(base_rows + draft_rows, std::max(base_rows, runner.info().max_batch_tokens)));
   stats_.max_total_num_tokens = allocator_.capacity_tokens();
+  release_after_observe_.reserve(size_t(runner.info().max_batch_tokens));  // a plan's sequences, at most
 }
 
 Engine::~Engine() { Stop(); }
@@ -208,17 +209,26 @@ bool Engine::Step() {
   const Result<ModelRunnerOutput> out = runner_.Execute(scheduler_.plan());
   if (out.ok()) {
     scheduler_.RecordComputed();
+    // A drafter that observes the step (MTP) still writes its cache rows for the positions of
+    // requests that finish in it, whose full pages then go to the prefix cache: their KV is
+    // released after Observe.
+    const bool observe = options_.speculative() && options_.drafter->wants_hidden_states();
+    release_after_observe_.clear();
     const int sampled = output_.Process(scheduler_.plan(), scheduler_.planned_requests(), out->logits,
-                                        out->captured_hidden_states,
-                                        [this](Request& r, FinishReason reason) { Finish(r, reason); });
+                                        out->captured_hidden_states, [this, observe](Request& r, FinishReason reason) {
+                                          Finish(r, reason, "", /*release_kv=*/!observe);
+                                          if (observe) release_after_observe_.push_back(&r);
+                                        });
     scheduler_.DropRejectedDrafts();
-    if (options_.speculative() && options_.drafter->wants_hidden_states()) {
+    if (observe) {
       const Status drafted = options_.drafter->Observe(scheduler_.plan(), scheduler_.planned_requests(),
                                                        out->hidden_states);
       if (!drafted.ok() && !draft_error_logged_) {
         Log(LogLevel::kWarning, "[mlaserve] drafting failed, going on without drafts: %s", drafted.message().c_str());
         draft_error_logged_ = true;
       }
+      for (Request* r : release_after_observe_) scheduler_.ReleaseKv(*r, /*cache_prefix=*/true);
+      release_after_observe_.clear();
     }
     generation_tokens_total_ += sampled;
     tokens_since_log_ += sampled;
@@ -237,10 +247,10 @@ bool Engine::Step() {
   return true;
 }
 
-void Engine::Finish(Request& r, FinishReason reason, const std::string& error) {
+void Engine::Finish(Request& r, FinishReason reason, const std::string& error, bool release_kv) {
   r.finish_reason = reason;
   output_.FlushText(r);
-  scheduler_.ReleaseKv(r, /*cache_prefix=*/true);
+  if (release_kv) scheduler_.ReleaseKv(r, /*cache_prefix=*/true);
   ++requests_total_;
   if (reason == FinishReason::kAbort) ++aborted_total_;
   {

@@ -79,7 +79,8 @@ class Engine {
 
   // Ends a request: its text flushed, its KV released (full pages to the prefix cache), its id
   // free again, its last chunk delivered. The request must be out of the queues or swept later.
-  void Finish(Request& r, FinishReason reason, const std::string& error = "");
+  // release_kv false: the caller releases r's KV later (Step, after the drafter's Observe).
+  void Finish(Request& r, FinishReason reason, const std::string& error = "", bool release_kv = true);
   void LogPrefill(const PlanSummary& planned);
   // Every decode_log_interval decode steps: gen_throughput and retractions over the interval
   // (SGLang's decode stats), and the "Decode batch" line when batches are logged.
@@ -94,7 +95,10 @@ class Engine {
 
   // Engine-thread state.
   int64_t tokens_since_log_ = 0;
-  bool draft_error_logged_ = false;  // a drafter's Observe failed once (logged once)
+  bool draft_error_logged_ = false;
+  // Requests that finished in this step, their KV kept until the drafter has observed the step
+  // (an MTP drafter writes its cache rows for their last positions); capacity reserved.
+  std::vector<Request*> release_after_observe_;  // a drafter's Observe failed once (logged once)
   Clock::time_point last_decode_log_ = Clock::now();
   uint64_t next_seed_ = 0x5eed;
 

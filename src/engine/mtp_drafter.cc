@@ -60,7 +60,7 @@ Status MtpDrafter::Observe(const BatchPlan& plan, std::span<Request* const> requ
     Request& r = *requests[i];
     const PlannedSequence& seq = plan.sequences[i];
     r.next_drafts.clear();
-    if (r.finish_reason != FinishReason::kNone || r.kv == nullptr) continue;
+    if (r.kv == nullptr) continue;  // (a request finished in the step still holds its KV here)
     const int final_rows = r.kv->num_tokens();
     const int begin = seq.num_computed_tokens;
     const int end = std::min({begin + seq.num_new_tokens, final_rows, int(r.tokens.size()) - 1});
@@ -69,7 +69,8 @@ Status MtpDrafter::Observe(const BatchPlan& plan, std::span<Request* const> requ
     std::copy_n(hidden_states.data() + int64_t(seq.first_token) * H, int64_t(end - begin) * H,
                 prev_hidden_.data() + int64_t(n) * H);
     segments_.push_back({.pages = r.kv->pages(), .num_computed_tokens = begin, .num_tokens = end - begin});
-    drafting_.push_back(r.decoding() && end == final_rows ? &r : nullptr);
+    const bool drafts = r.finish_reason == FinishReason::kNone && r.decoding() && end == final_rows;
+    drafting_.push_back(drafts ? &r : nullptr);
     n += end - begin;
   }
   if (n == 0) return Status::Ok();

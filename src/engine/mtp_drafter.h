@@ -11,7 +11,9 @@
 // MTP rows along and no second allocator exists. Rows of chained drafts (past the final rows)
 // are provisional: the next Observe overwrites them with rows from the target's hidden states.
 // Not exact, only draft quality: a prefix the radix cache served brings the MTP rows its first
-// owner wrote, and a finished request's last step is not observed (its KV is already released).
+// owner wrote (whose last row paired that owner's next token). A request that finishes in a step
+// is observed too (the engine releases its KV after Observe), so the full pages it hands to the
+// radix cache carry final MTP rows.
 #pragma once
 
 #include <vector>
@@ -33,7 +35,8 @@ class MtpDrafter final : public Drafter {
   [[nodiscard]] int Propose(const Request& r, std::span<TokenId> draft) override;
   bool wants_hidden_states() const override { return true; }
   // May reserve pages in a request's SequenceKv for its provisional rows (never evicting; the
-  // request owns them, and the next step's verify uses or truncates them).
+  // request owns them; the next step's verify uses or truncates them, or Scheduler::Draft frees
+  // them when it grants no drafts).
   Status Observe(const BatchPlan& plan, std::span<Request* const> requests,
                  std::span<const float> hidden_states) override;
 

@@ -270,10 +270,17 @@ int Scheduler::Draft(Request& r, int budget) {
       int64_t(r.kv->reserved_tokens()) + int64_t(allocator_.num_free_pages()) * allocator_.page_size() -
       r.kv->num_tokens() - 1;
   const int most = int(std::min<int64_t>({options_.num_draft_tokens, budget, remaining - 1, room, coverable}));
-  if (most <= 0) return 0;
-  r.draft_tokens.resize(size_t(most));  // within the capacity reserved at Submit
-  r.draft_tokens.resize(size_t(options_.drafter->Propose(r, r.draft_tokens)));
-  if (!r.draft_tokens.empty()) MLA_CHECK(r.kv->Reserve(1 + int(r.draft_tokens.size())).ok());
+  if (most > 0) {
+    r.draft_tokens.resize(size_t(most));  // within the capacity reserved at Submit
+    r.draft_tokens.resize(size_t(options_.drafter->Propose(r, r.draft_tokens)));
+  }
+  if (r.draft_tokens.empty()) {
+    // No verify truncates this step: free look-ahead pages a drafter reserved (MtpDrafter's
+    // chain), keeping the decode token's.
+    r.kv->ReleasePagesPast(r.kv->num_tokens() + 1);
+    return 0;
+  }
+  MLA_CHECK(r.kv->Reserve(1 + int(r.draft_tokens.size())).ok());
   return int(r.draft_tokens.size());
 }
 

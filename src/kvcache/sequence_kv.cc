@@ -50,6 +50,16 @@ void SequenceKv::Truncate(int num_tokens) {
   }
 }
 
+void SequenceKv::ReleasePagesPast(int tokens) {
+  const int page_size = allocator_.page_size();
+  MLA_CHECK(tokens >= num_tokens_);
+  const size_t keep_pages = std::max(size_t(num_borrowed_pages_), size_t((tokens + page_size - 1) / page_size));
+  while (pages_.size() > keep_pages) {
+    allocator_.Free(pages_.back());
+    pages_.pop_back();
+  }
+}
+
 Status SequenceKv::AdoptPrefix(std::span<const PageId> pages, int num_tokens) {
   if (num_tokens_ != 0 || !pages_.empty()) {
     return Status::Error("a cached prefix can only start an empty sequence");

@@ -52,6 +52,9 @@ class SequenceKv {
   // drafts); the owned pages wholly past the new length go back to the allocator. num_tokens
   // must not cut into the borrowed prefix (checked).
   void Truncate(int num_tokens);
+  // Returns the owned pages wholly past the first `tokens` positions (tokens >= num_tokens()):
+  // a reservation made ahead and not needed (speculative decoding's look-ahead).
+  void ReleasePagesPast(int tokens);
   int reserved_tokens() const { return int(pages_.size()) * allocator_.page_size(); }
   int max_tokens() const { return max_tokens_; }
   std::span<const PageId> pages() const { return pages_; }

@@ -714,5 +714,46 @@ TEST_F(MtpEngineTest, UnderMemoryPressureWithSampledRequestsMatchesAndLeaksNoPag
   EXPECT_GT(speculative.stats.spec_verify_steps_total, 0);
 }
 
+TEST_F(MtpEngineTest, ARequestFinishingInItsPrefillStepLeavesItsMtpRows) {
+  // One output token: the request finishes in the step that ran its prompt, and its full pages
+  // go to the prefix cache; the MTP layer must have written their rows first (a later request
+  // with the same prefix attends over them).
+  const ModelConfig& c = model_->config();
+  const KvStorageShape shape{.format = KvFormat::kBF16, .num_layers = c.num_hidden_layers,
+                             .latent_dim = c.kv_lora_rank, .rope_dim = c.qk_rope_head_dim,
+                             .page_size = 16, .num_pages = 16};
+  auto storage = HostKvStorage::Create(shape);
+  KvStorageShape one_layer = shape;
+  one_layer.num_layers = 1;
+  auto mtp_kv = HostKvStorage::Create(one_layer);
+  auto allocator = PageAllocator::Create(16, 16);
+  ASSERT_TRUE(storage.ok() && mtp_kv.ok() && allocator.ok());
+  MtpDrafter drafter(*model_, DefaultKernels(), **mtp_kv, 2);
+  EngineOptions o;
+  o.log_batches = false;
+  o.drafter = &drafter;
+  o.num_draft_tokens = 2;
+  CpuModelRunner runner(*model_, DefaultKernels(), **storage);
+  Engine engine(runner, **allocator, o);
+  bool finished = false;
+  std::vector<TokenId> prompt{0};
+  for (int t = 1; t < 40; ++t) prompt.push_back(TokenId(1 + CounterUniform(5, uint64_t(t)) * 2000));
+  ASSERT_TRUE(engine.Submit(Greedy("warm", prompt, 1), [&](const OutputView& v) { finished |= v.finished; }).ok());
+  while (engine.Step()) {
+  }
+  ASSERT_TRUE(finished);
+  // Rows with any non-zero value, over the whole MTP cache (it starts zeroed): the prompt's 40.
+  const KvHostRows rows = (*mtp_kv)->HostRows();
+  std::vector<float> row(size_t(c.kv_cache_dim()));
+  int written = 0;
+  for (PageId page = 0; page < 16; ++page) {
+    for (int pos = 0; pos < 16; ++pos) {
+      rows.ReadRows(0, std::span(&page, 1), pos, 1, row.data());
+      written += std::any_of(row.begin(), row.end(), [](float v) { return v != 0.0f; }) ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(written, 40);
+}
+
 }  // namespace
 }  // namespace mlaserve

@@ -63,6 +63,22 @@ TEST(SequenceKv, TruncateDropsRowsAndReturnsWhollyDeadPages) {
   EXPECT_EQ(allocator->num_free_pages(), 10);
 }
 
+TEST(SequenceKv, ReleasePagesPastKeepsTheRowsAndTheNextPositionsPage) {
+  auto allocator = MakeAllocator(10);
+  SequenceKv s(*allocator, 100);
+  ASSERT_TRUE(s.Reserve(14).ok());  // 4 pages of 4: a look-ahead reservation
+  s.MarkComputed(8);
+  s.ReleasePagesPast(9);  // the decode token at position 8 keeps page 2; page 3 goes
+  EXPECT_EQ(s.num_tokens(), 8);
+  EXPECT_EQ(s.reserved_tokens(), 12);
+  EXPECT_EQ(allocator->num_free_pages(), 7);
+  s.ReleasePagesPast(8);  // only the rows: page 2 goes too
+  EXPECT_EQ(s.reserved_tokens(), 8);
+  EXPECT_EQ(allocator->num_free_pages(), 8);
+  s.ReleasePagesPast(20);  // nothing past: nothing to free, nothing taken
+  EXPECT_EQ(allocator->num_free_pages(), 8);
+}
+
 TEST(SequenceKv, ContextLimit) {
   auto allocator = MakeAllocator(100);
   SequenceKv s(*allocator, 10);
