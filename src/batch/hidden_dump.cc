@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -141,9 +142,39 @@ Result<std::unique_ptr<HiddenStateDump>> HiddenStateDump::Open(DumpSettings sett
   std::filesystem::create_directories(settings.dir, ec);
   if (ec) return Status::Error("--dump-hidden-states: cannot create " + settings.dir + ": " + ec.message());
   std::unique_ptr<HiddenStateDump> dump(new HiddenStateDump(std::move(settings), db));
+  MLA_RETURN_IF_ERROR(dump->ClaimDirectory());
   MLA_RETURN_IF_ERROR(dump->Reconcile(log));
   MLA_RETURN_IF_ERROR(dump->WriteIndex());
   return dump;
+}
+
+HiddenStateDump::~HiddenStateDump() {
+  if (owner_fd_ >= 0) ::close(owner_fd_);  // also releases the flock
+}
+
+Status HiddenStateDump::ClaimDirectory() {
+  const std::string path = settings_.dir + "/.owner";
+  owner_fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (owner_fd_ < 0) return Status::Error(Errno("--dump-hidden-states: cannot open " + path));
+  if (::flock(owner_fd_, LOCK_EX | LOCK_NB) != 0) {
+    return Status::Error("--dump-hidden-states: " + settings_.dir + " is in use by another batch run");
+  }
+  std::string owner(4096, '\0');
+  const ssize_t got = ::pread(owner_fd_, owner.data(), owner.size(), 0);
+  if (got < 0) return Status::Error(Errno("--dump-hidden-states: cannot read " + path));
+  owner.resize(size_t(got));
+  if (owner.empty()) {  // a new directory: this job's from now on
+    const std::string text = settings_.owner;
+    if (::pwrite(owner_fd_, text.data(), text.size(), 0) != ssize_t(text.size()) || ::fsync(owner_fd_) != 0) {
+      return Status::Error(Errno("--dump-hidden-states: cannot write " + path));
+    }
+    return SyncPath(settings_.dir, true);
+  }
+  if (owner != settings_.owner) {
+    return Status::Error("--dump-hidden-states: " + settings_.dir + " holds the hidden states of the job writing " +
+                         owner + ", not of " + settings_.owner + ": use another directory");
+  }
+  return Status::Ok();
 }
 
 Status HiddenStateDump::Reconcile(FunctionRef<void(const std::string&)> log) {
@@ -168,8 +199,13 @@ Status HiddenStateDump::Reconcile(FunctionRef<void(const std::string&)> log) {
   std::vector<std::string> stray;
   while (const dirent* e = ::readdir(listing)) {
     const std::string name = e->d_name;
-    const bool ours = name.ends_with(kTempSuffix) ||
-                      (name.starts_with(kFilePrefix) && name.ends_with(kFileSuffix));
+    // Only names this class writes: record files, and temp files "." + record file or index.
+    const bool record = name.starts_with(kFilePrefix) && name.ends_with(kFileSuffix);
+    const bool temp = name.ends_with(kTempSuffix) &&
+                      ((name.starts_with("." + std::string(kFilePrefix)) &&
+                        name.substr(0, name.size() - kTempSuffix.size()).ends_with(kFileSuffix)) ||
+                       name == ".index.jsonl" + std::string(kTempSuffix));
+    const bool ours = record || temp;
     if (ours && !kept.count(name)) stray.push_back(name);
   }
   ::closedir(listing);

@@ -10,7 +10,8 @@
 // the done commit, which stores its name, size and hash in the progress DB (table hidden_dumps),
 // so a done record always has its file. At start-up (Open) files of records not done (a kill
 // between the rename and the commit) and temp files are deleted, and every done record's file
-// must be there with the size and hash the DB recorded, or the run is refused.
+// must be there with the size and hash the DB recorded, or the run is refused. DIR belongs to one
+// job (DIR/.owner holds its output path, locked while a run writes): another job's DIR is refused.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +60,7 @@ class CapturedRows {
 // What a run writes into DIR and stores beside the done record.
 struct DumpSettings {
   std::string dir;
+  std::string owner;  // the job's --output, absolute: DIR/.owner names it, and no other job may use DIR
   std::vector<int> layers;
   int hidden_size = 0;
   std::string model_path;  // metadata
@@ -84,10 +86,19 @@ class HiddenStateDump {
 
  private:
   HiddenStateDump(DumpSettings settings, ProgressDb& db) : settings_(std::move(settings)), db_(db) {}
+  // DIR/.owner: locked for the run (a second run on DIR is refused) and holding the owning
+  // job's output path (another job's DIR is refused, so reconciling never deletes its files).
+  Status ClaimDirectory();
   Status Reconcile(FunctionRef<void(const std::string&)> log);
 
   DumpSettings settings_;
   ProgressDb& db_;
+  int owner_fd_ = -1;  // DIR/.owner, flock()ed while open
+
+ public:
+  ~HiddenStateDump();
+  HiddenStateDump(const HiddenStateDump&) = delete;
+  HiddenStateDump& operator=(const HiddenStateDump&) = delete;
 };
 
 }  // namespace mlaserve::batch

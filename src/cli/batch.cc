@@ -494,6 +494,7 @@ int RunBatch(Args& args) {
     auto config = LoadModelConfig(model_flags.model_path);
     if (!config.ok()) return Fail("batch", config.error());
     auto opened = batch::HiddenStateDump::Open({.dir = f.dump_hidden_states,
+                                                .owner = std::filesystem::absolute(f.output).lexically_normal().string(),
                                                 .layers = f.hidden_layers,
                                                 .hidden_size = int(config->hidden_size),
                                                 .model_path = model_flags.model_path},

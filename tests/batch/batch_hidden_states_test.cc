@@ -232,13 +232,23 @@ TEST(BatchHiddenStates, StartUpDeletesStrayFilesAndRefusesMissingOrChangedOnes) 
   // temp file: deleted at start-up.
   std::ofstream(dump + "/record-000000099.safetensors") << bytes;
   std::ofstream(dump + "/.record-000000098.safetensors.tmp") << "partial";
+  std::ofstream(dump + "/notes.tmp") << "a user's file";  // not a name the dump writes: kept
   auto rerun = testing::RunMlaserve(args);
   EXPECT_EQ(rerun.exit_code, 0) << rerun.err;
   EXPECT_NE(rerun.err.find("3 record files checked, 2 removed"), std::string::npos) << rerun.err;
   EXPECT_NE(rerun.out.find("nothing to do"), std::string::npos) << rerun.out;
   size_t temps = 0;
   EXPECT_EQ(RecordFiles(dump, &temps), 3u);
-  EXPECT_EQ(temps, 0u);
+  EXPECT_EQ(temps, 1u);  // notes.tmp
+  EXPECT_TRUE(std::filesystem::exists(dump + "/notes.tmp"));
+
+  // Another job (another --output) on the same directory is refused before it touches a file.
+  const std::string other_out = dir.path() + "/other.jsonl";
+  std::vector<std::string> other_job = DumpArgs(in, other_out, dump, 8, 2);
+  auto refused = testing::RunMlaserve(Joined(other_job));
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("holds the hidden states of the job writing"), std::string::npos) << refused.err;
+  EXPECT_EQ(RecordFiles(dump), 3u);
 
   // A done record's file changed (same size) or missing: refused, naming it.
   std::string changed = bytes;
