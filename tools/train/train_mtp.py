@@ -15,7 +15,7 @@ held-out windows, with the weights as stored:
 prints them and writes them into the model card's "MTP layer" section.
 
 Usage (from the repository root):
-    /usr/bin/python3 tools/train/train_mtp.py               # train, write, measure (~20 min, 2 cores)
+    /usr/bin/python3 tools/train/train_mtp.py               # train, write, measure (~26 min, 2 cores)
     /usr/bin/python3 tools/train/train_mtp.py --eval-only   # measure the stored MTP layer
 """
 
