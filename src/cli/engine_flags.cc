@@ -54,9 +54,13 @@ EngineOptions ReadEngineFlags(Args& args, ModelFlags& model_flags) {
   args.Refuse("speculative-draft-model-path",
               "separate draft models (EAGLE, EAGLE3, STANDALONE) are not implemented; NEXTN uses the checkpoint's "
               "own MTP layer");
-  if ((draft_tokens || num_steps || topk) && algorithm.empty()) {
-    args.Reject("--speculative-num-draft-tokens, --speculative-num-steps and --speculative-eagle-topk need "
-                "--speculative-algorithm (speculative decoding is off)");
+  const bool fixed_drafts = args.Switch(
+      "disable-adaptive-speculation",
+      "draft the full count every step (SGLang's behaviour) instead of adapting each request's drafts to what its "
+      "verify steps accept and pausing drafting after repeated misses");
+  if ((draft_tokens || num_steps || topk || fixed_drafts) && algorithm.empty()) {
+    args.Reject("--speculative-num-draft-tokens, --speculative-num-steps, --speculative-eagle-topk and "
+                "--disable-adaptive-speculation need --speculative-algorithm (speculative decoding is off)");
   }
   if (algorithm == "NGRAM") {
     if (num_steps || topk) args.Reject("--speculative-num-steps and --speculative-eagle-topk are for NEXTN, not NGRAM");
@@ -81,6 +85,7 @@ EngineOptions ReadEngineFlags(Args& args, ModelFlags& model_flags) {
     args.Reject("--speculative-algorithm " + algorithm + " is not supported by mlaserve yet (NGRAM and NEXTN are)");
   }
   o.speculative_algorithm = algorithm;
+  o.adaptive_drafts = !algorithm.empty() && !fixed_drafts;
 
   const int needed = ForwardTokensFor(o);
   model_flags.options.max_batch_tokens = model_flags.max_batch_tokens.value_or(needed);

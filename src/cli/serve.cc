@@ -159,6 +159,7 @@ int RunServe(Args& args) {
                       {"speculative_num_steps", engine_options.speculative_algorithm == "NEXTN"
                                                     ? nlohmann::json(engine_options.num_draft_tokens)
                                                     : nlohmann::json()},
+                      {"speculative_adaptive", engine_options.adaptive_drafts},
                       {"speculative_num_draft_tokens",
                        engine_options.num_draft_tokens + (engine_options.speculative_algorithm == "NEXTN" ? 1 : 0)},
                       {"enable_metrics", enable_metrics},

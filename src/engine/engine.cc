@@ -102,6 +102,7 @@ Status Engine::Submit(GenerateRequest request, OutputCallback callback) {
   r->penalties = PenaltyState(r->spec.sampling.max_new_tokens);
   if (options_.speculative()) {
     r->draft_tokens.reserve(size_t(options_.num_draft_tokens));
+    r->draft_limit = options_.num_draft_tokens;
     r->next_drafts.reserve(size_t(options_.num_draft_tokens));
   }
   MLA_RETURN_IF_ERROR(output_.Prepare(*r));

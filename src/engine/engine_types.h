@@ -129,6 +129,9 @@ struct EngineOptions {
   // per decoding request (greedy or sampled). Null or 0: off.
   Drafter* drafter = nullptr;
   int num_draft_tokens = 0;
+  // Adaptive drafting (docs/architecture.md, "Adaptive drafting"): each request drafts up to
+  // what its recent verify steps accepted, and pauses drafting after repeated misses.
+  bool adaptive_drafts = false;
   std::string speculative_algorithm;  // "", "NGRAM" or "NEXTN": what the drafter is (logs, server info)
   bool speculative() const { return drafter != nullptr && num_draft_tokens > 0; }
 };

@@ -25,7 +25,8 @@ int MtpDrafter::Propose(const Request& r, std::span<TokenId> draft) {
 }
 
 Status MtpDrafter::RunMtp(int n) {
-  const size_t rows = segments_.size();
+  // A logits row (and an output hidden row) per drafting segment, in segment order.
+  const size_t rows = size_t(std::count_if(drafting_.begin(), drafting_.end(), [](Request* r) { return r != nullptr; }));
   if (logits_.size() < rows * size_t(vocab_size_)) {  // grows to the most sequences one step holds
     logits_.resize(rows * size_t(vocab_size_));
     out_hidden_.resize(rows * size_t(hidden_size_));
@@ -39,10 +40,11 @@ Status MtpDrafter::RunMtp(int n) {
 }
 
 void MtpDrafter::TakeDrafts() {
-  for (size_t s = 0; s < segments_.size(); ++s) {
-    if (drafting_[s] == nullptr) continue;
-    const float* row = logits_.data() + s * size_t(vocab_size_);
-    drafting_[s]->next_drafts.push_back(TokenId(std::max_element(row, row + vocab_size_) - row));
+  size_t row = 0;
+  for (Request* r : drafting_) {
+    if (r == nullptr) continue;
+    const float* logits = logits_.data() + row++ * size_t(vocab_size_);
+    r->next_drafts.push_back(TokenId(std::max_element(logits, logits + vocab_size_) - logits));
   }
 }
 
@@ -68,8 +70,12 @@ Status MtpDrafter::Observe(const BatchPlan& plan, std::span<Request* const> requ
     std::copy(r.tokens.begin() + begin + 1, r.tokens.begin() + end + 1, tokens_.begin() + n);
     std::copy_n(hidden_states.data() + int64_t(seq.first_token) * H, int64_t(end - begin) * H,
                 prev_hidden_.data() + int64_t(n) * H);
-    segments_.push_back({.pages = r.kv->pages(), .num_computed_tokens = begin, .num_tokens = end - begin});
-    const bool drafts = r.finish_reason == FinishReason::kNone && r.decoding() && end == final_rows;
+    // (A request whose drafting is paused gets none: the extend alone keeps its MTP rows, and
+    // it needs no logits row.)
+    const bool drafts = r.finish_reason == FinishReason::kNone && r.decoding() && end == final_rows &&
+                        r.draft_pause == 0 && r.draft_limit > 0;
+    segments_.push_back({.pages = r.kv->pages(), .num_computed_tokens = begin, .num_tokens = end - begin,
+                         .no_logits = !drafts});
     drafting_.push_back(drafts ? &r : nullptr);
     n += end - begin;
   }
@@ -80,15 +86,17 @@ Status MtpDrafter::Observe(const BatchPlan& plan, std::span<Request* const> requ
   // The chain: draft k + 1 from the MTP's own hidden state and draft k, one position further.
   for (int step = 1; step < num_steps_; ++step) {
     size_t kept = 0;
-    for (size_t s = 0; s < segments_.size(); ++s) {
+    for (size_t s = 0, row = 0; s < segments_.size(); ++s) {
       Request* r = drafting_[s];
       if (r == nullptr) continue;
+      const size_t r_row = row++;  // its logits and output hidden row of the last forward
+      if (step >= r->draft_limit) continue;  // as many as the request may verify
       const int position = r->kv->num_tokens() + step - 1;
       if (position + 1 > model_.max_context()) continue;
       if (position >= r->kv->reserved_tokens() && !r->kv->Reserve(step).ok()) continue;  // no free page: stop
       tokens_[kept] = r->next_drafts.back();
-      std::copy_n(out_hidden_.data() + int64_t(s) * H, H, prev_hidden_.data() + int64_t(kept) * H);
-      segments_[kept] = {.pages = r->kv->pages(), .num_computed_tokens = position, .num_tokens = 1};
+      std::copy_n(out_hidden_.data() + int64_t(r_row) * H, H, prev_hidden_.data() + int64_t(kept) * H);
+      segments_[kept] = {.pages = r->kv->pages(), .num_computed_tokens = position, .num_tokens = 1, .no_logits = false};
       drafting_[kept] = r;
       ++kept;
     }

@@ -42,9 +42,10 @@ class MtpDrafter final : public Drafter {
 
  private:
   // One batched MTP forward over inputs_[0, n) and segments_; on success logits_ holds a row
-  // per segment and out_hidden_ the MTP's normed hidden state of each.
+  // per drafting segment (drafting_ not null; the others are no_logits) and out_hidden_ the
+  // MTP's normed hidden state of each, in segment order.
   Status RunMtp(int n);
-  // The argmax of each segment's row, appended to the drafting request's next_drafts.
+  // The argmax of each drafting segment's row, appended to its request's next_drafts.
   void TakeDrafts();
 
   Model& model_;
@@ -58,8 +59,8 @@ class MtpDrafter final : public Drafter {
   std::vector<float> prev_hidden_;        // [n, H] the hidden state at each position
   std::vector<ForwardSegment> segments_;  // one per request in the forward
   std::vector<Request*> drafting_;        // [segments_] the request each segment drafts for (or null)
-  std::vector<float> logits_;             // [segments_, vocab]
-  std::vector<float> out_hidden_;         // [segments_, H]
+  std::vector<float> logits_;             // [drafting segments, vocab]
+  std::vector<float> out_hidden_;         // [drafting segments, H]
 };
 
 }  // namespace mlaserve

@@ -57,6 +57,13 @@ struct Request {
   // A drafter's guesses for the next step, made after the last one (the MTP drafter's Observe),
   // which its Propose hands out; capacity reserved at Submit.
   std::vector<TokenId> next_drafts;
+  // Adaptive drafting (EngineOptions::adaptive_drafts; Scheduler::AdaptDraftLimit): drafts
+  // allowed per step, decode steps left without drafts, the next pause's length, and verify
+  // steps in a row that accepted no draft.
+  int draft_limit = 0;
+  int draft_pause = 0;
+  int draft_backoff = 0;
+  int draft_misses = 0;
   std::optional<RadixCache::NodeHandle> locked_prefix;  // held while borrowing cached pages
   int cached_tokens = 0;                // prompt tokens the prefix cache served (first admission)
   bool admitted_once = false;

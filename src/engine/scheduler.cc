@@ -269,7 +269,12 @@ int Scheduler::Draft(Request& r, int budget) {
   const int64_t coverable =
       int64_t(r.kv->reserved_tokens()) + int64_t(allocator_.num_free_pages()) * allocator_.page_size() -
       r.kv->num_tokens() - 1;
-  const int most = int(std::min<int64_t>({options_.num_draft_tokens, budget, remaining - 1, room, coverable}));
+  int limit = options_.num_draft_tokens;
+  if (options_.adaptive_drafts) {
+    limit = r.draft_pause > 0 ? 0 : r.draft_limit;
+    if (r.draft_pause > 0) --r.draft_pause;
+  }
+  const int most = int(std::min<int64_t>({limit, budget, remaining - 1, room, coverable}));
   if (most > 0) {
     r.draft_tokens.resize(size_t(most));  // within the capacity reserved at Submit
     r.draft_tokens.resize(size_t(options_.drafter->Propose(r, r.draft_tokens)));
@@ -284,8 +289,29 @@ int Scheduler::Draft(Request& r, int budget) {
   return int(r.draft_tokens.size());
 }
 
+void Scheduler::AdaptDraftLimit(Request& r, int drafted, int accepted) const {
+  const int k = options_.num_draft_tokens;
+  if (accepted > 0) {  // one more than the run accepted, up to k
+    r.draft_limit = std::min(k, accepted >= drafted ? drafted + 1 : accepted + 1);
+    r.draft_misses = 0;
+    r.draft_backoff = 0;
+    return;
+  }
+  r.draft_limit = 1;
+  if (++r.draft_misses < kDraftMissesBeforePause) return;
+  r.draft_misses = 0;
+  r.draft_backoff = std::clamp(r.draft_backoff * 2, kFirstDraftPause, kLongestDraftPause);
+  r.draft_pause = r.draft_backoff;
+}
+
 void Scheduler::DropRejectedDrafts(Request& r) {
   if (r.draft_tokens.empty()) return;
+  if (options_.adaptive_drafts) {
+    // The step computed 1 + drafted rows; the kept ones are the history but its last token.
+    const int drafted = int(r.draft_tokens.size());
+    const int accepted = int(r.tokens.size()) - 1 - (r.kv->num_tokens() - drafted);
+    AdaptDraftLimit(r, drafted, std::max(0, accepted));
+  }
   r.draft_tokens.clear();
   r.kv->Truncate(std::min(r.kv->num_tokens(), int(r.tokens.size()) - 1));
 }

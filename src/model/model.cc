@@ -284,8 +284,9 @@ int Model::NormOutputRows(const KernelSet& k, const float* norm, int n, std::spa
   });
   int num_out = 0;
   for (int t = 0; t < n; ++t) {
+    const ForwardSegment& seg = segments[size_t(token_segments_[size_t(t)])];
     const bool last_of_segment = t + 1 == n || token_segments_[size_t(t + 1)] != token_segments_[size_t(t)];
-    if (mode == LogitsMode::kAllTokens || last_of_segment || segments[size_t(token_segments_[size_t(t)])].all_logits) {
+    if (mode == LogitsMode::kAllTokens || (last_of_segment && !seg.no_logits) || seg.all_logits) {
       std::copy_n(ws.normed.data() + t * H, H, ws.last_hidden.data() + num_out * H);
       ++num_out;
     }

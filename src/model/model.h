@@ -57,6 +57,7 @@ struct ForwardSegment {
   int num_computed_tokens;        // positions [0, num_computed_tokens) already have rows
   int num_tokens;
   bool all_logits = false;  // logits for every token of this segment, not just its last
+  bool no_logits = false;   // kLastPerSegment: no row for this segment (its KV rows only)
 };
 
 enum class LogitsMode { kLastPerSegment, kAllTokens };

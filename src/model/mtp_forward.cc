@@ -44,7 +44,7 @@ Status Model::ForwardMtp(const KernelSet& kernels, KvStorage& mtp_kv, std::span<
   });
   DecoderLayer(ctx, kv_rows, mtp.block, 0, n, segments, nullptr);
   const int num_out = NormOutputRows(k, mtp.head_norm.data(), n, segments, mode);
-  MatMul(ctx, ws.last_hidden.data(), num_out, weights_.lm_head, logits);
+  if (num_out > 0) MatMul(ctx, ws.last_hidden.data(), num_out, weights_.lm_head, logits);
   return Status::Ok();
 }
 

@@ -24,7 +24,7 @@ struct CallHeader {
 };
 static_assert(sizeof(CallHeader) <= kTpCallHeaderBytes);
 constexpr int64_t kForwardCall = 1;
-constexpr int kSegmentInts = 4;  // num_computed_tokens, num_tokens, all_logits, pages sent
+constexpr int kSegmentInts = 4;  // num_computed_tokens, num_tokens, logits flags, pages sent
 
 }  // namespace
 
@@ -122,7 +122,8 @@ void Model::BroadcastForwardCall(const KernelSet& kernels, KvStorage& kv, std::s
   int64_t num_pages = 0;
   for (const ForwardSegment& seg : segments) {
     const int64_t pages = (seg.num_computed_tokens + seg.num_tokens + shape.page_size - 1) / shape.page_size;
-    tp_call_.insert(tp_call_.end(), {seg.num_computed_tokens, seg.num_tokens, seg.all_logits ? 1 : 0, int32_t(pages)});
+    const int32_t logits_flags = (seg.all_logits ? 1 : 0) | (seg.no_logits ? 2 : 0);
+    tp_call_.insert(tp_call_.end(), {seg.num_computed_tokens, seg.num_tokens, logits_flags, int32_t(pages)});
     num_pages += pages;
   }
   for (const ForwardSegment& seg : segments) {
@@ -199,7 +200,8 @@ Status Model::RunTpWorker() {
       segments.push_back(ForwardSegment{.pages = std::span<const PageId>(pages, size_t(seg_ints[3])),
                                         .num_computed_tokens = seg_ints[0],
                                         .num_tokens = seg_ints[1],
-                                        .all_logits = seg_ints[2] != 0});
+                                        .all_logits = (seg_ints[2] & 1) != 0,
+                                        .no_logits = (seg_ints[2] & 2) != 0});
       pages += seg_ints[3];
     }
     auto kernels = KernelsByName(h.kernels);

@@ -423,7 +423,17 @@ struct SpecRun {
   double accept_length = 0;  // tokens appended per verify step, over the whole run
 };
 
-enum class Drafts { kNgram, kMtp };
+enum class Drafts { kNgram, kMtp, kNeverRight };
+
+// Drafts the beginning-of-sequence token, which the bundled model never generates: every draft
+// is rejected.
+class NeverRightDrafter final : public Drafter {
+ public:
+  int Propose(const Request&, std::span<TokenId> draft) override {
+    std::fill(draft.begin(), draft.end(), TokenId(2042));
+    return int(draft.size());
+  }
+};
 
 // Runs `requests` on one engine (stepped here) until all finish, with drafts when
 // num_draft_tokens > 0: prompt lookup, or the model's MTP layer (which it must have loaded).
@@ -439,6 +449,7 @@ SpecRun RunTogether(Model& model, const std::vector<GenerateRequest>& requests, 
   auto allocator = PageAllocator::Create(16, pool_tokens / 16);
   EXPECT_TRUE(storage.ok() && allocator.ok());
   NgramDrafter ngram;
+  NeverRightDrafter never_right;
   std::unique_ptr<HostKvStorage> mtp_kv;
   std::unique_ptr<MtpDrafter> mtp;
   if (drafts == Drafts::kMtp) {
@@ -448,7 +459,9 @@ SpecRun RunTogether(Model& model, const std::vector<GenerateRequest>& requests, 
     mtp = std::make_unique<MtpDrafter>(model, DefaultKernels(), *mtp_kv, num_draft_tokens);
   }
   o.log_batches = false;
-  Drafter* drafter = drafts == Drafts::kMtp ? static_cast<Drafter*>(mtp.get()) : &ngram;
+  Drafter* drafter = drafts == Drafts::kMtp          ? static_cast<Drafter*>(mtp.get())
+                     : drafts == Drafts::kNeverRight ? static_cast<Drafter*>(&never_right)
+                                                     : &ngram;
   o.drafter = num_draft_tokens > 0 ? drafter : nullptr;
   o.num_draft_tokens = num_draft_tokens;
   CpuModelRunner runner(model, DefaultKernels(), **storage);
@@ -583,6 +596,27 @@ TEST_F(EngineTest, SpeculativeDecodingUnderMemoryPressureMatchesAndLeaksNoPage) 
   EXPECT_GT(speculative.stats.spec_verify_steps_total, 0);
 }
 
+TEST_F(EngineTest, AdaptiveDraftingPausesADrafterThatIsNeverRight) {
+  // Drafts that never land: with adaptive drafting each request drafts one token after its
+  // first miss and pauses after four misses in a row (8, 16, ... steps), so it verifies a small
+  // share of what fixed drafting does; outputs stay the plain ones either way.
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 4; ++i) requests.push_back(Greedy("n" + std::to_string(i), Prompt(20 + 5 * i, uint64_t(i)), 200));
+  const SpecRun plain = RunTogether(*model_, requests, 0, 4096, nullptr);
+  const SpecRun fixed = RunTogether(*model_, requests, 4, 4096, nullptr, {}, Drafts::kNeverRight);
+  EngineOptions o;
+  o.adaptive_drafts = true;
+  const SpecRun adaptive = RunTogether(*model_, requests, 4, 4096, nullptr, o, Drafts::kNeverRight);
+  ExpectSameOutputs(plain, fixed);
+  ExpectSameOutputs(plain, adaptive);
+  EXPECT_EQ(fixed.stats.spec_accepted_tokens_total, 0);
+  EXPECT_EQ(adaptive.stats.spec_accepted_tokens_total, 0);
+  EXPECT_GT(adaptive.stats.spec_draft_tokens_total, 0);  // it keeps probing
+  EXPECT_LT(adaptive.stats.spec_draft_tokens_total * 10, fixed.stats.spec_draft_tokens_total);
+  std::printf("[ adaptive ] never-right drafts, 4 requests x 200 tokens: %lld drafts verified (fixed: %lld)\n",
+              (long long)adaptive.stats.spec_draft_tokens_total, (long long)fixed.stats.spec_draft_tokens_total);
+}
+
 TEST_F(EngineTest, SpeculativeSamplingDrawsThePlainTokensAloneAndInABusyBatch) {
   // Seeded sampled requests get drafts and draw, token for token, what plain decoding draws
   // (docs/architecture.md, "Speculative sampling"): alone, and among neighbours in a small pool
@@ -671,18 +705,21 @@ std::vector<GenerateRequest> ShakespearePrompts(const Tokenizer& tokenizer, int 
 TEST_F(MtpEngineTest, GreedyAloneAndInABatchMatchesPlainDecoding) {
   auto tokenizer = Tokenizer::FromDirectory(kModel);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.error();
-  for (int count : {1, 8}) {
+  for (const auto& [count, adaptive] : {std::pair{1, false}, std::pair{8, false}, std::pair{8, true}}) {
+    SCOPED_TRACE(adaptive ? "adaptive drafting" : "fixed drafting");
     const std::vector<GenerateRequest> requests = ShakespearePrompts(*tokenizer, count, 100);
     const SpecRun plain = RunTogether(*model_, requests, 0, 4096, &*tokenizer);
-    const SpecRun speculative = RunTogether(*model_, requests, 3, 4096, &*tokenizer, {}, Drafts::kMtp);
+    EngineOptions o;
+    o.adaptive_drafts = adaptive;
+    const SpecRun speculative = RunTogether(*model_, requests, 3, 4096, &*tokenizer, o, Drafts::kMtp);
     ExpectSameOutputs(plain, speculative);
     EXPECT_GT(speculative.stats.spec_verify_steps_total, 0);
     EXPECT_LE(speculative.stats.spec_accepted_tokens_total, speculative.stats.spec_draft_tokens_total);
     // The trained MTP layer's drafts pay: more than 1.5 tokens per verify step (its model card
     // reports 60% of first drafts equal to the target's greedy token on held-out text).
     EXPECT_GT(speculative.accept_length, 1.5);
-    std::printf("[ mtp ] %d request(s), 3 steps: accept len %.2f (%lld drafts accepted of %lld)\n", count,
-                speculative.accept_length, (long long)speculative.stats.spec_accepted_tokens_total,
+    std::printf("[ mtp ] %d request(s), 3 steps%s: accept len %.2f (%lld drafts accepted of %lld)\n", count,
+                adaptive ? ", adaptive" : "", speculative.accept_length, (long long)speculative.stats.spec_accepted_tokens_total,
                 (long long)speculative.stats.spec_draft_tokens_total);
   }
 }

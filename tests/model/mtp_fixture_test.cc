@@ -153,6 +153,7 @@ TEST(MtpFixture, DrafterChainsTheReferenceDrafts) {
     r.tokens = fp.input_ids;
     r.kv = std::make_unique<SequenceKv>(**allocator, 512);
     r.next_drafts.reserve(size_t(steps));
+    r.draft_limit = steps;  // (the engine sets it at Submit)
     ASSERT_TRUE(r.kv->Reserve(int(fp.input_ids.size())).ok());
     BatchPlan plan;
     plan.Add(r.kv->pages(), 0, fp.input_ids, /*all_logits=*/false);
