@@ -499,6 +499,9 @@ TEST(Serve, DraftTokensWithoutAnAlgorithmAreRefused) {
                                 " --port 0 --speculative-num-draft-tokens 3");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("need --speculative-algorithm (speculative decoding is off)"), std::string::npos) << r.err;
+  r = testing::RunMlaserve("serve --model-path " + testing::ShellQuote(kModel) + " --port 0 --disable-adaptive-speculation");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("need --speculative-algorithm (speculative decoding is off)"), std::string::npos) << r.err;
 }
 
 // NEXTN drafts from the checkpoint's MTP layer: the same greedy text as a plain server, drafts
@@ -516,6 +519,7 @@ TEST(Serve, NextnSpeculationGivesThePlainServersGreedyText) {
   EXPECT_EQ(server_info["speculative_algorithm"], "NEXTN");
   EXPECT_EQ(server_info["speculative_num_steps"], 2);
   EXPECT_EQ(server_info["speculative_num_draft_tokens"], 3);
+  EXPECT_EQ(server_info["speculative_adaptive"], true);
   EXPECT_NE(speculative.log().find("--speculative-num-draft-tokens 5 is adjusted to --speculative-num-steps + 1 = 3"),
             std::string::npos)
       << speculative.log();
