@@ -38,27 +38,29 @@ Model::Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWe
 namespace {
 
 // DeepSeek-V3/R1 checkpoints carry their multi-token-prediction (nextn) layers as
-// model.layers.{num_hidden_layers + k}.*. Unless --speculative-algorithm NEXTN loads the first
-// (ModelOptions::load_mtp), they are not bound, so their pages are never read; one debug line
-// says so (at info it would precede every command's one-line errors on the bundled model).
-void LogSkippedMtpLayers(const ModelConfig& config, const Checkpoint& checkpoint) {
+// model.layers.{num_hidden_layers + k}.*. Those ModelOptions::load_mtp does not bind (all, or
+// all past the first) are never read: their bytes do not count against the KV budget
+// (Model::weight_bytes), and one debug line says so (at info it would precede every command's
+// one-line errors on the bundled model). Returns their bytes.
+size_t SkippedMtpLayerBytes(const ModelConfig& config, const Checkpoint& checkpoint, bool load_mtp) {
   const std::string prefix = config.tensor_prefix + "model.layers.";
   size_t num_tensors = 0, num_bytes = 0;
   int first_layer = -1, last_layer = -1;
   for (const auto& [name, view] : checkpoint.tensors()) {
     if (!name.starts_with(prefix)) continue;
     const int layer = std::atoi(name.c_str() + prefix.size());
-    if (layer < config.num_hidden_layers) continue;
+    if (layer < config.num_hidden_layers + (load_mtp ? 1 : 0)) continue;
     ++num_tensors;
     num_bytes += view.num_bytes;
     first_layer = first_layer < 0 ? layer : std::min(first_layer, layer);
     last_layer = std::max(last_layer, layer);
   }
-  if (num_tensors == 0) return;
+  if (num_tensors == 0) return 0;
   Log(LogLevel::kDebug, "mlaserve: skipping MTP (nextn) layer%s %d%s: %zu tensors, %.1f MB, not loaded",
       first_layer == last_layer ? "" : "s", first_layer,
       first_layer == last_layer ? "" : ("-" + std::to_string(last_layer)).c_str(), num_tensors,
       double(num_bytes) / 1e6);
+  return num_bytes;
 }
 
 // After packing, only the embedding and kv_b_proj (read by rows, with their scales) are read from
@@ -110,7 +112,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
   weights = ShardWeights(std::move(weights).value(), *config, shard);
   if (!weights.ok()) return weights.status();
   const size_t shard_bytes = HeldWeightBytes(*weights, *config);
-  if (!options.load_mtp) LogSkippedMtpLayers(*config, **checkpoint);
+  const size_t skipped_mtp_bytes = SkippedMtpLayerBytes(*config, **checkpoint, options.load_mtp);
   if (options.max_batch_tokens <= 0) return Status::Error("max_batch_tokens must be positive");
   if (options.moe_block_tokens < 0) return Status::Error("moe_block_tokens must be 0 (by memory) or positive");
   int max_context = options.max_context > 0
@@ -137,6 +139,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
   std::unique_ptr<Model> model(new Model(std::move(config).value(), std::move(checkpoint).value(),
                                          std::move(weights).value(), options, max_context, threads));
   model->SetUpTensorParallel(options.tp, shard_bytes);
+  model->skipped_mtp_bytes_ = skipped_mtp_bytes;
   PackWeights(model->weights_, model->pool_, [](const WeightMatrix& source) {
     Checkpoint::ReleaseMappedPages(source.data, source.total_bytes());
     if (source.scales != nullptr) {

@@ -86,9 +86,12 @@ class Model {
   int max_batch_tokens() const { return workspace_.max_tokens; }
   ThreadPool& pool() { return pool_; }
   const ModelWeights& weights() const { return weights_; }
-  // The checkpoint's bytes this process holds: the whole checkpoint on one rank, the rank's
-  // shard under tensor parallelism (the KV budget subtracts it).
-  size_t weight_bytes() const { return tp_size() > 1 ? shard_weight_bytes_ : checkpoint_->total_tensor_bytes(); }
+  // The checkpoint's bytes this process holds: the whole checkpoint but the MTP layers it does
+  // not load (never read) on one rank, the rank's shard under tensor parallelism (the KV budget
+  // subtracts it).
+  size_t weight_bytes() const {
+    return tp_size() > 1 ? shard_weight_bytes_ : checkpoint_->total_tensor_bytes() - skipped_mtp_bytes_;
+  }
   int tp_size() const { return tp_ == nullptr ? 1 : tp_->size(); }
   const Checkpoint& checkpoint() const { return *checkpoint_; }
 
@@ -223,6 +226,7 @@ class Model {
   // (ShardCounts), and this rank's heads and routed experts.
   TpCollectives* tp_ = nullptr;
   size_t shard_weight_bytes_ = 0;
+  size_t skipped_mtp_bytes_ = 0;  // checkpoint bytes of MTP layers not loaded
   int local_heads_ = 0;                         // heads this rank computes (all on one rank)
   int expert_begin_ = 0, expert_end_ = 0;       // routed experts this rank holds
   std::vector<int64_t> tp_attn_counts_;  // [tp size] attention output floats per token of each rank

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -162,6 +163,20 @@ TEST(PlanTp, OneRankHoldsTheWholeCheckpoint) {
   EXPECT_EQ(plan["not_loaded_weight_bytes"], int64_t(b.mtp));
   EXPECT_NEAR(plan["kv_budget_gb_per_rank"].get<double>(), 0.88 - b.total / 1e9, 1e-12);
   EXPECT_FALSE(plan.contains("communication"));  // nothing to exchange
+}
+
+// The engine sizes its pool as plan does: the MTP layer it does not load (never read) does not
+// count against the budget (Model::weight_bytes).
+TEST(PlanTp, OneRankPoolIsWhatTheEngineAllocates) {
+  auto plan = Plan("--model-path " + testing::ShellQuote(kBundled) + " --device-memory 1");
+  auto r = testing::RunMlaserve("bench-offline --model-path " + testing::ShellQuote(kBundled) +
+                                " --device-memory 1 --num-prompts 1 --random-input-len 4 --random-output-len 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const size_t at = r.out.find("max_total_num_tokens:");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const int64_t engine_tokens = std::stoll(r.out.substr(at + std::strlen("max_total_num_tokens:")));
+  const int64_t plan_tokens = Format(plan, "bf16")["max_total_num_tokens"].get<int64_t>();
+  EXPECT_EQ(engine_tokens, plan_tokens / 16 * 16);  // whole pages of the default 16 tokens
 }
 
 TEST(PlanTp, RanksHoldTheTotalPlusACopyOfTheReplicatedPartEach) {
