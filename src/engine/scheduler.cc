@@ -289,10 +289,10 @@ int Scheduler::Draft(Request& r, int budget) {
   return int(r.draft_tokens.size());
 }
 
-void Scheduler::AdaptDraftLimit(Request& r, int drafted, int accepted) const {
+void Scheduler::AdaptDraftLimit(Request& r, int accepted) const {
   const int k = options_.num_draft_tokens;
   if (accepted > 0) {  // one more than the run accepted, up to k
-    r.draft_limit = std::min(k, accepted >= drafted ? drafted + 1 : accepted + 1);
+    r.draft_limit = std::min(k, accepted + 1);
     r.draft_misses = 0;
     r.draft_backoff = 0;
     return;
@@ -309,8 +309,7 @@ void Scheduler::DropRejectedDrafts(Request& r) {
   if (options_.adaptive_drafts) {
     // The step computed 1 + drafted rows; the kept ones are the history but its last token.
     const int drafted = int(r.draft_tokens.size());
-    const int accepted = int(r.tokens.size()) - 1 - (r.kv->num_tokens() - drafted);
-    AdaptDraftLimit(r, drafted, std::max(0, accepted));
+    AdaptDraftLimit(r, int(r.tokens.size()) - 1 - (r.kv->num_tokens() - drafted));
   }
   r.draft_tokens.clear();
   r.kv->Truncate(std::min(r.kv->num_tokens(), int(r.tokens.size()) - 1));

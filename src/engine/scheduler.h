@@ -122,14 +122,14 @@ class Scheduler {
   // or retracts). Returns how many.
   int Draft(Request& r, int budget);
   void DropRejectedDrafts(Request& r);
-  // Adaptive drafting, after a verify step of `drafted` drafts that accepted `accepted`: the
-  // next limit is one more than the accepted run (up to k); kDraftMissesBeforePause steps in a
+  // Adaptive drafting, after a verify step that accepted `accepted` drafts: the next limit is
+  // one more than the accepted run (up to k); kDraftMissesBeforePause steps in a
   // row accepting none pause drafting for 8, then 16, ... 256 decode steps (probing with one
   // draft in between), so a drafter whose guesses never land costs little.
   static constexpr int kDraftMissesBeforePause = 4;
   static constexpr int kFirstDraftPause = 8;
   static constexpr int kLongestDraftPause = 256;
-  void AdaptDraftLimit(Request& r, int drafted, int accepted) const;
+  void AdaptDraftLimit(Request& r, int accepted) const;
   void AddToPlan(Request* r, int num_new_tokens);
 
   PageAllocator& allocator_;

@@ -167,6 +167,17 @@ TEST(TensorParallel, RefusesAJobWhoseSizeIsNotTheTpSize) {
   EXPECT_NE(mismatch.err.find("mpirun started 2 ranks but --tp-size is 1"), std::string::npos) << mismatch.err;
 }
 
+// Speculation from the MTP layer is not sharded: refused on every rank, which all exit.
+TEST(TensorParallel, RefusesNextnSpeculation) {
+  const CommandResult run = RunCommand(MpirunMlaserve(
+      2, "bench-offline --model-path " + ShellQuote(BundledModelPath()) +
+             " --num-prompts 1 --random-input-len 4 --random-output-len 2 --speculative-algorithm NEXTN"));
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("the MTP layer (NEXTN speculative decoding) is not supported with tensor parallelism"),
+            std::string::npos)
+      << run.err;
+}
+
 // What a rank's start-up line says it holds is what `plan --tp-size 2` predicts for it.
 TEST(TensorParallel, StartUpLogAgreesWithPlan) {
   const std::string model = ShellQuote(BundledModelPath());

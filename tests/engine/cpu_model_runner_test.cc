@@ -9,18 +9,15 @@
 #include <memory>
 
 #include "engine/sampler.h"
+#include "support/greedy_request.h"
 #include "engine/sequence_runner.h"
 
 namespace mlaserve {
 namespace {
 
-const std::string kModel = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla";
+constexpr auto Prompt = testing::RandomPrompt;
 
-std::vector<TokenId> Prompt(int len, uint64_t seed) {
-  std::vector<TokenId> p{0};
-  for (int i = 1; i < len; ++i) p.push_back(TokenId(1 + CounterUniform(seed, uint64_t(i)) * 2000));
-  return p;
-}
+const std::string kModel = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla";
 
 // The bytes of num_pages pages in the model's KV shape.
 std::unique_ptr<HostKvStorage> StorageFor(const ModelConfig& c, KvFormat format, int page_size, int64_t num_pages) {

@@ -23,6 +23,8 @@
 namespace mlaserve {
 namespace {
 
+constexpr auto Prompt = testing::RandomPrompt;
+
 const std::string kModel = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla";
 
 class EngineTest : public ::testing::Test {
@@ -71,12 +73,6 @@ class EngineTest : public ::testing::Test {
     EngineOptions o;
     o.log_batches = false;
     return o;
-  }
-
-  static std::vector<TokenId> Prompt(int len, uint64_t seed) {
-    std::vector<TokenId> p{0};
-    for (int i = 1; i < len; ++i) p.push_back(TokenId(1 + CounterUniform(seed, uint64_t(i)) * 2000));
-    return p;
   }
 
   static Model* model_;
@@ -729,11 +725,8 @@ TEST_F(MtpEngineTest, UnderMemoryPressureWithSampledRequestsMatchesAndLeaksNoPag
   // rows), retraction, and sampled requests among greedy ones.
   std::vector<GenerateRequest> requests;
   for (int i = 0; i < 24; ++i) {
-    std::vector<TokenId> prompt{0};
-    for (int t = 1; t < 30 + (i * 37) % 70; ++t) {
-      prompt.push_back(TokenId(1 + CounterUniform(i % 2 == 0 ? 1000 : uint64_t(i), uint64_t(t)) * 2000));
-    }
-    GenerateRequest r = Greedy("m" + std::to_string(i), prompt, 40 + (i * 13) % 60);
+    GenerateRequest r =
+        Greedy("m" + std::to_string(i), Prompt(30 + (i * 37) % 70, i % 2 == 0 ? 1000 : uint64_t(i)), 40 + (i * 13) % 60);
     if (i % 3 == 1) {
       r.sampling.temperature = 0.8f;
       r.sampling.top_k = 40;
@@ -773,9 +766,7 @@ TEST_F(MtpEngineTest, ARequestFinishingInItsPrefillStepLeavesItsMtpRows) {
   CpuModelRunner runner(*model_, DefaultKernels(), **storage);
   Engine engine(runner, **allocator, o);
   bool finished = false;
-  std::vector<TokenId> prompt{0};
-  for (int t = 1; t < 40; ++t) prompt.push_back(TokenId(1 + CounterUniform(5, uint64_t(t)) * 2000));
-  ASSERT_TRUE(engine.Submit(Greedy("warm", prompt, 1), [&](const OutputView& v) { finished |= v.finished; }).ok());
+  ASSERT_TRUE(engine.Submit(Greedy("warm", Prompt(40, 5), 1), [&](const OutputView& v) { finished |= v.finished; }).ok());
   while (engine.Step()) {
   }
   ASSERT_TRUE(finished);

@@ -19,6 +19,8 @@
 namespace mlaserve {
 namespace {
 
+constexpr auto Prompt = testing::RandomPrompt;
+
 const std::string kModel = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla";
 
 // What one request was delivered.
@@ -124,12 +126,6 @@ class HiddenCaptureEngineTest : public ::testing::Test {
   static GenerateRequest Capturing(GenerateRequest r) {
     r.capture_hidden_states = true;
     return r;
-  }
-
-  static std::vector<TokenId> Prompt(int len, uint64_t seed) {
-    std::vector<TokenId> p{0};
-    for (int i = 1; i < len; ++i) p.push_back(TokenId(1 + CounterUniform(seed, uint64_t(i)) * 2000));
-    return p;
   }
 
   static Model* model_;

@@ -8,19 +8,16 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "support/greedy_request.h"
 #include "engine/sequence_runner.h"
 #include "model/model.h"
 
 namespace mlaserve {
 namespace {
 
-const std::string kModel = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla";
+constexpr auto Prompt = testing::RandomPrompt;
 
-std::vector<TokenId> Prompt(int len, uint64_t seed) {
-  std::vector<TokenId> p{0};
-  for (int i = 1; i < len; ++i) p.push_back(TokenId(1 + CounterUniform(seed, uint64_t(i)) * 2000));
-  return p;
-}
+const std::string kModel = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla";
 
 std::unique_ptr<Model> Load(std::vector<int> layers) {
   auto model = Model::Load(

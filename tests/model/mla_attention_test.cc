@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "support/greedy_request.h"
 #include "engine/sequence_runner.h"
 #include "model/mla_decode_attention.h"
 #include "model/model.h"
@@ -18,6 +19,8 @@
 
 namespace mlaserve {
 namespace {
+
+constexpr auto Prompt = testing::RandomPrompt;
 
 const std::string kModel = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla";
 
@@ -167,12 +170,6 @@ TEST(KvSplits, ARanksHeadsEqualTheSameHeadsOfAllHeads) {
       EXPECT_EQ(stats, std::vector<float>(stats_all.begin() + first * 2, stats_all.begin() + (first + 8) * 2)) << first;
     }
   }
-}
-
-std::vector<TokenId> Prompt(int len, uint64_t seed) {
-  std::vector<TokenId> p{0};
-  for (int i = 1; i < len; ++i) p.push_back(TokenId(1 + CounterUniform(seed, uint64_t(i)) * 2000));
-  return p;
 }
 
 // Every token's logits for `prompt`, then those of `decode_steps` greedy steps.
