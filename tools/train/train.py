@@ -296,24 +296,29 @@ The run is seeded; results can differ in the last bits with a different BLAS or 
 # ---- main --------------------------------------------------------------------------------------
 
 
-def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("corpus", nargs="?", default=DEFAULT_CORPUS, help="tinyshakespeare.txt")
-    parser.add_argument("--out", default=DEFAULT_OUT, help="model directory to write")
-    parser.add_argument("--tokenizer-only", action="store_true", help="write the tokenizer files and stop")
-    parser.add_argument("--steps", type=int, default=600)
+def add_training_args(parser, steps, warmup_steps, seed):
+    """The optimizer and run flags shared with train_mtp.py, with the caller's defaults."""
+    parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--warmup-steps", type=int, default=50)
+    parser.add_argument("--warmup-steps", type=int, default=warmup_steps)
     parser.add_argument("--final-lr-fraction", type=float, default=0.1)
     parser.add_argument("--weight-decay", type=float, default=0.1)
     parser.add_argument("--grad-clip", type=float, default=1.0)
     parser.add_argument("--bias-step", type=float, default=1e-3, help="aux-loss-free balancing gamma")
     parser.add_argument("--init-std", type=float, default=0.02)
-    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--seed", type=int, default=seed)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--log-every", type=int, default=25)
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("corpus", nargs="?", default=DEFAULT_CORPUS, help="tinyshakespeare.txt")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="model directory to write")
+    parser.add_argument("--tokenizer-only", action="store_true", help="write the tokenizer files and stop")
+    add_training_args(parser, steps=600, warmup_steps=50, seed=1234)
     return parser.parse_args()
 
 
