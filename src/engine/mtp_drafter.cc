@@ -62,7 +62,7 @@ Status MtpDrafter::Observe(const BatchPlan& plan, std::span<Request* const> requ
     Request& r = *requests[i];
     const PlannedSequence& seq = plan.sequences[i];
     r.next_drafts.clear();
-    if (r.kv == nullptr) continue;  // (a request finished in the step still holds its KV here)
+    // (A request that finished in the step still holds its KV here: the engine releases it after.)
     const int final_rows = r.kv->num_tokens();
     const int begin = seq.num_computed_tokens;
     const int end = std::min({begin + seq.num_new_tokens, final_rows, int(r.tokens.size()) - 1});

@@ -525,7 +525,6 @@ TEST_F(EngineTest, SpeculativeGreedyAloneMatchesTheSoloRunAndAcceptsDrafts) {
   ExpectSameOutputs(plain, speculative);
   // Speculation ran and paid off: fewer chunks (one per step) than tokens.
   EXPECT_GT(speculative.stats.spec_accepted_tokens_total, 0);
-  EXPECT_LE(speculative.stats.spec_accepted_tokens_total, speculative.stats.spec_draft_tokens_total);
   EXPECT_LT(speculative.out.at("alone").chunks, 160);
   std::printf("[ speculative ] alone, k=4: accept len %.2f (%lld drafts accepted of %lld, %lld verify steps)\n",
               speculative.accept_length, (long long)speculative.stats.spec_accepted_tokens_total,
@@ -710,7 +709,6 @@ TEST_F(MtpEngineTest, GreedyAloneAndInABatchMatchesPlainDecoding) {
     const SpecRun speculative = RunTogether(*model_, requests, 3, 4096, &*tokenizer, o, Drafts::kMtp);
     ExpectSameOutputs(plain, speculative);
     EXPECT_GT(speculative.stats.spec_verify_steps_total, 0);
-    EXPECT_LE(speculative.stats.spec_accepted_tokens_total, speculative.stats.spec_draft_tokens_total);
     // The trained MTP layer's drafts pay: more than 1.5 tokens per verify step (its model card
     // reports 60% of first drafts equal to the target's greedy token on held-out text).
     EXPECT_GT(speculative.accept_length, 1.5);
