@@ -395,6 +395,10 @@ int RunBatch(Args& args) {
   if (args.WasGiven("hidden-layers") && f.dump_hidden_states.empty()) {
     args.Reject("--hidden-layers needs --dump-hidden-states DIR");
   }
+  if (!f.dump_hidden_states.empty() && engine_options.speculative_algorithm == "EAGLE3") {
+    args.Reject("--dump-hidden-states cannot be combined with --speculative-algorithm EAGLE3 (both capture target "
+                "layers; generate the training data without the draft)");
+  }
   if (!f.dump_hidden_states.empty() && !f.dry_run) {
     if (!in_process) {
       args.Reject("--dump-hidden-states needs the in-process engine (--model-path DIR): a server (--endpoint) does "

@@ -1,9 +1,12 @@
 #include "cli/engine_flags.h"
 
+#include <filesystem>
 #include <optional>
 
 #include "core/log.h"
-#include "engine/mtp_drafter.h"
+#include "engine/model_drafter.h"
+#include "model/eagle3_draft.h"
+#include "model/mtp_draft.h"
 
 namespace mlaserve::cli {
 namespace {
@@ -13,6 +16,27 @@ namespace {
 int ForwardTokensFor(const EngineOptions& o) {
   const int chunk = o.chunked_prefill_size > 0 ? o.chunked_prefill_size : 2048;
   return chunk + o.max_running_requests;
+}
+
+// EAGLE3: the draft's config against the target's, the target layers to capture, and what the
+// draft takes from the memory budget.
+void ReadEagle3Flags(Args& args, const std::string& draft_path, ModelFlags& model_flags) {
+  if (model_flags.tp_size > 1) {
+    return args.Reject("--speculative-algorithm EAGLE3 is not supported with tensor parallelism (--tp-size > 1)");
+  }
+  auto draft = ReadEagle3Config(draft_path);
+  if (!draft.ok()) return args.Reject(draft.error());
+  if (model_flags.model_path.empty()) return;  // (--model-path's own error is reported)
+  auto target = LoadModelConfig(model_flags.model_path);
+  if (!target.ok()) return;  // (the model's load reports it)
+  auto layers = draft->CaptureLayers(target->num_hidden_layers);
+  if (!layers.ok()) return args.Reject(layers.error());
+  model_flags.options.capture_layers = *layers;
+  model_flags.draft_kv_bytes_per_token = draft->kv_bytes_per_token();
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(draft_path, error)) {
+    if (entry.path().extension() == ".safetensors") model_flags.draft_weight_bytes += entry.file_size(error);
+  }
 }
 
 }  // namespace
@@ -36,42 +60,51 @@ EngineOptions ReadEngineFlags(Args& args, ModelFlags& model_flags) {
                                    "decode steps between \"Decode batch\" log lines", {.min = 1});
 
   // Speculative decoding (docs/architecture.md, "Speculative decoding"): SGLang's flags. NGRAM
-  // drafts by prompt lookup in the request's own tokens; NEXTN runs the checkpoint's MTP layer
-  // (SGLang: --speculative-num-steps drafts, topk 1, num-draft-tokens = steps + 1 verified).
+  // drafts by prompt lookup in the request's own tokens; NEXTN runs the checkpoint's MTP layer;
+  // EAGLE3 an EAGLE-3 draft checkpoint (SGLang: --speculative-num-steps drafts, topk 1,
+  // num-draft-tokens = steps + 1 verified).
   const std::string algorithm = args.Str("speculative-algorithm", "",
-                                         "speculative decoding: NGRAM (prompt lookup in each request's own tokens) "
-                                         "or NEXTN (the checkpoint's MTP layer); EAGLE, EAGLE3 and STANDALONE "
-                                         "are not implemented",
+                                         "speculative decoding: NGRAM (prompt lookup in each request's own tokens), "
+                                         "NEXTN (the checkpoint's MTP layer) or EAGLE3 (an EAGLE-3 draft checkpoint, "
+                                         "--speculative-draft-model-path); EAGLE and STANDALONE are not implemented",
                                          {.value_name = "NAME", .shown_default = "none"});
   const std::optional<int> draft_tokens = args.OptInt(
       "speculative-num-draft-tokens",
-      "NGRAM: tokens drafted per verify step (default 4); NEXTN: tokens verified per step, num-steps + 1",
+      "NGRAM: tokens drafted per verify step (default 4); NEXTN, EAGLE3: tokens verified per step, num-steps + 1",
       {.min = 1, .max = 64});
-  const std::optional<int> num_steps = args.OptInt(
-      "speculative-num-steps", "NEXTN: MTP steps (drafts) per verify step", {.shown_default = "3", .min = 1, .max = 16});
-  const std::optional<int> topk = args.OptInt("speculative-eagle-topk", "NEXTN: drafts per step; only 1 (a chain)",
-                                              {.shown_default = "1", .min = 1});
-  args.Refuse("speculative-draft-model-path",
-              "separate draft models (EAGLE, EAGLE3, STANDALONE) are not implemented; NEXTN uses the checkpoint's "
-              "own MTP layer");
+  const std::optional<int> num_steps =
+      args.OptInt("speculative-num-steps", "NEXTN, EAGLE3: draft-model steps (drafts) per verify step",
+                  {.shown_default = "3", .min = 1, .max = 16});
+  const std::optional<int> topk = args.OptInt(
+      "speculative-eagle-topk", "NEXTN, EAGLE3: drafts per step; only 1 (a chain)", {.shown_default = "1", .min = 1});
+  const std::string draft_path =
+      args.Str("speculative-draft-model-path", "", "EAGLE3: the EAGLE-3 draft checkpoint's directory",
+               {.value_name = "DIR", .shown_default = "none"});
   const bool fixed_drafts = args.Switch(
       "disable-adaptive-speculation",
       "draft the full count every step (SGLang's behaviour) instead of adapting each request's drafts to what its "
       "verify steps accept and pausing drafting after repeated misses");
-  if ((draft_tokens || num_steps || topk || fixed_drafts) && algorithm.empty()) {
-    args.Reject("--speculative-num-draft-tokens, --speculative-num-steps, --speculative-eagle-topk and "
-                "--disable-adaptive-speculation need --speculative-algorithm (speculative decoding is off)");
+  if ((draft_tokens || num_steps || topk || fixed_drafts || !draft_path.empty()) && algorithm.empty()) {
+    args.Reject("--speculative-num-draft-tokens, --speculative-num-steps, --speculative-eagle-topk, "
+                "--speculative-draft-model-path and --disable-adaptive-speculation need --speculative-algorithm "
+                "(speculative decoding is off)");
+  }
+  if (!draft_path.empty() && algorithm != "EAGLE3") {
+    args.Reject("--speculative-draft-model-path is for EAGLE3 (" + algorithm +
+                (algorithm == "NEXTN" ? " uses the checkpoint's own MTP layer)" : " has no draft model)"));
   }
   if (algorithm == "NGRAM") {
-    if (num_steps || topk) args.Reject("--speculative-num-steps and --speculative-eagle-topk are for NEXTN, not NGRAM");
+    if (num_steps || topk) {
+      args.Reject("--speculative-num-steps and --speculative-eagle-topk are for NEXTN and EAGLE3, not NGRAM");
+    }
     o.num_draft_tokens = draft_tokens.value_or(4);
-  } else if (algorithm == "NEXTN") {
+  } else if (algorithm == "NEXTN" || algorithm == "EAGLE3") {
     // As SGLang with topk 1: steps from num-draft-tokens - 1 when only that is given; a
     // num-draft-tokens other than steps + 1 is adjusted to it, with a warning.
     const int steps = num_steps.value_or(draft_tokens && *draft_tokens >= 2 ? *draft_tokens - 1 : 3);
     if (topk.value_or(1) != 1) {
-      args.Reject("--speculative-eagle-topk " + std::to_string(*topk) +
-                  ": tree drafts are not implemented; NEXTN drafts a chain (topk 1)");
+      args.Reject("--speculative-eagle-topk " + std::to_string(*topk) + ": tree drafts are not implemented; " +
+                  algorithm + " drafts a chain (topk 1)");
     }
     if (draft_tokens && *draft_tokens != steps + 1) {
       Log(LogLevel::kWarning,
@@ -80,10 +113,21 @@ EngineOptions ReadEngineFlags(Args& args, ModelFlags& model_flags) {
           *draft_tokens, steps + 1);
     }
     o.num_draft_tokens = steps;
-    model_flags.options.load_mtp = true;
+    if (algorithm == "NEXTN") {
+      model_flags.options.load_mtp = true;
+    } else if (draft_path.empty()) {
+      args.Reject("--speculative-algorithm EAGLE3 needs --speculative-draft-model-path DIR (the draft checkpoint)");
+    } else {
+      ReadEagle3Flags(args, draft_path, model_flags);
+    }
+  } else if (algorithm == "EAGLE") {
+    args.Reject("--speculative-algorithm EAGLE (EAGLE-1/2 drafts) is not implemented; an EAGLE-3 draft runs with "
+                "EAGLE3");
   } else if (!algorithm.empty()) {
-    args.Reject("--speculative-algorithm " + algorithm + " is not supported by mlaserve yet (NGRAM and NEXTN are)");
+    args.Reject("--speculative-algorithm " + algorithm +
+                " is not supported by mlaserve yet (NGRAM, NEXTN and EAGLE3 are)");
   }
+  o.draft_model_path = draft_path;
   o.speculative_algorithm = algorithm;
   o.adaptive_drafts = !algorithm.empty() && !fixed_drafts;
 
@@ -102,6 +146,7 @@ EngineOptions ReadEngineFlags(Args& args, ModelFlags& model_flags) {
 
 Result<EngineDrafter> AttachDrafter(EngineOptions& o, LoadedModel& loaded, const EngineKv& kv) {
   EngineDrafter out;
+  Model& model = *loaded.model;
   if (o.speculative_algorithm == "NGRAM") {
     out.drafter = std::make_unique<NgramDrafter>();
   } else if (o.speculative_algorithm == "NEXTN") {
@@ -110,7 +155,26 @@ Result<EngineDrafter> AttachDrafter(EngineOptions& o, LoadedModel& loaded, const
     auto storage = HostKvStorage::Create(shape);
     if (!storage.ok()) return storage.status();
     out.mtp_kv = std::move(storage).value();
-    out.drafter = std::make_unique<MtpDrafter>(*loaded.model, *loaded.kernels, *out.mtp_kv, o.num_draft_tokens);
+    out.draft_model = std::make_unique<MtpDraft>(model, *loaded.kernels, *out.mtp_kv);
+  } else if (o.speculative_algorithm == "EAGLE3") {
+    const KvStorageShape& shape = kv.storage->shape();
+    auto draft = Eagle3Draft::Load(o.draft_model_path, model, *loaded.kernels, shape.page_size, shape.num_pages);
+    if (!draft.ok()) return draft.status();
+    Log(LogLevel::kInfo,
+        "[mlaserve] EAGLE-3 draft %s: draft vocabulary %d of %d, target layers [%s] captured, weights %.1f MB, "
+        "cache %.1f MB",
+        o.draft_model_path.c_str(), (*draft)->config().draft_vocab_size, (*draft)->config().vocab_size,
+        [&] {
+          std::string layers;
+          for (int l : model.capture_layers()) layers += (layers.empty() ? "" : ",") + std::to_string(l);
+          return layers;
+        }().c_str(), double((*draft)->weight_bytes()) / 1e6,
+        double((*draft)->cache_bytes()) / 1e6);
+    out.draft_model = std::move(draft).value();
+  }
+  if (out.draft_model != nullptr) {
+    out.drafter = std::make_unique<ModelDrafter>(*out.draft_model, model.max_batch_tokens(), model.max_context(),
+                                                 o.num_draft_tokens);
   }
   o.drafter = out.drafter.get();
   return out;

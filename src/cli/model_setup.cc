@@ -153,10 +153,12 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
   auto budget = ComputeKvBudget(KvBudgetRequest{
       .device_memory_bytes = device_memory_bytes,
       .mem_fraction_static = flags.mem_fraction_static,
-      .weight_bytes = double(loaded.model->weight_bytes()),
-      // NEXTN: the MTP layer's rows too (one more layer, at the same page ids).
+      .weight_bytes = double(loaded.model->weight_bytes() + flags.draft_weight_bytes),
+      // NEXTN: the MTP layer's rows too (one more layer, at the same page ids); EAGLE3: the
+      // draft's k and v rows.
       .kv_bytes_per_token = KvRowBytes(*format, config.kv_lora_rank, config.qk_rope_head_dim) *
-                            size_t(config.num_hidden_layers + (flags.options.load_mtp ? 1 : 0)),
+                                size_t(config.num_hidden_layers + (flags.options.load_mtp ? 1 : 0)) +
+                            flags.draft_kv_bytes_per_token,
       .max_total_tokens = flags.max_total_tokens,
       .page_size = flags.page_size});
   MLA_RETURN_IF_ERROR(Agree(group, budget.status()));

@@ -28,6 +28,10 @@ struct ModelFlags {
   int64_t max_total_tokens = 0;
   int tp_size = 1;  // --tp-size: ranks of the mpirun job (docs/distributed.md)
   std::optional<int> max_batch_tokens;  // as given; options.max_batch_tokens holds the one used
+  // A separate draft model's share of the memory budget (EAGLE3, ReadEngineFlags): its
+  // checkpoint's bytes, and its cache's bytes per KV-pool token.
+  size_t draft_weight_bytes = 0;
+  size_t draft_kv_bytes_per_token = 0;
   ModelOptions options;
 };
 

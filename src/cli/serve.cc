@@ -139,6 +139,8 @@ int RunServe(Args& args) {
   CpuModelRunner runner(model, *loaded->kernels, *kv->storage);
   Engine engine(runner, *kv->allocator, engine_options, &*loaded->tokenizer);
   engine.Start();
+  const bool draft_model_drafts =
+      engine_options.speculative_algorithm == "NEXTN" || engine_options.speculative_algorithm == "EAGLE3";
   nlohmann::json info{{"model_path", model_dir},
                       {"served_model_name", served_name},
                       {"kv_cache_dtype", KvFormatName(loaded->kv_cache.kv_format)},
@@ -155,13 +157,14 @@ int RunServe(Args& args) {
                       {"speculative_algorithm", engine_options.speculative()
                                                     ? nlohmann::json(engine_options.speculative_algorithm)
                                                     : nlohmann::json()},
-                      // SGLang's meanings: NEXTN verifies the last token and one draft per step.
-                      {"speculative_num_steps", engine_options.speculative_algorithm == "NEXTN"
-                                                    ? nlohmann::json(engine_options.num_draft_tokens)
-                                                    : nlohmann::json()},
+                      // SGLang's meanings: NEXTN and EAGLE3 verify the last token and one draft per step.
+                      {"speculative_num_steps",
+                       draft_model_drafts ? nlohmann::json(engine_options.num_draft_tokens) : nlohmann::json()},
                       {"speculative_adaptive", engine_options.adaptive_drafts},
-                      {"speculative_num_draft_tokens",
-                       engine_options.num_draft_tokens + (engine_options.speculative_algorithm == "NEXTN" ? 1 : 0)},
+                      {"speculative_num_draft_tokens", engine_options.num_draft_tokens + (draft_model_drafts ? 1 : 0)},
+                      {"speculative_draft_model_path", engine_options.draft_model_path.empty()
+                                                           ? nlohmann::json()
+                                                           : nlohmann::json(engine_options.draft_model_path)},
                       {"enable_metrics", enable_metrics},
                       {"incremental_streaming_output", incremental_streaming_output},
                       {"reasoning_parser", reasoning_parser ? nlohmann::json(*reasoning_parser) : nlohmann::json()},

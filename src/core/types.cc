@@ -9,6 +9,7 @@ const char* DTypeName(DType t) {
     case DType::kF16: return "F16";
     case DType::kI32: return "I32";
     case DType::kI64: return "I64";
+    case DType::kBool: return "BOOL";
     case DType::kF8E4M3: return "F8_E4M3";
   }
   return "?";

@@ -2,8 +2,8 @@
 // request's history; the engine verifies them all in one forward pass (docs/architecture.md,
 // "Speculative decoding"). This file owns the interface and the one drafter that needs no
 // weights: prompt lookup (vLLM's "ngram" method), which copies what followed the most recent
-// earlier occurrence of the history's last few tokens. The MTP drafter, which runs the
-// checkpoint's next-token-prediction layer, is engine/mtp_drafter.h.
+// earlier occurrence of the history's last few tokens. The drafter that runs a draft model (the
+// checkpoint's MTP layer, an EAGLE-3 checkpoint) is engine/model_drafter.h.
 // Threads: the engine thread only (a drafter may keep state between calls).
 #pragma once
 
@@ -16,6 +16,13 @@
 
 namespace mlaserve {
 
+// Which of the target's rows a drafter reads after each step.
+enum class DrafterInput {
+  kNone,
+  kFinalHidden,     // every token's final-normed hidden state (BatchPlan::return_hidden_states)
+  kCapturedLayers,  // every token's captured layer rows (BatchPlan::capture_hidden_states)
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
@@ -24,17 +31,17 @@ class Drafter {
   // returns how many (0: no guess). Does not allocate and does not keep the views.
   [[nodiscard]] virtual int Propose(const Request& r, std::span<TokenId> draft) = 0;
 
-  // A drafter that reads the target's hidden states (MTP): the engine then asks the runner for
-  // them every step and calls Observe after it.
-  virtual bool wants_hidden_states() const { return false; }
+  // A drafter that reads the target's hidden states (a draft model: MTP, EAGLE-3) says which
+  // rows; the engine then asks the runner for them every step and calls Observe after it.
+  virtual DrafterInput input() const { return DrafterInput::kNone; }
   // After a step's outputs were appended and its rejected drafts dropped, so each planned
   // request's kv->num_tokens() counts its final rows: the step's plan, its requests in plan
-  // order (finished ones have released their KV: skip them), and the target's final-normed
-  // hidden state of every planned token, [plan.num_tokens(), hidden]. Views valid for the call.
-  // An error means no drafts this step; the engine goes on without them.
+  // order (finished ones still hold their KV: the engine releases it after), and the target's
+  // rows input() names for every planned token, [plan.num_tokens(), width]. Views valid for the
+  // call. An error means no drafts this step; the engine goes on without them.
   virtual Status Observe(const BatchPlan& plan, std::span<Request* const> requests,
-                         std::span<const float> hidden_states) {
-    (void)plan, (void)requests, (void)hidden_states;
+                         std::span<const float> target_rows) {
+    (void)plan, (void)requests, (void)target_rows;
     return Status::Ok();
   }
 };

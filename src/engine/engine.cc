@@ -210,10 +210,11 @@ bool Engine::Step() {
   const Result<ModelRunnerOutput> out = runner_.Execute(scheduler_.plan());
   if (out.ok()) {
     scheduler_.RecordComputed();
-    // A drafter that observes the step (MTP) still writes its cache rows for the positions of
-    // requests that finish in it, whose full pages then go to the prefix cache: their KV is
-    // released after Observe.
-    const bool observe = options_.speculative() && options_.drafter->wants_hidden_states();
+    // A drafter that observes the step (a draft model) still writes its cache rows for the
+    // positions of requests that finish in it, whose full pages then go to the prefix cache:
+    // their KV is released after Observe.
+    const DrafterInput input = options_.speculative() ? options_.drafter->input() : DrafterInput::kNone;
+    const bool observe = input != DrafterInput::kNone;
     release_after_observe_.clear();
     const int sampled = output_.Process(scheduler_.plan(), scheduler_.planned_requests(), out->logits,
                                         out->captured_hidden_states, [this, observe](Request& r, FinishReason reason) {
@@ -222,8 +223,9 @@ bool Engine::Step() {
                                         });
     scheduler_.DropRejectedDrafts();
     if (observe) {
-      const Status drafted = options_.drafter->Observe(scheduler_.plan(), scheduler_.planned_requests(),
-                                                       out->hidden_states);
+      const Status drafted = options_.drafter->Observe(
+          scheduler_.plan(), scheduler_.planned_requests(),
+          input == DrafterInput::kFinalHidden ? out->hidden_states : out->captured_hidden_states);
       if (!drafted.ok() && !draft_error_logged_) {
         Log(LogLevel::kWarning, "[mlaserve] drafting failed, going on without drafts: %s", drafted.message().c_str());
         draft_error_logged_ = true;

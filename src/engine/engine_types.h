@@ -132,7 +132,8 @@ struct EngineOptions {
   // Adaptive drafting (docs/architecture.md, "Adaptive drafting"): each request drafts up to
   // what its recent verify steps accepted, and pauses drafting after repeated misses.
   bool adaptive_drafts = false;
-  std::string speculative_algorithm;  // "", "NGRAM" or "NEXTN": what the drafter is (logs, server info)
+  std::string speculative_algorithm;  // "", "NGRAM", "NEXTN" or "EAGLE3": what the drafter is (logs, server info)
+  std::string draft_model_path;       // EAGLE3: the draft checkpoint (server info)
   bool speculative() const { return drafter != nullptr && num_draft_tokens > 0; }
 };
 

@@ -280,7 +280,7 @@ int Scheduler::Draft(Request& r, int budget) {
     r.draft_tokens.resize(size_t(options_.drafter->Propose(r, r.draft_tokens)));
   }
   if (r.draft_tokens.empty()) {
-    // No verify truncates this step: free look-ahead pages a drafter reserved (MtpDrafter's
+    // No verify truncates this step: free look-ahead pages a drafter reserved (ModelDrafter's
     // chain), keeping the decode token's.
     r.kv->ReleasePagesPast(r.kv->num_tokens() + 1);
     return 0;
@@ -331,7 +331,9 @@ void Scheduler::AddToPlan(Request* r, int num_new_tokens) {
 
 Scheduler::Outcome Scheduler::Schedule() {
   plan_.Clear();
-  plan_.return_hidden_states = options_.speculative() && options_.drafter->wants_hidden_states();
+  const DrafterInput input = options_.speculative() ? options_.drafter->input() : DrafterInput::kNone;
+  plan_.return_hidden_states = input == DrafterInput::kFinalHidden;
+  plan_.capture_hidden_states = input == DrafterInput::kCapturedLayers;
   planned_.clear();
   summary_ = {};
   if (waiting_.empty() && running_.empty()) return Outcome::kIdle;

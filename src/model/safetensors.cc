@@ -70,7 +70,8 @@ Result<DType> ParseDType(const std::string& s) {
   if (s == "I32") return DType::kI32;
   if (s == "I64") return DType::kI64;
   if (s == "F8_E4M3") return DType::kF8E4M3;
-  return Status::Error("dtype " + s + " is not supported (supported: F32, BF16, F16, F8_E4M3, I32, I64)");
+  if (s == "BOOL") return DType::kBool;
+  return Status::Error("dtype " + s + " is not supported (supported: F32, BF16, F16, F8_E4M3, I32, I64, BOOL)");
 }
 
 }  // namespace

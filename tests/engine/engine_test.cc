@@ -14,7 +14,9 @@
 
 #include "engine/cpu_model_runner.h"
 #include "engine/drafter.h"
-#include "engine/mtp_drafter.h"
+#include "engine/model_drafter.h"
+#include "model/eagle3_draft.h"
+#include "model/mtp_draft.h"
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
 #include "support/greedy_request.h"
@@ -419,7 +421,9 @@ struct SpecRun {
   double accept_length = 0;  // tokens appended per verify step, over the whole run
 };
 
-enum class Drafts { kNgram, kMtp, kNeverRight };
+enum class Drafts { kNgram, kMtp, kEagle3, kNeverRight };
+
+const std::string kEagle3Draft = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla-eagle3";
 
 // Drafts the beginning-of-sequence token, which the bundled model never generates: every draft
 // is rejected.
@@ -432,7 +436,8 @@ class NeverRightDrafter final : public Drafter {
 };
 
 // Runs `requests` on one engine (stepped here) until all finish, with drafts when
-// num_draft_tokens > 0: prompt lookup, or the model's MTP layer (which it must have loaded).
+// num_draft_tokens > 0: prompt lookup, the model's MTP layer (which it must have loaded), or the
+// bundled EAGLE-3 draft (the model must capture its layers 1, 2, 3).
 // Afterwards every page must be back: the requests' own on finishing, the prefix cache's on a flush.
 SpecRun RunTogether(Model& model, const std::vector<GenerateRequest>& requests, int num_draft_tokens,
                     int64_t pool_tokens, const Tokenizer* tokenizer, EngineOptions o = {},
@@ -447,15 +452,25 @@ SpecRun RunTogether(Model& model, const std::vector<GenerateRequest>& requests, 
   NgramDrafter ngram;
   NeverRightDrafter never_right;
   std::unique_ptr<HostKvStorage> mtp_kv;
-  std::unique_ptr<MtpDrafter> mtp;
+  std::unique_ptr<DraftModel> draft_model;
+  std::unique_ptr<ModelDrafter> model_drafter;
   if (drafts == Drafts::kMtp) {
     KvStorageShape one_layer = shape;
     one_layer.num_layers = 1;
     mtp_kv = std::move(HostKvStorage::Create(one_layer)).value();
-    mtp = std::make_unique<MtpDrafter>(model, DefaultKernels(), *mtp_kv, num_draft_tokens);
+    draft_model = std::make_unique<MtpDraft>(model, DefaultKernels(), *mtp_kv);
+  } else if (drafts == Drafts::kEagle3) {
+    auto eagle3 = Eagle3Draft::Load(kEagle3Draft, model, DefaultKernels(), 16, pool_tokens / 16);
+    EXPECT_TRUE(eagle3.ok()) << eagle3.error();
+    if (!eagle3.ok()) return {};
+    draft_model = std::move(eagle3).value();
+  }
+  if (draft_model != nullptr) {
+    model_drafter =
+        std::make_unique<ModelDrafter>(*draft_model, model.max_batch_tokens(), model.max_context(), num_draft_tokens);
   }
   o.log_batches = false;
-  Drafter* drafter = drafts == Drafts::kMtp          ? static_cast<Drafter*>(mtp.get())
+  Drafter* drafter = draft_model != nullptr           ? static_cast<Drafter*>(model_drafter.get())
                      : drafts == Drafts::kNeverRight ? static_cast<Drafter*>(&never_right)
                                                      : &ngram;
   o.drafter = num_draft_tokens > 0 ? drafter : nullptr;
@@ -697,30 +712,32 @@ std::vector<GenerateRequest> ShakespearePrompts(const Tokenizer& tokenizer, int 
   return out;
 }
 
-TEST_F(MtpEngineTest, GreedyAloneAndInABatchMatchesPlainDecoding) {
+// Greedy requests alone and 8 at once give plain decoding's tokens with a draft model's drafts,
+// fixed and adaptive, and the trained drafts pay: more than 1.5 tokens per verify step.
+void ExpectGreedyMatchesPlainDecoding(Model& model, Drafts drafts, const char* label) {
   auto tokenizer = Tokenizer::FromDirectory(kModel);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.error();
   for (const auto& [count, adaptive] : {std::pair{1, false}, std::pair{8, false}, std::pair{8, true}}) {
     SCOPED_TRACE(adaptive ? "adaptive drafting" : "fixed drafting");
     const std::vector<GenerateRequest> requests = ShakespearePrompts(*tokenizer, count, 100);
-    const SpecRun plain = RunTogether(*model_, requests, 0, 4096, &*tokenizer);
+    const SpecRun plain = RunTogether(model, requests, 0, 4096, &*tokenizer);
     EngineOptions o;
     o.adaptive_drafts = adaptive;
-    const SpecRun speculative = RunTogether(*model_, requests, 3, 4096, &*tokenizer, o, Drafts::kMtp);
+    const SpecRun speculative = RunTogether(model, requests, 3, 4096, &*tokenizer, o, drafts);
     ExpectSameOutputs(plain, speculative);
     EXPECT_GT(speculative.stats.spec_verify_steps_total, 0);
-    // The trained MTP layer's drafts pay: more than 1.5 tokens per verify step (its model card
-    // reports 60% of first drafts equal to the target's greedy token on held-out text).
     EXPECT_GT(speculative.accept_length, 1.5);
-    std::printf("[ mtp ] %d request(s), 3 steps%s: accept len %.2f (%lld drafts accepted of %lld)\n", count,
-                adaptive ? ", adaptive" : "", speculative.accept_length, (long long)speculative.stats.spec_accepted_tokens_total,
+    std::printf("[ %s ] %d request(s), 3 steps%s: accept len %.2f (%lld drafts accepted of %lld)\n", label, count,
+                adaptive ? ", adaptive" : "", speculative.accept_length,
+                (long long)speculative.stats.spec_accepted_tokens_total,
                 (long long)speculative.stats.spec_draft_tokens_total);
   }
 }
 
-TEST_F(MtpEngineTest, UnderMemoryPressureWithSampledRequestsMatchesAndLeaksNoPage) {
-  // Chunked prefill (the MTP layer follows each chunk), the prefix cache (its pages carry MTP
-  // rows), retraction, and sampled requests among greedy ones.
+// 24 requests under memory pressure: chunked prefill (the draft model follows each chunk), the
+// prefix cache (its pages carry draft rows), retraction, and sampled requests among greedy
+// ones, all as without drafts, and no page leaked (RunTogether checks).
+void ExpectMatchesUnderMemoryPressure(Model& model, Drafts drafts) {
   std::vector<GenerateRequest> requests;
   for (int i = 0; i < 24; ++i) {
     GenerateRequest r =
@@ -735,11 +752,21 @@ TEST_F(MtpEngineTest, UnderMemoryPressureWithSampledRequestsMatchesAndLeaksNoPag
   EngineOptions o;
   o.chunked_prefill_size = 48;
   o.schedule_conservativeness = 0.2;
-  const SpecRun plain = RunTogether(*model_, requests, 0, 1024, nullptr, o);
-  const SpecRun speculative = RunTogether(*model_, requests, 2, 1024, nullptr, o, Drafts::kMtp);
+  const SpecRun plain = RunTogether(model, requests, 0, 1024, nullptr, o);
+  const SpecRun speculative = RunTogether(model, requests, 2, 1024, nullptr, o, drafts);
   ExpectSameOutputs(plain, speculative);
   EXPECT_GT(speculative.stats.num_retracted_requests_total, 0);
   EXPECT_GT(speculative.stats.spec_verify_steps_total, 0);
+}
+
+// (The trained MTP layer's model card reports 60% of first drafts equal to the target's greedy
+// token on held-out text.)
+TEST_F(MtpEngineTest, GreedyAloneAndInABatchMatchesPlainDecoding) {
+  ExpectGreedyMatchesPlainDecoding(*model_, Drafts::kMtp, "mtp");
+}
+
+TEST_F(MtpEngineTest, UnderMemoryPressureWithSampledRequestsMatchesAndLeaksNoPage) {
+  ExpectMatchesUnderMemoryPressure(*model_, Drafts::kMtp);
 }
 
 TEST_F(MtpEngineTest, ARequestFinishingInItsPrefillStepLeavesItsMtpRows) {
@@ -756,7 +783,8 @@ TEST_F(MtpEngineTest, ARequestFinishingInItsPrefillStepLeavesItsMtpRows) {
   auto mtp_kv = HostKvStorage::Create(one_layer);
   auto allocator = PageAllocator::Create(16, 16);
   ASSERT_TRUE(storage.ok() && mtp_kv.ok() && allocator.ok());
-  MtpDrafter drafter(*model_, DefaultKernels(), **mtp_kv, 2);
+  MtpDraft draft(*model_, DefaultKernels(), **mtp_kv);
+  ModelDrafter drafter(draft, model_->max_batch_tokens(), model_->max_context(), 2);
   EngineOptions o;
   o.log_batches = false;
   o.drafter = &drafter;
@@ -779,6 +807,29 @@ TEST_F(MtpEngineTest, ARequestFinishingInItsPrefillStepLeavesItsMtpRows) {
     }
   }
   EXPECT_EQ(written, 40);
+}
+
+// ---- EAGLE-3 drafts ------------------------------------------------------------------------
+
+class Eagle3EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto m = Model::Load(kModel, ModelOptions{.max_batch_tokens = 256, .max_context = 512, .deterministic = true,
+                                                 .capture_layers = {1, 2, 3}});
+    ASSERT_TRUE(m.ok()) << m.error();
+    model_ = std::move(m).value().release();
+  }
+  static void TearDownTestSuite() { delete model_; }
+  static Model* model_;
+};
+Model* Eagle3EngineTest::model_ = nullptr;
+
+TEST_F(Eagle3EngineTest, GreedyAloneAndInABatchMatchesPlainDecoding) {
+  ExpectGreedyMatchesPlainDecoding(*model_, Drafts::kEagle3, "eagle3");
+}
+
+TEST_F(Eagle3EngineTest, UnderMemoryPressureWithSampledRequestsMatchesAndLeaksNoPage) {
+  ExpectMatchesUnderMemoryPressure(*model_, Drafts::kEagle3);
 }
 
 }  // namespace

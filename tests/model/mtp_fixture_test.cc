@@ -1,6 +1,6 @@
 // The MTP (NEXTN) layer against the Python reference (tools/train/make_fixtures.py, part mtp):
 // ForwardMtp's logits and normed hidden states at every position of two prompts, whole and in
-// chunks, with every kernel table this CPU runs; and MtpDrafter's chain of drafts after a prompt
+// chunks, with every kernel table this CPU runs; and ModelDrafter's chain (over MtpDraft) of drafts after a prompt
 // against the reference's chained procedure.
 #include <gtest/gtest.h>
 
@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "engine/cpu_model_runner.h"
-#include "engine/mtp_drafter.h"
+#include "engine/model_drafter.h"
+#include "model/mtp_draft.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -147,7 +148,8 @@ TEST(MtpFixture, DrafterChainsTheReferenceDrafts) {
   runner.ReserveLogitsRows(4);
   for (const MtpPrompt& fp : prompts) {
     const int steps = int(fp.mtp_chain.size());
-    MtpDrafter drafter(**model, DefaultKernels(), *mtp_kv, steps);
+    MtpDraft draft(**model, DefaultKernels(), *mtp_kv);
+    ModelDrafter drafter(draft, (*model)->max_batch_tokens(), (*model)->max_context(), steps);
     Request r;
     r.spec.input_ids = fp.input_ids;
     r.tokens = fp.input_ids;

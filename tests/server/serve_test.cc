@@ -525,15 +525,44 @@ TEST(Serve, NextnSpeculationGivesThePlainServersGreedyText) {
       << speculative.log();
 }
 
+// EAGLE-3 drafts from the bundled draft checkpoint: the same greedy text as a plain server,
+// drafts accepted, the draft's load line and SGLang's settings reported.
+TEST(Serve, Eagle3SpeculationGivesThePlainServersGreedyText) {
+  const std::string draft = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla-eagle3";
+  ServerProcess plain;
+  ServerProcess speculative({"--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", draft,
+                             "--speculative-num-steps", "3", "--decode-log-interval", "1"});
+  ExpectPlainGreedyTextWithAcceptedDrafts(plain, speculative);
+  const auto info = HttpClient().Request("GET", speculative.Url("/get_server_info"), "", {}, 10000);
+  ASSERT_TRUE(info.ok());
+  const json server_info = json::parse(info->body);
+  EXPECT_EQ(server_info["speculative_algorithm"], "EAGLE3");
+  EXPECT_EQ(server_info["speculative_num_steps"], 3);
+  EXPECT_EQ(server_info["speculative_num_draft_tokens"], 4);
+  EXPECT_EQ(server_info["speculative_draft_model_path"], draft);
+  EXPECT_NE(speculative.log().find("EAGLE-3 draft " + draft + ": draft vocabulary 1024 of 2048, target layers [1,2,3]"),
+            std::string::npos)
+      << speculative.log();
+}
+
 TEST(Serve, SpeculationSettingsItDoesNotImplementAreRefused) {
   const struct {
-    const char* flags;
-    const char* message;
+    std::string flags;
+    std::string message;
   } cases[] = {
-      {"--speculative-algorithm EAGLE3", "--speculative-algorithm EAGLE3 is not supported"},
+      {"--speculative-algorithm EAGLE3", "EAGLE3 needs --speculative-draft-model-path"},
+      {"--speculative-algorithm EAGLE", "EAGLE (EAGLE-1/2 drafts) is not implemented"},
+      {"--speculative-algorithm STANDALONE", "STANDALONE is not supported"},
       {"--speculative-algorithm NEXTN --speculative-eagle-topk 4", "tree drafts are not implemented"},
-      {"--speculative-algorithm NGRAM --speculative-num-steps 3", "are for NEXTN, not NGRAM"},
-      {"--speculative-algorithm NEXTN --speculative-draft-model-path /x", "separate draft models"},
+      {"--speculative-algorithm EAGLE3 --speculative-draft-model-path /nonexistent --speculative-eagle-topk 2",
+       "tree drafts are not implemented"},
+      {"--speculative-algorithm NGRAM --speculative-num-steps 3", "are for NEXTN and EAGLE3, not NGRAM"},
+      {"--speculative-algorithm NEXTN --speculative-draft-model-path /x", "is for EAGLE3"},
+      {"--speculative-draft-model-path /x", "need --speculative-algorithm"},
+      {"--speculative-algorithm EAGLE3 --speculative-draft-model-path /nonexistent", "/nonexistent/config.json"},
+      // The bundled model as its own draft: not an EAGLE-3 checkpoint.
+      {"--speculative-algorithm EAGLE3 --speculative-draft-model-path " + testing::ShellQuote(kModel),
+       "an EAGLE-3 draft (LlamaForCausalLMEagle3) is expected"},
   };
   for (const auto& c : cases) {
     auto r = testing::RunMlaserve("serve --model-path " + testing::ShellQuote(kModel) + " --port 0 " + c.flags);

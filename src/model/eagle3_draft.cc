@@ -1,0 +1,426 @@
+#include "model/eagle3_draft.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "core/read_file.h"
+#include "kernels/ops.h"
+#include "kernels/pack.h"
+#include "model/safetensors.h"
+
+namespace mlaserve {
+namespace {
+
+using nlohmann::json;
+
+Result<int> PositiveInt(const json& j, const char* key, const std::string& source, int fallback = 0) {
+  if (!j.contains(key) || j[key].is_null()) {
+    if (fallback > 0) return fallback;
+    return Status::Error(source + ": \"" + key + "\" is missing");
+  }
+  if (!j[key].is_number_integer() || j[key].get<int64_t>() < 1 || j[key].get<int64_t>() > (1 << 30)) {
+    return Status::Error(source + ": \"" + key + "\" must be a positive integer");
+  }
+  return j[key].get<int>();
+}
+
+// A row-major matrix view of a stored tensor [rows, cols] in F32, BF16 or F16.
+Result<WeightMatrix> StoredMatrix(const Checkpoint& ckpt, const std::string& name, int64_t rows, int64_t cols) {
+  const TensorView* t = ckpt.Find(name);
+  if (t == nullptr) return Status::Error("EAGLE-3 draft: tensor " + name + " is missing");
+  if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
+    return Status::Error("EAGLE-3 draft: " + name + " is " + DTypeName(t->dtype) + " (F32, BF16 or F16 expected)");
+  }
+  if (t->shape != std::vector<int64_t>{rows, cols}) {
+    return Status::Error("EAGLE-3 draft: " + name + " has shape " + t->ShapeString() + ", expected [" +
+                         std::to_string(rows) + ", " + std::to_string(cols) + "]");
+  }
+  return WeightMatrix{.dtype = t->dtype, .rows = rows, .cols = cols, .data = t->data};
+}
+
+// A norm weight [dim], widened to fp32.
+Result<std::vector<float>> StoredVector(const Checkpoint& ckpt, const std::string& name, int64_t dim) {
+  auto m = StoredMatrix(ckpt, name, 1, dim);
+  if (!m.ok()) {
+    const TensorView* t = ckpt.Find(name);
+    if (t == nullptr || t->shape != std::vector<int64_t>{dim}) return m.status();
+    m = WeightMatrix{.dtype = t->dtype, .rows = 1, .cols = dim, .data = t->data};
+    if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) return m.status();
+  }
+  std::vector<float> out(size_t(dim), 0.0f);
+  PortableKernels().axpy_row(1.0f, *m, 0, out.data());
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<int>> Eagle3Config::CaptureLayers(int target_layers) const {
+  const int L = target_layers;
+  std::vector<int> layers;
+  if (aux_layer_ids.empty()) {
+    layers = {2, L / 2, L - 3};  // SGLang's default ids [1, L/2 - 1, L - 4], each + 1
+  } else {
+    for (int id : aux_layer_ids) layers.push_back(id + 1);
+  }
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i] < 1 || layers[i] > L - 1 || (i > 0 && layers[i] <= layers[i - 1])) {
+      std::string ids;
+      for (int l : layers) ids += (ids.empty() ? "" : ", ") + std::to_string(l - 1);
+      return Status::Error("EAGLE-3 draft: eagle_aux_hidden_state_layer_ids [" + ids + "]" +
+                           (aux_layer_ids.empty() ? " (SGLang's default for this depth)" : "") +
+                           " for a target of " + std::to_string(L) +
+                           " layers: each must be in [0, L - 2] and strictly increasing");
+    }
+  }
+  return layers;
+}
+
+Result<Eagle3Config> ReadEagle3Config(const std::string& dir) {
+  const std::string source = dir + "/config.json";
+  auto text = ReadWholeFile(source);
+  if (!text.ok()) return Status::Error("--speculative-draft-model-path: " + text.error());
+  json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return Status::Error(source + ": not a JSON object");
+  std::string arch;
+  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
+      j["architectures"][0].is_string()) {
+    arch = j["architectures"][0].get<std::string>();
+  }
+  if (arch != "LlamaForCausalLMEagle3" && arch != "Eagle3LlamaForCausalLM") {
+    return Status::Error(source + ": architectures[0] is \"" + arch +
+                         "\"; an EAGLE-3 draft (LlamaForCausalLMEagle3) is expected");
+  }
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    return Status::Error(source + ": rope_scaling is not supported for EAGLE-3 drafts (plain RoPE only)");
+  }
+  if (j.value("num_hidden_layers", 1) != 1) {
+    return Status::Error(source + ": num_hidden_layers is " + j["num_hidden_layers"].dump() +
+                         "; EAGLE-3 drafts with more than one layer are not supported");
+  }
+  if (j.value("hidden_act", std::string("silu")) != "silu") {
+    return Status::Error(source + ": hidden_act must be silu");
+  }
+  if (j.value("attention_bias", false) || j.value("mlp_bias", false)) {
+    return Status::Error(source + ": attention_bias and mlp_bias are not supported");
+  }
+  Eagle3Config c;
+  auto take = [&](int& field, const char* key, int fallback = 0) -> Status {
+    auto v = PositiveInt(j, key, source, fallback);
+    if (!v.ok()) return v.status();
+    field = *v;
+    return Status::Ok();
+  };
+  MLA_RETURN_IF_ERROR(take(c.hidden_size, "hidden_size"));
+  MLA_RETURN_IF_ERROR(take(c.target_hidden_size, "target_hidden_size", c.hidden_size));
+  MLA_RETURN_IF_ERROR(take(c.intermediate_size, "intermediate_size"));
+  MLA_RETURN_IF_ERROR(take(c.num_attention_heads, "num_attention_heads"));
+  MLA_RETURN_IF_ERROR(take(c.num_key_value_heads, "num_key_value_heads", c.num_attention_heads));
+  MLA_RETURN_IF_ERROR(take(c.head_dim, "head_dim", c.hidden_size / c.num_attention_heads));
+  MLA_RETURN_IF_ERROR(take(c.vocab_size, "vocab_size"));
+  MLA_RETURN_IF_ERROR(take(c.draft_vocab_size, "draft_vocab_size", c.vocab_size));
+  if (c.num_attention_heads % c.num_key_value_heads != 0 || c.head_dim % 2 != 0) {
+    return Status::Error(source + ": num_attention_heads must be a multiple of num_key_value_heads, head_dim even");
+  }
+  if (c.draft_vocab_size > c.vocab_size) return Status::Error(source + ": draft_vocab_size exceeds vocab_size");
+  if (j.contains("rms_norm_eps") && j["rms_norm_eps"].is_number()) c.rms_norm_eps = j["rms_norm_eps"].get<double>();
+  if (j.contains("rope_theta") && j["rope_theta"].is_number()) c.rope_theta = j["rope_theta"].get<double>();
+  if (j.contains("eagle_config") && j["eagle_config"].is_object()) {
+    const json& e = j["eagle_config"];
+    if (e.contains("eagle_aux_hidden_state_layer_ids") && !e["eagle_aux_hidden_state_layer_ids"].is_null()) {
+      const json& ids = e["eagle_aux_hidden_state_layer_ids"];
+      if (!ids.is_array() || ids.size() != 3) {
+        return Status::Error(source + ": eagle_config.eagle_aux_hidden_state_layer_ids must list 3 layer ids");
+      }
+      for (const json& id : ids) {
+        if (!id.is_number_integer()) return Status::Error(source + ": eagle_aux_hidden_state_layer_ids must be integers");
+        c.aux_layer_ids.push_back(id.get<int>());
+      }
+    }
+    if (e.contains("use_aux_hidden_state") && e["use_aux_hidden_state"].is_boolean() &&
+        !e["use_aux_hidden_state"].get<bool>()) {
+      return Status::Error(source + ": use_aux_hidden_state false (an EAGLE-1/2 style draft) is not supported");
+    }
+  }
+  return c;
+}
+
+Eagle3Draft::Eagle3Draft(Eagle3Config config, Model& target, const KernelSet& kernels, int page_size,
+                         int64_t num_pages)
+    : config_(std::move(config)),
+      target_(target),
+      kernels_(kernels),
+      page_size_(page_size),
+      num_pages_(num_pages),
+      max_tokens_(target.max_batch_tokens()),
+      rope_(
+          [&] {
+            ModelConfig rope_config;
+            rope_config.qk_rope_head_dim = config_.head_dim;
+            rope_config.rope_theta = config_.rope_theta;
+            rope_config.rope_interleave = false;
+            return rope_config;
+          }(),
+          target.max_context()) {
+  const size_t T = size_t(max_tokens_);
+  const size_t H = size_t(config_.hidden_size);
+  const size_t q_dim = size_t(config_.num_attention_heads) * size_t(config_.head_dim);
+  kv_.assign(size_t(num_pages) * size_t(page_size) * config_.kv_bytes_per_token() / sizeof(float), 0.0f);
+  positions_.resize(T);
+  token_segments_.resize(T);
+  h_.resize(T * H);
+  x_.resize(T * 2 * H);
+  q_.resize(T * q_dim);
+  kv_new_.resize(T * 2 * size_t(config_.kv_dim()));
+  attn_.resize(T * q_dim);
+  r_.resize(T * H);
+  normed_.resize(T * H);
+  gate_.resize(T * size_t(config_.intermediate_size));
+  up_.resize(T * size_t(config_.intermediate_size));
+  scores_.resize(size_t(target.pool().num_threads()) * size_t(target.max_context()));
+  logits_.resize(T * size_t(config_.draft_vocab_size));
+}
+
+Result<std::unique_ptr<Eagle3Draft>> Eagle3Draft::Load(const std::string& dir, Model& target,
+                                                       const KernelSet& kernels, int page_size, int64_t num_pages) {
+  auto config = ReadEagle3Config(dir);
+  if (!config.ok()) return config.status();
+  const Eagle3Config& c = *config;
+  const ModelConfig& t = target.config();
+  if (c.vocab_size != t.vocab_size) {
+    return Status::Error("EAGLE-3 draft: vocab_size " + std::to_string(c.vocab_size) + " differs from the target's " +
+                         std::to_string(t.vocab_size));
+  }
+  if (c.target_hidden_size != t.hidden_size || c.hidden_size != t.hidden_size) {
+    return Status::Error("EAGLE-3 draft: hidden_size " + std::to_string(c.hidden_size) + " / target_hidden_size " +
+                         std::to_string(c.target_hidden_size) + " must both equal the target's hidden_size " +
+                         std::to_string(t.hidden_size) + " (the draft reads the target's embedding)");
+  }
+  auto layers = c.CaptureLayers(t.num_hidden_layers);
+  if (!layers.ok()) return layers.status();
+  if (!std::ranges::equal(*layers, target.capture_layers())) {
+    return Status::Error("EAGLE-3 draft: the target was not loaded capturing the draft's layers");
+  }
+  auto ckpt = Checkpoint::Open(dir);
+  if (!ckpt.ok()) return Status::Error("EAGLE-3 draft: " + ckpt.error());
+  const Checkpoint& k = **ckpt;
+
+  std::unique_ptr<Eagle3Draft> d(new Eagle3Draft(c, target, kernels, page_size, num_pages));
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  const int64_t q_dim = int64_t(c.num_attention_heads) * c.head_dim;
+  Weights& w = d->w_;
+  struct Spec {
+    WeightMatrix* m;
+    const char* name;
+    int64_t rows, cols;
+  };
+  const Spec specs[] = {{&w.fc, "fc.weight", H, 3 * int64_t(c.target_hidden_size)},
+                        {&w.q_proj, "midlayer.self_attn.q_proj.weight", q_dim, 2 * H},
+                        {&w.k_proj, "midlayer.self_attn.k_proj.weight", c.kv_dim(), 2 * H},
+                        {&w.v_proj, "midlayer.self_attn.v_proj.weight", c.kv_dim(), 2 * H},
+                        {&w.o_proj, "midlayer.self_attn.o_proj.weight", H, q_dim},
+                        {&w.gate, "midlayer.mlp.gate_proj.weight", I, H},
+                        {&w.up, "midlayer.mlp.up_proj.weight", I, H},
+                        {&w.down, "midlayer.mlp.down_proj.weight", H, I},
+                        {&w.lm_head, "lm_head.weight", c.draft_vocab_size, H}};
+  size_t total = 0;
+  for (const Spec& s : specs) {
+    auto m = StoredMatrix(k, s.name, s.rows, s.cols);
+    if (!m.ok()) return m.status();
+    *s.m = *m;
+    total += PackedBytes(*m);
+  }
+  d->packed_.assign(total, std::byte{0});
+  size_t offset = 0;
+  for (const Spec& s : specs) {
+    const size_t bytes = PackedBytes(*s.m);
+    *s.m = PackPanels(*s.m, d->packed_.data() + offset, target.pool());
+    offset += bytes;
+  }
+  struct NormSpec {
+    std::vector<float>* v;
+    const char* name;
+  };
+  for (const NormSpec& s : {NormSpec{&w.hidden_norm, "midlayer.hidden_norm.weight"},
+                            NormSpec{&w.input_norm, "midlayer.input_layernorm.weight"},
+                            NormSpec{&w.post_attention_norm, "midlayer.post_attention_layernorm.weight"},
+                            NormSpec{&w.norm, "norm.weight"}}) {
+    auto v = StoredVector(k, s.name, H);
+    if (!v.ok()) return v.status();
+    *s.v = std::move(v).value();
+  }
+
+  // d2t: target id = draft id + d2t[draft id]. Without it the draft vocabulary is the target's.
+  d->draft_to_target_.resize(size_t(c.draft_vocab_size));
+  const TensorView* d2t = k.Find("d2t");
+  if (d2t == nullptr && c.draft_vocab_size != c.vocab_size) {
+    return Status::Error("EAGLE-3 draft: draft_vocab_size " + std::to_string(c.draft_vocab_size) +
+                         " < vocab_size but the checkpoint has no d2t map");
+  }
+  for (int i = 0; i < c.draft_vocab_size; ++i) {
+    int64_t offset_i = 0;
+    if (d2t != nullptr) {
+      if (d2t->dtype != DType::kI64 || d2t->shape != std::vector<int64_t>{c.draft_vocab_size}) {
+        return Status::Error("EAGLE-3 draft: d2t must be I64 [" + std::to_string(c.draft_vocab_size) + "], is " +
+                             DTypeName(d2t->dtype) + " " + d2t->ShapeString());
+      }
+      std::memcpy(&offset_i, d2t->data + size_t(i) * 8, 8);
+    }
+    const int64_t id = i + offset_i;
+    if (id < 0 || id >= c.vocab_size) {
+      return Status::Error("EAGLE-3 draft: d2t maps draft token " + std::to_string(i) + " to " + std::to_string(id) +
+                           ", outside the vocabulary");
+    }
+    d->draft_to_target_[size_t(i)] = TokenId(id);
+  }
+  return d;  // (the checkpoint is unmapped here: everything was copied)
+}
+
+Status Eagle3Draft::CheckCall(std::span<const TokenId> tokens, std::span<const float> inputs, bool from_target,
+                              std::span<const ForwardSegment> segments, size_t drafts, size_t out_hidden) const {
+  const size_t n = tokens.size();
+  if (int64_t(n) > max_tokens_) return Status::Error("EAGLE-3 draft: more tokens than one step holds");
+  const size_t width = size_t(from_target ? target_width() : hidden_size());
+  if (inputs.size() != n * width) return Status::Error("EAGLE-3 draft: input rows do not match the tokens");
+  for (TokenId t : tokens) {
+    if (t < 0 || t >= config_.vocab_size) return Status::Error("EAGLE-3 draft: token id out of range");
+  }
+  size_t total = 0, rows = 0;
+  for (const ForwardSegment& s : segments) {
+    const int64_t end = int64_t(s.num_computed_tokens) + s.num_tokens;
+    if (s.num_computed_tokens < 0 || s.num_tokens < 1 || end > target_.max_context() ||
+        end > int64_t(s.pages.size()) * page_size_) {
+      return Status::Error("EAGLE-3 draft: a segment's positions are outside its pages or the context");
+    }
+    for (int64_t p = s.num_computed_tokens / page_size_; p < (end + page_size_ - 1) / page_size_; ++p) {
+      if (s.pages[size_t(p)] < 0 || s.pages[size_t(p)] >= num_pages_) {
+        return Status::Error("EAGLE-3 draft: a page id is outside the cache");
+      }
+    }
+    total += size_t(s.num_tokens);
+    rows += s.no_logits ? 0 : 1;
+  }
+  if (total != n) return Status::Error("EAGLE-3 draft: the segments do not cover the tokens");
+  if (drafts < rows || out_hidden < rows * size_t(hidden_size())) {
+    return Status::Error("EAGLE-3 draft: the output buffers are too small");
+  }
+  return Status::Ok();
+}
+
+void Eagle3Draft::Attention(std::span<const ForwardSegment> segments, int n) {
+  const int heads = config_.num_attention_heads;
+  const int group = heads / config_.num_key_value_heads;
+  const int64_t d = config_.head_dim;
+  const int64_t kv_dim = config_.kv_dim();
+  const float scale = 1.0f / std::sqrt(float(d));
+  const int max_context = target_.max_context();
+  std::atomic<int64_t> next{0};
+  const int64_t items = int64_t(n) * heads;
+  target_.pool().RunOnAll([&](int thread) {
+    float* scores = scores_.data() + size_t(thread) * size_t(max_context);
+    for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < items;
+         item = next.fetch_add(1, std::memory_order_relaxed)) {
+      const int t = int(item / heads);
+      const int h = int(item % heads);
+      const ForwardSegment& seg = segments[size_t(token_segments_[size_t(t)])];
+      const int position = positions_[size_t(t)];
+      const float* q = q_.data() + (int64_t(t) * heads + h) * d;
+      const int64_t kv_head = h / group;
+      float max_score = -INFINITY;
+      for (int j = 0; j <= position; ++j) {
+        const float* k = KvRow(seg.pages, j) + kv_head * d;
+        scores[j] = kernels_.dot_f32(q, k, d) * scale;
+        max_score = std::max(max_score, scores[j]);
+      }
+      float sum = 0.0f;
+      for (int j = 0; j <= position; ++j) {
+        scores[j] = std::exp(scores[j] - max_score);
+        sum += scores[j];
+      }
+      float* out = attn_.data() + (int64_t(t) * heads + h) * d;
+      std::fill(out, out + d, 0.0f);
+      for (int j = 0; j <= position; ++j) {
+        kernels_.axpy_f32(scores[j] / sum, KvRow(seg.pages, j) + kv_dim + kv_head * d, out, d);
+      }
+    }
+  });
+}
+
+Status Eagle3Draft::Forward(std::span<const TokenId> tokens, std::span<const float> inputs, bool from_target,
+                            std::span<const ForwardSegment> segments, std::span<TokenId> drafts,
+                            std::span<float> out_hidden) {
+  MLA_RETURN_IF_ERROR(CheckCall(tokens, inputs, from_target, segments, drafts.size(), out_hidden.size()));
+  const int n = int(tokens.size());
+  if (n == 0) return Status::Ok();
+  const ComputeContext ctx{&kernels_, &target_.pool()};
+  const KernelSet& k = kernels_;
+  const Eagle3Config& c = config_;
+  const int64_t H = c.hidden_size, I = c.intermediate_size, kv_dim = c.kv_dim(), d = c.head_dim;
+  const int heads = c.num_attention_heads;
+  const double eps = c.rms_norm_eps;
+  const WeightMatrix& embed = target_.weights().embed;
+
+  // h = fc(a) (or the fed-back rows); x = [input_layernorm(embed(t)) | hidden_norm(h)].
+  if (from_target) {
+    MatMul(ctx, inputs.data(), n, w_.fc, h_.data());
+  } else {
+    std::copy(inputs.begin(), inputs.end(), h_.begin());
+  }
+  for (int t = 0, s = 0, first = 0; t < n; ++t) {
+    while (t >= first + segments[size_t(s)].num_tokens) first += segments[size_t(s++)].num_tokens;
+    positions_[size_t(t)] = segments[size_t(s)].num_computed_tokens + (t - first);
+    token_segments_[size_t(t)] = s;
+    float* x = x_.data() + int64_t(t) * 2 * H;
+    std::fill(x, x + H, 0.0f);
+    k.axpy_row(1.0f, embed, tokens[size_t(t)], x);
+    k.rms_norm(x, w_.input_norm.data(), H, eps, x);
+    k.rms_norm(h_.data() + int64_t(t) * H, w_.hidden_norm.data(), H, eps, x + H);
+  }
+
+  // q, k, v; RoPE on q and k; the new k and v rows into the cache.
+  MatMul(ctx, x_.data(), n, w_.q_proj, q_.data());
+  MatMulPair(ctx, x_.data(), n, w_.k_proj, w_.v_proj, kv_new_.data(), kv_new_.data() + int64_t(n) * kv_dim);
+  for (int t = 0; t < n; ++t) {
+    const int position = positions_[size_t(t)];
+    for (int h = 0; h < heads; ++h) rope_.Apply(q_.data() + (int64_t(t) * heads + h) * d, position);
+    float* row = KvRow(segments[size_t(token_segments_[size_t(t)])].pages, position);
+    std::copy_n(kv_new_.data() + int64_t(t) * kv_dim, kv_dim, row);
+    for (int h = 0; h < c.num_key_value_heads; ++h) rope_.Apply(row + h * d, position);
+    std::copy_n(kv_new_.data() + (int64_t(n) + t) * kv_dim, kv_dim, row + kv_dim);
+  }
+  Attention(segments, n);
+
+  // r = h + o_proj(attn); o = r + mlp(post_attention_layernorm(r)), o kept in h_.
+  MatMul(ctx, attn_.data(), n, w_.o_proj, r_.data());
+  for (int t = 0; t < n; ++t) {
+    k.add_rms_norm(r_.data() + int64_t(t) * H, h_.data() + int64_t(t) * H, w_.post_attention_norm.data(), H, eps,
+                   normed_.data() + int64_t(t) * H);
+  }
+  MatMulPair(ctx, normed_.data(), n, w_.gate, w_.up, gate_.data(), up_.data());
+  k.silu_mul(gate_.data(), up_.data(), int64_t(n) * I, gate_.data());
+  MatMul(ctx, gate_.data(), n, w_.down, h_.data());
+  for (int64_t i = 0; i < int64_t(n) * H; ++i) h_[size_t(i)] += r_[size_t(i)];
+
+  // The drafting segments' last rows: o out, norm(o) through lm_head, the argmax mapped by d2t.
+  int rows = 0;
+  for (int s = 0, first = 0; s < int(segments.size()); first += segments[size_t(s++)].num_tokens) {
+    if (segments[size_t(s)].no_logits) continue;
+    const float* o = h_.data() + int64_t(first + segments[size_t(s)].num_tokens - 1) * H;
+    std::copy_n(o, H, out_hidden.data() + int64_t(rows) * H);
+    k.rms_norm(o, w_.norm.data(), H, eps, normed_.data() + int64_t(rows) * H);
+    ++rows;
+  }
+  if (rows == 0) return Status::Ok();
+  MatMul(ctx, normed_.data(), rows, w_.lm_head, logits_.data());
+  const int64_t V = c.draft_vocab_size;
+  for (int row = 0; row < rows; ++row) {
+    const float* l = logits_.data() + row * V;
+    drafts[size_t(row)] = draft_to_target_[size_t(std::max_element(l, l + V) - l)];
+  }
+  return Status::Ok();
+}
+
+}  // namespace mlaserve
