@@ -168,7 +168,9 @@ Eagle3Draft::Eagle3Draft(Eagle3Config config, Model& target, const KernelSet& ke
   const size_t T = size_t(max_tokens_);
   const size_t H = size_t(config_.hidden_size);
   const size_t q_dim = size_t(config_.num_attention_heads) * size_t(config_.head_dim);
-  kv_.assign(size_t(num_pages) * size_t(page_size) * config_.kv_bytes_per_token() / sizeof(float), 0.0f);
+  page_floats_ = size_t(2) * size_t(config_.kv_dim()) * size_t(page_size);
+  kv_floats_ = size_t(num_pages) * page_floats_;
+  kv_ = std::make_unique_for_overwrite<float[]>(kv_floats_);
   positions_.resize(T);
   token_segments_.resize(T);
   h_.resize(T * H);
@@ -180,7 +182,9 @@ Eagle3Draft::Eagle3Draft(Eagle3Config config, Model& target, const KernelSet& ke
   normed_.resize(T * H);
   gate_.resize(T * size_t(config_.intermediate_size));
   up_.resize(T * size_t(config_.intermediate_size));
-  scores_.resize(size_t(target.pool().num_threads()) * size_t(target.max_context()));
+  scores_stride_ = (int64_t(target.max_context()) + page_size - 1) / page_size * page_size;
+  scores_.resize(size_t(target.pool().num_threads()) *
+                 size_t(config_.num_attention_heads / config_.num_key_value_heads) * size_t(scores_stride_));
   logits_.resize(T * size_t(config_.draft_vocab_size));
 }
 
@@ -312,38 +316,37 @@ Status Eagle3Draft::CheckCall(std::span<const TokenId> tokens, std::span<const f
 
 void Eagle3Draft::Attention(std::span<const ForwardSegment> segments, int n) {
   const int heads = config_.num_attention_heads;
-  const int group = heads / config_.num_key_value_heads;
+  const int kv_heads = config_.num_key_value_heads;
+  const int64_t group = heads / kv_heads;
   const int64_t d = config_.head_dim;
   const int64_t kv_dim = config_.kv_dim();
+  const int64_t ps = page_size_;
   const float scale = 1.0f / std::sqrt(float(d));
-  const int max_context = target_.max_context();
   std::atomic<int64_t> next{0};
-  const int64_t items = int64_t(n) * heads;
+  const int64_t items = int64_t(n) * kv_heads;
   target_.pool().RunOnAll([&](int thread) {
-    float* scores = scores_.data() + size_t(thread) * size_t(max_context);
+    float* scores = scores_.data() + size_t(thread) * size_t(group) * size_t(scores_stride_);  // [group, stride]
     for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < items;
          item = next.fetch_add(1, std::memory_order_relaxed)) {
-      const int t = int(item / heads);
-      const int h = int(item % heads);
+      const int t = int(item / kv_heads);
+      const int64_t g = item % kv_heads;
       const ForwardSegment& seg = segments[size_t(token_segments_[size_t(t)])];
-      const int position = positions_[size_t(t)];
-      const float* q = q_.data() + (int64_t(t) * heads + h) * d;
-      const int64_t kv_head = h / group;
-      float max_score = -INFINITY;
-      for (int j = 0; j <= position; ++j) {
-        const float* k = KvRow(seg.pages, j) + kv_head * d;
-        scores[j] = kernels_.dot_f32(q, k, d) * scale;
-        max_score = std::max(max_score, scores[j]);
+      const int64_t len = positions_[size_t(t)] + 1;  // rows 0..position
+      const float* q = q_.data() + (int64_t(t) * heads + g * group) * d;  // [group, d]
+      float* out = attn_.data() + (int64_t(t) * heads + g * group) * d;   // [group, d]
+      for (int64_t first = 0; first < len; first += ps) {
+        const float* kt = KvPage(seg.pages, int(first)) + g * d * ps;  // [d, ps]
+        kernels_.gemm_f32(q, d, kt, ps, scores + first, scores_stride_, group, d, std::min(ps, len - first), false);
       }
-      float sum = 0.0f;
-      for (int j = 0; j <= position; ++j) {
-        scores[j] = std::exp(scores[j] - max_score);
-        sum += scores[j];
+      for (int64_t h = 0; h < group; ++h) {
+        const std::span<float> row(scores + h * scores_stride_, size_t(len));
+        for (float& x : row) x *= scale;
+        Softmax(row);
       }
-      float* out = attn_.data() + (int64_t(t) * heads + h) * d;
-      std::fill(out, out + d, 0.0f);
-      for (int j = 0; j <= position; ++j) {
-        kernels_.axpy_f32(scores[j] / sum, KvRow(seg.pages, j) + kv_dim + kv_head * d, out, d);
+      std::fill(out, out + group * d, 0.0f);
+      for (int64_t first = 0; first < len; first += ps) {
+        const float* v = KvPage(seg.pages, int(first)) + kv_dim * ps + g * ps * d;  // [ps, d]
+        kernels_.gemm_f32(scores + first, scores_stride_, v, d, out, d, group, std::min(ps, len - first), d, true);
       }
     }
   });
@@ -386,10 +389,16 @@ Status Eagle3Draft::Forward(std::span<const TokenId> tokens, std::span<const flo
   for (int t = 0; t < n; ++t) {
     const int position = positions_[size_t(t)];
     for (int h = 0; h < heads; ++h) rope_.Apply(q_.data() + (int64_t(t) * heads + h) * d, position);
-    float* row = KvRow(segments[size_t(token_segments_[size_t(t)])].pages, position);
-    std::copy_n(kv_new_.data() + int64_t(t) * kv_dim, kv_dim, row);
-    for (int h = 0; h < c.num_key_value_heads; ++h) rope_.Apply(row + h * d, position);
-    std::copy_n(kv_new_.data() + (int64_t(n) + t) * kv_dim, kv_dim, row + kv_dim);
+    float* key = kv_new_.data() + int64_t(t) * kv_dim;
+    const float* value = kv_new_.data() + (int64_t(n) + t) * kv_dim;
+    for (int h = 0; h < c.num_key_value_heads; ++h) rope_.Apply(key + h * d, position);
+    // Into the page's K^T column and V row (KvPage's layout).
+    float* page = KvPage(segments[size_t(token_segments_[size_t(t)])].pages, position);
+    const int64_t ps = page_size_, row = position % page_size_;
+    for (int64_t i = 0; i < kv_dim; ++i) page[i * ps + row] = key[i];
+    for (int64_t h = 0; h < c.num_key_value_heads; ++h) {
+      std::copy_n(value + h * d, d, page + kv_dim * ps + (h * ps + row) * d);
+    }
   }
   Attention(segments, n);
 

@@ -12,8 +12,8 @@
 //   o   = r + down(silu(gate(post_attention_layernorm(r))) * up(...))   the row fed back
 //   draft = d2t-mapped argmax of lm_head(norm(o))                   predicts t_{p+2}
 //
-// The cache: k and v of every position, fp32, [num_pages, page_size, 2, kv_heads * head_dim],
-// indexed by the engine's page ids. Weights are packed once at load (F32, BF16 or F16 stored).
+// The cache: k and v of every position, fp32, per page K^T [kv_heads, head_dim, page_size] then
+// V [kv_heads, page_size, head_dim], indexed by the engine's page ids. Weights are packed once at load (F32, BF16 or F16 stored).
 // Threads: Forward runs on the target's pool, called from the engine thread only.
 #pragma once
 
@@ -80,7 +80,7 @@ class Eagle3Draft final : public DraftModel {
   const Eagle3Config& config() const { return config_; }
   // The bytes of the packed weights and of the cache this draft holds.
   size_t weight_bytes() const { return packed_.size(); }
-  size_t cache_bytes() const { return kv_.size() * sizeof(float); }
+  size_t cache_bytes() const { return kv_floats_ * sizeof(float); }
   // The draft vocabulary's target ids (d2t applied), [draft_vocab_size].
   std::span<const TokenId> draft_to_target() const { return draft_to_target_; }
   // The draft logits of the last Forward's drafting segments, [rows, draft_vocab_size] (tests).
@@ -97,11 +97,14 @@ class Eagle3Draft final : public DraftModel {
   Eagle3Draft(Eagle3Config config, Model& target, const KernelSet& kernels, int page_size, int64_t num_pages);
   Status CheckCall(std::span<const TokenId> tokens, std::span<const float> inputs, bool from_target,
                    std::span<const ForwardSegment> segments, size_t drafts, size_t out_hidden) const;
-  // attn_ rows of the call's n tokens from q_ and the cache (positions_, token_segments_ set).
+  // attn_ rows of the call's n tokens from q_ and the cache (positions_, token_segments_ set):
+  // one work item per (token, kv head), its query heads together.
   void Attention(std::span<const ForwardSegment> segments, int n);
-  float* KvRow(std::span<const PageId> pages, int position) {
-    const size_t slot = size_t(pages[size_t(position / page_size_)]) * size_t(page_size_) + size_t(position % page_size_);
-    return kv_.data() + slot * 2 * size_t(config_.kv_dim());
+  // The cache page holding `position`: K transposed, [kv_heads][head_dim][page_size], then V,
+  // [kv_heads][page_size][head_dim] (so a query group's scores over a page and its weighted sum
+  // of values are each one gemm_f32).
+  float* KvPage(std::span<const PageId> pages, int position) {
+    return kv_.get() + size_t(pages[size_t(position / page_size_)]) * page_floats_;
   }
 
   Eagle3Config config_;
@@ -114,7 +117,12 @@ class Eagle3Draft final : public DraftModel {
   std::vector<std::byte> packed_;          // the packed matrices w_ views
   std::vector<TokenId> draft_to_target_;   // [draft_vocab]
   RopeTables rope_;                        // head_dim wide, pairs (i, i + head_dim / 2)
-  std::vector<float> kv_;                  // [num_pages * page_size, 2, kv_dim] k then v
+  // [num_pages, page_floats_] (KvPage); not zero-filled (a large allocation's pages are touched
+  // only as rows are written: the pool is sized for the whole budget).
+  std::unique_ptr<float[]> kv_;
+  size_t page_floats_ = 0;  // 2 * kv_dim * page_size
+  size_t kv_floats_ = 0;
+  int64_t scores_stride_ = 0;  // max_context rounded up to whole pages
   // Per-call buffers, [max_tokens, ...] (no allocation in Forward).
   std::vector<int32_t> positions_;         // [T] each token's position
   std::vector<int32_t> token_segments_;    // [T] each token's segment
@@ -126,7 +134,7 @@ class Eagle3Draft final : public DraftModel {
   std::vector<float> r_;                   // [T, H]
   std::vector<float> normed_;              // [T, H]
   std::vector<float> gate_, up_;           // [T, intermediate]
-  std::vector<float> scores_;              // [threads, max_context]
+  std::vector<float> scores_;              // [threads, heads / kv_heads, scores_stride_]
   std::vector<float> logits_;              // [T, draft_vocab]
 };
 

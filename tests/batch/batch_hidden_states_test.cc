@@ -293,6 +293,9 @@ TEST(BatchHiddenStates, BadFlagsAreRefusedByName) {
       {base + " --endpoint http://127.0.0.1:9 --dump-hidden-states " + ShellQuote(dump),
        "--dump-hidden-states needs the in-process engine"},
       {base + " --model-path " + ShellQuote(kModel) + " --hidden-layers 1,2,3", "--hidden-layers needs --dump-hidden-states"},
+      {local + " --hidden-layers 1,2,3 --speculative-algorithm EAGLE3 --speculative-draft-model-path " +
+           ShellQuote(std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla-eagle3"),
+       "cannot be combined with --speculative-algorithm EAGLE3"},
   };
   for (const auto& [args, message] : cases) {
     const auto r = testing::RunMlaserve(args);

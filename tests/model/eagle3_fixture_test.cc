@@ -17,6 +17,7 @@
 #include "model/eagle3_draft.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "support/draft_chain.h"
 #include "support/fixture_tensors.h"
 #include "support/kernel_tables.h"
 #include "support/run_binary.h"
@@ -63,13 +64,6 @@ std::vector<Eagle3Prompt> LoadEagle3Fixture() {
   return prompts;
 }
 
-double MaxDiff(std::span<const float> a, std::span<const float> b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::abs(double(a[i]) - double(b[i])));
-  return d;
-}
-
 std::unique_ptr<HostKvStorage> Storage(const ModelConfig& c, int num_pages) {
   auto s = HostKvStorage::Create({.format = KvFormat::kF32, .num_layers = c.num_hidden_layers,
                                   .latent_dim = c.kv_lora_rank, .rope_dim = c.qk_rope_head_dim, .page_size = 16,
@@ -110,7 +104,7 @@ TEST(Eagle3Fixture, DraftMatchesTheReferenceTokenByTokenChunkedAndWhole) {
       const ForwardSegment whole{.pages = pages, .num_computed_tokens = 0, .num_tokens = n};
       ASSERT_TRUE(model->Forward(*kernels, *target_kv, fp.input_ids, std::span(&whole, 1),
                                  LogitsMode::kLastPerSegment, logits.data()).ok());
-      const double aux_diff = MaxDiff(model->captured_rows(n), fp.aux_hidden);
+      const double aux_diff = testing::MaxDiff(model->captured_rows(n), fp.aux_hidden);
       EXPECT_LT(aux_diff, 2e-3);
       // The draft over positions 0..n-2 fed the reference's rows: token by token (every position's
       // logits and output row), in two chunks, and whole (each chunk's last position).
@@ -127,8 +121,8 @@ TEST(Eagle3Fixture, DraftMatchesTheReferenceTokenByTokenChunkedAndWhole) {
                                 /*from_target=*/true, std::span(&seg, 1), std::span(&token, 1), out).ok());
           const size_t last = size_t(begin + count - 1);
           const std::span<const float> want_logits = std::span(fp.draft_logits).subspan(last * V, V);
-          logit_diff = std::max(logit_diff, MaxDiff(d.last_logits(1), want_logits));
-          hidden_diff = std::max(hidden_diff, MaxDiff(out, std::span(fp.draft_hidden).subspan(last * H, H)));
+          logit_diff = std::max(logit_diff, testing::MaxDiff(d.last_logits(1), want_logits));
+          hidden_diff = std::max(hidden_diff, testing::MaxDiff(out, std::span(fp.draft_hidden).subspan(last * H, H)));
           EXPECT_EQ(token, d.draft_to_target()[size_t(ArgMax(want_logits))]) << "position " << last;
           begin += count;
         }
@@ -160,27 +154,12 @@ TEST(Eagle3Fixture, DrafterChainsTheReferenceDrafts) {
     const int steps = int(fp.draft_chain.size());
     ModelDrafter drafter(**draft, model->max_batch_tokens(), model->max_context(), steps);
     EXPECT_EQ(drafter.input(), DrafterInput::kCapturedLayers);
-    Request r;
-    r.spec.input_ids = fp.input_ids;
-    r.tokens = fp.input_ids;
-    r.kv = std::make_unique<SequenceKv>(**allocator, 512);
-    r.next_drafts.reserve(size_t(steps));
-    r.draft_limit = steps;  // (the engine sets it at Submit)
-    ASSERT_TRUE(r.kv->Reserve(int(fp.input_ids.size())).ok());
-    BatchPlan plan;
-    plan.Add(r.kv->pages(), 0, fp.input_ids, /*all_logits=*/false);
-    plan.capture_hidden_states = true;
-    auto out = runner.Execute(plan);
-    ASSERT_TRUE(out.ok()) << out.error();
-    r.kv->MarkComputed(int(fp.input_ids.size()));
-    const TokenId next = ArgMax(out->logits);
-    EXPECT_EQ(next, fp.next_token);
-    r.tokens.push_back(next);  // sampled: the request now decodes
-    Request* requests[] = {&r};
-    ASSERT_TRUE(drafter.Observe(plan, requests, out->captured_hidden_states).ok());
-    EXPECT_EQ(r.next_drafts, fp.draft_chain);
-    EXPECT_EQ(r.kv->num_tokens(), int(fp.input_ids.size()));
-    EXPECT_GE(r.kv->reserved_tokens(), int(fp.input_ids.size()) + steps - 1);
+    const testing::ObservedPrompt observed = testing::PrefillAndObserve(runner, **allocator, drafter, fp.input_ids, steps);
+    ASSERT_NE(observed.request, nullptr);
+    EXPECT_EQ(observed.next_token, fp.next_token);
+    EXPECT_EQ(observed.request->next_drafts, fp.draft_chain);
+    EXPECT_EQ(observed.request->kv->num_tokens(), int(fp.input_ids.size()));
+    EXPECT_GE(observed.request->kv->reserved_tokens(), int(fp.input_ids.size()) + steps - 1);
   }
 }
 

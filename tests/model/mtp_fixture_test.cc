@@ -16,6 +16,7 @@
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "support/draft_chain.h"
 #include "support/fixture_tensors.h"
 #include "support/kernel_tables.h"
 
@@ -60,13 +61,6 @@ std::vector<MtpPrompt> LoadMtpFixture() {
   return prompts;
 }
 
-double MaxDiff(std::span<const float> a, std::span<const float> b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::abs(double(a[i]) - double(b[i])));
-  return d;
-}
-
 std::unique_ptr<HostKvStorage> Storage(const ModelConfig& c, int num_layers, int num_pages) {
   auto s = HostKvStorage::Create({.format = KvFormat::kF32, .num_layers = num_layers, .latent_dim = c.kv_lora_rank,
                                   .rope_dim = c.qk_rope_head_dim, .page_size = 16, .num_pages = num_pages});
@@ -99,7 +93,7 @@ TEST(MtpFixture, ForwardMtpMatchesTheReferenceWholeAndChunked) {
         const ForwardSegment whole{.pages = pages, .num_computed_tokens = 0, .num_tokens = n};
         ASSERT_TRUE(m.Forward(*kernels, *target_kv, fp.input_ids, std::span(&whole, 1), LogitsMode::kAllTokens,
                               logits.data()).ok());
-        const double hidden_diff = MaxDiff(m.all_hidden_rows(n), fp.hidden);
+        const double hidden_diff = testing::MaxDiff(m.all_hidden_rows(n), fp.hidden);
         EXPECT_LT(hidden_diff, 2e-3);
         // The MTP layer over positions 0..n-2, fed the reference's hidden states: whole, then in
         // two chunks (the second attends over the first's rows in the MTP cache).
@@ -118,8 +112,8 @@ TEST(MtpFixture, ForwardMtpMatchesTheReferenceWholeAndChunked) {
             std::copy(g.begin(), g.end(), mtp_hidden.begin() + int64_t(begin) * int64_t(H));
             begin += count;
           }
-          const double logit_diff = MaxDiff(mtp_logits, fp.mtp_logits);
-          const double g_diff = MaxDiff(mtp_hidden, fp.mtp_hidden);
+          const double logit_diff = testing::MaxDiff(mtp_logits, fp.mtp_logits);
+          const double g_diff = testing::MaxDiff(mtp_hidden, fp.mtp_hidden);
           EXPECT_LT(logit_diff, 1e-3) << "first chunk " << split;
           EXPECT_LT(g_diff, 2e-3) << "first chunk " << split;
           std::printf("[mtp fixture] %s%s prompt %zu (%d tokens, first chunk %d): max |logit diff| %.3g, "
@@ -150,25 +144,10 @@ TEST(MtpFixture, DrafterChainsTheReferenceDrafts) {
     const int steps = int(fp.mtp_chain.size());
     MtpDraft draft(**model, DefaultKernels(), *mtp_kv);
     ModelDrafter drafter(draft, (*model)->max_batch_tokens(), (*model)->max_context(), steps);
-    Request r;
-    r.spec.input_ids = fp.input_ids;
-    r.tokens = fp.input_ids;
-    r.kv = std::make_unique<SequenceKv>(**allocator, 512);
-    r.next_drafts.reserve(size_t(steps));
-    r.draft_limit = steps;  // (the engine sets it at Submit)
-    ASSERT_TRUE(r.kv->Reserve(int(fp.input_ids.size())).ok());
-    BatchPlan plan;
-    plan.Add(r.kv->pages(), 0, fp.input_ids, /*all_logits=*/false);
-    plan.return_hidden_states = true;
-    auto out = runner.Execute(plan);
-    ASSERT_TRUE(out.ok()) << out.error();
-    r.kv->MarkComputed(int(fp.input_ids.size()));
-    const TokenId next = ArgMax(out->logits);
-    EXPECT_EQ(next, fp.next_token);
-    r.tokens.push_back(next);  // sampled: the request now decodes
-    ASSERT_TRUE(r.decoding());
-    Request* requests[] = {&r};
-    ASSERT_TRUE(drafter.Observe(plan, requests, out->hidden_states).ok());
+    const testing::ObservedPrompt observed = testing::PrefillAndObserve(runner, **allocator, drafter, fp.input_ids, steps);
+    ASSERT_NE(observed.request, nullptr);
+    const Request& r = *observed.request;
+    EXPECT_EQ(observed.next_token, fp.next_token);
     EXPECT_EQ(r.next_drafts, fp.mtp_chain);
     std::vector<TokenId> proposed(size_t(steps) - 1);
     EXPECT_EQ(drafter.Propose(r, proposed), steps - 1);  // as many as the caller has room for

@@ -1,9 +1,14 @@
 // Reading the Python reference's fixture tensors (tools/train/make_fixtures.py): token ids are
-// stored I64, values F32.
+// stored I64 (or I32), values F32; and comparing values with them.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "core/types.h"
@@ -14,9 +19,13 @@ namespace mlaserve::testing {
 inline std::vector<TokenId> ReadFixtureIds(const TensorView& t) {
   std::vector<TokenId> ids(size_t(t.numel()));
   for (size_t i = 0; i < ids.size(); ++i) {
-    int64_t v;
-    std::memcpy(&v, t.data + 8 * i, 8);
-    ids[i] = TokenId(v);
+    if (t.dtype == DType::kI32) {
+      std::memcpy(&ids[i], t.data + 4 * i, 4);
+    } else {
+      int64_t v;
+      std::memcpy(&v, t.data + 8 * i, 8);
+      ids[i] = TokenId(v);
+    }
   }
   return ids;
 }
@@ -25,6 +34,14 @@ inline std::vector<float> ReadFixtureF32(const TensorView& t) {
   std::vector<float> out(size_t(t.numel()));
   std::memcpy(out.data(), t.data, t.num_bytes);
   return out;
+}
+
+// The largest |a[i] - b[i]| (the sizes must match: a test failure otherwise).
+inline double MaxDiff(std::span<const float> a, std::span<const float> b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::abs(double(a[i]) - double(b[i])));
+  return d;
 }
 
 }  // namespace mlaserve::testing
