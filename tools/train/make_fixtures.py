@@ -8,6 +8,10 @@
     tests/fixtures/shakespeare-mla/mtp.safetensors
                                                  the bundled model's MTP layer: target hidden
                                                  states, MTP logits/hidden, chained drafts
+    tests/fixtures/shakespeare-mla/eagle3.safetensors
+                                                 the bundled EAGLE-3 draft (models/shakespeare-mla-eagle3):
+                                                 target aux hidden states, draft logits/hidden,
+                                                 chained drafts
     tests/fixtures/quant/{fp8-block,int4-g32}.safetensors
                                                  logits + greedy continuations of the bundled model
                                                  after `mlaserve quantize` (the checkpoint is not
@@ -23,6 +27,7 @@ Usage (from the repository root):
     /usr/bin/python3 tools/train/make_fixtures.py                  # all parts
     /usr/bin/python3 tools/train/make_fixtures.py --parts tokenizer
     /usr/bin/python3 tools/train/make_fixtures.py --parts mtp   # needs train_mtp.py's layer
+    /usr/bin/python3 tools/train/make_fixtures.py --parts eagle3   # needs the bundled draft (train_eagle3.py)
 """
 
 import argparse
@@ -37,8 +42,10 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bpe  # noqa: E402
 import dequantize  # noqa: E402
+import eagle3  # noqa: E402
 import modeling  # noqa: E402
 import safetensors_io  # noqa: E402
+import train_eagle3  # noqa: E402
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 MODEL_DIR = os.path.join(REPO_ROOT, "models", "shakespeare-mla")
@@ -316,6 +323,92 @@ def write_mtp_fixture(tokenizer, heldout_text):
     print(f"fixture: {path} ({os.path.getsize(path) / 1e6:.2f} MB)")
 
 
+# ---- (b2) the bundled EAGLE-3 draft ----------------------------------------------------------
+
+EAGLE3_DIR = os.path.join(REPO_ROOT, "models", "shakespeare-mla-eagle3")
+
+
+@torch.no_grad()
+def eagle3_reference(target, draft, input_ids):
+    """Returns ({name: tensor} for one prompt, smallest greedy logit margin, smallest routing
+    margin). See eagle3.py for the math:
+        aux_hidden [n, 3H]            the target's captured rows a_0..a_{n-1} (inputs of layers 1, 2, 3)
+        draft_logits [n-1, draft_vocab]  rows p = 0..n-2, pairs (a_p, t_{p+1})
+        draft_hidden [n-1, H]         o of those rows (pre-norm)
+        next_token [1]                the target's greedy t_n
+        draft_chain [3]               target ids: d_1 from row n-1 = (a_{n-1}, t_n); d_2 from the row
+                                      (o_{n-1}, d_1) at position n; d_3 from (o_n, d_2) at n+1"""
+    probe = RoutingMarginProbe(target)
+    tokens = torch.tensor(input_ids)  # [n]
+    aux, target_logits = train_eagle3.target_pass(target, tokens)  # [1, n, 3H], [n, vocab]
+    probe.remove()
+    margins = [logit_margin(target_logits[-1])]
+    next_token = int(target_logits[-1].argmax())
+    draft_hidden, draft_logits = draft(aux[:, :-1], tokens[None, 1:])  # [1, n-1, ...]
+
+    cache = eagle3.DraftCache()
+    o, logits = draft(aux, torch.cat((tokens[1:], torch.tensor([next_token])))[None], cache)  # rows 0..n-1
+    o, logits = o[:, -1:], logits[:, -1:]
+    chain = []
+    for step in range(NUM_MTP_CHAIN):
+        if step > 0:
+            o, logits = draft.extend(cache, o, torch.tensor([[chain[-1]]]))
+        margins.append(logit_margin(logits[0, -1]))
+        chain.append(int(draft.to_target(logits[0, -1].argmax())))
+    tensors = {
+        "input_ids": tokens.to(torch.int32),
+        "aux_hidden": aux[0].float().contiguous(),
+        "draft_logits": draft_logits[0].float().contiguous(),
+        "draft_hidden": draft_hidden[0].float().contiguous(),
+        "next_token": torch.tensor([next_token], dtype=torch.int32),
+        "draft_chain": torch.tensor(chain, dtype=torch.int32),
+    }
+    return tensors, min(margins), probe.min_margin
+
+
+def write_eagle3_fixture(tokenizer, heldout_text):
+    with open(os.path.join(MODEL_DIR, "config.json")) as f:
+        config = json.load(f)
+    target = modeling.load_model(config, safetensors_io.load_checkpoint(MODEL_DIR))
+    draft = eagle3.load_draft(EAGLE3_DIR, target.model.embed_tokens.weight)
+    bos_id = tokenizer.token_id("<|bos|>")
+
+    first_candidates = [heldout_prompt(tokenizer, heldout_text, line, 23) for line in range(100, 400, 20)]
+    second_candidates = [heldout_prompt(tokenizer, heldout_text, line, 31) for line in range(400, 700, 20)]
+    fixture, texts = {}, []
+    for kind, candidates in (("first", first_candidates), ("second", second_candidates)):
+        for text in candidates:
+            input_ids = [bos_id] + tokenizer.encode(text)
+            if len(input_ids) > 40:
+                continue
+            prompt, logit_margin_, routing_margin = eagle3_reference(target, draft, input_ids)
+            if fixture_is_robust(f"EAGLE-3 {kind} prompt ({len(input_ids)} tokens)", logit_margin_, routing_margin):
+                fixture.update({f"p{len(texts)}.{name}": tensor for name, tensor in prompt.items()})
+                texts.append(text)
+                chain = [int(prompt["next_token"][0])] + prompt["draft_chain"].tolist()
+                print(f"    -> next token + chain {tokenizer.decode(chain)!r}")
+                break
+        else:
+            raise RuntimeError(f"no {kind} prompt with robust margins")
+
+    metadata = {
+        "model": "shakespeare-mla-eagle3 (target shakespeare-mla)",
+        "prompts": json.dumps(texts, ensure_ascii=False),
+        "num_prompts": str(len(texts)),
+        "chain_tokens": str(NUM_MTP_CHAIN),
+        "hidden_layers": ",".join(str(k) for k in eagle3.capture_layers(draft.config)),
+    }
+    os.makedirs(os.path.join(FIXTURE_DIR, "shakespeare-mla"), exist_ok=True)
+    path = os.path.join(FIXTURE_DIR, "shakespeare-mla", "eagle3.safetensors")
+    safetensors_io.save_file(fixture, path, metadata)
+    stored, _ = safetensors_io.load_file(path)
+    if stored.keys() != fixture.keys() or not all(
+        stored[name].dtype == tensor.dtype and torch.equal(stored[name], tensor) for name, tensor in fixture.items()
+    ):
+        raise AssertionError(f"{path} does not read back as written")
+    print(f"fixture: {path} ({os.path.getsize(path) / 1e6:.2f} MB), reads back exactly")
+
+
 # ---- (c) tiny DeepSeek-V2-Lite-style checkpoint ------------------------------------------------
 
 TINY_V2_CONFIG = {
@@ -495,8 +588,8 @@ def write_quant_fixtures(tokenizer, heldout_text, mlaserve_binary):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--parts", default="tokenizer,tiny-v2,shakespeare,mtp,quant",
-        help="comma list of: tokenizer, tiny-v2, shakespeare, mtp, quant"
+        "--parts", default="tokenizer,tiny-v2,shakespeare,mtp,eagle3,quant",
+        help="comma list of: tokenizer, tiny-v2, shakespeare, mtp, eagle3, quant"
     )
     parser.add_argument(
         "--mlaserve", default=os.path.join(REPO_ROOT, "build", "mlaserve"), help="the binary that runs quantize (quant)"
@@ -506,7 +599,7 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     parts = set(args.parts.split(","))
-    unknown = parts - {"tokenizer", "tiny-v2", "shakespeare", "mtp", "quant"}
+    unknown = parts - {"tokenizer", "tiny-v2", "shakespeare", "mtp", "eagle3", "quant"}
     if unknown:
         parser.error(f"unknown parts {sorted(unknown)}")
 
@@ -523,6 +616,8 @@ def main():
         write_shakespeare_fixture(tokenizer, heldout_text)
     if "mtp" in parts:
         write_mtp_fixture(tokenizer, heldout_text)
+    if "eagle3" in parts:
+        write_eagle3_fixture(tokenizer, heldout_text)
     if "quant" in parts:
         write_quant_fixtures(tokenizer, heldout_text, args.mlaserve)
 

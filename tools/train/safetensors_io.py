@@ -25,6 +25,7 @@ _DTYPES = {
     "BF16": (torch.bfloat16, np.dtype("<u2"), 2),
     "I64": (torch.int64, np.dtype("<i8"), 8),
     "I32": (torch.int32, np.dtype("<i4"), 4),
+    "BOOL": (torch.bool, np.dtype("?"), 1),  # one byte per element, 0 or 1
     # Read only: E4M3 codes come back as their uint8 bit patterns (this torch has no float8);
     # see dequantize.py.
     "F8_E4M3": (torch.uint8, np.dtype("u1"), 1),
