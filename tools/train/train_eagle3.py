@@ -17,11 +17,16 @@ Workflow (scripts/train-eagle3.sh runs it end to end):
        (d) the draft vocabulary's coverage of held-out target tokens;
      prints them and writes them into the model card.
   `--eval-only` re-measures the stored draft.
+
+Usage (from the repository root, after scripts/build.sh):
+    scripts/train-eagle3.sh                                          # all three (~25 min, 2 cores)
+    /usr/bin/python3 tools/train/train_eagle3.py --data DIR          # train + measure (~15 + ~5 min)
+    /usr/bin/python3 tools/train/train_eagle3.py --eval-only         # measure the stored draft (~5 min)
+Training is bounded by --max-minutes (default 15; 0: exactly --steps, reproducible).
 """
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -121,9 +126,16 @@ def train_draft(draft, records, args, log):
     smoothed = None
     order = torch.randperm(len(records), generator=generator).tolist()
     cursor = 0
-    for step in range(args.steps):
+    budget_s = 60 * args.max_minutes
+    step = 0
+    while True:
+        # The schedule runs on the larger of the step count and the share of the time budget
+        # spent, so a slow machine ends the cosine decay on time with fewer steps.
+        progress_step = max(step, int(args.steps * (time.time() - start) / budget_s)) if budget_s else step
+        if progress_step >= args.steps:
+            break
         draft.train()
-        lr = train.learning_rate(step, args.steps, args.lr, args.warmup_steps, args.final_lr_fraction)
+        lr = train.learning_rate(progress_step, args.steps, args.lr, args.warmup_steps, args.final_lr_fraction)
         for group in optimizer.param_groups:
             group["lr"] = lr
         if cursor + args.batch_size > len(order):
@@ -145,14 +157,16 @@ def train_draft(draft, records, args, log):
         rows_seen += sum(records[i][1].shape[0] for i in picks)
         per_step = [round(l.item(), 3) for l in losses]
         smoothed = per_step if smoothed is None else [0.9 * s + 0.1 * l for s, l in zip(smoothed, per_step)]
-        if step % args.log_every == 0 or step == args.steps - 1:
+        if step % args.log_every == 0 or progress_step == args.steps - 1:
             elapsed_s = time.time() - start
             log(
-                f"step {step:5d}/{args.steps}  loss per TTT step {per_step}  smoothed {[round(s, 3) for s in smoothed]}  "
-                f"lr {lr:.2e}  {rows_seen / elapsed_s:.0f} rows/s  {elapsed_s / 60:.1f} min"
+                f"step {step:5d} (schedule {progress_step}/{args.steps})  loss per TTT step {per_step}  "
+                f"smoothed {[round(s, 3) for s in smoothed]}  lr {lr:.2e}  {rows_seen / elapsed_s:.0f} rows/s  "
+                f"{elapsed_s / 60:.1f} min"
             )
+        step += 1
     wall_s = time.time() - start
-    return {"steps": args.steps, "wall_s": wall_s, "rows_per_s": rows_seen / wall_s, "rows_seen": rows_seen,
+    return {"steps": step, "wall_s": wall_s, "rows_per_s": rows_seen / wall_s, "rows_seen": rows_seen,
             "final_losses": smoothed}
 
 
@@ -259,7 +273,7 @@ def write_card(out_dir, config, stats, figures, args, num_params, data_summary):
     ids = config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     if stats:
         training = f"""- Data: {data_summary}.
-- Training: {stats['steps']} AdamW steps of {args.batch_size} records (padded), peak lr {args.lr:g},
+- Training: {stats['steps']} AdamW steps of {args.batch_size} records (padded; schedule of {args.steps} steps within {args.max_minutes:g} min), peak lr {args.lr:g},
   {args.warmup_steps} warmup steps, cosine decay, weight decay {args.weight_decay:g}, seed {args.seed};
   EAGLE-3 training-time test with {args.ttt_steps} steps, step j weighted {args.step_decay:g}^(j-1), inputs teacher-forced
   (step j at row p embeds the true token t_(p+j); its hidden is step j-1's o at row p, gradients flowing
@@ -331,17 +345,19 @@ def parse_args():
     parser.add_argument("--data", help="the `mlaserve batch --dump-hidden-states` directory to train on")
     parser.add_argument("--eval-only", action="store_true", help="measure the stored draft, write nothing")
     parser.add_argument("--draft-vocab-size", type=int, default=1024)
+    parser.add_argument("--max-minutes", type=float, default=15,
+                        help="wall-time budget of the training loop (0: none); the lr schedule follows the larger of steps and time")
     parser.add_argument("--ttt-steps", type=int, default=3, help="training-time test steps")
     parser.add_argument("--step-decay", type=float, default=0.8, help="TTT step j's loss weight: decay^(j-1)")
-    train.add_training_args(parser, steps=450, warmup_steps=30, seed=2024)
+    train.add_training_args(parser, steps=3000, warmup_steps=50, seed=2024)
     parser.set_defaults(batch_size=4, lr=2e-3, log_every=20)
     parser.add_argument("--no-autocast", dest="autocast", action="store_false",
                         help="train in fp32 (default: bf16 autocast, ~3.5x faster on AVX512-BF16 CPUs)")
     parser.add_argument("--eval-seq-len", type=int, default=256, help="held-out window length for (a), (d)")
     parser.add_argument("--eval-windows", type=int, default=40, help="held-out windows for (a), (d) (0: all)")
-    parser.add_argument("--decode-prompts", type=int, default=8)
+    parser.add_argument("--decode-prompts", type=int, default=16)
     parser.add_argument("--decode-prompt-tokens", type=int, default=32)
-    parser.add_argument("--decode-tokens", type=int, default=64, help="target tokens generated per prompt")
+    parser.add_argument("--decode-tokens", type=int, default=96, help="target tokens generated per prompt")
     parser.add_argument("--num-drafts", type=int, default=3, help="chained drafts per verify step")
     return parser.parse_args()
 
