@@ -17,11 +17,16 @@ Workflow (scripts/train-eagle3.sh runs it end to end):
        (d) the draft vocabulary's coverage of held-out target tokens;
      prints them and writes them into the model card.
   `--eval-only` re-measures the stored draft.
+
+Usage (from the repository root, after scripts/build.sh):
+    scripts/train-eagle3.sh                                          # all three (~25 min, 2 cores)
+    /usr/bin/python3 tools/train/train_eagle3.py --data DIR          # train + measure (~15 + ~5 min)
+    /usr/bin/python3 tools/train/train_eagle3.py --eval-only         # measure the stored draft (~5 min)
+Training is bounded by --max-minutes (default 15; 0: exactly --steps, reproducible).
 """
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
