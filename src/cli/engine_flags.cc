@@ -34,8 +34,11 @@ void ReadEagle3Flags(Args& args, const std::string& draft_path, ModelFlags& mode
   model_flags.options.capture_layers = *layers;
   model_flags.draft_kv_bytes_per_token = draft->kv_bytes_per_token();
   std::error_code error;
+  // (Its files' bytes: a little more than the packed weights it keeps, so the pool errs small.)
   for (const auto& entry : std::filesystem::directory_iterator(draft_path, error)) {
-    if (entry.path().extension() == ".safetensors") model_flags.draft_weight_bytes += entry.file_size(error);
+    if (entry.path().extension() != ".safetensors") continue;
+    const uintmax_t bytes = entry.file_size(error);
+    if (!error) model_flags.draft_weight_bytes += size_t(bytes);
   }
 }
 
@@ -89,9 +92,9 @@ EngineOptions ReadEngineFlags(Args& args, ModelFlags& model_flags) {
                 "--speculative-draft-model-path and --disable-adaptive-speculation need --speculative-algorithm "
                 "(speculative decoding is off)");
   }
-  if (!draft_path.empty() && algorithm != "EAGLE3") {
-    args.Reject("--speculative-draft-model-path is for EAGLE3 (" + algorithm +
-                (algorithm == "NEXTN" ? " uses the checkpoint's own MTP layer)" : " has no draft model)"));
+  if (!draft_path.empty() && !algorithm.empty() && algorithm != "EAGLE3") {
+    args.Reject("--speculative-draft-model-path is only used with EAGLE3 here" +
+                std::string(algorithm == "NEXTN" ? " (NEXTN uses the checkpoint's own MTP layer)" : ""));
   }
   if (algorithm == "NGRAM") {
     if (num_steps || topk) {

@@ -226,6 +226,7 @@ bool Engine::Step() {
       const Status drafted = options_.drafter->Observe(
           scheduler_.plan(), scheduler_.planned_requests(),
           input == DrafterInput::kFinalHidden ? out->hidden_states : out->captured_hidden_states);
+      if (!drafted.ok()) ++draft_errors_;
       if (!drafted.ok() && !draft_error_logged_) {
         Log(LogLevel::kWarning, "[mlaserve] drafting failed, going on without drafts: %s", drafted.message().c_str());
         draft_error_logged_ = true;
@@ -331,6 +332,7 @@ void Engine::PublishStats() {
   stats_.spec_verify_steps_total = spec.verify_steps;
   stats_.spec_draft_tokens_total = spec.draft_tokens;
   stats_.spec_accepted_tokens_total = spec.accepted_tokens;
+  stats_.spec_draft_errors_total = draft_errors_;
 }
 
 EngineStatsSnapshot Engine::stats() const {

@@ -96,6 +96,7 @@ class Engine {
   // Engine-thread state.
   int64_t tokens_since_log_ = 0;
   bool draft_error_logged_ = false;
+  int64_t draft_errors_ = 0;  // steps whose Drafter::Observe failed
   // Requests that finished in this step, their KV kept until the drafter has observed the step
   // (an MTP drafter writes its cache rows for their last positions); capacity reserved.
   std::vector<Request*> release_after_observe_;  // a drafter's Observe failed once (logged once)

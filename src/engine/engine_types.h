@@ -162,6 +162,7 @@ struct EngineStatsSnapshot {
   int64_t spec_verify_steps_total = 0;   // request-steps that verified at least one draft
   int64_t spec_draft_tokens_total = 0;   // drafts proposed and run through the model
   int64_t spec_accepted_tokens_total = 0;  // drafts accepted (and kept: not past a finish)
+  int64_t spec_draft_errors_total = 0;     // steps whose drafter failed (no drafts; logged once)
 };
 
 // What a cache flush did (SGLang's /flush_cache). Like SGLang, the engine flushes only when no

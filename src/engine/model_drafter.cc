@@ -43,7 +43,7 @@ Status ModelDrafter::Run(int n, bool from_target) {
 Status ModelDrafter::Observe(const BatchPlan& plan, std::span<Request* const> requests,
                              std::span<const float> target_rows) {
   const int64_t W = target_width_;
-  const int64_t H = hidden_size_;
+  for (Request* r : requests) r->next_drafts.clear();  // (an error leaves no drafts at all)
   if (target_rows.size() != size_t(plan.num_tokens()) * size_t(W)) {
     return Status::Error("the runner returned no target rows for the draft model");
   }
@@ -54,7 +54,6 @@ Status ModelDrafter::Observe(const BatchPlan& plan, std::span<Request* const> re
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     Request& r = *requests[i];
     const PlannedSequence& seq = plan.sequences[i];
-    r.next_drafts.clear();
     // (A request that finished in the step still holds its KV here: the engine releases it after.)
     const int final_rows = r.kv->num_tokens();
     const int begin = seq.num_computed_tokens;
@@ -73,6 +72,15 @@ Status ModelDrafter::Observe(const BatchPlan& plan, std::span<Request* const> re
     n += end - begin;
   }
   if (n == 0) return Status::Ok();
+  const Status drafted = Extend(n);
+  if (!drafted.ok()) {
+    for (Request* r : requests) r->next_drafts.clear();  // (no part of a chain either)
+  }
+  return drafted;
+}
+
+Status ModelDrafter::Extend(int n) {
+  const int64_t H = hidden_size_;
   MLA_RETURN_IF_ERROR(Run(n, /*from_target=*/true));
 
   // The chain: draft k + 1 from the draft model's own output row and draft k, one position further.

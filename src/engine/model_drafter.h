@@ -42,6 +42,8 @@ class ModelDrafter final : public Drafter {
                  std::span<const float> target_rows) override;
 
  private:
+  // The draft forward over the n positions Observe gathered in segments_, then the chain.
+  Status Extend(int n);
   // One batched draft forward over inputs_[0, n) and segments_; appends each drafting segment's
   // token to its request's next_drafts and keeps its output row in out_hidden_.
   Status Run(int n, bool from_target);

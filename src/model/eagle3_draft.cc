@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
@@ -42,18 +44,35 @@ Result<WeightMatrix> StoredMatrix(const Checkpoint& ckpt, const std::string& nam
   return WeightMatrix{.dtype = t->dtype, .rows = rows, .cols = cols, .data = t->data};
 }
 
-// A norm weight [dim], widened to fp32.
+// A norm weight [dim] (or [1, dim]), widened to fp32.
 Result<std::vector<float>> StoredVector(const Checkpoint& ckpt, const std::string& name, int64_t dim) {
-  auto m = StoredMatrix(ckpt, name, 1, dim);
-  if (!m.ok()) {
-    const TensorView* t = ckpt.Find(name);
-    if (t == nullptr || t->shape != std::vector<int64_t>{dim}) return m.status();
-    m = WeightMatrix{.dtype = t->dtype, .rows = 1, .cols = dim, .data = t->data};
-    if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) return m.status();
+  const TensorView* t = ckpt.Find(name);
+  if (t == nullptr) return Status::Error("EAGLE-3 draft: tensor " + name + " is missing");
+  if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
+    return Status::Error("EAGLE-3 draft: " + name + " is " + DTypeName(t->dtype) + " (F32, BF16 or F16 expected)");
+  }
+  if (t->numel() != dim || (t->shape.size() != 1 && t->shape != std::vector<int64_t>{1, dim})) {
+    return Status::Error("EAGLE-3 draft: " + name + " has shape " + t->ShapeString() + ", expected [" +
+                         std::to_string(dim) + "]");
   }
   std::vector<float> out(size_t(dim), 0.0f);
-  PortableKernels().axpy_row(1.0f, *m, 0, out.data());
+  PortableKernels().axpy_row(1.0f, WeightMatrix{.dtype = t->dtype, .rows = 1, .cols = dim, .data = t->data}, 0,
+                             out.data());
   return out;
+}
+
+// Optional config fields of a given JSON type: absent or null gives the fallback, another type
+// an error naming the field.
+template <typename T>
+Result<T> Optional(const json& j, const char* key, const std::string& source, T fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  const json& v = j[key];
+  const bool ok = std::is_same_v<T, bool> ? v.is_boolean()
+                  : std::is_same_v<T, std::string> ? v.is_string()
+                  : std::is_integral_v<T> ? v.is_number_integer()
+                                          : v.is_number();
+  if (!ok) return Status::Error(source + ": \"" + key + "\" has the wrong type (" + v.type_name() + ")");
+  return v.get<T>();
 }
 
 }  // namespace
@@ -97,16 +116,22 @@ Result<Eagle3Config> ReadEagle3Config(const std::string& dir) {
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     return Status::Error(source + ": rope_scaling is not supported for EAGLE-3 drafts (plain RoPE only)");
   }
-  if (j.value("num_hidden_layers", 1) != 1) {
-    return Status::Error(source + ": num_hidden_layers is " + j["num_hidden_layers"].dump() +
+  auto layers = Optional<int>(j, "num_hidden_layers", source, 1);
+  auto act = Optional<std::string>(j, "hidden_act", source, "silu");
+  auto attention_bias = Optional<bool>(j, "attention_bias", source, false);
+  auto mlp_bias = Optional<bool>(j, "mlp_bias", source, false);
+  auto eps = Optional<double>(j, "rms_norm_eps", source, 1e-6);
+  auto theta = Optional<double>(j, "rope_theta", source, 10000.0);
+  for (const Status& s : {layers.status(), act.status(), attention_bias.status(), mlp_bias.status(), eps.status(),
+                          theta.status()}) {
+    MLA_RETURN_IF_ERROR(s);
+  }
+  if (*layers != 1) {
+    return Status::Error(source + ": num_hidden_layers is " + std::to_string(*layers) +
                          "; EAGLE-3 drafts with more than one layer are not supported");
   }
-  if (j.value("hidden_act", std::string("silu")) != "silu") {
-    return Status::Error(source + ": hidden_act must be silu");
-  }
-  if (j.value("attention_bias", false) || j.value("mlp_bias", false)) {
-    return Status::Error(source + ": attention_bias and mlp_bias are not supported");
-  }
+  if (*act != "silu") return Status::Error(source + ": hidden_act must be silu");
+  if (*attention_bias || *mlp_bias) return Status::Error(source + ": attention_bias and mlp_bias are not supported");
   Eagle3Config c;
   auto take = [&](int& field, const char* key, int fallback = 0) -> Status {
     auto v = PositiveInt(j, key, source, fallback);
@@ -126,8 +151,8 @@ Result<Eagle3Config> ReadEagle3Config(const std::string& dir) {
     return Status::Error(source + ": num_attention_heads must be a multiple of num_key_value_heads, head_dim even");
   }
   if (c.draft_vocab_size > c.vocab_size) return Status::Error(source + ": draft_vocab_size exceeds vocab_size");
-  if (j.contains("rms_norm_eps") && j["rms_norm_eps"].is_number()) c.rms_norm_eps = j["rms_norm_eps"].get<double>();
-  if (j.contains("rope_theta") && j["rope_theta"].is_number()) c.rope_theta = j["rope_theta"].get<double>();
+  c.rms_norm_eps = *eps;
+  c.rope_theta = *theta;
   if (j.contains("eagle_config") && j["eagle_config"].is_object()) {
     const json& e = j["eagle_config"];
     if (e.contains("eagle_aux_hidden_state_layer_ids") && !e["eagle_aux_hidden_state_layer_ids"].is_null()) {
@@ -170,7 +195,10 @@ Eagle3Draft::Eagle3Draft(Eagle3Config config, Model& target, const KernelSet& ke
   const size_t q_dim = size_t(config_.num_attention_heads) * size_t(config_.head_dim);
   page_floats_ = size_t(2) * size_t(config_.kv_dim()) * size_t(page_size);
   kv_floats_ = size_t(num_pages) * page_floats_;
-  kv_ = std::make_unique_for_overwrite<float[]>(kv_floats_);
+  // calloc: zeros, and for an allocation this large fresh mapped pages the kernel zeroes only as
+  // they are first touched (a row never written reads as zero, never as garbage).
+  kv_.reset(static_cast<float*>(std::calloc(kv_floats_, sizeof(float))));
+  MLA_CHECK(kv_ != nullptr);
   positions_.resize(T);
   token_segments_.resize(T);
   h_.resize(T * H);
@@ -185,7 +213,6 @@ Eagle3Draft::Eagle3Draft(Eagle3Config config, Model& target, const KernelSet& ke
   scores_stride_ = (int64_t(target.max_context()) + page_size - 1) / page_size * page_size;
   scores_.resize(size_t(target.pool().num_threads()) *
                  size_t(config_.num_attention_heads / config_.num_key_value_heads) * size_t(scores_stride_));
-  logits_.resize(T * size_t(config_.draft_vocab_size));
 }
 
 Result<std::unique_ptr<Eagle3Draft>> Eagle3Draft::Load(const std::string& dir, Model& target,
@@ -264,15 +291,13 @@ Result<std::unique_ptr<Eagle3Draft>> Eagle3Draft::Load(const std::string& dir, M
     return Status::Error("EAGLE-3 draft: draft_vocab_size " + std::to_string(c.draft_vocab_size) +
                          " < vocab_size but the checkpoint has no d2t map");
   }
+  if (d2t != nullptr && (d2t->dtype != DType::kI64 || d2t->shape != std::vector<int64_t>{c.draft_vocab_size})) {
+    return Status::Error("EAGLE-3 draft: d2t must be I64 [" + std::to_string(c.draft_vocab_size) + "], is " +
+                         DTypeName(d2t->dtype) + " " + d2t->ShapeString());
+  }
   for (int i = 0; i < c.draft_vocab_size; ++i) {
     int64_t offset_i = 0;
-    if (d2t != nullptr) {
-      if (d2t->dtype != DType::kI64 || d2t->shape != std::vector<int64_t>{c.draft_vocab_size}) {
-        return Status::Error("EAGLE-3 draft: d2t must be I64 [" + std::to_string(c.draft_vocab_size) + "], is " +
-                             DTypeName(d2t->dtype) + " " + d2t->ShapeString());
-      }
-      std::memcpy(&offset_i, d2t->data + size_t(i) * 8, 8);
-    }
+    if (d2t != nullptr) std::memcpy(&offset_i, d2t->data + size_t(i) * 8, 8);
     const int64_t id = i + offset_i;
     if (id < 0 || id >= c.vocab_size) {
       return Status::Error("EAGLE-3 draft: d2t maps draft token " + std::to_string(i) + " to " + std::to_string(id) +
@@ -299,7 +324,7 @@ Status Eagle3Draft::CheckCall(std::span<const TokenId> tokens, std::span<const f
         end > int64_t(s.pages.size()) * page_size_) {
       return Status::Error("EAGLE-3 draft: a segment's positions are outside its pages or the context");
     }
-    for (int64_t p = s.num_computed_tokens / page_size_; p < (end + page_size_ - 1) / page_size_; ++p) {
+    for (int64_t p = 0; p < (end + page_size_ - 1) / page_size_; ++p) {  // (attention reads from position 0)
       if (s.pages[size_t(p)] < 0 || s.pages[size_t(p)] >= num_pages_) {
         return Status::Error("EAGLE-3 draft: a page id is outside the cache");
       }
@@ -423,6 +448,8 @@ Status Eagle3Draft::Forward(std::span<const TokenId> tokens, std::span<const flo
     ++rows;
   }
   if (rows == 0) return Status::Ok();
+  // (Grows to the most drafting sequences one step holds, then stays: [rows, draft_vocab].)
+  if (logits_.size() < size_t(rows) * size_t(c.draft_vocab_size)) logits_.resize(size_t(rows) * size_t(c.draft_vocab_size));
   MatMul(ctx, normed_.data(), rows, w_.lm_head, logits_.data());
   const int64_t V = c.draft_vocab_size;
   for (int row = 0; row < rows; ++row) {

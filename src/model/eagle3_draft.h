@@ -17,6 +17,7 @@
 // Threads: Forward runs on the target's pool, called from the engine thread only.
 #pragma once
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -117,9 +118,12 @@ class Eagle3Draft final : public DraftModel {
   std::vector<std::byte> packed_;          // the packed matrices w_ views
   std::vector<TokenId> draft_to_target_;   // [draft_vocab]
   RopeTables rope_;                        // head_dim wide, pairs (i, i + head_dim / 2)
-  // [num_pages, page_floats_] (KvPage); not zero-filled (a large allocation's pages are touched
-  // only as rows are written: the pool is sized for the whole budget).
-  std::unique_ptr<float[]> kv_;
+  // [num_pages, page_floats_] (KvPage), calloc'ed: its pages are touched only as rows are written
+  // (the pool is sized for the whole budget).
+  struct FreeFloats {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, FreeFloats> kv_;
   size_t page_floats_ = 0;  // 2 * kv_dim * page_size
   size_t kv_floats_ = 0;
   int64_t scores_stride_ = 0;  // max_context rounded up to whole pages
@@ -129,13 +133,13 @@ class Eagle3Draft final : public DraftModel {
   std::vector<float> h_;                   // [T, H] fc(a), or the fed-back o
   std::vector<float> x_;                   // [T, 2H]
   std::vector<float> q_;                   // [T, heads * head_dim]
-  std::vector<float> kv_new_;              // [T, 2, kv_dim]
+  std::vector<float> kv_new_;              // [2, T, kv_dim] the call's k rows, then its v rows
   std::vector<float> attn_;                // [T, heads * head_dim]
   std::vector<float> r_;                   // [T, H]
   std::vector<float> normed_;              // [T, H]
   std::vector<float> gate_, up_;           // [T, intermediate]
   std::vector<float> scores_;              // [threads, heads / kv_heads, scores_stride_]
-  std::vector<float> logits_;              // [T, draft_vocab]
+  std::vector<float> logits_;              // [drafting segments, draft_vocab], grown on demand
 };
 
 }  // namespace mlaserve

@@ -726,6 +726,7 @@ void ExpectGreedyMatchesPlainDecoding(Model& model, Drafts drafts, const char* l
     const SpecRun speculative = RunTogether(model, requests, 3, 4096, &*tokenizer, o, drafts);
     ExpectSameOutputs(plain, speculative);
     EXPECT_GT(speculative.stats.spec_verify_steps_total, 0);
+    EXPECT_EQ(speculative.stats.spec_draft_errors_total, 0);
     EXPECT_GT(speculative.accept_length, 1.5);
     std::printf("[ %s ] %d request(s), 3 steps%s: accept len %.2f (%lld drafts accepted of %lld)\n", label, count,
                 adaptive ? ", adaptive" : "", speculative.accept_length,
@@ -757,6 +758,7 @@ void ExpectMatchesUnderMemoryPressure(Model& model, Drafts drafts) {
   ExpectSameOutputs(plain, speculative);
   EXPECT_GT(speculative.stats.num_retracted_requests_total, 0);
   EXPECT_GT(speculative.stats.spec_verify_steps_total, 0);
+  EXPECT_EQ(speculative.stats.spec_draft_errors_total, 0);  // (drafting errors are only logged)
 }
 
 // (The trained MTP layer's model card reports 60% of first drafts equal to the target's greedy

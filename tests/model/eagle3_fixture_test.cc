@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "model/eagle3_draft.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "model/safetensors_writer.h"
 #include "support/draft_chain.h"
 #include "support/fixture_tensors.h"
 #include "support/kernel_tables.h"
@@ -182,6 +185,8 @@ TEST(Eagle3Draft, BadConfigsAreRefusedByName) {
   EXPECT_NE(error_of().find("rope_scaling"), std::string::npos) << error_of();
   write(R"({"architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 2, )" + good_fields + "}");
   EXPECT_NE(error_of().find("num_hidden_layers"), std::string::npos) << error_of();
+  write(R"({"architectures": ["LlamaForCausalLMEagle3"], "mlp_bias": null, "attention_bias": "no", )" + good_fields + "}");
+  EXPECT_NE(error_of().find("\"attention_bias\" has the wrong type"), std::string::npos) << error_of();
   write(R"({"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 256})");
   EXPECT_NE(error_of().find("intermediate_size"), std::string::npos) << error_of();
   write(R"({"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 2]}, )" +
@@ -208,6 +213,36 @@ TEST(Eagle3Draft, BadConfigsAreRefusedByName) {
   auto missing = Eagle3Draft::Load(dir.path(), *model, DefaultKernels(), 16, 4);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.error().find("fc.weight"), std::string::npos) << missing.error();
+  // The bundled draft's tensors with one of them replaced: a norm stored I32 (same bytes), a
+  // d2t mapping a token past the vocabulary.
+  auto bundled = Checkpoint::Open(kDraftDir);
+  ASSERT_TRUE(bundled.ok()) << bundled.error();
+  std::filesystem::copy_file(kDraftDir + "/config.json", dir.path() + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  auto rewrite_with = [&](const std::string& replaced, DType dtype, const std::vector<std::byte>& bytes) {
+    SafetensorsWriter writer(dir.path() + "/model.safetensors");
+    for (const auto& [name, t] : (*bundled)->tensors()) writer.Declare(name, name == replaced ? dtype : t.dtype, t.shape);
+    ASSERT_TRUE(writer.Begin().ok());
+    for (const auto& [name, t] : (*bundled)->tensors()) {
+      ASSERT_TRUE((name == replaced ? writer.Write(bytes.data(), bytes.size()) : writer.Write(t.data, t.num_bytes)).ok());
+    }
+    ASSERT_TRUE(writer.Finish().ok());
+  };
+  const TensorView& norm = *(*bundled)->Find("norm.weight");
+  std::vector<std::byte> norm_bytes(norm.num_bytes * 2);  // 256 I32 values
+  rewrite_with("norm.weight", DType::kI32, norm_bytes);
+  auto bad_norm = Eagle3Draft::Load(dir.path(), *model, DefaultKernels(), 16, 4);
+  ASSERT_FALSE(bad_norm.ok());
+  EXPECT_NE(bad_norm.error().find("norm.weight is I32"), std::string::npos) << bad_norm.error();
+  const TensorView& d2t = *(*bundled)->Find("d2t");
+  std::vector<std::byte> d2t_bytes(d2t.data, d2t.data + d2t.num_bytes);
+  const int64_t past_the_vocabulary = 4096;
+  std::memcpy(d2t_bytes.data() + 8 * 5, &past_the_vocabulary, 8);
+  rewrite_with("d2t", DType::kI64, d2t_bytes);
+  auto bad_d2t = Eagle3Draft::Load(dir.path(), *model, DefaultKernels(), 16, 4);
+  ASSERT_FALSE(bad_d2t.ok());
+  EXPECT_NE(bad_d2t.error().find("d2t maps draft token 5 to 4101"), std::string::npos) << bad_d2t.error();
+
   auto plain = Model::Load(kModelDir, ModelOptions{.max_batch_tokens = 64, .max_context = 128});
   ASSERT_TRUE(plain.ok());
   auto not_captured = Eagle3Draft::Load(kDraftDir, **plain, DefaultKernels(), 16, 4);

@@ -557,7 +557,7 @@ TEST(Serve, SpeculationSettingsItDoesNotImplementAreRefused) {
       {"--speculative-algorithm EAGLE3 --speculative-draft-model-path /nonexistent --speculative-eagle-topk 2",
        "tree drafts are not implemented"},
       {"--speculative-algorithm NGRAM --speculative-num-steps 3", "are for NEXTN and EAGLE3, not NGRAM"},
-      {"--speculative-algorithm NEXTN --speculative-draft-model-path /x", "is for EAGLE3"},
+      {"--speculative-algorithm NEXTN --speculative-draft-model-path /x", "is only used with EAGLE3"},
       {"--speculative-draft-model-path /x", "need --speculative-algorithm"},
       {"--speculative-algorithm EAGLE3 --speculative-draft-model-path /nonexistent", "/nonexistent/config.json"},
       // The bundled model as its own draft: not an EAGLE-3 checkpoint.

@@ -36,11 +36,15 @@ inline std::vector<float> ReadFixtureF32(const TensorView& t) {
   return out;
 }
 
-// The largest |a[i] - b[i]| (the sizes must match: a test failure otherwise).
+// The largest |a[i] - b[i]| (the sizes must match: a test failure otherwise); NaN when any
+// difference is NaN, so that a tolerance check fails.
 inline double MaxDiff(std::span<const float> a, std::span<const float> b) {
   EXPECT_EQ(a.size(), b.size());
   double d = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::abs(double(a[i]) - double(b[i])));
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const double diff = std::abs(double(a[i]) - double(b[i]));
+    if (!(diff <= d)) d = diff;  // (NaN replaces d, and stays: nothing compares above it)
+  }
   return d;
 }
 
