@@ -86,6 +86,17 @@ def split_corpus(text):
     return text[:cut], text[cut:]
 
 
+def split_for_model(corpus_path, model_dir):
+    """(train text, held-out text, tokenizer) of a trained model directory: the corpus split as
+    train.py made it, checked against the model's heldout.txt, and the model's tokenizer."""
+    with open(corpus_path, encoding="utf-8") as f:
+        train_text, heldout_text = split_corpus(f.read())
+    with open(os.path.join(model_dir, "heldout.txt"), encoding="utf-8") as f:
+        if f.read() != heldout_text:
+            raise AssertionError(f"the corpus split differs from {model_dir}/heldout.txt")
+    return train_text, heldout_text, bpe.ByteLevelBPE.load(os.path.join(model_dir, "tokenizer.json"))
+
+
 # ---- data --------------------------------------------------------------------------------------
 
 

@@ -371,13 +371,7 @@ def main():
     def log(message):
         print(message, flush=True)
 
-    with open(args.corpus, encoding="utf-8") as f:
-        corpus = f.read()
-    train_text, heldout_text = train.split_corpus(corpus)
-    with open(os.path.join(args.target, "heldout.txt"), encoding="utf-8") as f:
-        if f.read() != heldout_text:
-            raise AssertionError("the corpus split differs from the target's heldout.txt")
-    tokenizer = bpe.ByteLevelBPE.load(os.path.join(args.target, "tokenizer.json"))
+    train_text, heldout_text, tokenizer = train.split_for_model(args.corpus, args.target)
     if args.write_prompts:
         write_prompts(args.write_prompts, tokenizer, train_text, args.num_prompts, *args.prompt_tokens, args.seed)
         with open(args.write_prompts + ".jinja", "w") as f:

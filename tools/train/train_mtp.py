@@ -284,13 +284,7 @@ def main():
     def log(message):
         print(message, flush=True)
 
-    with open(args.corpus, encoding="utf-8") as f:
-        corpus = f.read()
-    train_text, heldout_text = train.split_corpus(corpus)
-    with open(os.path.join(args.model_dir, "heldout.txt"), encoding="utf-8") as f:
-        if f.read() != heldout_text:
-            raise AssertionError("the corpus split differs from the model's heldout.txt")
-    tokenizer = bpe.ByteLevelBPE.load(os.path.join(args.model_dir, "tokenizer.json"))
+    train_text, heldout_text, tokenizer = train.split_for_model(args.corpus, args.model_dir)
     bos_id = tokenizer.token_id("<|bos|>")
     heldout_ids = torch.tensor(tokenizer.encode(heldout_text), dtype=torch.long)
 
