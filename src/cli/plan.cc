@@ -20,10 +20,12 @@
 #include "kvcache/kv_budget.h"
 #include "kvcache/kv_format.h"
 #include "model/config.h"
+#include "model/eagle3_draft.h"
 #include "model/safetensors.h"
 #include "model/tp_comm.h"
 #include "model/tp_weights.h"
 #include "model/weight_bytes.h"
+#include "model/weights.h"
 
 namespace mlaserve::cli {
 namespace {
@@ -31,6 +33,8 @@ namespace {
 // The stored tensors to split: the checkpoint's when the directory has them, else what the
 // config's tensors take in the format its quantization_config stores them in
 // (model/weight_bytes.h).
+constexpr const char* kReadFromCheckpoint = "read from the checkpoint";
+
 struct WeightSource {
   std::vector<StoredTensor> tensors;
   double total_bytes = 0;  // every stored tensor, loaded or not
@@ -45,7 +49,7 @@ WeightSource ReadWeightSource(const std::string& path, const ModelConfig& config
     if (ckpt.ok()) {
       out.tensors = StoredTensorsOf(**ckpt);
       out.total_bytes = double((*ckpt)->total_tensor_bytes());
-      out.description = "read from the checkpoint";
+      out.description = kReadFromCheckpoint;
       return out;
     }
   }
@@ -62,6 +66,61 @@ WeightSource ReadWeightSource(const std::string& path, const ModelConfig& config
       out.description = "estimated from the config: int4 group-" + std::to_string(config.quant.group_size) + " (" +
                         std::to_string(w.quantized_tensors) + " matrices), the rest bf16";
       break;
+  }
+  return out;
+}
+
+// A speculative-decoding setting's share of the memory (the engine's ReadEngineFlags /
+// LoadModel): NEXTN loads the first MTP layer (its stored tensors, the V3-style embed and head
+// copies included, as Model::weight_bytes counts them) and caches one more latent layer per
+// token; EAGLE3 holds the draft's files and its cache's k and v per token.
+struct DraftMemory {
+  double weight_bytes = 0;
+  int extra_latent_layers = 0;
+  size_t extra_bytes_per_token = 0;
+  std::string line;  // what plan prints about it
+};
+
+Result<DraftMemory> SpeculativeMemory(const std::string& algorithm, const std::string& draft_path,
+                                      const ModelConfig& c, const WeightSource& source, bool from_checkpoint) {
+  DraftMemory out;
+  if (algorithm == "NEXTN") {
+    if (c.num_nextn_predict_layers == 0) {
+      return Status::Error("--speculative-algorithm NEXTN: the model has no MTP layer (config.json: "
+                           "num_nextn_predict_layers is 0)");
+    }
+    if (from_checkpoint) {
+      const std::string prefix = c.tensor_prefix + "model.layers." + std::to_string(c.num_hidden_layers) + ".";
+      for (const StoredTensor& t : source.tensors) {
+        if (t.name.starts_with(prefix)) out.weight_bytes += t.bytes;
+      }
+    } else {  // the MTP layer's tensors the model binds, in their stored format
+      const QuantizationIgnoreList ignore(c.quant.ignore);
+      const std::vector<TensorSpec> without = ListWeightTensors(c, false);
+      for (const TensorSpec& t : ListWeightTensors(c, true)) {
+        if (std::any_of(without.begin(), without.end(), [&](const TensorSpec& w) { return w.name == t.name; })) continue;
+        for (const StoredTensor& stored : StoredForm(t, c.quant, ignore)) out.weight_bytes += stored.bytes;
+      }
+    }
+    out.extra_latent_layers = 1;
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "speculative NEXTN: + the MTP layer's %.3f GB of weights, + 1 latent layer per token",
+                  out.weight_bytes / 1e9);
+    out.line = buf;
+  } else if (algorithm == "EAGLE3") {
+    auto draft = ReadEagle3Config(draft_path);
+    if (!draft.ok()) return draft.status();
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(draft_path, error)) {
+      if (entry.path().extension() != ".safetensors") continue;
+      const uintmax_t bytes = entry.file_size(error);
+      if (!error) out.weight_bytes += double(bytes);
+    }
+    out.extra_bytes_per_token = draft->kv_bytes_per_token();
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "speculative EAGLE3: + the draft's %.3f GB of files, + %zu B per token (its fp32 "
+                  "k and v)", out.weight_bytes / 1e9, out.extra_bytes_per_token);
+    out.line = buf;
   }
   return out;
 }
@@ -202,6 +261,21 @@ int RunPlan(Args& args) {
                                         "network latency of one collective round, in microseconds",
                                         {.value_name = "US", .shown_default = "2, RDMA", .min = 0});
   const std::string json_path = args.Str("json", "", "also write the table as JSON", {.value_name = "FILE"});
+  const std::string speculative = args.Str(
+      "speculative-algorithm", "", "count a speculative-decoding setting's memory as the engine does: NEXTN (the MTP "
+      "layer and its cache) or EAGLE3 (the draft's files and cache; --speculative-draft-model-path)",
+      {.value_name = "NAME", .shown_default = "none", .choices = {"", "NEXTN", "EAGLE3"}});
+  const std::string draft_path = args.Str("speculative-draft-model-path", "", "EAGLE3: the draft checkpoint",
+                                          {.value_name = "DIR", .shown_default = "none"});
+  if (!draft_path.empty() && speculative != "EAGLE3") {
+    args.Reject("--speculative-draft-model-path is only used with --speculative-algorithm EAGLE3");
+  }
+  if (speculative == "EAGLE3" && draft_path.empty()) {
+    args.Reject("--speculative-algorithm EAGLE3 needs --speculative-draft-model-path DIR");
+  }
+  if (!speculative.empty() && tp > 1) {
+    args.Reject("--speculative-algorithm " + speculative + " is not supported with tensor parallelism (--tp-size > 1)");
+  }
   if (model_path.empty()) args.Reject("--model-path (a model directory or config.json) is required");
   for (const char* flag : {"node-bandwidth-gbs", "network-gbs", "network-latency-us"}) {
     if (tp == 1 && args.WasGiven(flag)) {
@@ -215,12 +289,14 @@ int RunPlan(Args& args) {
 
   const WeightSource source = ReadWeightSource(model_path, c);
   const TpWeightPlan split = PlanTpWeights(c, source.tensors, tp);
+  auto draft = SpeculativeMemory(speculative, draft_path, c, source, source.description == kReadFromCheckpoint);
+  if (!draft.ok()) return Fail("plan", draft.error());
   const std::string weights_source = weights_arg >= 0 ? "given" : source.description;
   const double weights_gb = weights_arg >= 0 ? weights_arg : source.total_bytes / 1e9;
-  // [tp]: what each rank holds; --weights-gb splits evenly.
-  std::vector<double> rank_weights_gb(size_t(tp), weights_arg / tp);
+  // [tp]: what each rank holds; --weights-gb splits evenly. (A draft: one rank.)
+  std::vector<double> rank_weights_gb(size_t(tp), weights_arg / tp + draft->weight_bytes / 1e9);
   if (weights_arg < 0) {
-    for (int r = 0; r < tp; ++r) rank_weights_gb[size_t(r)] = split.ranks[size_t(r)].bytes / 1e9;
+    for (int r = 0; r < tp; ++r) rank_weights_gb[size_t(r)] = (split.ranks[size_t(r)].bytes + draft->weight_bytes) / 1e9;
   }
   const double largest_gb = *std::max_element(rank_weights_gb.begin(), rank_weights_gb.end());
   const double device = device_gb > 0 ? device_gb : PhysicalMemoryBytes() / 1e9;
@@ -250,11 +326,14 @@ int RunPlan(Args& args) {
               c.model_type.c_str(), c.num_hidden_layers, c.kv_lora_rank, c.qk_rope_head_dim,
               c.kv_cache_dim());
   std::printf("%s\n", budget_line.c_str());
+  if (!draft->line.empty()) std::printf("%s\n", draft->line.c_str());
   if (split.not_loaded_bytes > 0) {
     std::printf("not loaded: %.2f GB of the checkpoint's tensors (MTP layers, a vision tower) are left out of the "
                 "weights per rank\n", split.not_loaded_bytes / 1e9);
   }
-  const size_t bf16_row_bytes = KvRowBytes(KvFormat::kBF16, c.kv_lora_rank, c.qk_rope_head_dim) * size_t(c.num_hidden_layers);
+  const size_t bf16_row_bytes =
+      KvRowBytes(KvFormat::kBF16, c.kv_lora_rank, c.qk_rope_head_dim) * size_t(c.num_hidden_layers + draft->extra_latent_layers) +
+      draft->extra_bytes_per_token;
   if (tp > 1 && weights_arg < 0) PrintRankWeights(split, rank_budget_gb, int64_t(bf16_row_bytes));
   std::printf("\n");
   const std::string requests_header = "requests@" + std::to_string(avg_seq_len);
@@ -276,11 +355,14 @@ int RunPlan(Args& args) {
   out["loaded_weight_bytes"] = int64_t(std::llround(split.loaded_bytes));
   out["not_loaded_weight_bytes"] = int64_t(std::llround(split.not_loaded_bytes));
   out["avg_seq_len"] = avg_seq_len;
+  out["speculative_algorithm"] = speculative.empty() ? nlohmann::json() : nlohmann::json(speculative);
+  out["draft_weight_bytes"] = int64_t(std::llround(draft->weight_bytes));
   const int64_t bf16_tokens = int64_t(budget_gb * 1e9 / double(bf16_row_bytes));
   for (KvFormat f : kAllKvFormats) {
     if (!ValidateKvFormatDims(f, c.kv_lora_rank, c.qk_rope_head_dim).ok()) continue;
     const size_t per_layer = KvRowBytes(f, c.kv_lora_rank, c.qk_rope_head_dim);
-    const size_t per_token = per_layer * size_t(c.num_hidden_layers);
+    const size_t per_token = per_layer * size_t(c.num_hidden_layers + draft->extra_latent_layers) +
+                             draft->extra_bytes_per_token;
     const int64_t tokens = int64_t(budget_gb * 1e9 / double(per_token));
     const double requests = double(tokens) / avg_seq_len;
     std::printf("%-12s %12zu %14zu %16lld %16.1f %9.2fx\n", KvFormatName(f), per_layer, per_token,

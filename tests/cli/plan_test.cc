@@ -167,16 +167,50 @@ TEST(PlanTp, OneRankHoldsTheWholeCheckpoint) {
 
 // The engine sizes its pool as plan does: the MTP layer it does not load (never read) does not
 // count against the budget (Model::weight_bytes).
+// Plan's bf16 pool is the engine's, with and without a speculative setting's memory (NEXTN: the
+// MTP layer and one more latent layer per token; EAGLE3: the draft's files and its k and v).
 TEST(PlanTp, OneRankPoolIsWhatTheEngineAllocates) {
-  auto plan = Plan("--model-path " + testing::ShellQuote(kBundled) + " --device-memory 1");
-  auto r = testing::RunMlaserve("bench-offline --model-path " + testing::ShellQuote(kBundled) +
-                                " --device-memory 1 --num-prompts 1 --random-input-len 4 --random-output-len 2");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const size_t at = r.out.find("max_total_num_tokens:");
-  ASSERT_NE(at, std::string::npos) << r.out;
-  const int64_t engine_tokens = std::stoll(r.out.substr(at + std::strlen("max_total_num_tokens:")));
-  const int64_t plan_tokens = Format(plan, "bf16")["max_total_num_tokens"].get<int64_t>();
-  EXPECT_EQ(engine_tokens, plan_tokens / 16 * 16);  // whole pages of the default 16 tokens
+  const std::string draft = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla-eagle3";
+  int64_t previous = INT64_MAX;
+  for (const std::string& speculative :
+       {std::string(), std::string(" --speculative-algorithm NEXTN"),
+        " --speculative-algorithm EAGLE3 --speculative-draft-model-path " + testing::ShellQuote(draft)}) {
+    SCOPED_TRACE(speculative);
+    auto plan = Plan("--model-path " + testing::ShellQuote(kBundled) + " --device-memory 1" + speculative);
+    auto r = testing::RunMlaserve("bench-offline --model-path " + testing::ShellQuote(kBundled) +
+                                  " --device-memory 1 --num-prompts 1 --random-input-len 4 --random-output-len 2" +
+                                  speculative);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const size_t at = r.out.find("max_total_num_tokens:");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const int64_t engine_tokens = std::stoll(r.out.substr(at + std::strlen("max_total_num_tokens:")));
+    const int64_t plan_tokens = Format(plan, "bf16")["max_total_num_tokens"].get<int64_t>();
+    EXPECT_EQ(engine_tokens, plan_tokens / 16 * 16);  // whole pages of the default 16 tokens
+    EXPECT_LT(plan_tokens, previous);  // each setting here costs more per token than the one before
+    previous = plan_tokens;
+  }
+}
+
+TEST(Plan, SpeculativeSettingsItCannotCountAreRefused) {
+  const std::string model = " --model-path " + testing::ShellQuote(kBundled);
+  const std::pair<std::string, std::string> cases[] = {
+      {"--speculative-algorithm EAGLE3", "needs --speculative-draft-model-path"},
+      {"--speculative-algorithm NEXTN --speculative-draft-model-path /x", "only used with --speculative-algorithm EAGLE3"},
+      {"--speculative-algorithm NEXTN --tp-size 2", "not supported with tensor parallelism"},
+      {"--speculative-algorithm NGRAM", "NGRAM"},
+      {"--speculative-algorithm EAGLE3 --speculative-draft-model-path /nonexistent", "/nonexistent/config.json"},
+  };
+  for (const auto& [flags, message] : cases) {
+    auto r = testing::RunMlaserve("plan" + model + " " + flags);
+    EXPECT_NE(r.exit_code, 0) << flags;
+    EXPECT_NE(r.err.find(message), std::string::npos) << flags << " -> " << r.err;
+  }
+  // A model without an MTP layer: one line naming it.
+  auto r = testing::RunMlaserve("plan --model-path " +
+                                testing::ShellQuote(std::string(MLASERVE_SOURCE_DIR) + "/tests/fixtures/tiny-v2") +
+                                " --speculative-algorithm NEXTN");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("has no MTP layer"), std::string::npos) << r.err;
 }
 
 TEST(PlanTp, RanksHoldTheTotalPlusACopyOfTheReplicatedPartEach) {
