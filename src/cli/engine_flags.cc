@@ -87,11 +87,20 @@ EngineOptions ReadEngineFlags(Args& args, ModelFlags& model_flags) {
       "disable-adaptive-speculation",
       "draft the full count every step (SGLang's behaviour) instead of adapting each request's drafts to what its "
       "verify steps accept and pausing drafting after repeated misses");
-  if ((draft_tokens || num_steps || topk || fixed_drafts || !draft_path.empty()) && algorithm.empty()) {
+  const bool tune_steps = args.Switch(
+      "enable-speculative-step-tuning",
+      "NEXTN, EAGLE3: choose the most drafts per step (0..num-steps; 0: plain decoding) by measured decode "
+      "throughput, re-measured every 256 decode steps, instead of always allowing num-steps (mlaserve's; outputs "
+      "do not change)");
+  if ((draft_tokens || num_steps || topk || fixed_drafts || !draft_path.empty() || tune_steps) && algorithm.empty()) {
     args.Reject("--speculative-num-draft-tokens, --speculative-num-steps, --speculative-eagle-topk, "
-                "--speculative-draft-model-path and --disable-adaptive-speculation need --speculative-algorithm "
-                "(speculative decoding is off)");
+                "--speculative-draft-model-path, --disable-adaptive-speculation and --enable-speculative-step-tuning "
+                "need --speculative-algorithm (speculative decoding is off)");
   }
+  if (tune_steps && algorithm == "NGRAM") {
+    args.Reject("--enable-speculative-step-tuning is for NEXTN and EAGLE3 (NGRAM drafts cost no model step)");
+  }
+  o.tune_draft_steps = tune_steps;
   if (!draft_path.empty() && !algorithm.empty() && algorithm != "EAGLE3") {
     args.Reject("--speculative-draft-model-path is only used with EAGLE3 here" +
                 std::string(algorithm == "NEXTN" ? " (NEXTN uses the checkpoint's own MTP layer)" : ""));

@@ -161,6 +161,7 @@ int RunServe(Args& args) {
                       {"speculative_num_steps",
                        draft_model_drafts ? nlohmann::json(engine_options.num_draft_tokens) : nlohmann::json()},
                       {"speculative_adaptive", engine_options.adaptive_drafts},
+                      {"speculative_step_tuning", engine_options.tune_draft_steps},
                       {"speculative_num_draft_tokens", engine_options.num_draft_tokens + (draft_model_drafts ? 1 : 0)},
                       {"speculative_draft_model_path", engine_options.draft_model_path.empty()
                                                            ? nlohmann::json()

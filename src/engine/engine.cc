@@ -1,6 +1,8 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cinttypes>
 #include <cstdio>
 
@@ -33,6 +35,10 @@ Engine::Engine(ModelRunner& runner, PageAllocator& allocator, const EngineOption
   runner_.ReserveLogitsRows(std::min(base_rows + draft_rows, std::max(base_rows, runner.info().max_batch_tokens)));
   stats_.max_total_num_tokens = allocator_.capacity_tokens();
   release_after_observe_.reserve(size_t(runner.info().max_batch_tokens));  // a plan's sequences, at most
+  if (options_.speculative() && options_.tune_draft_steps) {
+    step_tuner_.emplace(options_.num_draft_tokens, options_.tune_window_steps, options_.tune_hold_steps);
+    scheduler_.set_draft_cap(step_tuner_->cap());
+  }
 }
 
 Engine::~Engine() { Stop(); }
@@ -207,6 +213,11 @@ bool Engine::Step() {
     PublishStats();
     return outcome == Scheduler::Outcome::kRetracted;
   }
+  // Speculative step tuning times decode-only steps (a prefill chunk's cost is not the drafts').
+  const Clock::time_point step_start = Clock::now();
+  const bool decode_only =
+      step_tuner_ && std::all_of(scheduler_.planned_requests().begin(), scheduler_.planned_requests().end(),
+                                 [](const Request* r) { return r->decoding(); });
   const Result<ModelRunnerOutput> out = runner_.Execute(scheduler_.plan());
   if (out.ok()) {
     scheduler_.RecordComputed();
@@ -214,7 +225,9 @@ bool Engine::Step() {
     // positions of requests that finish in it, whose full pages then go to the prefix cache:
     // their KV is released after Observe.
     const DrafterInput input = options_.speculative() ? options_.drafter->input() : DrafterInput::kNone;
-    const bool observe = input != DrafterInput::kNone;
+    // (Step tuning at cap 0 decodes plainly: the draft model does not run, so its rows of these
+    // positions stay unwritten, which only lowers later drafts' acceptance.)
+    const bool observe = input != DrafterInput::kNone && (!step_tuner_ || step_tuner_->cap() > 0);
     release_after_observe_.clear();
     const int sampled = output_.Process(scheduler_.plan(), scheduler_.planned_requests(), out->logits,
                                         out->captured_hidden_states, [this, observe](Request& r, FinishReason reason) {
@@ -222,6 +235,9 @@ bool Engine::Step() {
                                           if (observe) release_after_observe_.push_back(&r);
                                         });
     scheduler_.DropRejectedDrafts();
+    if (input != DrafterInput::kNone && !observe) {
+      for (Request* r : scheduler_.planned_requests()) r->next_drafts.clear();  // (none stale when drafting resumes)
+    }
     if (observe) {
       const Status drafted = options_.drafter->Observe(
           scheduler_.plan(), scheduler_.planned_requests(),
@@ -236,6 +252,7 @@ bool Engine::Step() {
     }
     generation_tokens_total_ += sampled;
     tokens_since_log_ += sampled;
+    if (decode_only) TuneDraftSteps(sampled, Clock::now() - step_start);
   } else {
     // Inputs were validated at Submit; a failure here is a bug, but never take the server down:
     // fail the batch's requests with the reason.
@@ -249,6 +266,22 @@ bool Engine::Step() {
   scheduler_.SweepFinished();
   PublishStats();
   return true;
+}
+
+void Engine::TuneDraftSteps(int appended_tokens, Clock::duration elapsed) {
+  const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
+  const bool round_ended = step_tuner_->Record(appended_tokens, ns);
+  tuning_rounds_ += round_ended ? 1 : 0;
+  if (round_ended && options_.log_batches) {
+    std::string rates;
+    for (size_t c = 0; c < step_tuner_->rates().size(); ++c) {
+      rates += (c == 0 ? "" : ", ") + std::to_string(c) + ": " +
+               std::to_string(int64_t(std::llround(step_tuner_->rates()[c])));
+    }
+    Log(LogLevel::kInfo, "[mlaserve] speculative step tuning: %d draft(s) per step (decode tok/s by drafts: %s)",
+        step_tuner_->cap(), rates.c_str());
+  }
+  scheduler_.set_draft_cap(step_tuner_->cap());
 }
 
 void Engine::Finish(Request& r, FinishReason reason, const std::string& error, bool release_kv) {
@@ -333,6 +366,8 @@ void Engine::PublishStats() {
   stats_.spec_draft_tokens_total = spec.draft_tokens;
   stats_.spec_accepted_tokens_total = spec.accepted_tokens;
   stats_.spec_draft_errors_total = draft_errors_;
+  stats_.spec_draft_cap = step_tuner_ ? step_tuner_->cap() : -1;
+  stats_.spec_tuning_rounds_total = tuning_rounds_;
 }
 
 EngineStatsSnapshot Engine::stats() const {

@@ -17,11 +17,13 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "engine/draft_step_tuner.h"
 #include "engine/engine_types.h"
 #include "engine/model_runner.h"
 #include "engine/output_processor.h"
@@ -81,6 +83,9 @@ class Engine {
   // free again, its last chunk delivered. The request must be out of the queues or swept later.
   // release_kv false: the caller releases r's KV later (Step, after the drafter's Observe).
   void Finish(Request& r, FinishReason reason, const std::string& error = "", bool release_kv = true);
+  // After a decode-only step (speculative step tuning): records it, logs a finished measurement
+  // round, and passes the tuner's cap to the scheduler.
+  void TuneDraftSteps(int appended_tokens, Clock::duration elapsed);
   void LogPrefill(const PlanSummary& planned);
   // Every decode_log_interval decode steps: gen_throughput and retractions over the interval
   // (SGLang's decode stats), and the "Decode batch" line when batches are logged.
@@ -97,6 +102,8 @@ class Engine {
   int64_t tokens_since_log_ = 0;
   bool draft_error_logged_ = false;
   int64_t draft_errors_ = 0;  // steps whose Drafter::Observe failed
+  std::optional<DraftStepTuner> step_tuner_;  // EngineOptions::tune_draft_steps
+  int64_t tuning_rounds_ = 0;                 // its measurement rounds completed
   // Requests that finished in this step, their KV kept until the drafter has observed the step
   // (an MTP drafter writes its cache rows for their last positions); capacity reserved.
   std::vector<Request*> release_after_observe_;  // a drafter's Observe failed once (logged once)

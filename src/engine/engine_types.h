@@ -132,6 +132,12 @@ struct EngineOptions {
   // Adaptive drafting (docs/architecture.md, "Adaptive drafting"): each request drafts up to
   // what its recent verify steps accepted, and pauses drafting after repeated misses.
   bool adaptive_drafts = false;
+  // Speculative step tuning (engine/draft_step_tuner.h): the engine-wide most drafts per verify
+  // step (0..num_draft_tokens; 0: plain decoding) chosen by measured decode throughput, re-measured every
+  // tune_hold_steps decode-only steps with windows of tune_window_steps per setting.
+  bool tune_draft_steps = false;
+  int tune_window_steps = 32;
+  int tune_hold_steps = 256;
   std::string speculative_algorithm;  // "", "NGRAM", "NEXTN" or "EAGLE3": what the drafter is (logs, server info)
   std::string draft_model_path;       // EAGLE3: the draft checkpoint (server info)
   bool speculative() const { return drafter != nullptr && num_draft_tokens > 0; }
@@ -163,6 +169,8 @@ struct EngineStatsSnapshot {
   int64_t spec_draft_tokens_total = 0;   // drafts proposed and run through the model
   int64_t spec_accepted_tokens_total = 0;  // drafts accepted (and kept: not past a finish)
   int64_t spec_draft_errors_total = 0;     // steps whose drafter failed (no drafts; logged once)
+  int spec_draft_cap = -1;                 // speculative step tuning: the drafts allowed now (-1: not tuning)
+  int64_t spec_tuning_rounds_total = 0;    // its measurement rounds completed
 };
 
 // What a cache flush did (SGLang's /flush_cache). Like SGLang, the engine flushes only when no

@@ -269,10 +269,12 @@ int Scheduler::Draft(Request& r, int budget) {
   const int64_t coverable =
       int64_t(r.kv->reserved_tokens()) + int64_t(allocator_.num_free_pages()) * allocator_.page_size() -
       r.kv->num_tokens() - 1;
-  int limit = options_.num_draft_tokens;
+  int limit = std::min(options_.num_draft_tokens, draft_cap_);
   if (options_.adaptive_drafts) {
-    limit = r.draft_pause > 0 ? 0 : r.draft_limit;
+    limit = r.draft_pause > 0 ? 0 : std::min(r.draft_limit, draft_cap_);
     if (r.draft_pause > 0) --r.draft_pause;
+  } else {
+    r.draft_limit = limit;  // (what a drafter that chains drafts computes after this step)
   }
   const int most = int(std::min<int64_t>({limit, budget, remaining - 1, room, coverable}));
   if (most > 0) {
@@ -290,7 +292,7 @@ int Scheduler::Draft(Request& r, int budget) {
 }
 
 void Scheduler::AdaptDraftLimit(Request& r, int accepted) const {
-  const int k = options_.num_draft_tokens;
+  const int k = std::min(options_.num_draft_tokens, draft_cap_);
   if (accepted > 0) {  // one more than the run accepted, up to k
     r.draft_limit = std::min(k, accepted + 1);
     r.draft_misses = 0;

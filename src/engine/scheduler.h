@@ -80,6 +80,9 @@ class Scheduler {
   // dead, so each verified request's KV ends where its history's last token starts (as if it
   // had decoded one token at a time) and the pages past that go back to the allocator.
   void DropRejectedDrafts();
+  // Speculative step tuning: the most drafts any request verifies per step from now on (0..k;
+  // 0: none, k or more: no cap), for Draft and AdaptDraftLimit.
+  void set_draft_cap(int cap) { draft_cap_ = cap; }
   // After a plan with decodes ran: new_token_ratio decays one step. True every
   // decode_log_interval decode steps (the end of a decode log interval).
   bool EndDecodeStep();
@@ -149,6 +152,7 @@ class Scheduler {
   BatchPlan plan_;
   std::vector<Request*> planned_;             // plan_.sequences' requests
   PlanSummary summary_;
+  int draft_cap_ = 1 << 30;  // set_draft_cap
   std::vector<Request*> step_decodes_;        // this step's decoding requests
   std::vector<Request*> step_prefills_;       // this step's prefill chunks...
   std::vector<int> step_prefill_lengths_;     // ...and their lengths

@@ -834,5 +834,26 @@ TEST_F(Eagle3EngineTest, UnderMemoryPressureWithSampledRequestsMatchesAndLeaksNo
   ExpectMatchesUnderMemoryPressure(*model_, Drafts::kEagle3);
 }
 
+// Speculative step tuning: the outputs stay plain decoding's (also through rounds at cap 0,
+// where the draft model does not run), measurement rounds complete (short windows here), and
+// the cap stays within 0..k.
+TEST_F(Eagle3EngineTest, StepTuningKeepsTheOutputsAndCompletesRounds) {
+  auto tokenizer = Tokenizer::FromDirectory(kModel);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.error();
+  const std::vector<GenerateRequest> requests = ShakespearePrompts(*tokenizer, 8, 100);
+  const SpecRun plain = RunTogether(*model_, requests, 0, 4096, &*tokenizer);
+  EngineOptions o;
+  o.adaptive_drafts = true;
+  o.tune_draft_steps = true;
+  o.tune_window_steps = 2;
+  o.tune_hold_steps = 4;
+  const SpecRun tuned = RunTogether(*model_, requests, 3, 4096, &*tokenizer, o, Drafts::kEagle3);
+  ExpectSameOutputs(plain, tuned);
+  EXPECT_GT(tuned.stats.spec_tuning_rounds_total, 1);
+  EXPECT_GE(tuned.stats.spec_draft_cap, 0);
+  EXPECT_LE(tuned.stats.spec_draft_cap, 3);
+  EXPECT_GT(tuned.stats.spec_verify_steps_total, 0);
+}
+
 }  // namespace
 }  // namespace mlaserve
