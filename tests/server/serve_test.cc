@@ -525,13 +525,15 @@ TEST(Serve, NextnSpeculationGivesThePlainServersGreedyText) {
       << speculative.log();
 }
 
-// EAGLE-3 drafts from the bundled draft checkpoint: the same greedy text as a plain server,
-// drafts accepted, the draft's load line and SGLang's settings reported.
+// EAGLE-3 drafts from the bundled draft checkpoint, with step tuning: the same greedy text as a
+// plain server, drafts accepted (the first tuning round drafts), the draft's load line and the
+// settings reported.
 TEST(Serve, Eagle3SpeculationGivesThePlainServersGreedyText) {
   const std::string draft = std::string(MLASERVE_SOURCE_DIR) + "/models/shakespeare-mla-eagle3";
   ServerProcess plain;
   ServerProcess speculative({"--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", draft,
-                             "--speculative-num-steps", "3", "--decode-log-interval", "1"});
+                             "--speculative-num-steps", "3", "--decode-log-interval", "1",
+                             "--enable-speculative-step-tuning"});
   ExpectPlainGreedyTextWithAcceptedDrafts(plain, speculative);
   const auto info = HttpClient().Request("GET", speculative.Url("/get_server_info"), "", {}, 10000);
   ASSERT_TRUE(info.ok());
@@ -540,6 +542,7 @@ TEST(Serve, Eagle3SpeculationGivesThePlainServersGreedyText) {
   EXPECT_EQ(server_info["speculative_num_steps"], 3);
   EXPECT_EQ(server_info["speculative_num_draft_tokens"], 4);
   EXPECT_EQ(server_info["speculative_draft_model_path"], draft);
+  EXPECT_EQ(server_info["speculative_step_tuning"], true);
   EXPECT_NE(speculative.log().find("EAGLE-3 draft " + draft + ": draft vocabulary 1024 of 2048, target layers [1,2,3]"),
             std::string::npos)
       << speculative.log();
@@ -559,6 +562,8 @@ TEST(Serve, SpeculationSettingsItDoesNotImplementAreRefused) {
       {"--speculative-algorithm NGRAM --speculative-num-steps 3", "are for NEXTN and EAGLE3, not NGRAM"},
       {"--speculative-algorithm NEXTN --speculative-draft-model-path /x", "is only used with EAGLE3"},
       {"--speculative-draft-model-path /x", "need --speculative-algorithm"},
+      {"--enable-speculative-step-tuning", "need --speculative-algorithm"},
+      {"--speculative-algorithm NGRAM --enable-speculative-step-tuning", "is for NEXTN and EAGLE3"},
       {"--speculative-algorithm EAGLE3 --speculative-draft-model-path /nonexistent", "/nonexistent/config.json"},
       // The bundled model as its own draft: not an EAGLE-3 checkpoint.
       {"--speculative-algorithm EAGLE3 --speculative-draft-model-path " + testing::ShellQuote(kModel),
