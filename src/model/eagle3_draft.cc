@@ -197,8 +197,7 @@ Eagle3Draft::Eagle3Draft(Eagle3Config config, Model& target, const KernelSet& ke
   kv_floats_ = size_t(num_pages) * page_floats_;
   // calloc: zeros, and for an allocation this large fresh mapped pages the kernel zeroes only as
   // they are first touched (a row never written reads as zero, never as garbage).
-  kv_.reset(static_cast<float*>(std::calloc(kv_floats_, sizeof(float))));
-  MLA_CHECK(kv_ != nullptr);
+  kv_.reset(static_cast<float*>(std::calloc(kv_floats_, sizeof(float))));  // (Load checks it)
   positions_.resize(T);
   token_segments_.resize(T);
   h_.resize(T * H);
@@ -240,6 +239,10 @@ Result<std::unique_ptr<Eagle3Draft>> Eagle3Draft::Load(const std::string& dir, M
   const Checkpoint& k = **ckpt;
 
   std::unique_ptr<Eagle3Draft> d(new Eagle3Draft(c, target, kernels, page_size, num_pages));
+  if (d->kv_ == nullptr) {
+    return Status::Error("EAGLE-3 draft: cannot allocate its cache of " +
+                         std::to_string(double(d->cache_bytes()) / 1e9) + " GB");
+  }
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   const int64_t q_dim = int64_t(c.num_attention_heads) * c.head_dim;
   Weights& w = d->w_;
