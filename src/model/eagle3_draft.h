@@ -82,6 +82,15 @@ class Eagle3Draft final : public DraftModel {
   // The bytes of the packed weights and of the cache this draft holds.
   size_t weight_bytes() const { return packed_.size(); }
   size_t cache_bytes() const { return kv_floats_ * sizeof(float); }
+  // Whether row `row` (< page_size) of page `page` of the cache was ever written:
+  // any of its k values non-zero (the cache starts zeroed). For tests.
+  bool RowWritten(PageId page, int row) const {
+    const float* base = kv_.get() + size_t(page) * page_floats_;
+    for (int64_t i = 0; i < config_.kv_dim(); ++i) {
+      if (base[size_t(i) * size_t(page_size_) + size_t(row)] != 0.0f) return true;
+    }
+    return false;
+  }
   // The draft vocabulary's target ids (d2t applied), [draft_vocab_size].
   std::span<const TokenId> draft_to_target() const { return draft_to_target_; }
   // The draft logits of the last Forward's drafting segments, [rows, draft_vocab_size] (tests).

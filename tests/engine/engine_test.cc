@@ -834,6 +834,36 @@ TEST_F(Eagle3EngineTest, UnderMemoryPressureWithSampledRequestsMatchesAndLeaksNo
   ExpectMatchesUnderMemoryPressure(*model_, Drafts::kEagle3);
 }
 
+TEST_F(Eagle3EngineTest, ARequestFinishingInItsPrefillStepLeavesItsDraftRows) {
+  // As MtpEngineTest's twin: one output token, so the request finishes in the step that ran its
+  // prompt and its full pages go to the prefix cache; the draft must have written their rows.
+  const ModelConfig& c = model_->config();
+  auto storage = HostKvStorage::Create({.format = KvFormat::kBF16, .num_layers = c.num_hidden_layers,
+                                        .latent_dim = c.kv_lora_rank, .rope_dim = c.qk_rope_head_dim,
+                                        .page_size = 16, .num_pages = 16});
+  auto allocator = PageAllocator::Create(16, 16);
+  auto draft = Eagle3Draft::Load(kEagle3Draft, *model_, DefaultKernels(), 16, 16);
+  ASSERT_TRUE(storage.ok() && allocator.ok());
+  ASSERT_TRUE(draft.ok()) << draft.error();
+  ModelDrafter drafter(**draft, model_->max_batch_tokens(), model_->max_context(), 2);
+  EngineOptions o;
+  o.log_batches = false;
+  o.drafter = &drafter;
+  o.num_draft_tokens = 2;
+  CpuModelRunner runner(*model_, DefaultKernels(), **storage);
+  Engine engine(runner, **allocator, o);
+  bool finished = false;
+  ASSERT_TRUE(engine.Submit(Greedy("warm", Prompt(40, 5), 1), [&](const OutputView& v) { finished |= v.finished; }).ok());
+  while (engine.Step()) {
+  }
+  ASSERT_TRUE(finished);
+  int written = 0;  // over the whole draft cache (it starts zeroed): the prompt's 40 rows
+  for (PageId page = 0; page < 16; ++page) {
+    for (int row = 0; row < 16; ++row) written += (*draft)->RowWritten(page, row) ? 1 : 0;
+  }
+  EXPECT_EQ(written, 40);
+}
+
 // Speculative step tuning: the outputs stay plain decoding's (also through rounds at cap 0,
 // where the draft model does not run), measurement rounds complete (short windows here), and
 // the cap stays within 0..k.
