@@ -19,6 +19,7 @@
 #include "batch/records.h"
 #include "core/float16.h"
 #include "core/function_ref.h"
+#include "model/eagle3_draft.h"
 #include "model/safetensors_writer.h"
 
 namespace mlaserve::batch {
@@ -69,7 +70,7 @@ Result<std::vector<int>> ResolveHiddenLayers(std::string_view flag, int num_hidd
   if (flag == "auto") {
     // SGLang's set_eagle3_layers_to_capture with no layer ids: [2, L // 2, L - 3], indices of
     // the layer whose input is captured (the residual stream entering it), as here.
-    layers = {2, L / 2, L - 3};
+    layers = Eagle3DefaultCaptureLayers(L);
     for (size_t i = 0; i < layers.size(); ++i) {
       if (layers[i] < 0 || layers[i] > L || (i > 0 && layers[i] <= layers[i - 1])) {
         return Status::Error("--hidden-layers auto is SGLang's EAGLE-3 default [2, L/2, L-3] = [" + JoinLayers(layers) +

@@ -1,8 +1,8 @@
 #include "cli/engine_flags.h"
 
-#include <filesystem>
 #include <optional>
 
+#include "batch/hidden_dump.h"
 #include "core/log.h"
 #include "engine/model_drafter.h"
 #include "model/eagle3_draft.h"
@@ -33,13 +33,8 @@ void ReadEagle3Flags(Args& args, const std::string& draft_path, ModelFlags& mode
   if (!layers.ok()) return args.Reject(layers.error());
   model_flags.options.capture_layers = *layers;
   model_flags.draft_kv_bytes_per_token = draft->kv_bytes_per_token();
-  std::error_code error;
   // (Its files' bytes: a little more than the packed weights it keeps, so the pool errs small.)
-  for (const auto& entry : std::filesystem::directory_iterator(draft_path, error)) {
-    if (entry.path().extension() != ".safetensors") continue;
-    const uintmax_t bytes = entry.file_size(error);
-    if (!error) model_flags.draft_weight_bytes += size_t(bytes);
-  }
+  model_flags.draft_weight_bytes = draft->checkpoint_bytes;
 }
 
 }  // namespace
@@ -176,11 +171,7 @@ Result<EngineDrafter> AttachDrafter(EngineOptions& o, LoadedModel& loaded, const
         "[mlaserve] EAGLE-3 draft %s: draft vocabulary %d of %d, target layers [%s] captured, weights %.1f MB, "
         "cache %.1f MB",
         o.draft_model_path.c_str(), (*draft)->config().draft_vocab_size, (*draft)->config().vocab_size,
-        [&] {
-          std::string layers;
-          for (int l : model.capture_layers()) layers += (layers.empty() ? "" : ",") + std::to_string(l);
-          return layers;
-        }().c_str(), double((*draft)->weight_bytes()) / 1e6,
+        batch::JoinLayers(model.capture_layers()).c_str(), double((*draft)->weight_bytes()) / 1e6,
         double((*draft)->cache_bytes()) / 1e6);
     out.draft_model = std::move(draft).value();
   }

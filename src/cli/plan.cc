@@ -33,12 +33,11 @@ namespace {
 // The stored tensors to split: the checkpoint's when the directory has them, else what the
 // config's tensors take in the format its quantization_config stores them in
 // (model/weight_bytes.h).
-constexpr const char* kReadFromCheckpoint = "read from the checkpoint";
-
 struct WeightSource {
   std::vector<StoredTensor> tensors;
   double total_bytes = 0;  // every stored tensor, loaded or not
   std::string description;
+  bool from_checkpoint = false;  // tensors read from the checkpoint (else estimated from the config)
 };
 
 WeightSource ReadWeightSource(const std::string& path, const ModelConfig& config) {
@@ -49,7 +48,8 @@ WeightSource ReadWeightSource(const std::string& path, const ModelConfig& config
     if (ckpt.ok()) {
       out.tensors = StoredTensorsOf(**ckpt);
       out.total_bytes = double((*ckpt)->total_tensor_bytes());
-      out.description = kReadFromCheckpoint;
+      out.description = "read from the checkpoint";
+      out.from_checkpoint = true;
       return out;
     }
   }
@@ -82,23 +82,24 @@ struct DraftMemory {
 };
 
 Result<DraftMemory> SpeculativeMemory(const std::string& algorithm, const std::string& draft_path,
-                                      const ModelConfig& c, const WeightSource& source, bool from_checkpoint) {
+                                      const ModelConfig& c, const WeightSource& source) {
   DraftMemory out;
   if (algorithm == "NEXTN") {
     if (c.num_nextn_predict_layers == 0) {
       return Status::Error("--speculative-algorithm NEXTN: the model has no MTP layer (config.json: "
                            "num_nextn_predict_layers is 0)");
     }
-    if (from_checkpoint) {
-      const std::string prefix = c.tensor_prefix + "model.layers." + std::to_string(c.num_hidden_layers) + ".";
+    // The first MTP layer's tensors: stored, or (from a config alone) the ones the model binds in
+    // their stored format.
+    const std::string prefix = c.tensor_prefix + "model.layers." + std::to_string(c.num_hidden_layers) + ".";
+    if (source.from_checkpoint) {
       for (const StoredTensor& t : source.tensors) {
         if (t.name.starts_with(prefix)) out.weight_bytes += t.bytes;
       }
-    } else {  // the MTP layer's tensors the model binds, in their stored format
+    } else {
       const QuantizationIgnoreList ignore(c.quant.ignore);
-      const std::vector<TensorSpec> without = ListWeightTensors(c, false);
-      for (const TensorSpec& t : ListWeightTensors(c, true)) {
-        if (std::any_of(without.begin(), without.end(), [&](const TensorSpec& w) { return w.name == t.name; })) continue;
+      for (const TensorSpec& t : ListWeightTensors(c, /*with_mtp=*/true)) {
+        if (!t.name.starts_with(prefix)) continue;
         for (const StoredTensor& stored : StoredForm(t, c.quant, ignore)) out.weight_bytes += stored.bytes;
       }
     }
@@ -110,12 +111,7 @@ Result<DraftMemory> SpeculativeMemory(const std::string& algorithm, const std::s
   } else if (algorithm == "EAGLE3") {
     auto draft = ReadEagle3Config(draft_path);
     if (!draft.ok()) return draft.status();
-    std::error_code error;
-    for (const auto& entry : std::filesystem::directory_iterator(draft_path, error)) {
-      if (entry.path().extension() != ".safetensors") continue;
-      const uintmax_t bytes = entry.file_size(error);
-      if (!error) out.weight_bytes += double(bytes);
-    }
+    out.weight_bytes = double(draft->checkpoint_bytes);
     out.extra_bytes_per_token = draft->kv_bytes_per_token();
     char buf[256];
     std::snprintf(buf, sizeof buf, "speculative EAGLE3: + the draft's %.3f GB of files, + %zu B per token (its fp32 "
@@ -289,7 +285,7 @@ int RunPlan(Args& args) {
 
   const WeightSource source = ReadWeightSource(model_path, c);
   const TpWeightPlan split = PlanTpWeights(c, source.tensors, tp);
-  auto draft = SpeculativeMemory(speculative, draft_path, c, source, source.description == kReadFromCheckpoint);
+  auto draft = SpeculativeMemory(speculative, draft_path, c, source);
   if (!draft.ok()) return Fail("plan", draft.error());
   const std::string weights_source = weights_arg >= 0 ? "given" : source.description;
   const double weights_gb = weights_arg >= 0 ? weights_arg : source.total_bytes / 1e9;

@@ -100,13 +100,13 @@ class Engine {
 
   // Engine-thread state.
   int64_t tokens_since_log_ = 0;
-  bool draft_error_logged_ = false;
+  bool draft_error_logged_ = false;  // a drafter's Observe failed once (logged once)
   int64_t draft_errors_ = 0;  // steps whose Drafter::Observe failed
   std::optional<DraftStepTuner> step_tuner_;  // EngineOptions::tune_draft_steps
   int64_t tuning_rounds_ = 0;                 // its measurement rounds completed
   // Requests that finished in this step, their KV kept until the drafter has observed the step
   // (an MTP drafter writes its cache rows for their last positions); capacity reserved.
-  std::vector<Request*> release_after_observe_;  // a drafter's Observe failed once (logged once)
+  std::vector<Request*> release_after_observe_;
   Clock::time_point last_decode_log_ = Clock::now();
   uint64_t next_seed_ = 0x5eed;
 

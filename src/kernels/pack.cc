@@ -75,4 +75,19 @@ WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& poo
   return packed;
 }
 
+void PackAll(std::span<WeightMatrix* const> matrices, std::vector<std::byte>& storage, ThreadPool& pool,
+             const std::function<void(const WeightMatrix&)>& after_each) {
+  size_t total = 0;
+  for (const WeightMatrix* m : matrices) total += PackedBytes(*m);
+  storage.assign(total, std::byte{0});
+  size_t offset = 0;
+  for (WeightMatrix* m : matrices) {
+    const size_t bytes = PackedBytes(*m);
+    const WeightMatrix source = *m;
+    *m = PackPanels(source, storage.data() + offset, pool);
+    offset += bytes;
+    if (after_each) after_each(source);
+  }
+}
+
 }  // namespace mlaserve

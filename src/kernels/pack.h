@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <span>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/weight_matrix.h"
@@ -17,5 +20,11 @@ size_t PackedBytes(const WeightMatrix& src);
 // aligned, and returns the packed view of dst. Panel p, column c, lane i holds row p*16+i,
 // column c.
 WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& pool);
+
+// Packs every matrix `matrices` points at (row-major) into one block, storage (replaced, zero
+// filled, owned by the caller), and points each at its packed copy. after_each (optional) sees
+// each source view once it is packed (to release the checkpoint's pages).
+void PackAll(std::span<WeightMatrix* const> matrices, std::vector<std::byte>& storage, ThreadPool& pool,
+             const std::function<void(const WeightMatrix&)>& after_each = {});
 
 }  // namespace mlaserve

@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include "core/read_file.h"
+#include "model/config_fields.h"
 
 #include <cmath>
 #include <filesystem>
@@ -25,59 +26,6 @@ double ModelConfig::SoftmaxScale() const {
 }
 
 namespace {
-
-// Reads config fields with one error line naming the field and the file.
-class FieldReader {
- public:
-  FieldReader(const json& j, const std::string& source) : j_(j), source_(source) {}
-
-  Status error() const { return error_; }
-
-  int Int(const char* key, int fallback, bool required) {
-    const json* v = Get(key, required);
-    if (v == nullptr) return fallback;
-    if (!v->is_number_integer()) return Fail(key, "must be an integer"), fallback;
-    return v->get<int>();
-  }
-  // An integer field where JSON null means "absent" (q_lora_rank).
-  int NullableInt(const char* key, int null_value) {
-    if (!j_.contains(key) || j_[key].is_null()) return null_value;
-    return Int(key, null_value, true);
-  }
-  double Double(const char* key, double fallback, bool required) {
-    const json* v = Get(key, required);
-    if (v == nullptr) return fallback;
-    if (!v->is_number()) return Fail(key, "must be a number"), fallback;
-    return v->get<double>();
-  }
-  bool Bool(const char* key, bool fallback) {
-    const json* v = Get(key, false);
-    if (v == nullptr) return fallback;
-    if (!v->is_boolean()) return Fail(key, "must be true or false"), fallback;
-    return v->get<bool>();
-  }
-  std::string String(const char* key, const char* fallback) {
-    const json* v = Get(key, false);
-    if (v == nullptr) return fallback;
-    if (!v->is_string()) return Fail(key, "must be a string"), fallback;
-    return v->get<std::string>();
-  }
-  void Fail(const std::string& key, const std::string& what) {
-    if (error_.ok()) error_ = Status::Error(source_ + ": field '" + key + "' " + what);
-  }
-
- private:
-  const json* Get(const char* key, bool required) {
-    if (!j_.contains(key) || j_[key].is_null()) {
-      if (required) Fail(key, "is missing");
-      return nullptr;
-    }
-    return &j_[key];
-  }
-  const json& j_;
-  const std::string& source_;
-  Status error_;
-};
 
 Status ParseRopeScaling(const json& j, const std::string& source, ModelConfig& c) {
   if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return Status::Ok();

@@ -5,13 +5,15 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/log.h"
 #include "core/read_file.h"
 #include "kernels/ops.h"
 #include "kernels/pack.h"
+#include "model/config_fields.h"
 #include "model/safetensors.h"
 
 namespace mlaserve {
@@ -19,69 +21,53 @@ namespace {
 
 using nlohmann::json;
 
-Result<int> PositiveInt(const json& j, const char* key, const std::string& source, int fallback = 0) {
-  if (!j.contains(key) || j[key].is_null()) {
-    if (fallback > 0) return fallback;
-    return Status::Error(source + ": \"" + key + "\" is missing");
-  }
-  if (!j[key].is_number_integer() || j[key].get<int64_t>() < 1 || j[key].get<int64_t>() > (1 << 30)) {
-    return Status::Error(source + ": \"" + key + "\" must be a positive integer");
-  }
-  return j[key].get<int>();
-}
-
-// A row-major matrix view of a stored tensor [rows, cols] in F32, BF16 or F16.
-Result<WeightMatrix> StoredMatrix(const Checkpoint& ckpt, const std::string& name, int64_t rows, int64_t cols) {
+// A stored tensor in F32, BF16 or F16 (the dense formats the kernels widen).
+Result<const TensorView*> DenseTensor(const Checkpoint& ckpt, const std::string& name) {
   const TensorView* t = ckpt.Find(name);
   if (t == nullptr) return Status::Error("EAGLE-3 draft: tensor " + name + " is missing");
   if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
     return Status::Error("EAGLE-3 draft: " + name + " is " + DTypeName(t->dtype) + " (F32, BF16 or F16 expected)");
   }
-  if (t->shape != std::vector<int64_t>{rows, cols}) {
-    return Status::Error("EAGLE-3 draft: " + name + " has shape " + t->ShapeString() + ", expected [" +
+  return t;
+}
+
+// A row-major matrix view of a stored tensor [rows, cols].
+Result<WeightMatrix> StoredMatrix(const Checkpoint& ckpt, const std::string& name, int64_t rows, int64_t cols) {
+  auto t = DenseTensor(ckpt, name);
+  if (!t.ok()) return t.status();
+  if ((*t)->shape != std::vector<int64_t>{rows, cols}) {
+    return Status::Error("EAGLE-3 draft: " + name + " has shape " + (*t)->ShapeString() + ", expected [" +
                          std::to_string(rows) + ", " + std::to_string(cols) + "]");
   }
-  return WeightMatrix{.dtype = t->dtype, .rows = rows, .cols = cols, .data = t->data};
+  return WeightMatrix{.dtype = (*t)->dtype, .rows = rows, .cols = cols, .data = (*t)->data};
 }
 
 // A norm weight [dim] (or [1, dim]), widened to fp32.
 Result<std::vector<float>> StoredVector(const Checkpoint& ckpt, const std::string& name, int64_t dim) {
-  const TensorView* t = ckpt.Find(name);
-  if (t == nullptr) return Status::Error("EAGLE-3 draft: tensor " + name + " is missing");
-  if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
-    return Status::Error("EAGLE-3 draft: " + name + " is " + DTypeName(t->dtype) + " (F32, BF16 or F16 expected)");
-  }
-  if (t->numel() != dim || (t->shape.size() != 1 && t->shape != std::vector<int64_t>{1, dim})) {
-    return Status::Error("EAGLE-3 draft: " + name + " has shape " + t->ShapeString() + ", expected [" +
+  auto t = DenseTensor(ckpt, name);
+  if (!t.ok()) return t.status();
+  if ((*t)->numel() != dim || ((*t)->shape.size() != 1 && (*t)->shape != std::vector<int64_t>{1, dim})) {
+    return Status::Error("EAGLE-3 draft: " + name + " has shape " + (*t)->ShapeString() + ", expected [" +
                          std::to_string(dim) + "]");
   }
   std::vector<float> out(size_t(dim), 0.0f);
-  PortableKernels().axpy_row(1.0f, WeightMatrix{.dtype = t->dtype, .rows = 1, .cols = dim, .data = t->data}, 0,
+  PortableKernels().axpy_row(1.0f, WeightMatrix{.dtype = (*t)->dtype, .rows = 1, .cols = dim, .data = (*t)->data}, 0,
                              out.data());
   return out;
 }
 
-// Optional config fields of a given JSON type: absent or null gives the fallback, another type
-// an error naming the field.
-template <typename T>
-Result<T> Optional(const json& j, const char* key, const std::string& source, T fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  const json& v = j[key];
-  const bool ok = std::is_same_v<T, bool> ? v.is_boolean()
-                  : std::is_same_v<T, std::string> ? v.is_string()
-                  : std::is_integral_v<T> ? v.is_number_integer()
-                                          : v.is_number();
-  if (!ok) return Status::Error(source + ": \"" + key + "\" has the wrong type (" + v.type_name() + ")");
-  return v.get<T>();
-}
-
 }  // namespace
+
+std::vector<int> Eagle3DefaultCaptureLayers(int target_layers) {
+  const int L = target_layers;
+  return {2, L / 2, L - 3};  // SGLang's default ids [1, L/2 - 1, L - 4], each + 1
+}
 
 Result<std::vector<int>> Eagle3Config::CaptureLayers(int target_layers) const {
   const int L = target_layers;
   std::vector<int> layers;
   if (aux_layer_ids.empty()) {
-    layers = {2, L / 2, L - 3};  // SGLang's default ids [1, L/2 - 1, L - 4], each + 1
+    layers = Eagle3DefaultCaptureLayers(L);
   } else {
     for (int id : aux_layer_ids) layers.push_back(id + 1);
   }
@@ -116,59 +102,60 @@ Result<Eagle3Config> ReadEagle3Config(const std::string& dir) {
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     return Status::Error(source + ": rope_scaling is not supported for EAGLE-3 drafts (plain RoPE only)");
   }
-  auto layers = Optional<int>(j, "num_hidden_layers", source, 1);
-  auto act = Optional<std::string>(j, "hidden_act", source, "silu");
-  auto attention_bias = Optional<bool>(j, "attention_bias", source, false);
-  auto mlp_bias = Optional<bool>(j, "mlp_bias", source, false);
-  auto eps = Optional<double>(j, "rms_norm_eps", source, 1e-6);
-  auto theta = Optional<double>(j, "rope_theta", source, 10000.0);
-  for (const Status& s : {layers.status(), act.status(), attention_bias.status(), mlp_bias.status(), eps.status(),
-                          theta.status()}) {
-    MLA_RETURN_IF_ERROR(s);
+  FieldReader r(j, source);
+  Eagle3Config c;
+  const int layers = r.Int("num_hidden_layers", 1, false);
+  const std::string act = r.String("hidden_act", "silu");
+  const bool biases = r.Bool("attention_bias", false) || r.Bool("mlp_bias", false);
+  c.rms_norm_eps = r.Double("rms_norm_eps", c.rms_norm_eps, false);
+  c.rope_theta = r.Double("rope_theta", c.rope_theta, false);
+  c.hidden_size = r.Int("hidden_size", 0, true);
+  c.target_hidden_size = r.Int("target_hidden_size", c.hidden_size, false);
+  c.intermediate_size = r.Int("intermediate_size", 0, true);
+  c.num_attention_heads = r.Int("num_attention_heads", 0, true);
+  c.num_key_value_heads = r.Int("num_key_value_heads", c.num_attention_heads, false);
+  c.vocab_size = r.Int("vocab_size", 0, true);
+  c.draft_vocab_size = r.Int("draft_vocab_size", c.vocab_size, false);
+  for (const auto& [key, value] : {std::pair{"hidden_size", c.hidden_size}, {"target_hidden_size", c.target_hidden_size},
+                                   {"intermediate_size", c.intermediate_size},
+                                   {"num_attention_heads", c.num_attention_heads},
+                                   {"num_key_value_heads", c.num_key_value_heads}, {"vocab_size", c.vocab_size},
+                                   {"draft_vocab_size", c.draft_vocab_size}}) {
+    if (value < 1) r.Fail(key, "must be a positive integer");
   }
-  if (*layers != 1) {
-    return Status::Error(source + ": num_hidden_layers is " + std::to_string(*layers) +
+  c.head_dim = r.Int("head_dim", c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0, false);
+  if (c.head_dim < 1) r.Fail("head_dim", "must be a positive integer");
+  MLA_RETURN_IF_ERROR(r.error());
+  if (layers != 1) {
+    return Status::Error(source + ": num_hidden_layers is " + std::to_string(layers) +
                          "; EAGLE-3 drafts with more than one layer are not supported");
   }
-  if (*act != "silu") return Status::Error(source + ": hidden_act must be silu");
-  if (*attention_bias || *mlp_bias) return Status::Error(source + ": attention_bias and mlp_bias are not supported");
-  Eagle3Config c;
-  auto take = [&](int& field, const char* key, int fallback = 0) -> Status {
-    auto v = PositiveInt(j, key, source, fallback);
-    if (!v.ok()) return v.status();
-    field = *v;
-    return Status::Ok();
-  };
-  MLA_RETURN_IF_ERROR(take(c.hidden_size, "hidden_size"));
-  MLA_RETURN_IF_ERROR(take(c.target_hidden_size, "target_hidden_size", c.hidden_size));
-  MLA_RETURN_IF_ERROR(take(c.intermediate_size, "intermediate_size"));
-  MLA_RETURN_IF_ERROR(take(c.num_attention_heads, "num_attention_heads"));
-  MLA_RETURN_IF_ERROR(take(c.num_key_value_heads, "num_key_value_heads", c.num_attention_heads));
-  MLA_RETURN_IF_ERROR(take(c.head_dim, "head_dim", c.hidden_size / c.num_attention_heads));
-  MLA_RETURN_IF_ERROR(take(c.vocab_size, "vocab_size"));
-  MLA_RETURN_IF_ERROR(take(c.draft_vocab_size, "draft_vocab_size", c.vocab_size));
+  if (act != "silu") return Status::Error(source + ": hidden_act must be silu");
+  if (biases) return Status::Error(source + ": attention_bias and mlp_bias are not supported");
   if (c.num_attention_heads % c.num_key_value_heads != 0 || c.head_dim % 2 != 0) {
     return Status::Error(source + ": num_attention_heads must be a multiple of num_key_value_heads, head_dim even");
   }
   if (c.draft_vocab_size > c.vocab_size) return Status::Error(source + ": draft_vocab_size exceeds vocab_size");
-  c.rms_norm_eps = *eps;
-  c.rope_theta = *theta;
   if (j.contains("eagle_config") && j["eagle_config"].is_object()) {
     const json& e = j["eagle_config"];
     if (e.contains("eagle_aux_hidden_state_layer_ids") && !e["eagle_aux_hidden_state_layer_ids"].is_null()) {
       const json& ids = e["eagle_aux_hidden_state_layer_ids"];
-      if (!ids.is_array() || ids.size() != 3) {
+      if (!ids.is_array() || ids.size() != 3 ||
+          !std::all_of(ids.begin(), ids.end(), [](const json& id) { return id.is_number_integer(); })) {
         return Status::Error(source + ": eagle_config.eagle_aux_hidden_state_layer_ids must list 3 layer ids");
       }
-      for (const json& id : ids) {
-        if (!id.is_number_integer()) return Status::Error(source + ": eagle_aux_hidden_state_layer_ids must be integers");
-        c.aux_layer_ids.push_back(id.get<int>());
-      }
+      for (const json& id : ids) c.aux_layer_ids.push_back(id.get<int>());
     }
-    if (e.contains("use_aux_hidden_state") && e["use_aux_hidden_state"].is_boolean() &&
-        !e["use_aux_hidden_state"].get<bool>()) {
-      return Status::Error(source + ": use_aux_hidden_state false (an EAGLE-1/2 style draft) is not supported");
-    }
+    FieldReader eagle(e, source);
+    const bool aux = eagle.Bool("use_aux_hidden_state", true);
+    MLA_RETURN_IF_ERROR(eagle.error());
+    if (!aux) return Status::Error(source + ": use_aux_hidden_state false (an EAGLE-1/2 style draft) is not supported");
+  }
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    const uintmax_t bytes = entry.file_size(error);
+    if (!error) c.checkpoint_bytes += size_t(bytes);
   }
   return c;
 }
@@ -260,20 +247,14 @@ Result<std::unique_ptr<Eagle3Draft>> Eagle3Draft::Load(const std::string& dir, M
                         {&w.up, "midlayer.mlp.up_proj.weight", I, H},
                         {&w.down, "midlayer.mlp.down_proj.weight", H, I},
                         {&w.lm_head, "lm_head.weight", c.draft_vocab_size, H}};
-  size_t total = 0;
+  std::vector<WeightMatrix*> matrices;
   for (const Spec& s : specs) {
     auto m = StoredMatrix(k, s.name, s.rows, s.cols);
     if (!m.ok()) return m.status();
     *s.m = *m;
-    total += PackedBytes(*m);
+    matrices.push_back(s.m);
   }
-  d->packed_.assign(total, std::byte{0});
-  size_t offset = 0;
-  for (const Spec& s : specs) {
-    const size_t bytes = PackedBytes(*s.m);
-    *s.m = PackPanels(*s.m, d->packed_.data() + offset, target.pool());
-    offset += bytes;
-  }
+  PackAll(matrices, d->packed_, target.pool());
   struct NormSpec {
     std::vector<float>* v;
     const char* name;
@@ -287,6 +268,10 @@ Result<std::unique_ptr<Eagle3Draft>> Eagle3Draft::Load(const std::string& dir, M
     *s.v = std::move(v).value();
   }
 
+  if (k.Find("embed_tokens.weight") != nullptr) {
+    Log(LogLevel::kInfo, "[mlaserve] EAGLE-3 draft %s: its embed_tokens is not read; the target's embedding is used "
+                         "(as SGLang does)", dir.c_str());
+  }
   // d2t: target id = draft id + d2t[draft id]. Without it the draft vocabulary is the target's.
   d->draft_to_target_.resize(size_t(c.draft_vocab_size));
   const TensorView* d2t = k.Find("d2t");

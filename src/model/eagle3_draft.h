@@ -31,6 +31,11 @@
 
 namespace mlaserve {
 
+// SGLang's EAGLE-3 capture default for a target of L layers, as ModelOptions::capture_layers
+// indices (the input of layer i): [2, L/2, L-3], i.e. its layer ids [1, L/2 - 1, L - 4] plus one.
+// Not checked (it repeats or misorders on shallow targets).
+std::vector<int> Eagle3DefaultCaptureLayers(int target_layers);
+
 // config.json of an EAGLE-3 draft directory.
 struct Eagle3Config {
   int hidden_size = 0;
@@ -46,6 +51,7 @@ struct Eagle3Config {
   // eagle_config.eagle_aux_hidden_state_layer_ids (SGLang's: the output of decoder layer id);
   // empty: SGLang's default for the target's depth (CaptureLayers).
   std::vector<int> aux_layer_ids;
+  size_t checkpoint_bytes = 0;  // its *.safetensors files (the memory budget sets them aside)
 
   int kv_dim() const { return num_key_value_heads * head_dim; }
   // The cache's bytes per token (k and v, fp32): what the KV budget sets aside.

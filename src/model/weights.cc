@@ -319,17 +319,9 @@ void ForEachMatMulMatrix(ModelWeights& w, Visit&& visit) {
 }  // namespace
 
 void PackWeights(ModelWeights& w, ThreadPool& pool, const std::function<void(const WeightMatrix&)>& after_each) {
-  size_t total = 0;
-  ForEachMatMulMatrix(w, [&](WeightMatrix& m) { total += PackedBytes(m); });
-  w.packed_storage.assign(total, std::byte{0});
-  size_t offset = 0;
-  ForEachMatMulMatrix(w, [&](WeightMatrix& m) {
-    const size_t bytes = PackedBytes(m);
-    const WeightMatrix source = m;
-    m = PackPanels(m, w.packed_storage.data() + offset, pool);
-    offset += bytes;
-    if (after_each) after_each(source);
-  });
+  std::vector<WeightMatrix*> matrices;
+  ForEachMatMulMatrix(w, [&](WeightMatrix& m) { matrices.push_back(&m); });
+  PackAll(matrices, w.packed_storage, pool, after_each);
 }
 
 std::vector<TensorSpec> ListWeightTensors(const ModelConfig& c, bool with_mtp) {

@@ -771,33 +771,38 @@ TEST_F(MtpEngineTest, UnderMemoryPressureWithSampledRequestsMatchesAndLeaksNoPag
   ExpectMatchesUnderMemoryPressure(*model_, Drafts::kMtp);
 }
 
-TEST_F(MtpEngineTest, ARequestFinishingInItsPrefillStepLeavesItsMtpRows) {
-  // One output token: the request finishes in the step that ran its prompt, and its full pages
-  // go to the prefix cache; the MTP layer must have written their rows first (a later request
-  // with the same prefix attends over them).
-  const ModelConfig& c = model_->config();
-  const KvStorageShape shape{.format = KvFormat::kBF16, .num_layers = c.num_hidden_layers,
-                             .latent_dim = c.kv_lora_rank, .rope_dim = c.qk_rope_head_dim,
-                             .page_size = 16, .num_pages = 16};
-  auto storage = HostKvStorage::Create(shape);
-  KvStorageShape one_layer = shape;
-  one_layer.num_layers = 1;
-  auto mtp_kv = HostKvStorage::Create(one_layer);
+// One request of a 40-token prompt and one output token, through an engine drafting with
+// `drafter` (2 drafts): it finishes in the step that ran its prompt, and its full pages go to the
+// prefix cache, so the drafter must have written their draft rows first (a later request with the
+// same prefix attends over them). The caller counts the rows in its draft model's cache.
+void RunARequestFinishingInItsPrefillStep(Model& model, Drafter& drafter) {
+  const ModelConfig& c = model.config();
+  auto storage = HostKvStorage::Create({.format = KvFormat::kBF16, .num_layers = c.num_hidden_layers,
+                                        .latent_dim = c.kv_lora_rank, .rope_dim = c.qk_rope_head_dim,
+                                        .page_size = 16, .num_pages = 16});
   auto allocator = PageAllocator::Create(16, 16);
-  ASSERT_TRUE(storage.ok() && mtp_kv.ok() && allocator.ok());
-  MtpDraft draft(*model_, DefaultKernels(), **mtp_kv);
-  ModelDrafter drafter(draft, model_->max_batch_tokens(), model_->max_context(), 2);
+  ASSERT_TRUE(storage.ok() && allocator.ok());
   EngineOptions o;
   o.log_batches = false;
   o.drafter = &drafter;
   o.num_draft_tokens = 2;
-  CpuModelRunner runner(*model_, DefaultKernels(), **storage);
+  CpuModelRunner runner(model, DefaultKernels(), **storage);
   Engine engine(runner, **allocator, o);
   bool finished = false;
   ASSERT_TRUE(engine.Submit(Greedy("warm", Prompt(40, 5), 1), [&](const OutputView& v) { finished |= v.finished; }).ok());
   while (engine.Step()) {
   }
-  ASSERT_TRUE(finished);
+  EXPECT_TRUE(finished);
+}
+
+TEST_F(MtpEngineTest, ARequestFinishingInItsPrefillStepLeavesItsMtpRows) {
+  const ModelConfig& c = model_->config();
+  auto mtp_kv = HostKvStorage::Create({.format = KvFormat::kBF16, .num_layers = 1, .latent_dim = c.kv_lora_rank,
+                                       .rope_dim = c.qk_rope_head_dim, .page_size = 16, .num_pages = 16});
+  ASSERT_TRUE(mtp_kv.ok());
+  MtpDraft draft(*model_, DefaultKernels(), **mtp_kv);
+  ModelDrafter drafter(draft, model_->max_batch_tokens(), model_->max_context(), 2);
+  RunARequestFinishingInItsPrefillStep(*model_, drafter);
   // Rows with any non-zero value, over the whole MTP cache (it starts zeroed): the prompt's 40.
   const KvHostRows rows = (*mtp_kv)->HostRows();
   std::vector<float> row(size_t(c.kv_cache_dim()));
@@ -835,28 +840,10 @@ TEST_F(Eagle3EngineTest, UnderMemoryPressureWithSampledRequestsMatchesAndLeaksNo
 }
 
 TEST_F(Eagle3EngineTest, ARequestFinishingInItsPrefillStepLeavesItsDraftRows) {
-  // As MtpEngineTest's twin: one output token, so the request finishes in the step that ran its
-  // prompt and its full pages go to the prefix cache; the draft must have written their rows.
-  const ModelConfig& c = model_->config();
-  auto storage = HostKvStorage::Create({.format = KvFormat::kBF16, .num_layers = c.num_hidden_layers,
-                                        .latent_dim = c.kv_lora_rank, .rope_dim = c.qk_rope_head_dim,
-                                        .page_size = 16, .num_pages = 16});
-  auto allocator = PageAllocator::Create(16, 16);
   auto draft = Eagle3Draft::Load(kEagle3Draft, *model_, DefaultKernels(), 16, 16);
-  ASSERT_TRUE(storage.ok() && allocator.ok());
   ASSERT_TRUE(draft.ok()) << draft.error();
   ModelDrafter drafter(**draft, model_->max_batch_tokens(), model_->max_context(), 2);
-  EngineOptions o;
-  o.log_batches = false;
-  o.drafter = &drafter;
-  o.num_draft_tokens = 2;
-  CpuModelRunner runner(*model_, DefaultKernels(), **storage);
-  Engine engine(runner, **allocator, o);
-  bool finished = false;
-  ASSERT_TRUE(engine.Submit(Greedy("warm", Prompt(40, 5), 1), [&](const OutputView& v) { finished |= v.finished; }).ok());
-  while (engine.Step()) {
-  }
-  ASSERT_TRUE(finished);
+  RunARequestFinishingInItsPrefillStep(*model_, drafter);
   int written = 0;  // over the whole draft cache (it starts zeroed): the prompt's 40 rows
   for (PageId page = 0; page < 16; ++page) {
     for (int row = 0; row < 16; ++row) written += (*draft)->RowWritten(page, row) ? 1 : 0;
@@ -865,8 +852,7 @@ TEST_F(Eagle3EngineTest, ARequestFinishingInItsPrefillStepLeavesItsDraftRows) {
 }
 
 // Speculative step tuning: the outputs stay plain decoding's (also through rounds at cap 0,
-// where the draft model does not run), measurement rounds complete (short windows here), and
-// the cap stays within 0..k.
+// where the draft model does not run), and measurement rounds complete (short windows here).
 TEST_F(Eagle3EngineTest, StepTuningKeepsTheOutputsAndCompletesRounds) {
   auto tokenizer = Tokenizer::FromDirectory(kModel);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.error();
@@ -880,8 +866,6 @@ TEST_F(Eagle3EngineTest, StepTuningKeepsTheOutputsAndCompletesRounds) {
   const SpecRun tuned = RunTogether(*model_, requests, 3, 4096, &*tokenizer, o, Drafts::kEagle3);
   ExpectSameOutputs(plain, tuned);
   EXPECT_GT(tuned.stats.spec_tuning_rounds_total, 1);
-  EXPECT_GE(tuned.stats.spec_draft_cap, 0);
-  EXPECT_LE(tuned.stats.spec_draft_cap, 3);
   EXPECT_GT(tuned.stats.spec_verify_steps_total, 0);
 }
 
