@@ -4,21 +4,16 @@
 #include "tokenizer/chat_template.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "core/read_file.h"
 #include "tokenizer/json_fields.h"
 
 namespace mlaserve {
 namespace {
 
-Result<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::Error(path + ": cannot read");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+// Real chat templates are a few KB; tokenizer_config.json can carry thousands of added tokens.
+constexpr size_t kMaxTemplateFileBytes = 4u << 20;
+constexpr size_t kMaxTokenizerConfigBytes = 64u << 20;
 
 // tokenizer_config.json's chat_template: a string, or [{"name": ..., "template": ...}] (the
 // "default" entry is the chat template; "tool_use" and others are not used).
@@ -94,7 +89,7 @@ Result<ChatTemplate> ChatTemplate::ForModel(const std::string& model_dir, const 
   nlohmann::json config = nlohmann::json::object();
   const std::string config_path = model_dir + "/tokenizer_config.json";
   if (!model_dir.empty() && std::filesystem::exists(config_path)) {
-    auto text = ReadTextFile(config_path);
+    auto text = ReadTextFile(config_path, kMaxTokenizerConfigBytes);
     if (!text.ok()) return text.status();
     auto parsed = ParseJsonText(*text, config_path);
     if (!parsed.ok()) return parsed.status();
@@ -102,13 +97,13 @@ Result<ChatTemplate> ChatTemplate::ForModel(const std::string& model_dir, const 
   }
   nlohmann::json tokens = SpecialTokens(config);
   if (!override_file.empty()) {
-    auto text = ReadTextFile(override_file);
+    auto text = ReadTextFile(override_file, kMaxTemplateFileBytes);
     if (!text.ok()) return text.status();
     return FromJinja(*text, override_file, std::move(tokens));
   }
   const std::string jinja_path = model_dir + "/chat_template.jinja";
   if (!model_dir.empty() && std::filesystem::exists(jinja_path)) {
-    auto text = ReadTextFile(jinja_path);
+    auto text = ReadTextFile(jinja_path, kMaxTemplateFileBytes);
     if (!text.ok()) return text.status();
     return FromJinja(*text, jinja_path, std::move(tokens));
   }

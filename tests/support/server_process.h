@@ -43,6 +43,7 @@ class ServerProcess {
   int Wait();  // the exit code, or 128 + the signal that ended it
   void Signal(int sig);
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   bool running() const;  // started, and not exited as far as waitpid knows
   std::string log() const;
   std::string Url(const std::string& path) const;

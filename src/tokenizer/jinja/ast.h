@@ -40,6 +40,7 @@ struct Expr {
   Value literal;
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
+  int height = 1;  // 1 + the tallest operand's height (the parser bounds it)
 };
 
 struct Stmt;

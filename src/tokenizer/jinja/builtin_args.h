@@ -2,6 +2,7 @@
 // lookup and type checks that fail with the caller's line.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -41,6 +42,17 @@ inline std::string Strip(const std::string& s, const Value& chars, bool left, bo
   return s.substr(begin, end - begin);
 }
 
+// How many replacements Python's str.replace(old, new[, count]) makes.
+inline size_t CountReplacements(const std::string& s, const std::string& from, int64_t count) {
+  if (from.empty()) return 0;  // Replace leaves s as it is
+  size_t hits = 0;
+  for (size_t pos = s.find(from); pos != std::string::npos && (count < 0 || int64_t(hits) < count);
+       pos = s.find(from, pos + from.size())) {
+    ++hits;
+  }
+  return hits;
+}
+
 // Python's str.replace(old, new[, count]).
 inline std::string Replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
   std::string out;
@@ -59,13 +71,19 @@ inline std::string Replace(const std::string& s, const std::string& from, const 
   return out;
 }
 
-// `s.replace(old, new[, count])` and `s | replace(old, new[, count])`.
+// `s.replace(old, new[, count])` and `s | replace(old, new[, count])`: the result's size is
+// known (and checked) before it is built.
 inline Value ReplaceCall(Interpreter& in, const std::string& s, const CallArgs& args) {
-  const Value count = Arg(args, 2, "count");
-  std::string out = Replace(s, ExpectString(Arg(args, 0, "old"), "replace", args.line),
-                            ExpectString(Arg(args, 1, "new"), "replace", args.line), count.is_int() ? count.as_int() : -1);
-  in.CheckSize(out.size(), args.line);
-  return Value(std::move(out));
+  const Value count_v = Arg(args, 2, "count");
+  const int64_t count = count_v.is_int() ? count_v.as_int() : -1;
+  const std::string& from = ExpectString(Arg(args, 0, "old"), "replace", args.line);
+  const std::string& to = ExpectString(Arg(args, 1, "new"), "replace", args.line);
+  in.Step(args.line, int64_t(s.size() / 256));
+  const size_t hits = CountReplacements(s, from, count);
+  size_t size = 0;
+  if (__builtin_mul_overflow(hits, to.size(), &size) || __builtin_add_overflow(size, s.size(), &size)) size = SIZE_MAX;
+  in.CheckSize(size - hits * from.size(), args.line);  // s.size() >= hits * from.size(): no underflow
+  return Value(Replace(s, from, to, count));
 }
 
 // ASCII case mapping as Python's str methods do it for ASCII text (methods.cc).

@@ -1,6 +1,8 @@
 // Jinja's filters (`x | name(args)`) that chat templates use.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 
 #include "tokenizer/jinja/builtin_args.h"
 
@@ -18,8 +20,9 @@ Value GetAttribute(const Value& item, const std::string& path) {
       const Value* v = current.dict().Find(part);
       current = v ? *v : Value();
     } else if (current.is_list() && !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit)) {
-      const size_t i = std::stoul(part);
-      current = i < current.list().size() ? current.list()[i] : Value();
+      size_t i = 0;
+      const auto [end, error] = std::from_chars(part.data(), part.data() + part.size(), i);
+      current = error == std::errc() && i < current.list().size() ? current.list()[i] : Value();
     } else {
       return Value();
     }
@@ -28,14 +31,16 @@ Value GetAttribute(const Value& item, const std::string& path) {
   return current;
 }
 
-const List& ExpectList(const Value& v, const std::string& filter, int line, List* storage) {
+const List& ExpectList(Interpreter& in, const Value& v, const std::string& filter, int line, List* storage) {
   if (v.is_list()) return v.list();
   if (v.is_undefined()) return *storage;
   if (v.is_dict()) {
+    in.CheckListSize(v.dict().items.size(), line);
     for (const auto& kv : v.dict().items) storage->emplace_back(kv.first);
     return *storage;
   }
   if (v.is_string()) {
+    in.CheckListSize(CountCodePoints(v.as_string()), line);
     for (std::string& c : CodePoints(v.as_string())) storage->emplace_back(std::move(c));
     return *storage;
   }
@@ -46,7 +51,7 @@ const List& ExpectList(const Value& v, const std::string& filter, int line, List
 Value SelectItems(Interpreter& in, const Value& input, CallArgs& args, bool by_attribute, bool keep_passing,
                   const std::string& filter) {
   List storage;
-  const List& items = ExpectList(input, filter, args.line, &storage);
+  const List& items = ExpectList(in, input, filter, args.line, &storage);
   size_t next = 0;
   std::string attribute;
   if (by_attribute) {
@@ -65,12 +70,12 @@ Value SelectItems(Interpreter& in, const Value& input, CallArgs& args, bool by_a
     const bool passes = test.empty() ? subject.Truthy() : ApplyTest(in, test, subject, test_args);
     if (passes == keep_passing) out.push_back(item);
   }
-  return Value::MakeList(std::move(out));
+  return in.NewList(std::move(out), args.line);
 }
 
 Value Map(Interpreter& in, const Value& input, CallArgs& args) {
   List storage;
-  const List& items = ExpectList(input, "map", args.line, &storage);
+  const List& items = ExpectList(in, input, "map", args.line, &storage);
   const Value attribute = Arg(args, 99, "attribute");
   List out;
   if (attribute.is_string() || attribute.is_int()) {
@@ -81,7 +86,7 @@ Value Map(Interpreter& in, const Value& input, CallArgs& args) {
       Value v = GetAttribute(item, path);
       out.push_back(v.is_undefined() && !fallback.is_undefined() ? fallback : v);
     }
-    return Value::MakeList(std::move(out));
+    return in.NewList(std::move(out), args.line);
   }
   const std::string filter = ExpectString(Arg(args, 0, "filter"), "map", args.line);
   CallArgs filter_args;
@@ -92,20 +97,34 @@ Value Map(Interpreter& in, const Value& input, CallArgs& args) {
     in.Step(args.line);
     out.push_back(ApplyFilter(in, filter, item, filter_args));
   }
-  return Value::MakeList(std::move(out));
+  return in.NewList(std::move(out), args.line);
 }
 
-std::string Indent(const std::string& s, const Value& width_v, bool first, bool blank) {
-  const std::string pad = width_v.is_string() ? width_v.as_string() : std::string(size_t(width_v.is_int() ? width_v.as_int() : 4), ' ');
+// Jinja's indent(width=4, first=False, blank=False): `width` is a string to prepend or a count
+// of spaces (Python's " " * width: none when negative). The result's size is known before it is
+// built, and checked then.
+std::string Indent(Interpreter& in, const std::string& s, const Value& width_v, bool first, bool blank, int line) {
+  if (!width_v.is_undefined() && !width_v.is_string() && !width_v.is_int() && !width_v.is_bool()) {
+    Interpreter::Fail(line, "indent width must be a string or an integer, got " + std::string(width_v.TypeName()));
+  }
+  const int64_t width = width_v.is_int() ? width_v.as_int() : width_v.is_bool() ? int64_t(width_v.as_bool()) : 4;
+  const size_t pad_bytes = width_v.is_string() ? width_v.as_string().size() : size_t(std::max<int64_t>(width, 0));
+  const size_t lines = size_t(std::count(s.begin(), s.end(), '\n')) + 1;
+  size_t total = 0;
+  if (__builtin_mul_overflow(pad_bytes, lines, &total) || __builtin_add_overflow(total, s.size(), &total)) {
+    total = SIZE_MAX;
+  }
+  in.CheckSize(std::max(total, pad_bytes), line);  // at most: a pad on every line
+  const std::string pad = width_v.is_string() ? width_v.as_string() : std::string(pad_bytes, ' ');
   std::string out;
   size_t pos = 0;
   bool line_start = true;
   bool first_line = true;
   while (pos <= s.size()) {
     const size_t nl = std::min(s.find('\n', pos), s.size());
-    const std::string line = s.substr(pos, nl - pos);
-    if (line_start && (first || !first_line) && (blank || !line.empty())) out += pad;
-    out += line;
+    const std::string_view text_line = std::string_view(s).substr(pos, nl - pos);
+    if (line_start && (first || !first_line) && (blank || !text_line.empty())) out += pad;
+    out += text_line;
     if (nl < s.size()) out += '\n';
     first_line = false;
     pos = nl + 1;
@@ -133,7 +152,7 @@ Value ApplyFilter(Interpreter& in, const std::string& name, const Value& v, Call
     return fallback.is_undefined() ? Value("") : fallback;
   }
   if (name == "safe") return v;
-  if (name == "string") return v.is_string() ? v : Value(v.Str());
+  if (name == "string") return v.is_string() ? v : Value(in.Str(v, line));
   if (name == "tojson") {
     const Value indent = Arg(args, 0, "indent");
     const Value separators = Arg(args, 99, "separators");
@@ -145,52 +164,78 @@ Value ApplyFilter(Interpreter& in, const std::string& name, const Value& v, Call
     return Value(ToJson(in, v, indent.is_int() ? int(std::clamp<int64_t>(indent.as_int(), 0, 64)) : -1, item_sep, key_sep, line));
   }
   if (name == "length" || name == "count") {
-    if (v.is_string()) return Value(int64_t(CodePoints(v.as_string()).size()));
+    if (v.is_string()) {
+      in.Step(line, int64_t(v.as_string().size() / 256));
+      return Value(int64_t(CountCodePoints(v.as_string())));
+    }
     if (v.is_list()) return Value(int64_t(v.list().size()));
     if (v.is_dict()) return Value(int64_t(v.dict().items.size()));
     if (v.is_undefined()) return Value(int64_t{0});
     Interpreter::Fail(line, "'length' of a " + std::string(v.TypeName()) + " value");
   }
+  if ((name == "first" || name == "last") && v.is_string()) {
+    const std::string& str = v.as_string();
+    if (str.empty()) return Value();
+    in.Step(line, int64_t(str.size() / 256));
+    const auto [begin, end] = CodePointBytes(str, name == "first" ? 0 : CountCodePoints(str) - 1);
+    return Value(str.substr(begin, end - begin));
+  }
   if (name == "first" || name == "last") {
     List storage;
-    const List& items = ExpectList(v, name, line, &storage);
+    const List& items = ExpectList(in, v, name, line, &storage);
     if (items.empty()) return Value();
     return name == "first" ? items.front() : items.back();
   }
   if (name == "list") {
     List storage;
-    const List& items = ExpectList(v, name, line, &storage);
-    return Value::MakeList(items);
+    const List& items = ExpectList(in, v, name, line, &storage);
+    return in.NewList(items, line);
   }
   if (name == "reverse") {
     if (v.is_string()) {
-      std::vector<std::string> chars = CodePoints(v.as_string());
+      const std::string& str = v.as_string();
+      in.CheckSize(str.size(), line);
       std::string out;
-      for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += *it;
+      out.reserve(str.size());
+      for (size_t end = str.size(); end > 0;) {
+        size_t begin = end - 1;  // back to the code point's lead byte
+        while (begin > 0 && (static_cast<unsigned char>(str[begin]) & 0xC0) == 0x80 && end - begin < 4) --begin;
+        out.append(str, begin, end - begin);
+        end = begin;
+      }
       return Value(std::move(out));
     }
     List storage;
-    List items = ExpectList(v, name, line, &storage);
+    List items = ExpectList(in, v, name, line, &storage);
     std::reverse(items.begin(), items.end());
-    return Value::MakeList(std::move(items));
+    return in.NewList(std::move(items), line);
   }
   if (name == "join") {
     List storage;
-    const List& items = ExpectList(v, name, line, &storage);
-    const Value sep = Arg(args, 0, "d");
+    const List& items = ExpectList(in, v, name, line, &storage);
+    const Value sep_v = Arg(args, 0, "d");
+    const std::string sep = sep_v.is_undefined() ? "" : in.Str(sep_v, line);
     const Value attribute = Arg(args, 1, "attribute");
+    const std::string path = attribute.is_undefined() ? "" : in.Str(attribute, line);
     std::string out;
     for (size_t i = 0; i < items.size(); ++i) {
       in.Step(line);
-      if (i) out += sep.is_undefined() ? "" : sep.Str();
-      out += attribute.is_undefined() ? items[i].Str() : GetAttribute(items[i], attribute.Str()).Str();
-      in.CheckSize(out.size(), line);
+      if (i) out += sep;
+      const Value item = attribute.is_undefined() ? items[i] : GetAttribute(items[i], path);
+      if (item.is_string()) {
+        in.CheckGrowing(out.size() + item.as_string().size(), line);
+        out += item.as_string();
+      } else if (!item.AppendStr(&out, in.limits().max_output_bytes)) {
+        in.CheckGrowing(SIZE_MAX, line);
+      }
+      in.CheckGrowing(out.size(), line);
     }
-    return Value(std::move(out));
+    return in.NewString(std::move(out), line);
   }
   if (name == "items") {
     if (v.is_undefined()) return Value::MakeList();
     if (!v.is_dict()) Interpreter::Fail(line, "'items' needs a dict, got " + std::string(v.TypeName()));
+    in.CheckListSize(3 * v.dict().items.size(), line);  // the list and a pair per item
     List out;
     for (const auto& [k, item] : v.dict().items) out.push_back(Value::MakeList({Value(k), item}));
     return Value::MakeList(std::move(out));
@@ -203,22 +248,24 @@ Value ApplyFilter(Interpreter& in, const std::string& name, const Value& v, Call
   if (name == "unique") {
     List storage;
     List out;
-    for (const Value& item : ExpectList(v, name, line, &storage)) {
-      in.Step(line, int64_t(out.size()) + 1);
-      if (std::none_of(out.begin(), out.end(), [&](const Value& o) { return o.Equals(item); })) out.push_back(item);
+    for (const Value& item : ExpectList(in, v, name, line, &storage)) {
+      in.Step(line);
+      if (std::none_of(out.begin(), out.end(), [&](const Value& o) { return in.Equal(o, item, line); })) out.push_back(item);
     }
-    return Value::MakeList(std::move(out));
+    return in.NewList(std::move(out), line);
   }
   if (name == "sort") {
     List storage;
-    List items = ExpectList(v, name, line, &storage);
+    List items = ExpectList(in, v, name, line, &storage);
+    in.CheckListSize(items.size(), line);
     const bool reverse = Arg(args, 0, "reverse").Truthy();
     const bool case_sensitive = Arg(args, 1, "case_sensitive").Truthy();
     const Value attribute = Arg(args, 2, "attribute");
+    const std::string path = attribute.is_undefined() ? "" : in.Str(attribute, line);
     in.Step(line, int64_t(items.size()) * 20);
     std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
-      const Value x = attribute.is_undefined() ? a : GetAttribute(a, attribute.Str());
-      const Value y = attribute.is_undefined() ? b : GetAttribute(b, attribute.Str());
+      const Value x = attribute.is_undefined() ? a : GetAttribute(a, path);
+      const Value y = attribute.is_undefined() ? b : GetAttribute(b, path);
       const int cmp = CompareForSort(x, y, case_sensitive, line);
       return reverse ? cmp > 0 : cmp < 0;
     });
@@ -226,7 +273,14 @@ Value ApplyFilter(Interpreter& in, const std::string& name, const Value& v, Call
   }
   if (name == "int") {
     if (v.is_int()) return v;
-    if (v.is_float()) return Value(int64_t(v.as_number()));
+    if (v.is_float() && !std::isnan(v.as_number())) {
+      // Python's int() truncates toward zero; past 64 bits it would need a big integer.
+      const double d = std::trunc(v.as_number());
+      if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) {
+        Interpreter::Fail(line, "'int' of " + FormatFloat(v.as_number()) + ": out of the 64-bit integer range");
+      }
+      return Value(int64_t(d));
+    }
     if (v.is_bool()) return Value(int64_t(v.as_bool()));
     if (v.is_string()) {
       try {
@@ -255,18 +309,23 @@ Value ApplyFilter(Interpreter& in, const std::string& name, const Value& v, Call
     return fallback.is_undefined() ? Value(0.0) : fallback;
   }
   if (name == "abs") {
+    if (v.is_int() && v.as_int() == INT64_MIN) Interpreter::Fail(line, "integer overflow: abs(" + std::to_string(INT64_MIN) + ")");
     if (v.is_int()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
     if (v.is_float()) return Value(std::fabs(v.as_number()));
     Interpreter::Fail(line, "'abs' needs a number");
   }
   if (name == "max" || name == "min" || name == "sum") {
     List storage;
-    const List& items = ExpectList(v, name, line, &storage);
+    const List& items = ExpectList(in, v, name, line, &storage);
     if (name == "sum") {
       Value total(int64_t{0});
       for (const Value& item : items) {
         if (!item.is_number()) Interpreter::Fail(line, "'sum' needs numbers");
-        total = total.is_int() && item.is_int() ? Value(total.as_int() + item.as_int()) : Value(total.as_number() + item.as_number());
+        int64_t sum = 0;
+        if (total.is_int() && item.is_int() && __builtin_add_overflow(total.as_int(), item.as_int(), &sum)) {
+          Interpreter::Fail(line, "integer overflow in 'sum'");
+        }
+        total = total.is_int() && item.is_int() ? Value(sum) : Value(total.as_number() + item.as_number());
       }
       return total;
     }
@@ -279,17 +338,16 @@ Value ApplyFilter(Interpreter& in, const std::string& name, const Value& v, Call
     return best;
   }
   // String filters.
-  const std::string s = v.is_string() ? v.as_string() : v.Str();
-  if (name == "trim") return Value(Strip(s, Arg(args, 0, "chars"), true, true));
-  if (name == "upper") return Value(Upper(s));
-  if (name == "lower") return Value(Lower(s));
-  if (name == "title") return Value(Title(s));
-  if (name == "capitalize") return Value(Capitalize(s));
+  const std::string str = v.is_string() ? std::string() : in.Str(v, line);
+  const std::string& s = v.is_string() ? v.as_string() : str;
+  if (name == "trim") return in.NewString(Strip(s, Arg(args, 0, "chars"), true, true), line);
+  if (name == "upper") return in.NewString(Upper(s), line);
+  if (name == "lower") return in.NewString(Lower(s), line);
+  if (name == "title") return in.NewString(Title(s), line);
+  if (name == "capitalize") return in.NewString(Capitalize(s), line);
   if (name == "replace") return ReplaceCall(in, s, args);
   if (name == "indent") {
-    std::string out = Indent(s, Arg(args, 0, "width"), Arg(args, 1, "first").Truthy(), Arg(args, 2, "blank").Truthy());
-    in.CheckSize(out.size(), line);
-    return Value(std::move(out));
+    return Value(Indent(in, s, Arg(args, 0, "width"), Arg(args, 1, "first").Truthy(), Arg(args, 2, "blank").Truthy(), line));
   }
   Interpreter::Fail(line, "unknown filter '" + name + "'");
 }

@@ -2,6 +2,7 @@
 // a template to reject a conversation) and strftime_now (today's date in system prompts).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <ctime>
 
 #include "tokenizer/jinja/builtin_args.h"
@@ -24,15 +25,20 @@ Value Range(Interpreter& in, CallArgs& args) {
     Interpreter::Fail(args.line, "range() takes 1 to 3 arguments");
   }
   if (step == 0) Interpreter::Fail(args.line, "range() step must not be zero");
-  const double count = std::max(0.0, std::ceil((double(stop) - double(start)) / double(step)));
-  in.CheckSize(size_t(std::min(count, 1e18)), args.line);
+  // Counted exactly: no item overflows, and the list is checked before it is built.
+  const uint64_t count = RangeLength(start, stop, step);
+  in.CheckListSize(size_t(count), args.line);
   in.Step(args.line, int64_t(count));
   List items;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.emplace_back(i);
+  items.reserve(size_t(count));
+  for (uint64_t k = 0; k < count; ++k) items.emplace_back(RangeItem(start, step, k));
   return Value::MakeList(std::move(items));
 }
 
-Value Namespace(Interpreter&, CallArgs& args) {
+Value Namespace(Interpreter& in, CallArgs& args) {
+  size_t count = args.keyword.size();
+  for (const Value& v : args.positional) count += v.is_dict() ? v.dict().items.size() : 0;
+  in.CheckListSize(count, args.line);
   Value ns = Value::MakeNamespace();
   for (const Value& v : args.positional) {
     if (!v.is_dict()) Interpreter::Fail(args.line, "namespace() takes a dict or keyword arguments");

@@ -4,6 +4,8 @@
 #include "tokenizer/jinja/interpreter.h"
 
 #include <cmath>
+#include <cstdint>
+#include <optional>
 #include <unordered_set>
 
 namespace mlaserve::jinja {
@@ -21,16 +23,25 @@ Result<std::string> Interpreter::Render(const Body& body, Dict globals) {
   std::string output;
   out_ = &output;
   steps_ = 0;
+  allocated_bytes_ = 0;
   call_depth_ = 0;
+  eval_depth_ = 0;
+  // The render's allocations end with it: give them back to the template's shared budget.
+  const auto release = [&] {
+    if (concurrent_bytes_) concurrent_bytes_->fetch_sub(allocated_bytes_);
+    allocated_bytes_ = 0;
+  };
   try {
     ExecBody(body, root);
   } catch (const RenderError& e) {
     out_ = nullptr;
     root->vars.items.clear();  // macros hold their defining scope: break the cycle
+    release();
     return Status::Error("line " + std::to_string(e.line) + ": " + e.message);
   }
   out_ = nullptr;
   root->vars.items.clear();
+  release();
   return output;
 }
 
@@ -45,8 +56,68 @@ void Interpreter::CheckSize(size_t size, int line) {
   if (size > limits_.max_output_bytes) {
     Fail(line, "the template built a value larger than " + std::to_string(limits_.max_output_bytes) + " bytes");
   }
+  allocated_bytes_ += size;
+  const size_t concurrent = concurrent_bytes_ ? concurrent_bytes_->fetch_add(size) + size : 0;
+  if (allocated_bytes_ > limits_.max_render_bytes) {
+    Fail(line, "the template allocated more than " + std::to_string(limits_.max_render_bytes) + " bytes");
+  }
+  if (concurrent > limits_.max_concurrent_render_bytes) {
+    Fail(line, "the renders of this template running at once allocated more than " +
+                   std::to_string(limits_.max_concurrent_render_bytes) + " bytes");
+  }
   Step(line, int64_t(size / 256));
 }
+
+void Interpreter::CheckListSize(size_t count, int line) {
+  if (count > limits_.max_output_bytes / sizeof(Value)) {
+    Fail(line, "the template built a list of more than " + std::to_string(limits_.max_output_bytes / sizeof(Value)) +
+                   " items");
+  }
+  CheckSize(count * sizeof(Value), line);
+}
+
+Value Interpreter::NewString(std::string s, int line) {
+  CheckSize(s.size(), line);
+  return Value(std::move(s));
+}
+
+Value Interpreter::NewList(List items, int line) {
+  CheckListSize(items.size(), line);
+  return Value::MakeList(std::move(items));
+}
+
+std::string Interpreter::Str(const Value& v, int line) {
+  if (v.is_string()) return v.as_string();  // already built and charged
+  std::string out;
+  if (!v.AppendStr(&out, limits_.max_output_bytes)) CheckSize(limits_.max_output_bytes + 1, line);
+  CheckSize(out.size(), line);
+  return out;
+}
+
+bool Interpreter::Equal(const Value& a, const Value& b, int line) {
+  int64_t nodes_left = std::max<int64_t>(limits_.max_steps - steps_, 0) + 1;
+  const int64_t budget = nodes_left;
+  const std::optional<bool> same = a.Equals(b, &nodes_left);
+  Step(line, budget - std::max<int64_t>(nodes_left, 0));
+  if (!same) Step(line, limits_.max_steps + 1);  // out of steps: Step fails
+  return *same;
+}
+
+// One more level of the interpreter's recursion (an expression inside an expression, a block
+// inside a block, a macro call) for the scope of this object.
+struct EvalDepth {
+  EvalDepth(Interpreter& interpreter, int line) : in(interpreter) {
+    if (in.eval_depth_ >= in.limits_.max_eval_depth) {
+      Interpreter::Fail(line, "the template nested expressions, blocks and macro calls deeper than " +
+                                  std::to_string(in.limits_.max_eval_depth));
+    }
+    ++in.eval_depth_;
+  }
+  ~EvalDepth() { --in.eval_depth_; }
+  EvalDepth(const EvalDepth&) = delete;
+  EvalDepth& operator=(const EvalDepth&) = delete;
+  Interpreter& in;
+};
 
 void Interpreter::Emit(const std::string& text, int line) {
   if (out_->size() + text.size() > limits_.max_output_bytes) {
@@ -57,6 +128,7 @@ void Interpreter::Emit(const std::string& text, int line) {
 }
 
 Interpreter::Flow Interpreter::ExecBody(const Body& body, const std::shared_ptr<Scope>& scope) {
+  EvalDepth depth(*this, body.empty() ? 0 : body.front()->line);
   for (const auto& s : body) {
     const Flow flow = Exec(*s, scope);
     if (flow != Flow::kNormal) return flow;
@@ -68,7 +140,7 @@ Interpreter::Flow Interpreter::Exec(const Stmt& s, const std::shared_ptr<Scope>&
   Step(s.line);
   switch (s.kind) {
     case Stmt::Kind::kText: Emit(s.text, s.line); return Flow::kNormal;
-    case Stmt::Kind::kOutput: Emit(Eval(*s.expr, scope).Str(), s.line); return Flow::kNormal;
+    case Stmt::Kind::kOutput: Emit(Str(Eval(*s.expr, scope), s.line), s.line); return Flow::kNormal;
     case Stmt::Kind::kIf:
       for (size_t i = 0; i < s.conditions.size(); ++i) {
         if (Eval(*s.conditions[i], scope).Truthy()) return ExecBody(s.bodies[i], scope);
@@ -86,15 +158,17 @@ Interpreter::Flow Interpreter::Exec(const Stmt& s, const std::shared_ptr<Scope>&
 namespace {
 
 // What `for` iterates: list items, dict keys, string characters; undefined is empty.
-List Iterate(const Value& v, int line) {
+List Iterate(Interpreter& in, const Value& v, int line) {
   switch (v.kind()) {
     case Value::Kind::kList: return v.list();
     case Value::Kind::kDict: {
+      in.CheckListSize(v.dict().items.size(), line);
       List keys;
       for (const auto& kv : v.dict().items) keys.emplace_back(kv.first);
       return keys;
     }
     case Value::Kind::kString: {
+      in.CheckListSize(CountCodePoints(v.as_string()), line);
       List chars;
       for (std::string& c : CodePoints(v.as_string())) chars.emplace_back(std::move(c));
       return chars;
@@ -139,7 +213,7 @@ void Bind(Scope& scope, const std::vector<std::string>& targets, const Value& it
 }  // namespace
 
 void Interpreter::ExecFor(const Stmt& s, const std::shared_ptr<Scope>& scope) {
-  List items = Iterate(Eval(*s.expr, scope), s.line);
+  List items = Iterate(*this, Eval(*s.expr, scope), s.line);
   auto loop_scope = std::make_shared<Scope>();
   loop_scope->parent = scope;
   if (s.filter) {
@@ -182,6 +256,7 @@ void Interpreter::ExecSet(const Stmt& s, const std::shared_ptr<Scope>& scope) {
       Fail(s.line, "cannot assign attribute '" + s.targets[1] + "' on '" + s.targets[0] + "': not a namespace()");
     }
     Value value = Eval(*s.expr, scope);
+    CheckListSize(ns->dict().items.size() + 1, s.line);
     std::unordered_set<const void*> seen;
     if (Holds(*this, value, &ns->dict(), &seen, s.line)) {
       Fail(s.line, "'" + s.targets[0] + "." + s.targets[1] + "' would hold '" + s.targets[0] + "' itself");
@@ -195,7 +270,7 @@ void Interpreter::ExecSet(const Stmt& s, const std::shared_ptr<Scope>& scope) {
     out_ = &captured;
     ExecBody(s.body, scope);
     out_ = saved;
-    scope->vars.Set(s.targets[0], Value(std::move(captured)));
+    scope->vars.Set(s.targets[0], NewString(std::move(captured), s.line));
     return;
   }
   Bind(*scope, s.targets, Eval(*s.expr, scope), s.line);
@@ -239,7 +314,7 @@ void Interpreter::DefineMacro(const Stmt& s, const std::shared_ptr<Scope>& scope
     in.ExecBody(macro->body, local);
     in.out_ = saved;
     --in.call_depth_;
-    return Value(std::move(captured));
+    return in.NewString(std::move(captured), args.line);
   };
   scope->vars.Set(s.name, Value::MakeCallable(std::move(callable)));
 }
@@ -306,26 +381,26 @@ int64_t ClampSliceBound(const Value& v, int64_t size, int64_t step, bool is_star
   return i;
 }
 
-template <typename Item>
-std::vector<Item> PySlice(const std::vector<Item>& items, const Value& start, const Value& stop, const Value& step_v,
-                          int line) {
+// Python's slice of `size` items: calls take(i) for each index in order.
+template <typename Take>
+void PySlice(int64_t size, const Value& start, const Value& stop, const Value& step_v, int line, Take take) {
   int64_t step = 1;
   if (!step_v.is_undefined() && !step_v.is_none()) {
     if (!step_v.is_int()) Interpreter::Fail(line, "slice indices must be integers");
     step = step_v.as_int();
   }
   if (step == 0) Interpreter::Fail(line, "slice step cannot be zero");
-  const auto size = int64_t(items.size());
   const int64_t begin = ClampSliceBound(start, size, step, true, line);
   const int64_t end = ClampSliceBound(stop, size, step, false, line);
-  std::vector<Item> out;
-  for (int64_t i = begin; step > 0 ? i < end : i > end; i += step) out.push_back(items[size_t(i)]);
-  return out;
+  // begin and end lie in [-1, size], but i += step can overflow (step = INT64_MAX): count.
+  const uint64_t count = RangeLength(begin, end, step);
+  for (uint64_t k = 0; k < count; ++k) take(RangeItem(begin, step, k));
 }
 
 }  // namespace
 
 Value Interpreter::Eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
+  EvalDepth depth(*this, e.line);
   Step(e.line);
   Value v = EvalNode(e, scope);
   if (v.Depth() > limits_.max_value_depth) {
@@ -345,9 +420,10 @@ Value Interpreter::EvalNode(const Expr& e, const std::shared_ptr<Scope>& scope) 
     case Expr::Kind::kTuple: {
       List items;
       for (const auto& a : e.args) items.push_back(Eval(*a, scope));
-      return Value::MakeList(std::move(items));
+      return NewList(std::move(items), e.line);
     }
     case Expr::Kind::kDict: {
+      CheckListSize(e.args.size() / 2, e.line);
       Value d = Value::MakeDict();
       for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
         const Value key = Eval(*e.args[i], scope);
@@ -378,9 +454,12 @@ Value Interpreter::EvalNode(const Expr& e, const std::shared_ptr<Scope>& scope) 
         return i ? object.list()[*i] : Value();
       }
       if (object.is_string() && key.is_int()) {
-        const std::vector<std::string> chars = CodePoints(object.as_string());
-        auto i = PyIndex(key.as_int(), chars.size());
-        return i ? Value(chars[*i]) : Value();
+        const std::string& s = object.as_string();
+        Step(e.line, int64_t(s.size() / 256));
+        auto i = PyIndex(key.as_int(), CountCodePoints(s));
+        if (!i) return Value();
+        const auto [begin, end] = CodePointBytes(s, *i);
+        return Value(s.substr(begin, end - begin));
       }
       if (object.is_none()) Fail(e.line, "cannot index a none value");
       return Value();
@@ -391,10 +470,23 @@ Value Interpreter::EvalNode(const Expr& e, const std::shared_ptr<Scope>& scope) 
       for (int i = 0; i < 3; ++i) {
         if (e.args[size_t(i) + 1]) parts[i] = Eval(*e.args[size_t(i) + 1], scope);
       }
-      if (object.is_list()) return Value::MakeList(PySlice(object.list(), parts[0], parts[1], parts[2], e.line));
+      if (object.is_list()) {
+        const List& items = object.list();
+        CheckListSize(items.size(), e.line);  // a slice holds at most every item
+        List out;
+        PySlice(int64_t(items.size()), parts[0], parts[1], parts[2], e.line, [&](int64_t i) { out.push_back(items[size_t(i)]); });
+        return Value::MakeList(std::move(out));
+      }
       if (object.is_string()) {
+        const std::string& s = object.as_string();
+        CheckSize(s.size(), e.line);  // likewise
+        std::vector<size_t> starts;   // [code points + 1]: each code point's first byte, then s.size()
+        starts.reserve(CountCodePoints(s) + 1);
+        for (size_t i = 0; i < s.size(); i += CodePointLength(s, i)) starts.push_back(i);
+        starts.push_back(s.size());
         std::string out;
-        for (const std::string& c : PySlice(CodePoints(object.as_string()), parts[0], parts[1], parts[2], e.line)) out += c;
+        PySlice(int64_t(starts.size()) - 1, parts[0], parts[1], parts[2], e.line,
+                [&](int64_t i) { out.append(s, starts[size_t(i)], starts[size_t(i) + 1] - starts[size_t(i)]); });
         return Value(std::move(out));
       }
       Fail(e.line, "cannot slice a " + std::string(object.TypeName()) + " value");
@@ -413,7 +505,11 @@ Value Interpreter::EvalNode(const Expr& e, const std::shared_ptr<Scope>& scope) 
     case Expr::Kind::kUnary: {
       const Value v = Eval(*e.args[0], scope);
       if (e.name == "not") return Value(!v.Truthy());
-      if (v.is_int()) return e.name == "-" ? Value(-v.as_int()) : v;
+      if (v.is_int() && e.name == "-") {
+        if (v.as_int() == INT64_MIN) Fail(e.line, "integer overflow: -(" + std::to_string(v.as_int()) + ")");
+        return Value(-v.as_int());
+      }
+      if (v.is_int()) return v;
       if (v.is_float()) return e.name == "-" ? Value(-v.as_number()) : v;
       Fail(e.line, "bad operand for unary " + e.name + ": " + std::string(v.TypeName()));
     }
@@ -436,7 +532,6 @@ Value Interpreter::EvalNode(const Expr& e, const std::shared_ptr<Scope>& scope) 
 namespace {
 
 bool Contains(Interpreter& in, const Value& haystack, const Value& needle, int line) {
-  if (haystack.is_list()) in.Step(line, int64_t(haystack.list().size()));
   if (haystack.is_string()) in.Step(line, int64_t(haystack.as_string().size() / 256));
   switch (haystack.kind()) {
     case Value::Kind::kString:
@@ -444,7 +539,7 @@ bool Contains(Interpreter& in, const Value& haystack, const Value& needle, int l
       return haystack.as_string().find(needle.as_string()) != std::string::npos;
     case Value::Kind::kList:
       for (const Value& v : haystack.list()) {
-        if (v.Equals(needle)) return true;
+        if (in.Equal(v, needle, line)) return true;
       }
       return false;
     case Value::Kind::kDict: return needle.is_string() && haystack.dict().Find(needle.as_string()) != nullptr;
@@ -464,15 +559,11 @@ Value Interpreter::EvalBinary(const Expr& e, const std::shared_ptr<Scope>& scope
   const std::string& op = e.name;
   const Value l = Eval(*e.args[0], scope);
   const Value r = Eval(*e.args[1], scope);
-  if (op == "==") return Value(l.Equals(r));
-  if (op == "!=") return Value(!l.Equals(r));
+  if (op == "==") return Value(Equal(l, r, e.line));
+  if (op == "!=") return Value(!Equal(l, r, e.line));
   if (op == "in") return Value(Contains(*this, r, l, e.line));
   if (op == "not in") return Value(!Contains(*this, r, l, e.line));
-  if (op == "~") {
-    std::string s = l.Str() + r.Str();
-    CheckSize(s.size(), e.line);
-    return Value(std::move(s));
-  }
+  if (op == "~") return NewString(Str(l, e.line) + Str(r, e.line), e.line);
   const auto fail = [&]() -> Value {
     Fail(e.line, "unsupported operand types for " + op + ": " + std::string(l.TypeName()) + " and " +
                      std::string(r.TypeName()));
@@ -501,7 +592,7 @@ Value Interpreter::EvalBinary(const Expr& e, const std::shared_ptr<Scope>& scope
       return Value(l.as_string() + r.as_string());
     }
     if (l.is_list() && r.is_list()) {
-      CheckSize(l.list().size() + r.list().size(), e.line);
+      CheckListSize(l.list().size() + r.list().size(), e.line);
       List items = l.list();
       items.insert(items.end(), r.list().begin(), r.list().end());
       return Value::MakeList(std::move(items));
@@ -510,25 +601,46 @@ Value Interpreter::EvalBinary(const Expr& e, const std::shared_ptr<Scope>& scope
   if (op == "*" && (l.is_string() || l.is_list()) && r.is_int()) {
     const int64_t n = std::max<int64_t>(0, r.as_int());
     const size_t unit = l.is_string() ? l.as_string().size() : l.list().size();
-    if (unit != 0 && uint64_t(n) > limits_.max_output_bytes / unit) CheckSize(limits_.max_output_bytes + 1, e.line);
-    Step(e.line, n);
+    size_t total = 0;
+    if (__builtin_mul_overflow(unit, uint64_t(n), &total)) total = SIZE_MAX;
     if (l.is_string()) {
+      CheckSize(total, e.line);
+    } else {
+      CheckListSize(total, e.line);
+    }
+    if (l.is_string()) {
+      // Doubling: O(total) copying for any unit, and nothing at all for an empty one.
       std::string s;
-      for (int64_t i = 0; i < n; ++i) s += l.as_string();
+      if (unit != 0 && n != 0) {
+        s.reserve(total);
+        s = l.as_string();
+        while (s.size() * 2 <= total) s += s;
+        s.append(s, 0, total - s.size());
+      }
       return Value(std::move(s));
     }
     List items;
-    for (int64_t i = 0; i < n; ++i) items.insert(items.end(), l.list().begin(), l.list().end());
+    if (unit != 0) {
+      items.reserve(total);
+      for (int64_t i = 0; i < n; ++i) items.insert(items.end(), l.list().begin(), l.list().end());
+    }
     return Value::MakeList(std::move(items));
   }
   if (!numeric) return fail();
   if (ints) {
     const int64_t a = as_int(l), b = as_int(r);
+    // Python's integers are unbounded; ours are 64-bit, and a result past them is an error
+    // rather than a silently different number.
+    const auto overflow = [&]() -> Value {
+      Fail(e.line, "integer overflow: " + std::to_string(a) + " " + op + " " + std::to_string(b));
+    };
     int64_t result;
-    if (op == "+" && !__builtin_add_overflow(a, b, &result)) return Value(result);
-    if (op == "-" && !__builtin_sub_overflow(a, b, &result)) return Value(result);
-    if (op == "*" && !__builtin_mul_overflow(a, b, &result)) return Value(result);
+    if (op == "+") return __builtin_add_overflow(a, b, &result) ? overflow() : Value(result);
+    if (op == "-") return __builtin_sub_overflow(a, b, &result) ? overflow() : Value(result);
+    if (op == "*") return __builtin_mul_overflow(a, b, &result) ? overflow() : Value(result);
     if ((op == "//" || op == "%") && b == 0) Fail(e.line, "division by zero");
+    if (op == "//" && a == INT64_MIN && b == -1) return overflow();
+    if (op == "%" && b == -1) return Value(int64_t{0});  // a % -1 is 0; INT64_MIN % -1 traps in hardware
     if (op == "//") {
       int64_t q = a / b;
       if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
@@ -541,13 +653,13 @@ Value Interpreter::EvalBinary(const Expr& e, const std::shared_ptr<Scope>& scope
     }
     if (op == "**" && b >= 0) {
       int64_t p = 1, base = a, exp = b;  // exponentiation by squaring: O(log b)
-      bool overflow = false;
-      while (exp > 0 && !overflow) {
-        if (exp & 1) overflow = __builtin_mul_overflow(p, base, &p);
+      bool overflowed = false;
+      while (exp > 0 && !overflowed) {
+        if (exp & 1) overflowed = __builtin_mul_overflow(p, base, &p);
         exp >>= 1;
-        if (exp > 0 && !overflow) overflow = __builtin_mul_overflow(base, base, &base);
+        if (exp > 0 && !overflowed) overflowed = __builtin_mul_overflow(base, base, &base);
       }
-      if (!overflow) return Value(p);
+      return overflowed ? overflow() : Value(p);
     }
   }
   const double a = l.as_number(), b = r.as_number();

@@ -22,37 +22,49 @@ bool MatchesAffix(const std::string& s, const Value& affix, bool prefix, int lin
   return one(affix);
 }
 
-// Python's str.split(sep=None, maxsplit=-1).
-List Split(const std::string& s, const Value& sep, int64_t maxsplit, int line) {
-  List out;
+// Python's str.split(sep=None, maxsplit=-1): calls piece(begin, end) for each part's bytes.
+template <typename Piece>
+void SplitPieces(const std::string& s, const Value& sep, int64_t maxsplit, int line, Piece piece) {
+  int64_t count = 0;
   if (sep.is_undefined() || sep.is_none()) {
     size_t i = 0;
     while (true) {
       while (i < s.size() && IsAsciiSpace(s[i])) ++i;
       if (i >= s.size()) break;
-      if (maxsplit >= 0 && int64_t(out.size()) == maxsplit) {
-        size_t end = s.size();
-        while (end > i && IsAsciiSpace(s[end - 1])) --end;
-        out.emplace_back(s.substr(i, end - i));
+      if (maxsplit >= 0 && count == maxsplit) {
+        piece(i, s.size());  // Python keeps the remainder's trailing whitespace
         break;
       }
       const size_t start = i;
       while (i < s.size() && !IsAsciiSpace(s[i])) ++i;
-      out.emplace_back(s.substr(start, i - start));
+      piece(start, i);
+      ++count;
     }
-    return out;
+    return;
   }
   const std::string& delim = ExpectString(sep, "split", line);
   if (delim.empty()) Interpreter::Fail(line, "split: empty separator");
   size_t pos = 0;
-  while (maxsplit < 0 || int64_t(out.size()) < maxsplit) {
+  while (maxsplit < 0 || count < maxsplit) {
     const size_t hit = s.find(delim, pos);
     if (hit == std::string::npos) break;
-    out.emplace_back(s.substr(pos, hit - pos));
+    piece(pos, hit);
+    ++count;
     pos = hit + delim.size();
   }
-  out.emplace_back(s.substr(pos));
-  return out;
+  piece(pos, s.size());
+}
+
+// The parts are counted (and the list checked) before any is built.
+Value Split(Interpreter& in, const std::string& s, const Value& sep, int64_t maxsplit, int line) {
+  size_t parts = 0;
+  SplitPieces(s, sep, maxsplit, line, [&](size_t, size_t) { ++parts; });
+  in.CheckListSize(parts, line);
+  in.CheckSize(s.size(), line);
+  List out;
+  out.reserve(parts);
+  SplitPieces(s, sep, maxsplit, line, [&](size_t begin, size_t end) { out.emplace_back(s.substr(begin, end - begin)); });
+  return Value::MakeList(std::move(out));
 }
 
 std::string CaseMap(const std::string& s, bool upper) {
@@ -104,6 +116,7 @@ Value CallMethod(Interpreter& in, const Value& object, const std::string& name, 
       const Value fallback = Arg(args, 1, "default");
       return fallback.is_undefined() ? Value::None() : fallback;
     }
+    in.CheckListSize((name == "items" ? 3 : 1) * d.items.size(), line);
     List out;
     for (const auto& [k, v] : d.items) {
       if (name == "items") out.push_back(Value::MakeList({Value(k), v}));
@@ -115,26 +128,26 @@ Value CallMethod(Interpreter& in, const Value& object, const std::string& name, 
   const std::string& s = object.as_string();
   in.Step(line, int64_t(s.size() / 64));
   if (name == "startswith" || name == "endswith") return Value(MatchesAffix(s, Arg(args, 0, "prefix"), name == "startswith", line));
-  if (name == "strip") return Value(Strip(s, Arg(args, 0, "chars"), true, true));
-  if (name == "lstrip") return Value(Strip(s, Arg(args, 0, "chars"), true, false));
-  if (name == "rstrip") return Value(Strip(s, Arg(args, 0, "chars"), false, true));
-  if (name == "upper") return Value(Upper(s));
-  if (name == "lower") return Value(Lower(s));
-  if (name == "title") return Value(Title(s));
-  if (name == "capitalize") return Value(Capitalize(s));
+  if (name == "strip") return in.NewString(Strip(s, Arg(args, 0, "chars"), true, true), line);
+  if (name == "lstrip") return in.NewString(Strip(s, Arg(args, 0, "chars"), true, false), line);
+  if (name == "rstrip") return in.NewString(Strip(s, Arg(args, 0, "chars"), false, true), line);
+  if (name == "upper") return in.NewString(Upper(s), line);
+  if (name == "lower") return in.NewString(Lower(s), line);
+  if (name == "title") return in.NewString(Title(s), line);
+  if (name == "capitalize") return in.NewString(Capitalize(s), line);
   if (name == "split" || name == "rsplit") {
     const Value max = Arg(args, 1, "maxsplit");
     if (name == "rsplit" && max.is_int() && max.as_int() >= 0) Interpreter::Fail(line, "rsplit with maxsplit is not supported");
-    return Value::MakeList(Split(s, Arg(args, 0, "sep"), max.is_int() ? max.as_int() : -1, line));
+    return Split(in, s, Arg(args, 0, "sep"), max.is_int() ? max.as_int() : -1, line);
   }
   if (name == "replace") return ReplaceCall(in, s, args);
   if (name == "find") {
     const size_t hit = s.find(ExpectString(Arg(args, 0, "sub"), "find", line));
-    return Value(hit == std::string::npos ? int64_t{-1} : int64_t(CodePoints(s.substr(0, hit)).size()));
+    return Value(hit == std::string::npos ? int64_t{-1} : int64_t(CountCodePoints(std::string_view(s).substr(0, hit))));
   }
   if (name == "count") {
     const std::string sub = ExpectString(Arg(args, 0, "sub"), "count", line);
-    if (sub.empty()) return Value(int64_t(CodePoints(s).size() + 1));
+    if (sub.empty()) return Value(int64_t(CountCodePoints(s) + 1));
     int64_t n = 0;
     for (size_t pos = s.find(sub); pos != std::string::npos; pos = s.find(sub, pos + sub.size())) ++n;
     return Value(n);
@@ -144,11 +157,13 @@ Value CallMethod(Interpreter& in, const Value& object, const std::string& name, 
     if (!items.is_list()) Interpreter::Fail(line, "join needs a list");
     std::string out;
     for (size_t i = 0; i < items.list().size(); ++i) {
+      in.Step(line);
+      const std::string& item = ExpectString(items.list()[i], "join", line);
+      in.CheckGrowing(out.size() + s.size() + item.size(), line);
       if (i) out += s;
-      out += ExpectString(items.list()[i], "join", line);
-      in.CheckSize(out.size(), line);
+      out += item;
     }
-    return Value(std::move(out));
+    return in.NewString(std::move(out), line);
   }
   Interpreter::Fail(line, "a string has no method '" + name + "'");
 }

@@ -4,12 +4,17 @@
 // Errors are thrown as ParseError inside and returned as a Status at Parse().
 #include "tokenizer/jinja/parser.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace mlaserve::jinja {
 namespace {
 
 constexpr int kMaxNesting = 200;  // blocks and parentheses; a hostile template cannot overflow the stack
+// Operator chains (`1 + 1 + ...`, `x|trim|trim...`, `f(1)(1)...`) are parsed by loops, not
+// recursion, but they build trees as tall as they are long, which evaluating and destroying
+// would walk recursively: a tree taller than this is refused while it is being built.
+constexpr int kMaxExprHeight = 256;
 
 struct ParseError {
   int line;
@@ -246,6 +251,22 @@ class Parser {
 
   // ---- expressions ----
 
+  // Makes `child` (null for an omitted part) an operand of `parent`, keeping parent.height.
+  void Attach(Expr& parent, ExprPtr child) {
+    if (child) GrowOver(parent, *child);
+    parent.args.push_back(std::move(child));
+  }
+  void AttachKeyword(Expr& parent, std::string key, ExprPtr child) {
+    GrowOver(parent, *child);
+    parent.kwargs.emplace_back(std::move(key), std::move(child));
+  }
+  void GrowOver(Expr& parent, const Expr& child) {
+    parent.height = std::max(parent.height, child.height + 1);
+    if (parent.height > kMaxExprHeight) {
+      Fail("an expression nested deeper than " + std::to_string(kMaxExprHeight) + " operators");
+    }
+  }
+
   ExprPtr Make(Expr::Kind kind, int line) {
     auto e = std::make_unique<Expr>();
     e->kind = kind;
@@ -264,10 +285,10 @@ class Parser {
     ExprPtr first = ParseExpression();
     if (!IsOp(",")) return first;
     ExprPtr t = Make(Expr::Kind::kTuple, line);
-    t->args.push_back(std::move(first));
+    Attach(*t, std::move(first));
     while (IsOp(",")) {
       Next();
-      t->args.push_back(ParseExpression());
+      Attach(*t, ParseExpression());
     }
     return t;
   }
@@ -280,20 +301,20 @@ class Parser {
     while (IsName("or")) {
       const int line = Next().line;
       ExprPtr e = Make(Expr::Kind::kOr, line);
-      e->args.push_back(std::move(left));
-      e->args.push_back(ParseAnd());
+      Attach(*e, std::move(left));
+      Attach(*e, ParseAnd());
       left = std::move(e);
     }
     if (allow_conditional && IsName("if")) {
       const int line = Next().line;
       ExprPtr e = Make(Expr::Kind::kConditional, line);
-      e->args.push_back(std::move(left));
-      e->args.push_back(ParseOr(false));
+      Attach(*e, std::move(left));
+      Attach(*e, ParseOr(false));
       if (IsName("else")) {
         Next();
-        e->args.push_back(ParseOr(true));
+        Attach(*e, ParseOr(true));
       } else {
-        e->args.push_back(nullptr);
+        Attach(*e, nullptr);
       }
       return e;
     }
@@ -305,8 +326,8 @@ class Parser {
     while (IsName("and")) {
       const int line = Next().line;
       ExprPtr e = Make(Expr::Kind::kAnd, line);
-      e->args.push_back(std::move(left));
-      e->args.push_back(ParseNot());
+      Attach(*e, std::move(left));
+      Attach(*e, ParseNot());
       left = std::move(e);
     }
     return left;
@@ -318,7 +339,7 @@ class Parser {
       const int line = Next().line;
       ExprPtr e = Make(Expr::Kind::kUnary, line);
       e->name = "not";
-      e->args.push_back(ParseNot());
+      Attach(*e, ParseNot());
       return e;
     }
     return ParseCompare();
@@ -345,8 +366,8 @@ class Parser {
       }
       ExprPtr e = Make(Expr::Kind::kBinary, line);
       e->name = op;
-      e->args.push_back(std::move(left));
-      e->args.push_back(ParseMath1());
+      Attach(*e, std::move(left));
+      Attach(*e, ParseMath1());
       left = std::move(e);
     }
   }
@@ -354,8 +375,8 @@ class Parser {
   ExprPtr Binary(std::string op, ExprPtr left, ExprPtr right, int line) {
     ExprPtr e = Make(Expr::Kind::kBinary, line);
     e->name = std::move(op);
-    e->args.push_back(std::move(left));
-    e->args.push_back(std::move(right));
+    Attach(*e, std::move(left));
+    Attach(*e, std::move(right));
     return e;
   }
 
@@ -402,7 +423,7 @@ class Parser {
       const Token& t = Next();
       e = Make(Expr::Kind::kUnary, t.line);
       e->name = t.text;
-      e->args.push_back(ParseUnary(false));
+      Attach(*e, ParseUnary(false));
     } else {
       e = ParsePrimary();
     }
@@ -447,11 +468,11 @@ class Parser {
             return first;
           }
           ExprPtr tuple = Make(Expr::Kind::kTuple, t.line);
-          tuple->args.push_back(std::move(first));
+          Attach(*tuple, std::move(first));
           while (IsOp(",")) {
             Next();
             if (IsOp(")")) break;
-            tuple->args.push_back(ParseExpression());
+            Attach(*tuple, ParseExpression());
           }
           ExpectOp(")");
           return tuple;
@@ -459,7 +480,7 @@ class Parser {
         if (t.text == "[") {
           ExprPtr list = Make(Expr::Kind::kList, t.line);
           while (!IsOp("]")) {
-            list->args.push_back(ParseExpression());
+            Attach(*list, ParseExpression());
             if (!IsOp(",")) break;
             Next();
           }
@@ -469,9 +490,9 @@ class Parser {
         if (t.text == "{") {
           ExprPtr dict = Make(Expr::Kind::kDict, t.line);
           while (!IsOp("}")) {
-            dict->args.push_back(ParseExpression());
+            Attach(*dict, ParseExpression());
             ExpectOp(":");
-            dict->args.push_back(ParseExpression());
+            Attach(*dict, ParseExpression());
             if (!IsOp(",")) break;
             Next();
           }
@@ -494,11 +515,11 @@ class Parser {
         ExprPtr a = Make(Expr::Kind::kAttr, line);
         if (Peek().kind == TokenKind::kInt) {
           a = Make(Expr::Kind::kIndex, line);  // x.0 is x[0]
-          a->args.push_back(std::move(e));
-          a->args.push_back(Literal(Value(int64_t(std::strtoll(Next().text.c_str(), nullptr, 10))), line));
+          Attach(*a, std::move(e));
+          Attach(*a, Literal(Value(int64_t(std::strtoll(Next().text.c_str(), nullptr, 10))), line));
         } else {
           a->name = ExpectName();
-          a->args.push_back(std::move(e));
+          Attach(*a, std::move(e));
         }
         e = std::move(a);
       } else if (IsOp("[")) {
@@ -507,7 +528,7 @@ class Parser {
       } else if (IsOp("(")) {
         Next();
         ExprPtr call = Make(Expr::Kind::kCall, line);
-        call->args.push_back(std::move(e));
+        Attach(*call, std::move(e));
         ParseCallArgs(call.get());
         e = std::move(call);
       } else {
@@ -532,13 +553,13 @@ class Parser {
     if (!is_slice) {
       if (!parts[0]) Fail("empty subscript");
       ExprPtr e = Make(Expr::Kind::kIndex, line);
-      e->args.push_back(std::move(target));
-      e->args.push_back(std::move(parts[0]));
+      Attach(*e, std::move(target));
+      Attach(*e, std::move(parts[0]));
       return e;
     }
     ExprPtr e = Make(Expr::Kind::kSlice, line);
-    e->args.push_back(std::move(target));
-    for (auto& p : parts) e->args.push_back(std::move(p));
+    Attach(*e, std::move(target));
+    for (auto& p : parts) Attach(*e, std::move(p));
     return e;
   }
 
@@ -548,10 +569,10 @@ class Parser {
       if (Peek().kind == TokenKind::kName && IsOp("=", 1)) {
         std::string key = Next().text;
         Next();
-        call->kwargs.emplace_back(std::move(key), ParseExpression());
+        AttachKeyword(*call, std::move(key), ParseExpression());
       } else {
         if (!call->kwargs.empty()) Fail("positional argument after keyword argument");
-        call->args.push_back(ParseExpression());
+        Attach(*call, ParseExpression());
       }
       if (!IsOp(",")) break;
       Next();
@@ -566,7 +587,7 @@ class Parser {
         Next();
         ExprPtr f = Make(Expr::Kind::kFilter, line);
         f->name = ExpectName();
-        f->args.push_back(std::move(e));
+        Attach(*f, std::move(e));
         if (IsOp("(")) {
           Next();
           ParseCallArgs(f.get());
@@ -580,7 +601,7 @@ class Parser {
           t->negated = true;
         }
         t->name = ExpectName();
-        t->args.push_back(std::move(e));
+        Attach(*t, std::move(e));
         if (IsOp("(")) {
           Next();
           ParseCallArgs(t.get());
@@ -588,7 +609,7 @@ class Parser {
                     Peek().kind == TokenKind::kFloat ||
                     (Peek().kind == TokenKind::kName && !IsName("and") && !IsName("or") && !IsName("else") &&
                      !IsName("if") && !IsName("is") && !IsName("in") && !IsName("not")))) {
-          t->args.push_back(ParsePrimary());  // `is equalto 'x'`
+          Attach(*t, ParsePrimary());  // `is equalto 'x'`
         }
         e = std::move(t);
       } else {

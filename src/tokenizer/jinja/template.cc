@@ -19,7 +19,7 @@ Result<std::string> Template::Render(const Value& variables, const RenderLimits&
   Dict globals;
   AddGlobalFunctions(globals);
   for (const auto& [name, value] : variables.dict().items) globals.Set(name, value);
-  return Interpreter(limits).Render(*body_, std::move(globals));
+  return Interpreter(limits, concurrent_bytes_.get()).Render(*body_, std::move(globals));
 }
 
 }  // namespace mlaserve::jinja

@@ -24,8 +24,12 @@ class Template {
   Result<std::string> Render(const Value& variables, const RenderLimits& limits = {}) const;
 
  private:
-  explicit Template(std::shared_ptr<const Body> body) : body_(std::move(body)) {}
+  explicit Template(std::shared_ptr<const Body> body)
+      : body_(std::move(body)), concurrent_bytes_(std::make_shared<std::atomic<size_t>>(0)) {}
   std::shared_ptr<const Body> body_;  // shared by copies; never mutated after Parse
+  // Bytes allocated by the renders now running (RenderLimits::max_concurrent_render_bytes),
+  // shared by copies.
+  std::shared_ptr<std::atomic<size_t>> concurrent_bytes_;
 };
 
 }  // namespace mlaserve::jinja

@@ -46,7 +46,7 @@ struct JsonWriter {
 
   void Write(const Value& v, int depth) {
     in.Step(line);
-    in.CheckSize(out.size(), line);
+    in.CheckGrowing(out.size(), line);
     if (depth > 128) Interpreter::Fail(line, "tojson: value nested deeper than 128");
     switch (v.kind()) {
       case Value::Kind::kUndefined:
@@ -58,7 +58,10 @@ struct JsonWriter {
         out += s == "inf" ? "Infinity" : s == "-inf" ? "-Infinity" : s == "nan" ? "NaN" : s;
         return;
       }
-      case Value::Kind::kString: Quote(v.as_string(), &out); return;
+      case Value::Kind::kString:
+        in.CheckGrowing(out.size() + v.as_string().size(), line);  // quoting at most sextuples it
+        Quote(v.as_string(), &out);
+        return;
       case Value::Kind::kList: {
         if (v.list().empty()) {
           out += "[]";

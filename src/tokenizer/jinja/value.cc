@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 
 namespace mlaserve::jinja {
@@ -111,40 +112,70 @@ std::string QuoteString(const std::string& s) {
 
 }  // namespace
 
-std::string Value::Str() const {
+bool Value::AppendStr(std::string* out, size_t max_bytes) const {
   switch (kind()) {
-    case Kind::kUndefined: return "";
-    case Kind::kNone: return "None";
-    case Kind::kBool: return as_bool() ? "True" : "False";
-    case Kind::kInt: return std::to_string(as_int());
-    case Kind::kFloat: return FormatFloat(std::get<double>(v_));
-    case Kind::kString: return as_string();
-    case Kind::kList: {
-      std::string out = "[";
+    case Kind::kUndefined: break;
+    case Kind::kNone: *out += "None"; break;
+    case Kind::kBool: *out += as_bool() ? "True" : "False"; break;
+    case Kind::kInt: *out += std::to_string(as_int()); break;
+    case Kind::kFloat: *out += FormatFloat(std::get<double>(v_)); break;
+    case Kind::kString:
+      if (out->size() + as_string().size() > max_bytes) return false;
+      *out += as_string();
+      break;
+    case Kind::kList:
+      *out += '[';
       for (size_t i = 0; i < list().size(); ++i) {
-        if (i) out += ", ";
-        out += list()[i].Repr();
+        if (i) *out += ", ";
+        if (!list()[i].AppendRepr(out, max_bytes)) return false;
       }
-      return out + "]";
-    }
+      *out += ']';
+      break;
     case Kind::kDict: {
-      std::string out = "{";
+      *out += '{';
       bool first = true;
       for (const auto& [k, v] : dict().items) {
-        if (!first) out += ", ";
+        if (!first) *out += ", ";
         first = false;
-        out += QuoteString(k) + ": " + v.Repr();
+        if (out->size() + k.size() > max_bytes) return false;
+        *out += QuoteString(k) + ": ";
+        if (!v.AppendRepr(out, max_bytes)) return false;
       }
-      return out + "}";
+      *out += '}';
+      break;
     }
-    case Kind::kCallable: return "<function " + callable().name + ">";
+    case Kind::kCallable: *out += "<function " + callable().name + ">"; break;
   }
-  return "";
+  return out->size() <= max_bytes;
 }
 
-std::string Value::Repr() const { return is_string() ? QuoteString(as_string()) : Str(); }
+bool Value::AppendRepr(std::string* out, size_t max_bytes) const {
+  if (!is_string()) return AppendStr(out, max_bytes);
+  if (out->size() + as_string().size() > max_bytes) return false;
+  *out += QuoteString(as_string());
+  return out->size() <= max_bytes;
+}
+
+std::string Value::Str() const {
+  if (is_string()) return as_string();
+  std::string out;
+  AppendStr(&out, SIZE_MAX);
+  return out;
+}
+
+std::string Value::Repr() const {
+  std::string out;
+  AppendRepr(&out, SIZE_MAX);
+  return out;
+}
 
 bool Value::Equals(const Value& other) const {
+  int64_t unlimited = INT64_MAX;
+  return *Equals(other, &unlimited);
+}
+
+std::optional<bool> Value::Equals(const Value& other, int64_t* nodes_left) const {
+  if (--*nodes_left < 0) return std::nullopt;
   const bool numeric = is_number() || is_bool();
   const bool other_numeric = other.is_number() || other.is_bool();
   if (numeric && other_numeric) {
@@ -159,17 +190,22 @@ bool Value::Equals(const Value& other) const {
     case Kind::kNone: return true;
     case Kind::kString: return as_string() == other.as_string();
     case Kind::kList: {
+      if (&list() == &other.list()) return true;
       if (list().size() != other.list().size()) return false;
       for (size_t i = 0; i < list().size(); ++i) {
-        if (!list()[i].Equals(other.list()[i])) return false;
+        const std::optional<bool> same = list()[i].Equals(other.list()[i], nodes_left);
+        if (!same || !*same) return same;
       }
       return true;
     }
     case Kind::kDict: {
+      if (&dict() == &other.dict()) return true;
       if (dict().items.size() != other.dict().items.size()) return false;
       for (const auto& [k, v] : dict().items) {
         const Value* o = other.dict().Find(k);
-        if (!o || !v.Equals(*o)) return false;
+        if (!o) return false;
+        const std::optional<bool> same = v.Equals(*o, nodes_left);
+        if (!same || !*same) return same;
       }
       return true;
     }
@@ -249,15 +285,36 @@ void Dict::Set(const std::string& key, Value value) {
   items.emplace_back(key, std::move(value));
 }
 
+uint64_t RangeLength(int64_t start, int64_t stop, int64_t step) {
+  if (step > 0 ? start >= stop : start <= stop) return 0;
+  const uint64_t span = step > 0 ? uint64_t(stop) - uint64_t(start) : uint64_t(start) - uint64_t(stop);
+  const uint64_t stride = step > 0 ? uint64_t(step) : uint64_t(-(step + 1)) + 1;
+  return (span - 1) / stride + 1;
+}
+
+size_t CodePointLength(std::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  const size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+  return std::min(n, s.size() - i);
+}
+
+size_t CountCodePoints(std::string_view s) {
+  size_t count = 0;
+  for (size_t i = 0; i < s.size(); i += CodePointLength(s, i)) ++count;
+  return count;
+}
+
+std::pair<size_t, size_t> CodePointBytes(std::string_view s, size_t index) {
+  size_t i = 0;
+  for (size_t k = 0; k < index && i < s.size(); ++k) i += CodePointLength(s, i);
+  return {i, i < s.size() ? i + CodePointLength(s, i) : i};
+}
+
 std::vector<std::string> CodePoints(std::string_view s) {
   std::vector<std::string> out;
+  out.reserve(CountCodePoints(s));
   for (size_t i = 0; i < s.size();) {
-    size_t n = 1;
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0xF0) n = 4;
-    else if (c >= 0xE0) n = 3;
-    else if (c >= 0xC0) n = 2;
-    n = std::min(n, s.size() - i);
+    const size_t n = CodePointLength(s, i);
     out.emplace_back(s.substr(i, n));
     i += n;
   }

@@ -105,7 +105,7 @@ TEST(Jinja, Filters) {
             "AB[1, 2][0]");
   EXPECT_EQ(Render("{{ [3, 1, 2] | sort | list }}{{ [1, 2] | reverse | list }}{{ [1, 1, 2] | unique | list }}"),
             "[1, 2, 3][2, 1][1, 2]");
-  EXPECT_EQ(Render("{{ 'a\nb' | indent(2) }}|{{ 'hello world' | title }}|{{ 'hI' | capitalize }}"), "a\n  b|Hello World|Hi");
+  EXPECT_EQ(Render("{{ 'a\\nb' | indent(2) }}|{{ 'hello world' | title }}|{{ 'hI' | capitalize }}"), "a\n  b|Hello World|Hi");
   EXPECT_EQ(Render("{{ x | nope }}"), "ERROR: line 1: unknown filter 'nope'");
 }
 
@@ -203,17 +203,18 @@ TEST(Jinja, RenderErrorsNameTheLine) {
 TEST(Jinja, LimitsStopHostileTemplates) {
   RenderLimits small{.max_output_bytes = 1000, .max_steps = 10000, .max_call_depth = 8};
   EXPECT_EQ(Render("{% for i in range(100000) %}{% endfor %}", ordered_json::object(), small),
-            "ERROR: line 1: the template built a value larger than 1000 bytes");
-  EXPECT_EQ(Render("{% for i in range(900) %}{% for j in range(900) %}{% endfor %}{% endfor %}", ordered_json::object(), small),
+            "ERROR: line 1: the template built a list of more than " + std::to_string(1000 / sizeof(Value)) + " items");
+  EXPECT_EQ(Render("{% for i in range(40) %}{% for j in range(40) %}{% for k in range(40) %}{% endfor %}{% endfor %}{% endfor %}",
+                   ordered_json::object(), small),
             "ERROR: line 1: the template ran more than 10000 steps");
-  EXPECT_EQ(Render("{% for i in range(500) %}xyz{% endfor %}", ordered_json::object(), small),
+  EXPECT_EQ(Render("{% for i in range(40) %}{% for j in range(40) %}xyz{% endfor %}{% endfor %}", ordered_json::object(), small),
             "ERROR: line 1: the rendered prompt is larger than 1000 bytes");
   EXPECT_EQ(Render("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", ordered_json::object(), small),
             "ERROR: line 1: macro calls nested deeper than 8");
   EXPECT_EQ(Render("{% set s = 'ab' %}{% for i in range(30) %}{% set s = s ~ s %}{% endfor %}", ordered_json::object(), small),
             "ERROR: line 1: the template built a value larger than 1000 bytes");
   EXPECT_EQ(Render("{{ 'x' * 100000000000 }}", ordered_json::object(), small), "ERROR: line 1: the template built a value larger than 1000 bytes");
-  EXPECT_EQ(Render("{{ 2 ** 4000000000000 }}").substr(0, 6), "inf");  // by squaring, no loop of that length
+  EXPECT_EQ(Render("{{ 2 ** 4000000000000 }}"), "ERROR: line 1: integer overflow: 2 ** 4000000000000");  // by squaring, no loop of that length
   // Copying a large string over and over is charged by its size.
   const RenderLimits copies{.max_output_bytes = 100000, .max_steps = 10000, .max_call_depth = 8};
   EXPECT_EQ(Render("{% set s = 'x' * 90000 %}{% for i in range(1000) %}{% set t = s ~ 'y' %}{% endfor %}",
@@ -226,15 +227,112 @@ TEST(Jinja, LimitsStopHostileTemplates) {
             "ERROR: line 1: the template built lists or dicts nested deeper than 100");
   EXPECT_EQ(Render("{% set ns = namespace(a=1) %}{% set ns.self = [1, {'k': ns}] %}{{ ns }}"),
             "ERROR: line 1: 'ns.self' would hold 'ns' itself");
-  // Deep blocks inside deep macro recursion stay well within a thread's stack.
-  EXPECT_EQ(Render("{% macro g(n) %}{% if n > 0 %}" + Repeat("{% if true %}", 150) + "{{ g(n - 1) }}" +
-                   Repeat("{% endif %}", 150) + "{% endif %}{% endmacro %}{{ g(31) | length }}"),
-            "0");
+  // Deep blocks inside deep macro recursion stay well within a thread's stack: the recursion
+  // as a whole is bounded, whatever nests in what.
+  const auto deep_macro = [](int calls) {
+    return "{% macro g(n) %}{% if n > 0 %}" + Repeat("{% if true %}", 150) + "{{ g(n - 1) }}" + Repeat("{% endif %}", 150) +
+           "{% endif %}{% endmacro %}{{ g(" + std::to_string(calls) + ") | length }}";
+  };
+  EXPECT_EQ(Render(deep_macro(8)), "0");
+  EXPECT_EQ(Render(deep_macro(31)), "ERROR: line 1: the template nested expressions, blocks and macro calls deeper than 2000");
   // Deep nesting is a parse error, not a stack overflow.
   EXPECT_NE(Render("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nesting deeper than"), std::string::npos);
   std::string deep_ifs;
   for (int i = 0; i < 1000; ++i) deep_ifs += "{% if true %}";
   EXPECT_NE(Render(deep_ifs).find("nesting deeper than"), std::string::npos);
+}
+
+// Issue 24: each of these crashed the process, or grew without bound, before the budget.
+TEST(Jinja, IntegerArithmeticIsChecked) {
+  const ordered_json min_and_minus_one = {{"a", INT64_MIN}, {"b", -1}};
+  EXPECT_EQ(Render("{{ a // b }}", min_and_minus_one), "ERROR: line 1: integer overflow: -9223372036854775808 // -1");
+  EXPECT_EQ(Render("{{ a % b }}", min_and_minus_one), "0");  // Python: any int % -1 is 0
+  EXPECT_EQ(Render("{{ a is divisibleby(b) }} {{ 7 is divisibleby(-1) }} {{ 7 is divisibleby(2) }}", min_and_minus_one),
+            "True True False");
+  EXPECT_EQ(Render("{{ (-9223372036854775807 - 1) // -1 }}"), "ERROR: line 1: integer overflow: -9223372036854775808 // -1");
+  EXPECT_EQ(Render("{{ -a }}", min_and_minus_one), "ERROR: line 1: integer overflow: -(-9223372036854775808)");
+  EXPECT_EQ(Render("{{ a | abs }}", min_and_minus_one), "ERROR: line 1: integer overflow: abs(-9223372036854775808)");
+  EXPECT_EQ(Render("{{ 9223372036854775807 + 1 }}"), "ERROR: line 1: integer overflow: 9223372036854775807 + 1");
+  EXPECT_EQ(Render("{{ a - 1 }}", min_and_minus_one), "ERROR: line 1: integer overflow: -9223372036854775808 - 1");
+  EXPECT_EQ(Render("{{ 4294967296 * 4294967296 }}"), "ERROR: line 1: integer overflow: 4294967296 * 4294967296");
+  EXPECT_EQ(Render("{{ [9223372036854775807, 1] | sum }}"), "ERROR: line 1: integer overflow in 'sum'");
+  EXPECT_EQ(Render("{{ 7 // -2 }} {{ 7 % -2 }} {{ -7 % 2 }} {{ 3 ** 39 }} {{ (-2) ** 63 }}"),
+            "-4 -1 1 4052555153018976267 -9223372036854775808");
+  // int of a float: truncated within 64 bits, an error past them, the default for nan.
+  EXPECT_EQ(Render("{{ f | int }}", {{"f", 1e300}}), "ERROR: line 1: 'int' of 1e+300: out of the 64-bit integer range");
+  EXPECT_EQ(Render("{{ (f * f * 0) | int }}|{{ (f * f * 0) | int(7) }}", {{"f", 1e300}}), "0|7");  // inf * 0 is nan
+  EXPECT_EQ(Render("{{ (f * f) | int }}", {{"f", 1e300}}), "ERROR: line 1: 'int' of inf: out of the 64-bit integer range");
+  EXPECT_EQ(Render("{{ -2.7 | int }} {{ 9.2e18 | int }}"), "-2 9200000000000000000");
+}
+
+TEST(Jinja, RangesAndSlicesCountWithoutOverflow) {
+  const ordered_json v = {{"lo", INT64_MIN}, {"hi", INT64_MAX}, {"big", int64_t{1} << 62}};
+  EXPECT_EQ(Render("{{ range(lo, hi, big) | list }}", v),
+            "[-9223372036854775808, -4611686018427387904, 0, 4611686018427387904]");
+  EXPECT_EQ(Render("{{ range(hi - 1, hi, 1000) | list }}", v), "[9223372036854775806]");
+  EXPECT_EQ(Render("{{ range(hi, lo, -hi) | list }}", v), "[9223372036854775807, 0, -9223372036854775807]");
+  EXPECT_EQ(Render("{{ range(lo, hi) | length }}", v), "ERROR: line 1: the template built a list of more than " +
+                                                             std::to_string((16u << 20) / sizeof(Value)) + " items");
+  EXPECT_EQ(Render("{{ [1, 2, 3][::hi] }} {{ [1, 2, 3][::-hi] }} {{ 'héllo'[::hi] }} {{ [1, 2, 3][lo:hi] }}", v),
+            "[1] [3] h [1, 2, 3]");
+}
+
+TEST(Jinja, EveryBuilderIsCheckedBeforeItBuilds) {
+  const std::string too_large = "ERROR: line 1: the template built a value larger than 16777216 bytes";
+  EXPECT_EQ(Render("{{ 'a\\nb' | indent(n) }}", {{"n", 3000000000}}), too_large);
+  EXPECT_EQ(Render("{{ 'a\\nb' | indent(n) }}", {{"n", int64_t{1000000000000}}}), too_large);
+  EXPECT_EQ(Render("{{ 'a\\nb' | indent(-1) }}|{{ 'a\\nb' | indent(2) }}|{{ 'a\\nb' | indent('> ', true) }}"),
+            "a\nb|a\n  b|> a\n> b");  // Python's ' ' * -1 is ''
+  EXPECT_EQ(Render("{{ ('x' * 10000000) | replace('x', 'y' * 100000) | length }}"), too_large);
+  EXPECT_EQ(Render("{{ ('x' * 10000000).replace('x', 'y' * 100000) | length }}"), too_large);
+  EXPECT_EQ(Render("{{ ('ab' * 3) | replace('b', 'cd', 2) }}"), "acdacdab");
+  // Lists holding the same list twice print exponentially: str() stops at the cap.
+  EXPECT_EQ(Render("{% set ns = namespace(l=['x']) %}{% for i in range(60) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}"
+                   "{{ ns.l | string | length }}"),
+            too_large);
+  EXPECT_EQ(Render("{% set ns = namespace(l=['x']) %}{% for i in range(60) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}"
+                   "{{ ns.l }}"),
+            too_large);
+  EXPECT_EQ(Render("{% set ns = namespace(l=['x']) %}{% for i in range(60) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}"
+                   "{{ [ns.l] | join(',') | length }}"),
+            too_large);
+  // ...and compare in exponential time: == is charged per value compared.
+  EXPECT_EQ(Render("{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(60) %}{% set ns.a = [ns.a, ns.a] %}"
+                   "{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a == ns.b }}"),
+            "ERROR: line 1: the template ran more than 20000000 steps");
+  EXPECT_EQ(Render("{% set l = [[1, 2]] %}{{ l == l }} {{ [l] == [l] }} {{ l[0] in [[1, 2]] }}"), "True True True");
+  // A list of big strings shares them: repetition costs its items, not the strings' bytes.
+  EXPECT_EQ(Render("{{ ([s] * 500000) | length }}", {{"s", std::string(1 << 20, 'x')}}), "500000");
+  EXPECT_EQ(Render("{{ ('x,' * 8000000) | length }}"), "16000000");
+  EXPECT_EQ(Render("{{ ('x,' * 8000000).split(',') | length }}"),
+            "ERROR: line 1: the template built a list of more than " + std::to_string((16u << 20) / sizeof(Value)) + " items");
+  EXPECT_EQ(Render("{{ ('a b' * 3).split() }} {{ 'a,b,c'.split(',', 1) }} {{ ' a  b '.split(None, 1) }}"),
+            "['a', 'ba', 'ba', 'b'] ['a', 'b,c'] ['a', 'b ']");
+}
+
+TEST(Jinja, ARenderAllocatesWithinItsBudget) {
+  // Each string is within the value cap, but together they pass the render's byte budget.
+  EXPECT_EQ(Render("{% set ns = namespace(keep=[]) %}{% for i in range(100) %}"
+                   "{% set ns.keep = ns.keep + [('x' * 10000000) ~ i] %}{% endfor %}{{ ns.keep | length }}"),
+            "ERROR: line 1: the template allocated more than 134217728 bytes");
+  // Doubling a list of shared references is bounded by the list cap, whatever its items hold.
+  EXPECT_EQ(Render("{% set ns = namespace(l=[s]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
+                   {{"s", std::string(1 << 20, 'x')}}),
+            "ERROR: line 1: the template built a list of more than " + std::to_string((16u << 20) / sizeof(Value)) + " items");
+}
+
+TEST(Jinja, LongOperatorChainsAreParseErrors) {
+  const std::string too_deep = "ERROR: line 1: an expression nested deeper than 256 operators";
+  std::string sum = "{{ 1";
+  for (int i = 0; i < 10000; ++i) sum += " + 1";
+  EXPECT_EQ(Render(sum + " }}"), too_deep);
+  EXPECT_EQ(Render("{{ 'x'" + Repeat("|trim", 30000) + " }}"), too_deep);
+  EXPECT_EQ(Render("{{ x" + Repeat(".a", 30000) + " }}"), too_deep);
+  EXPECT_EQ(Render("{{ x" + Repeat("[0]", 30000) + " }}"), too_deep);
+  EXPECT_EQ(Render("{{ 1" + Repeat(" and 1", 200000) + " }}"), too_deep);
+  EXPECT_EQ(Render("{{ 1" + Repeat(" < 1", 200000) + " }}"), too_deep);
+  EXPECT_EQ(Render("{{ f" + Repeat("(1)", 30000) + " }}"), too_deep);
+  EXPECT_EQ(Render("{{ ('x'" + Repeat(" ~ 'x'", 200) + ") | length }}"), "201");  // long, but within the bound
 }
 
 }  // namespace
