@@ -3,7 +3,8 @@
 # Training the bundled model needs more: tools/train/setup.sh.
 set -euo pipefail
 pkgs=(cmake g++ ninja-build pkg-config ccache libpcre2-dev nlohmann-json3-dev libgtest-dev libsqlite3-dev
-      libopenmpi-dev openmpi-bin)
+      libopenmpi-dev openmpi-bin
+      clang libclang-rt-14-dev)  # clang's libFuzzer and sanitizer runtimes: scripts/fuzz.sh
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
