@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the fuzz targets' seed corpora into fuzz/corpus/<target>/ (scripts/fuzz.sh runs it).
+"""Writes the fuzz targets' seed inputs into fuzz/seeds/<target>/, which are committed: run it by hand
+(Debian's /usr/bin/python3) after changing a fixture or a target's input format.
 
 Seeds are small and derived from the repository's fixtures where there are some (config.json
 files, the bundled tokenizer shrunk to a few hundred tokens, request shapes the tests use);
@@ -12,7 +13,7 @@ import struct
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "fuzz", "corpus")
+OUT = os.path.join(ROOT, "fuzz", "seeds")
 
 
 def write(target, name, data):

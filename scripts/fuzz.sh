@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of fuzz/ (clang, AddressSanitizer + UndefinedBehaviorSanitizer,
 # build-fuzz/) and runs each for SECONDS (default 60). First each target replays its regression
-# inputs (fuzz/regressions/<target>/); then it fuzzes from its seed corpus (fuzz/corpus/<target>/,
-# written by fuzz/make_corpus.py and grown by the runs). Crash, timeout and out-of-memory inputs
+# inputs (fuzz/regressions/<target>/); then it fuzzes from its seeds (fuzz/seeds/<target>/, written
+# once by fuzz/make_corpus.py and committed: nothing here needs Python) and the corpus earlier runs
+# grew (fuzz/corpus/<target>/, not committed). Crash, timeout and out-of-memory inputs
 # go to fuzz/crashes/<target>/. Prints a table (executions, coverage) and exits non-zero when any
 # target failed. docs/fuzzing.md says more.
 #
@@ -46,11 +47,6 @@ if [ "$build" = 1 ]; then
   "${lock[@]}" cmake --build build-fuzz --target fuzz -j "$(nproc)"
 fi
 
-if command -v python3 >/dev/null; then
-  python3 fuzz/make_corpus.py
-else
-  echo "fuzz: python3 is missing: fuzzing without seed inputs" >&2
-fi
 
 # The dictionary each target uses (fuzz/dict/).
 dict_of() {
@@ -88,7 +84,7 @@ run_target() {
     local dict; dict="$(dict_of "$t")"
     local dict_flag=(); [ -n "$dict" ] && dict_flag=(-dict="$dict")
     if ! "$bin" "${flags[@]}" "${dict_flag[@]}" -max_total_time="$seconds" -print_final_stats=1 \
-        "fuzz/corpus/$t" >>"$log" 2>&1; then
+        "fuzz/corpus/$t" "fuzz/seeds/$t" >>"$log" 2>&1; then
       result="crash"
     fi
   fi
