@@ -31,40 +31,42 @@ Status ParseRopeScaling(const json& j, const std::string& source, ModelConfig& c
   if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return Status::Ok();
   const json& rs = j["rope_scaling"];
   if (!rs.is_object()) return Status::Error(source + ": field 'rope_scaling' must be an object or null");
-  std::string type = rs.value("type", rs.value("rope_type", std::string()));
+  FieldReader r(rs, source, "rope_scaling.");
+  std::string type = r.String("type", "");
+  if (type.empty()) type = r.String("rope_type", "");
+  MLA_RETURN_IF_ERROR(r.error());
   if (type != "yarn") {
     return Status::Error(source + ": rope_scaling type '" + type +
                          "' is not supported (supported: yarn, or null)");
   }
-  FieldReader r(rs, source);
   c.yarn.enabled = true;
   c.yarn.factor = r.Double("factor", 1.0, true);
   c.yarn.mscale = r.Double("mscale", 1.0, false);
   c.yarn.mscale_all_dim = r.Double("mscale_all_dim", 0.0, false);
-  c.yarn.original_max_position_embeddings =
-      r.Int("original_max_position_embeddings", 4096, true);
+  c.yarn.original_max_position_embeddings = r.Int("original_max_position_embeddings", {.min = 1}, 4096, true);
   c.yarn.beta_fast = r.Double("beta_fast", 32.0, false);
   c.yarn.beta_slow = r.Double("beta_slow", 1.0, false);
   MLA_RETURN_IF_ERROR(r.error());
-  if (c.yarn.factor < 1.0) r.Fail("rope_scaling.factor", "must be >= 1");
-  if (c.yarn.original_max_position_embeddings <= 0) {
-    r.Fail("rope_scaling.original_max_position_embeddings", "must be positive");
-  }
+  if (c.yarn.factor < 1.0) r.Fail("factor", "must be >= 1");
   return r.error();
 }
 
 // quantization_config: block-scaled fp8 or compressed-tensors pack-quantized int4; anything else
 // is one line naming what was found.
 Status ParseQuantization(const json& j, const std::string& source, ModelConfig& c) {
+  using config_limits::kMaxBlock;
   if (!j.contains("quantization_config") || j["quantization_config"].is_null()) return Status::Ok();
   const json& q = j["quantization_config"];
   const std::string where = source + ": quantization_config";
   if (!q.is_object()) return Status::Error(where + " must be an object");
-  const std::string method = q.value("quant_method", std::string());
+  FieldReader r(q, source, "quantization_config.");
+  const std::string method = r.String("quant_method", "");
+  MLA_RETURN_IF_ERROR(r.error());
   if (method == "fp8") {
-    const std::string fmt = q.value("fmt", std::string("e4m3"));
+    const std::string fmt = r.String("fmt", "e4m3");
+    const std::string act = r.String("activation_scheme", "dynamic");
+    MLA_RETURN_IF_ERROR(r.error());
     if (fmt != "e4m3") return Status::Error(where + ".fmt '" + fmt + "' is not supported (e4m3)");
-    const std::string act = q.value("activation_scheme", std::string("dynamic"));
     if (act != "dynamic") {
       return Status::Error(where + ".activation_scheme '" + act + "' is not supported (dynamic)");
     }
@@ -73,13 +75,16 @@ Status ParseQuantization(const json& j, const std::string& source, ModelConfig& 
                                    "(supported: block-scaled fp8, weight_block_size [128, 128])");
     }
     const json& b = q["weight_block_size"];
-    if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
-        b[0].get<int>() <= 0 || b[1].get<int>() <= 0) {
-      return Status::Error(where + ".weight_block_size must be two positive integers");
+    const IntRange block{.min = 1, .max = kMaxBlock};
+    const std::optional<int> rows = b.is_array() && b.size() == 2 ? IntInRange(b[0], block) : std::nullopt;
+    const std::optional<int> cols = b.is_array() && b.size() == 2 ? IntInRange(b[1], block) : std::nullopt;
+    if (!rows || !cols) {
+      return Status::Error(where + ".weight_block_size must be two integers in [1, " + std::to_string(kMaxBlock) +
+                           "], got " + QuoteJson(b));
     }
     c.quant.method = WeightQuantMethod::kFp8Block;
-    c.quant.block_rows = b[0].get<int>();
-    c.quant.block_cols = b[1].get<int>();
+    c.quant.block_rows = *rows;
+    c.quant.block_cols = *cols;
     if (c.quant.block_rows % 16 != 0) {
       return Status::Error(where + ".weight_block_size rows " + std::to_string(c.quant.block_rows) +
                            " is not supported (a multiple of 16)");
@@ -88,7 +93,8 @@ Status ParseQuantization(const json& j, const std::string& source, ModelConfig& 
   }
   if (method == "compressed-tensors") {
     // The format is top-level, or per group under a top-level "mixed" (or none).
-    const std::string format = q.value("format", std::string());
+    const std::string format = r.String("format", "");
+    MLA_RETURN_IF_ERROR(r.error());
     if (format != "pack-quantized" && format != "mixed" && !format.empty()) {
       return Status::Error(where + ".format '" + format + "' is not supported (pack-quantized)");
     }
@@ -109,31 +115,35 @@ Status ParseQuantization(const json& j, const std::string& source, ModelConfig& 
       }
       if (!group.contains("weights") || !group["weights"].is_object()) return Status::Error(g + ".weights is missing");
       const json& w = group["weights"];
-      const int bits = w.value("num_bits", 0);
+      FieldReader wr(w, source, "quantization_config.config_groups." + name + ".weights.");
+      const int bits = wr.Int("num_bits", {}, 0, false);
+      const std::string type = wr.String("type", "int");
+      const bool symmetric = wr.Bool("symmetric", false);
+      const std::string strategy = wr.String("strategy", "");
+      const bool dynamic = wr.Bool("dynamic", false);
+      const int size = wr.Int("group_size", {.min = 1, .max = kMaxBlock}, 0, true);
+      MLA_RETURN_IF_ERROR(wr.error());
       if (bits != 4) {
         return Status::Error(g + ".weights.num_bits " + std::to_string(bits) + " is not supported (4)");
       }
-      const std::string type = w.value("type", std::string("int"));
       if (type != "int") return Status::Error(g + ".weights.type '" + type + "' is not supported (int)");
-      if (!w.value("symmetric", false)) {
+      if (!symmetric) {
         return Status::Error(g + ".weights.symmetric false: asymmetric (zero-point) int4 is not supported");
       }
-      const std::string strategy = w.value("strategy", std::string());
       if (strategy != "group") {
         return Status::Error(g + ".weights.strategy '" + strategy + "' is not supported (group)");
       }
       if (w.contains("actorder") && !w["actorder"].is_null() && w["actorder"] != false) {
         return Status::Error(g + ".weights.actorder: act-order int4 is not supported");
       }
-      if (w.value("dynamic", false)) return Status::Error(g + ".weights.dynamic true is not supported");
-      const json gs = w.value("group_size", json());
-      if (!gs.is_number_integer() || gs.get<int>() <= 0 || gs.get<int>() % 2 != 0) {
-        return Status::Error(g + ".weights.group_size must be a positive even integer");
+      if (dynamic) return Status::Error(g + ".weights.dynamic true is not supported");
+      if (size % 2 != 0) {
+        return Status::Error(g + ".weights.group_size must be a positive even integer, got " + std::to_string(size));
       }
-      if (group_size != 0 && gs.get<int>() != group_size) {
+      if (group_size != 0 && size != group_size) {
         return Status::Error(where + ": config_groups with different group sizes are not supported");
       }
-      group_size = gs.get<int>();
+      group_size = size;
     }
     c.quant.method = WeightQuantMethod::kInt4Pack;
     c.quant.group_size = group_size;
@@ -151,24 +161,19 @@ Status ParseQuantization(const json& j, const std::string& source, ModelConfig& 
                        "pack-quantized int4)");
 }
 
+// What each field's range (read above) cannot say: fields that depend on each other.
 Status Validate(const ModelConfig& c, FieldReader& r) {
   auto positive = [&](const char* key, int v) {
     if (v <= 0) r.Fail(key, "must be positive, got " + std::to_string(v));
   };
-  positive("vocab_size", c.vocab_size);
-  positive("hidden_size", c.hidden_size);
-  positive("num_hidden_layers", c.num_hidden_layers);
-  positive("num_attention_heads", c.num_attention_heads);
-  positive("kv_lora_rank", c.kv_lora_rank);
-  positive("qk_nope_head_dim", c.qk_nope_head_dim);
-  positive("qk_rope_head_dim", c.qk_rope_head_dim);
-  positive("v_head_dim", c.v_head_dim);
-  positive("max_position_embeddings", c.max_position_embeddings);
-  if (c.q_lora_rank < 0) r.Fail("q_lora_rank", "must be positive or null");
+  if (int64_t(c.num_hidden_layers) * c.n_routed_experts > config_limits::kMaxTotalExperts) {
+    r.Fail("n_routed_experts", std::to_string(c.n_routed_experts) + " x num_hidden_layers " +
+                                   std::to_string(c.num_hidden_layers) + " routed experts exceed " +
+                                   std::to_string(config_limits::kMaxTotalExperts));
+  }
   if (c.qk_rope_head_dim % 2 != 0) r.Fail("qk_rope_head_dim", "must be even");
-  if (c.moe_layer_freq <= 0) r.Fail("moe_layer_freq", "must be positive");
   bool has_moe_layer = false, has_dense_layer = false;
-  for (int layer = 0; c.moe_layer_freq > 0 && layer < c.num_hidden_layers; ++layer) {
+  for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
     (c.IsMoeLayer(layer) ? has_moe_layer : has_dense_layer) = true;
   }
   if (has_moe_layer) {
@@ -194,7 +199,6 @@ Status Validate(const ModelConfig& c, FieldReader& r) {
     }
   }
   if (has_dense_layer) positive("intermediate_size", c.intermediate_size);
-  if (c.n_shared_experts < 0) r.Fail("n_shared_experts", "must be >= 0");
   if (c.rms_norm_eps <= 0) r.Fail("rms_norm_eps", "must be positive");
   if (c.rope_theta <= 0) r.Fail("rope_theta", "must be positive");
   return r.error();
@@ -273,30 +277,33 @@ Result<ModelConfig> ParseModelConfig(std::string_view json_text, const std::stri
                          "' is not supported (supported: deepseek_v2, deepseek_v3, kimi_k2)");
   }
 
+  using namespace config_limits;
+  const IntRange positive{.min = 1};
   c.torch_dtype = r.String("torch_dtype", "");
-  c.vocab_size = r.Int("vocab_size", 0, true);
-  c.hidden_size = r.Int("hidden_size", 0, true);
-  c.intermediate_size = r.Int("intermediate_size", 0, false);
-  c.moe_intermediate_size = r.Int("moe_intermediate_size", 0, false);
-  c.num_hidden_layers = r.Int("num_hidden_layers", 0, true);
-  c.num_attention_heads = r.Int("num_attention_heads", 0, true);
-  int num_kv_heads = r.Int("num_key_value_heads", c.num_attention_heads, false);
+  c.vocab_size = r.Int("vocab_size", {.min = 1, .max = kMaxVocab}, 0, true);
+  c.hidden_size = r.Int("hidden_size", {.min = 1, .max = kMaxHidden}, 0, true);
+  c.intermediate_size = r.Int("intermediate_size", {.min = 0, .max = kMaxIntermediate}, 0, false);
+  c.moe_intermediate_size = r.Int("moe_intermediate_size", {.min = 0, .max = kMaxIntermediate}, 0, false);
+  c.num_hidden_layers = r.Int("num_hidden_layers", {.min = 1, .max = kMaxLayers}, 0, true);
+  c.num_attention_heads = r.Int("num_attention_heads", {.min = 1, .max = kMaxHeads}, 0, true);
+  int num_kv_heads = r.Int("num_key_value_heads", {.min = 1, .max = kMaxHeads}, c.num_attention_heads, false);
   if (num_kv_heads != c.num_attention_heads) {
     r.Fail("num_key_value_heads", "must equal num_attention_heads for MLA checkpoints");
   }
-  c.q_lora_rank = r.NullableInt("q_lora_rank", 0);
-  c.kv_lora_rank = r.Int("kv_lora_rank", 0, true);
-  c.qk_nope_head_dim = r.Int("qk_nope_head_dim", 0, true);
-  c.qk_rope_head_dim = r.Int("qk_rope_head_dim", 0, true);
-  c.v_head_dim = r.Int("v_head_dim", 0, true);
+  c.q_lora_rank = r.NullableInt("q_lora_rank", {.min = 0, .max = kMaxRank}, 0);
+  c.kv_lora_rank = r.Int("kv_lora_rank", {.min = 1, .max = kMaxRank}, 0, true);
+  c.qk_nope_head_dim = r.Int("qk_nope_head_dim", {.min = 1, .max = kMaxHeadDim}, 0, true);
+  c.qk_rope_head_dim = r.Int("qk_rope_head_dim", {.min = 1, .max = kMaxHeadDim}, 0, true);
+  c.v_head_dim = r.Int("v_head_dim", {.min = 1, .max = kMaxHeadDim}, 0, true);
 
-  c.n_routed_experts = r.NullableInt("n_routed_experts", 0);
-  c.n_shared_experts = r.NullableInt("n_shared_experts", 0);
-  c.num_experts_per_tok = r.NullableInt("num_experts_per_tok", 0);
-  c.n_group = r.NullableInt("n_group", 1);
-  c.topk_group = r.NullableInt("topk_group", 1);
-  c.first_k_dense_replace = r.Int("first_k_dense_replace", 0, false);
-  c.moe_layer_freq = r.Int("moe_layer_freq", 1, false);
+  const IntRange experts{.min = 0, .max = kMaxExperts};
+  c.n_routed_experts = r.NullableInt("n_routed_experts", experts, 0);
+  c.n_shared_experts = r.NullableInt("n_shared_experts", experts, 0);
+  c.num_experts_per_tok = r.NullableInt("num_experts_per_tok", experts, 0);
+  c.n_group = r.NullableInt("n_group", experts, 1);
+  c.topk_group = r.NullableInt("topk_group", experts, 1);
+  c.first_k_dense_replace = r.Int("first_k_dense_replace", {.min = 0}, 0, false);
+  c.moe_layer_freq = r.Int("moe_layer_freq", positive, 1, false);
   c.norm_topk_prob = r.Bool("norm_topk_prob", false);
   c.routed_scaling_factor = r.Double("routed_scaling_factor", 1.0, false);
 
@@ -317,17 +324,15 @@ Result<ModelConfig> ParseModelConfig(std::string_view json_text, const std::stri
 
   c.rope_theta = r.Double("rope_theta", 10000.0, false);
   c.rope_interleave = r.Bool("rope_interleave", true);
-  c.max_position_embeddings = r.Int("max_position_embeddings", 0, true);
+  c.max_position_embeddings = r.Int("max_position_embeddings", positive, 0, true);
   c.rms_norm_eps = r.Double("rms_norm_eps", 1e-6, false);
   c.tie_word_embeddings = r.Bool("tie_word_embeddings", false);
-  if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) {
-    c.bos_token_id = j["bos_token_id"].get<int>();
+  // -1: none. A list of ids (some configs give several) is left to the tokenizer's own eos.
+  for (const auto& [key, id] : {std::pair{"bos_token_id", &c.bos_token_id}, {"eos_token_id", &c.eos_token_id}}) {
+    if (j.contains(key) && j[key].is_number()) *id = r.Int(key, {.min = -1}, -1, true);
   }
-  if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer()) {
-    c.eos_token_id = j["eos_token_id"].get<int>();
-  }
+  c.num_nextn_predict_layers = r.NullableInt("num_nextn_predict_layers", {.min = 0, .max = kMaxNextnLayers}, 0);
   MLA_RETURN_IF_ERROR(r.error());
-  c.num_nextn_predict_layers = r.NullableInt("num_nextn_predict_layers", 0);
   MLA_RETURN_IF_ERROR(ParseRopeScaling(j, source, c));
   MLA_RETURN_IF_ERROR(ParseQuantization(j, source, c));
   MLA_RETURN_IF_ERROR(Validate(c, r));

@@ -102,28 +102,25 @@ Result<Eagle3Config> ReadEagle3Config(const std::string& dir) {
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     return Status::Error(source + ": rope_scaling is not supported for EAGLE-3 drafts (plain RoPE only)");
   }
+  using namespace config_limits;
   FieldReader r(j, source);
   Eagle3Config c;
-  const int layers = r.Int("num_hidden_layers", 1, false);
+  const int layers = r.Int("num_hidden_layers", {.min = 1, .max = kMaxLayers}, 1, false);
   const std::string act = r.String("hidden_act", "silu");
   const bool biases = r.Bool("attention_bias", false) || r.Bool("mlp_bias", false);
   c.rms_norm_eps = r.Double("rms_norm_eps", c.rms_norm_eps, false);
   c.rope_theta = r.Double("rope_theta", c.rope_theta, false);
-  c.hidden_size = r.Int("hidden_size", 0, true);
-  c.target_hidden_size = r.Int("target_hidden_size", c.hidden_size, false);
-  c.intermediate_size = r.Int("intermediate_size", 0, true);
-  c.num_attention_heads = r.Int("num_attention_heads", 0, true);
-  c.num_key_value_heads = r.Int("num_key_value_heads", c.num_attention_heads, false);
-  c.vocab_size = r.Int("vocab_size", 0, true);
-  c.draft_vocab_size = r.Int("draft_vocab_size", c.vocab_size, false);
-  for (const auto& [key, value] : {std::pair{"hidden_size", c.hidden_size}, {"target_hidden_size", c.target_hidden_size},
-                                   {"intermediate_size", c.intermediate_size},
-                                   {"num_attention_heads", c.num_attention_heads},
-                                   {"num_key_value_heads", c.num_key_value_heads}, {"vocab_size", c.vocab_size},
-                                   {"draft_vocab_size", c.draft_vocab_size}}) {
-    if (value < 1) r.Fail(key, "must be a positive integer");
-  }
-  c.head_dim = r.Int("head_dim", c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0, false);
+  const IntRange hidden{.min = 1, .max = kMaxHidden}, heads{.min = 1, .max = kMaxHeads},
+      vocab{.min = 1, .max = kMaxVocab};
+  c.hidden_size = r.Int("hidden_size", hidden, 0, true);
+  c.target_hidden_size = r.Int("target_hidden_size", hidden, c.hidden_size, false);
+  c.intermediate_size = r.Int("intermediate_size", {.min = 1, .max = kMaxIntermediate}, 0, true);
+  c.num_attention_heads = r.Int("num_attention_heads", heads, 0, true);
+  c.num_key_value_heads = r.Int("num_key_value_heads", heads, c.num_attention_heads, false);
+  c.vocab_size = r.Int("vocab_size", vocab, 0, true);
+  c.draft_vocab_size = r.Int("draft_vocab_size", vocab, c.vocab_size, false);
+  c.head_dim = r.Int("head_dim", {.min = 1, .max = kMaxHeadDim},
+                     c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0, false);
   if (c.head_dim < 1) r.Fail("head_dim", "must be a positive integer");
   MLA_RETURN_IF_ERROR(r.error());
   if (layers != 1) {
@@ -140,13 +137,15 @@ Result<Eagle3Config> ReadEagle3Config(const std::string& dir) {
     const json& e = j["eagle_config"];
     if (e.contains("eagle_aux_hidden_state_layer_ids") && !e["eagle_aux_hidden_state_layer_ids"].is_null()) {
       const json& ids = e["eagle_aux_hidden_state_layer_ids"];
+      const IntRange layer_id{.min = 0, .max = kMaxLayers};
       if (!ids.is_array() || ids.size() != 3 ||
-          !std::all_of(ids.begin(), ids.end(), [](const json& id) { return id.is_number_integer(); })) {
-        return Status::Error(source + ": eagle_config.eagle_aux_hidden_state_layer_ids must list 3 layer ids");
+          !std::all_of(ids.begin(), ids.end(), [&](const json& id) { return IntInRange(id, layer_id).has_value(); })) {
+        return Status::Error(source + ": eagle_config.eagle_aux_hidden_state_layer_ids must list 3 layer ids in [0, " +
+                             std::to_string(kMaxLayers) + "], got " + QuoteJson(ids));
       }
-      for (const json& id : ids) c.aux_layer_ids.push_back(id.get<int>());
+      for (const json& id : ids) c.aux_layer_ids.push_back(*IntInRange(id, layer_id));
     }
-    FieldReader eagle(e, source);
+    FieldReader eagle(e, source, "eagle_config.");
     const bool aux = eagle.Bool("use_aux_hidden_state", true);
     MLA_RETURN_IF_ERROR(eagle.error());
     if (!aux) return Status::Error(source + ": use_aux_hidden_state false (an EAGLE-1/2 style draft) is not supported");
@@ -225,36 +224,30 @@ Result<std::unique_ptr<Eagle3Draft>> Eagle3Draft::Load(const std::string& dir, M
   if (!ckpt.ok()) return Status::Error("EAGLE-3 draft: " + ckpt.error());
   const Checkpoint& k = **ckpt;
 
-  std::unique_ptr<Eagle3Draft> d(new Eagle3Draft(c, target, kernels, page_size, num_pages));
-  if (d->kv_ == nullptr) {
-    return Status::Error("EAGLE-3 draft: cannot allocate its cache of " +
-                         std::to_string(double(d->cache_bytes()) / 1e9) + " GB");
-  }
+  // Every matrix is checked against the file before the draft's buffers, sized from its config,
+  // are allocated.
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   const int64_t q_dim = int64_t(c.num_attention_heads) * c.head_dim;
-  Weights& w = d->w_;
+  Weights w;
   struct Spec {
-    WeightMatrix* m;
+    WeightMatrix Weights::*m;
     const char* name;
     int64_t rows, cols;
   };
-  const Spec specs[] = {{&w.fc, "fc.weight", H, 3 * int64_t(c.target_hidden_size)},
-                        {&w.q_proj, "midlayer.self_attn.q_proj.weight", q_dim, 2 * H},
-                        {&w.k_proj, "midlayer.self_attn.k_proj.weight", c.kv_dim(), 2 * H},
-                        {&w.v_proj, "midlayer.self_attn.v_proj.weight", c.kv_dim(), 2 * H},
-                        {&w.o_proj, "midlayer.self_attn.o_proj.weight", H, q_dim},
-                        {&w.gate, "midlayer.mlp.gate_proj.weight", I, H},
-                        {&w.up, "midlayer.mlp.up_proj.weight", I, H},
-                        {&w.down, "midlayer.mlp.down_proj.weight", H, I},
-                        {&w.lm_head, "lm_head.weight", c.draft_vocab_size, H}};
-  std::vector<WeightMatrix*> matrices;
+  const Spec specs[] = {{&Weights::fc, "fc.weight", H, 3 * int64_t(c.target_hidden_size)},
+                        {&Weights::q_proj, "midlayer.self_attn.q_proj.weight", q_dim, 2 * H},
+                        {&Weights::k_proj, "midlayer.self_attn.k_proj.weight", c.kv_dim(), 2 * H},
+                        {&Weights::v_proj, "midlayer.self_attn.v_proj.weight", c.kv_dim(), 2 * H},
+                        {&Weights::o_proj, "midlayer.self_attn.o_proj.weight", H, q_dim},
+                        {&Weights::gate, "midlayer.mlp.gate_proj.weight", I, H},
+                        {&Weights::up, "midlayer.mlp.up_proj.weight", I, H},
+                        {&Weights::down, "midlayer.mlp.down_proj.weight", H, I},
+                        {&Weights::lm_head, "lm_head.weight", c.draft_vocab_size, H}};
   for (const Spec& s : specs) {
     auto m = StoredMatrix(k, s.name, s.rows, s.cols);
     if (!m.ok()) return m.status();
-    *s.m = *m;
-    matrices.push_back(s.m);
+    w.*s.m = *m;
   }
-  PackAll(matrices, d->packed_, target.pool());
   struct NormSpec {
     std::vector<float>* v;
     const char* name;
@@ -267,6 +260,15 @@ Result<std::unique_ptr<Eagle3Draft>> Eagle3Draft::Load(const std::string& dir, M
     if (!v.ok()) return v.status();
     *s.v = std::move(v).value();
   }
+  std::unique_ptr<Eagle3Draft> d(new Eagle3Draft(c, target, kernels, page_size, num_pages));
+  if (d->kv_ == nullptr) {
+    return Status::Error("EAGLE-3 draft: cannot allocate its cache of " +
+                         std::to_string(double(d->cache_bytes()) / 1e9) + " GB");
+  }
+  d->w_ = std::move(w);
+  std::vector<WeightMatrix*> matrices;
+  for (const Spec& s : specs) matrices.push_back(&(d->w_.*s.m));
+  PackAll(matrices, d->packed_, target.pool());
 
   if (k.Find("embed_tokens.weight") != nullptr) {
     Log(LogLevel::kInfo, "[mlaserve] EAGLE-3 draft %s: its embed_tokens is not read; the target's embedding is used "

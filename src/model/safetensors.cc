@@ -1,5 +1,6 @@
 #include "model/safetensors.h"
 
+#include "core/json_quote.h"
 #include "core/read_file.h"
 
 #include <fcntl.h>
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -74,78 +76,149 @@ Result<DType> ParseDType(const std::string& s) {
   return Status::Error("dtype " + s + " is not supported (supported: F32, BF16, F16, F8_E4M3, I32, I64, BOOL)");
 }
 
+
+std::string Range(uint64_t begin, uint64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+}
+
+// One tensor's header entry, checked on its own (overlaps are checked across entries).
+Result<SafetensorsEntry> ParseEntry(const std::string& name, const json& entry, uint64_t data_size,
+                                    const std::string& where) {
+  if (!entry.is_object() || !entry.contains("dtype") || !entry["dtype"].is_string() ||
+      !entry.contains("shape") || !entry["shape"].is_array() ||
+      !entry.contains("data_offsets") || !entry["data_offsets"].is_array() ||
+      entry["data_offsets"].size() != 2) {
+    return Status::Error(where + ": malformed header entry");
+  }
+  auto dtype = ParseDType(entry["dtype"].get<std::string>());
+  if (!dtype.ok()) return Status::Error(where + ": " + dtype.error());
+  SafetensorsEntry out{.name = name, .dtype = *dtype};
+  // The product is checked at each step, so TensorView::numel() (signed) never overflows.
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (const json& d : entry["shape"]) {
+    if (d.is_number_integer() && !d.is_number_unsigned()) {
+      return Status::Error(where + ": shape has a negative dimension " + QuoteJson(d));
+    }
+    if (!d.is_number_unsigned()) return Status::Error(where + ": malformed shape " + QuoteJson(entry["shape"]));
+    const uint64_t dim = d.get<uint64_t>();
+    overflow = overflow || dim > uint64_t(INT64_MAX) || __builtin_mul_overflow(numel, dim, &numel) ||
+               numel > uint64_t(INT64_MAX);
+    if (!overflow) out.shape.push_back(int64_t(dim));
+  }
+  uint64_t num_bytes = 0;
+  if (overflow || __builtin_mul_overflow(numel, uint64_t(DTypeBytes(out.dtype)), &num_bytes)) {
+    return Status::Error(where + ": shape " + QuoteJson(entry["shape"]) + " of " + DTypeName(out.dtype) +
+                         " overflows 64-bit sizes");
+  }
+  const json& offsets = entry["data_offsets"];
+  if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
+    return Status::Error(where + ": malformed data_offsets " + QuoteJson(offsets));
+  }
+  out.begin = offsets[0].get<uint64_t>();
+  out.end = offsets[1].get<uint64_t>();
+  if (out.begin > out.end) return Status::Error(where + ": data_offsets " + Range(out.begin, out.end) + " are reversed");
+  if (out.end > data_size) {
+    return Status::Error(where + ": data_offsets " + Range(out.begin, out.end) + " lie outside the file (its data "
+                         "section has " + std::to_string(data_size) + " bytes)");
+  }
+  if (out.end - out.begin != num_bytes) {
+    TensorView shape_only;
+    shape_only.shape = out.shape;
+    return Status::Error(where + ": " + std::to_string(out.end - out.begin) + " bytes do not match shape " +
+                         shape_only.ShapeString() + " of " + DTypeName(out.dtype));
+  }
+  return out;
+}
+
 }  // namespace
+
+Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view bytes, uint64_t file_size,
+                                                 const std::string& source) {
+  constexpr uint64_t kMaxHeaderBytes = uint64_t(100) << 20;
+  if (file_size < 8 || bytes.size() < 8) {
+    return Status::Error(source + ": not a safetensors file (shorter than 8 bytes)");
+  }
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes.data(), 8);  // little-endian, as this host
+  if (header_len > file_size - 8) {
+    return Status::Error(source + ": not a safetensors file (header length " + std::to_string(header_len) +
+                         " exceeds the file)");
+  }
+  if (header_len > kMaxHeaderBytes) {
+    return Status::Error(source + ": safetensors header length " + std::to_string(header_len) +
+                         " exceeds the 100 MiB limit");
+  }
+  if (bytes.size() - 8 < header_len) {
+    return Status::Error(source + ": the safetensors header's " + std::to_string(header_len) + " bytes are cut short");
+  }
+  const json header = json::parse(bytes.data() + 8, bytes.data() + 8 + header_len, nullptr,
+                                  /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object()) {
+    return Status::Error(source + ": safetensors header is not valid JSON");
+  }
+  SafetensorsHeader out;
+  out.data_offset = 8 + header_len;
+  const uint64_t data_size = file_size - out.data_offset;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      if (!entry.is_object()) {
+        return Status::Error(source + ": __metadata__ must be an object of strings, got " + QuoteJson(entry));
+      }
+      for (const auto& [key, value] : entry.items()) {
+        if (!value.is_string()) {
+          return Status::Error(source + ": __metadata__ '" + PrintableName(key) + "' must be a string, got " + QuoteJson(value));
+        }
+        out.metadata[key] = value.get<std::string>();
+      }
+      continue;
+    }
+    auto parsed = ParseEntry(name, entry, data_size, source + ": tensor '" + PrintableName(name) + "'");
+    if (!parsed.ok()) return parsed.status();
+    out.tensors.push_back(std::move(parsed).value());
+  }
+  // Two tensors must not share bytes (one written through the other's name would change both):
+  // in begin order, each non-empty range starts at or after the furthest end so far.
+  std::sort(out.tensors.begin(), out.tensors.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  const SafetensorsEntry* furthest = nullptr;
+  for (const SafetensorsEntry& t : out.tensors) {
+    if (t.begin == t.end) continue;
+    if (furthest != nullptr && t.begin < furthest->end) {
+      return Status::Error(source + ": tensor '" + PrintableName(t.name) + "' bytes " + Range(t.begin, t.end) +
+                           " overlap tensor '" + PrintableName(furthest->name) + "' bytes " + Range(furthest->begin, furthest->end));
+    }
+    if (furthest == nullptr || t.end > furthest->end) furthest = &t;
+  }
+  return out;
+}
 
 Status Checkpoint::AddFile(const std::string& path,
                            const std::vector<std::string>* expected_names) {
   auto mapped = MappedFile::Open(path);
   if (!mapped.ok()) return mapped.status();
   const MappedFile& file = **mapped;
-  if (file.size() < 8) return Status::Error(path + ": not a safetensors file (shorter than 8 bytes)");
-  uint64_t header_len = 0;
-  std::memcpy(&header_len, file.data(), 8);
-  if (header_len > file.size() - 8 || header_len > (100u << 20)) {
-    return Status::Error(path + ": not a safetensors file (header length " +
-                         std::to_string(header_len) + " exceeds the file)");
-  }
-  json header = json::parse(reinterpret_cast<const char*>(file.data()) + 8,
-                            reinterpret_cast<const char*>(file.data()) + 8 + header_len, nullptr,
-                            /*allow_exceptions=*/false);
-  if (header.is_discarded() || !header.is_object()) {
-    return Status::Error(path + ": safetensors header is not valid JSON");
-  }
-  const std::byte* data_begin = file.data() + 8 + header_len;
-  const size_t data_size = file.size() - 8 - header_len;
-  for (auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") {
-      if (entry.is_object() && metadata_.empty()) {
-        for (auto& [k, v] : entry.items()) {
-          if (v.is_string()) metadata_[k] = v.get<std::string>();
-        }
-      }
-      continue;
-    }
-    const std::string where = path + ": tensor '" + name + "'";
-    if (!entry.is_object() || !entry.contains("dtype") || !entry["dtype"].is_string() ||
-        !entry.contains("shape") || !entry["shape"].is_array() ||
-        !entry.contains("data_offsets") || !entry["data_offsets"].is_array() ||
-        entry["data_offsets"].size() != 2) {
-      return Status::Error(where + ": malformed header entry");
-    }
-    auto dtype = ParseDType(entry["dtype"].get<std::string>());
-    if (!dtype.ok()) return Status::Error(where + ": " + dtype.error());
-    TensorView view;
-    view.name = name;
-    view.dtype = *dtype;
-    view.file = path;
-    for (const json& d : entry["shape"]) {
-      if (!d.is_number_unsigned()) return Status::Error(where + ": malformed shape");
-      view.shape.push_back(d.get<int64_t>());
-    }
-    const json& offsets = entry["data_offsets"];
-    if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
-      return Status::Error(where + ": malformed data_offsets");
-    }
-    uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
-    if (begin > end || end > data_size) {
-      return Status::Error(where + ": data_offsets [" + std::to_string(begin) + ", " +
-                           std::to_string(end) + ") lie outside the file");
-    }
-    if (end - begin != uint64_t(view.numel()) * uint64_t(DTypeBytes(view.dtype))) {
-      return Status::Error(where + ": " + std::to_string(end - begin) +
-                           " bytes do not match shape " + view.ShapeString() + " of " +
-                           DTypeName(view.dtype));
-    }
-    view.data = data_begin + begin;
-    view.num_bytes = end - begin;
+  auto header = ParseSafetensorsHeader(
+      std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), file.size(), path);
+  if (!header.ok()) return header.status();
+  if (metadata_.empty()) metadata_ = header->metadata;
+  const std::byte* data_begin = file.data() + header->data_offset;
+  for (SafetensorsEntry& entry : header->tensors) {
+    const std::string where = path + ": tensor '" + PrintableName(entry.name) + "'";
     if (expected_names != nullptr &&
-        std::find(expected_names->begin(), expected_names->end(), name) ==
-            expected_names->end()) {
+        std::find(expected_names->begin(), expected_names->end(), entry.name) == expected_names->end()) {
       return Status::Error(where + " is not listed for this file in model.safetensors.index.json");
     }
-    if (tensors_.count(name)) return Status::Error(where + " appears in more than one file");
+    if (tensors_.count(entry.name)) return Status::Error(where + " appears in more than one file");
+    TensorView view{.name = entry.name,
+                    .dtype = entry.dtype,
+                    .shape = std::move(entry.shape),
+                    .data = data_begin + entry.begin,
+                    .num_bytes = size_t(entry.end - entry.begin),
+                    .file = path};
     total_tensor_bytes_ += view.num_bytes;
-    tensors_.emplace(name, std::move(view));
+    tensors_.emplace(entry.name, std::move(view));
   }
   files_.push_back(std::move(mapped).value());
   return Status::Ok();

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -24,6 +25,7 @@ struct TensorView {
   size_t num_bytes = 0;
   std::string file;                 // the file it lives in, for error messages
 
+  // (A loaded tensor's product fits: ParseSafetensorsHeader refuses shapes that overflow.)
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -31,6 +33,30 @@ struct TensorView {
   }
   std::string ShapeString() const;
 };
+
+// A safetensors file's header, checked: each tensor's dtype, shape and byte range in the data
+// section, and the `__metadata__` strings.
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;  // each dimension >= 0, their product times the dtype's size fits
+  uint64_t begin = 0;          // data_offsets, relative to the data section: [begin, end)
+  uint64_t end = 0;
+};
+struct SafetensorsHeader {
+  uint64_t data_offset = 0;                      // where the data section starts: 8 + header length
+  std::vector<SafetensorsEntry> tensors;         // ordered by begin; byte ranges do not overlap
+  std::map<std::string, std::string> metadata;   // __metadata__
+};
+
+// Parses a safetensors file from its first bytes, touching no file: `bytes` holds at least the
+// 8-byte length and the JSON header, `file_size` is the whole file's size (the data section is
+// what follows the header). Refuses, with one line naming `source` and the tensor: a header
+// length past the file, JSON that is not an object, `__metadata__` that is not an object of
+// strings, an unknown dtype, a negative or overflowing shape, data_offsets outside the data
+// section, reversed, not matching the shape's bytes, or overlapping another tensor's.
+Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view bytes, uint64_t file_size,
+                                                 const std::string& source = "safetensors");
 
 // One mmapped file.
 class MappedFile {

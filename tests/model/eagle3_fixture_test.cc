@@ -249,5 +249,30 @@ TEST(Eagle3Draft, BadConfigsAreRefusedByName) {
   EXPECT_NE(not_captured.error().find("capturing"), std::string::npos) << not_captured.error();
 }
 
+
+// The draft's integers are checked whole before narrowing: 4294967297 layers used to read as the
+// one layer a draft has, and a layer id past 2^32 as its low bits.
+TEST(Eagle3Draft, IntegersPastInt32AreRefusedWhole) {
+  testing::TempDir dir;
+  const std::string source = dir.path() + "/config.json";
+  auto error_of = [&](const std::string& fields) -> std::string {
+    std::ofstream(source) << R"({"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 256, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 2048, )" + fields + "}";
+    auto c = ReadEagle3Config(dir.path());
+    return c.ok() ? "" : c.error();
+  };
+  EXPECT_EQ(error_of(R"("intermediate_size": 512, "num_hidden_layers": 4294967297)"),
+            source + ": field 'num_hidden_layers' must be an integer in [1, 1024], got 4294967297");
+  EXPECT_EQ(error_of(R"("intermediate_size": 4294967808)"),
+            source + ": field 'intermediate_size' must be an integer in [1, 1048576], got 4294967808");
+  EXPECT_EQ(error_of(R"("intermediate_size": 512, "draft_vocab_size": -1)"),
+            source + ": field 'draft_vocab_size' must be an integer in [1, 16777216], got -1");
+  EXPECT_EQ(error_of(R"("intermediate_size": 512, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 1, 4294967298]})"),
+            source + ": eagle_config.eagle_aux_hidden_state_layer_ids must list 3 layer ids in [0, 1024], got [0,1,4294967298]");
+  EXPECT_EQ(error_of(R"("intermediate_size": 512, "eagle_config": {"use_aux_hidden_state": 1})"),
+            source + ": field 'eagle_config.use_aux_hidden_state' must be true or false");
+  EXPECT_EQ(error_of(R"("intermediate_size": 512)"), "");
+}
+
 }  // namespace
 }  // namespace mlaserve
