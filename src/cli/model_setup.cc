@@ -20,6 +20,8 @@ ModelFlags ReadModelFlags(Args& args, ForwardSize forward_size) {
   f.trust_remote_code = args.Switch(
       "trust-remote-code", "accepted for SGLang command lines; no effect (mlaserve runs no code from the checkpoint)");
   f.kernels = args.Str("kernels", "auto", "compute kernels: auto, portable, avx2 or avx512");
+  // (Also refuses a kernel set this CPU cannot run: the flag's value is wrong for this machine.)
+  if (auto kernels = KernelsByName(f.kernels); !kernels.ok()) args.Reject("--kernels: " + kernels.error());
   f.options.num_threads = args.Int("threads", 0, "worker threads; 0: one per core", {.min = 0});
   f.options.deterministic = args.Switch(
       "enable-deterministic-inference",
@@ -61,6 +63,16 @@ ModelFlags ReadModelFlags(Args& args, ForwardSize forward_size) {
     args.Reject("--tp " + std::to_string(tp_alias) + " and --tp-size " + std::to_string(f.tp_size) + " disagree");
   }
   if (tp_alias != 1) f.tp_size = tp_alias;
+  // What this launch can run is known before anything loads: a flag problem, reported with the
+  // others (exit 2). The job itself is checked again when the model joins it (LoadModel).
+  const std::string tp_flag = tp_alias != 1 ? "--tp" : "--tp-size";
+  if (f.tp_size > 1 && !dist::LaunchedByMpirun()) {
+    args.Reject(tp_flag + " " + std::to_string(f.tp_size) + " runs as an MPI job: start it as `mpirun -np " +
+                std::to_string(f.tp_size) + " mlaserve ...` (this process was not started by mpirun)");
+  } else if (const std::optional<int> ranks = dist::MpirunJobSize(); ranks && *ranks != f.tp_size) {
+    args.Reject("mpirun started " + std::to_string(*ranks) + " ranks but " + tp_flag + " is " +
+                std::to_string(f.tp_size) + ": give " + tp_flag + " " + std::to_string(*ranks));
+  }
   return f;
 }
 

@@ -97,6 +97,7 @@ int RunServe(Args& args) {
       "tool-call-parser", "the model's tool-call text becomes OpenAI tool_calls in chat replies to requests with tools",
       {.value_name = "NAME", .choices = {"deepseekv3", "kimi_k2"}});
   RefuseUnimplemented(args);
+  if (model_flags.model_path.empty()) args.Reject("--model-path is required");
   if (auto exit_code = args.Finish()) return *exit_code;
 
   auto loaded = LoadModel(model_flags, /*need_tokenizer=*/true);

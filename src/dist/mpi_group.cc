@@ -33,6 +33,15 @@ bool LaunchedByMpirun() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
 }
 
+std::optional<int> MpirunJobSize() {
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (size == nullptr) return std::nullopt;
+  char* end = nullptr;
+  const long n = std::strtol(size, &end, 10);
+  if (end == size || *end != '\0' || n < 1 || n > (1 << 20)) return std::nullopt;
+  return int(n);
+}
+
 Result<MpiGroup*> MpiGroup::Get() {
   if (g_group != nullptr) return g_group;
   if (!LaunchedByMpirun()) return Status::Error("not started by mpirun");

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/status.h"
@@ -22,6 +23,9 @@ namespace mlaserve::dist {
 // Whether this process was started by mpirun (from OpenMPI's environment), without starting MPI:
 // a process started directly never initializes MPI.
 bool LaunchedByMpirun();
+// The number of ranks mpirun started, when its environment says (OpenMPI's
+// OMPI_COMM_WORLD_SIZE), without starting MPI; nullopt otherwise.
+std::optional<int> MpirunJobSize();
 
 // What the collectives moved and cost, since start-up (for bench).
 struct TpTraffic {

@@ -133,7 +133,11 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponseWriter& w) {
   if (p == "/abort_request") {
     if (Status s = CheckFields(body, {{"rid"}}); !s.ok()) return SendError(w, 400, s.message());
     if (!body.contains("rid") || !body["rid"].is_string()) return SendError(w, 400, "'rid' (a string) is required");
-    engine_.Abort(body["rid"].get<std::string>());
+    // A native rid, or the id of an OpenAI response (all its choices). As in SGLang, an id that
+    // names nothing in flight (finished, or never issued) is answered 200 too.
+    const std::string& rid = body["rid"].get_ref<const std::string&>();
+    engine_.Abort(rid);
+    for (const std::string& choice_rid : response_ids_.Find(rid)) engine_.Abort(choice_rid);
     return w.Send(200, "application/json", "{}");
   }
   // Counted before the draining check, so shutdown never misses a request between the two.

@@ -22,6 +22,7 @@
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/request_builder.h"
+#include "server/response_ids.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -96,6 +97,7 @@ class ApiServer {
   ApiServerOptions options_;
   ChatTemplate chat_template_;  // renders /v1/chat/completions messages
   ServerMetrics metrics_;
+  ResponseIds response_ids_;  // OpenAI responses in flight, for /abort_request by their id
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};
 };

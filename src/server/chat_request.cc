@@ -135,7 +135,8 @@ Result<json> ReadChatMessages(const json& body) {
     if (c.is_string()) {
       text = c.get<std::string>();
     } else if (c.is_array()) {
-      for (const json& part : c) {
+      for (size_t k = 0; k < c.size(); ++k) {
+        const json& part = c[k];
         const json type = part.is_object() && part.contains("type") ? part["type"] : json();
         if (type.is_string() && type != "text") {
           // image_url, input_image, video_url, input_audio, file...
@@ -146,6 +147,9 @@ Result<json> ReadChatMessages(const json& body) {
         if (type != "text" || !part.contains("text") || !part["text"].is_string()) {
           return Status::Error(where + "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
         }
+        // OpenAI's text part has nothing else; a key beside them (Anthropic's cache_control, a
+        // typo) is refused as a message's own unknown keys are.
+        MLA_RETURN_IF_ERROR(CheckFields(part, {{"type"}, {"text"}}, where + "content[" + std::to_string(k) + "]: "));
         text += part["text"].get<std::string>();
       }
     } else {

@@ -161,7 +161,7 @@ void ApiServer::HandleGenerate(const json& body, HttpResponseWriter& w) {
   std::vector<GenerateRequest> requests;
   for (size_t p = 0; p < num_prompts; ++p) {
     const json& params = params_field.is_array() ? params_field[p] : params_field;
-    auto sampling = SamplingFromNative(params);
+    auto sampling = SamplingFromNative(params, model_.config().vocab_size);
     if (!sampling.ok()) return SendError(w, 400, sampling.error());
     const auto n = params.is_object() ? IntField(params, "n", 1) : Result<int>(1);
     if (!n.ok()) return SendError(w, 400, "sampling_params: " + n.error());

@@ -79,7 +79,7 @@ void ApiServer::RespondOpenAi(const json& body, OpenAiEndpoint endpoint, const O
   std::vector<Choice> choices;
   for (size_t p = 0; p < prompts.size(); ++p) {
     const int remaining = std::max(1, model_.max_context() - int(prompts[p].input_ids.size()));
-    auto sampling = SamplingFromOpenAi(body, chat ? std::min(remaining, 4096) : 16);
+    auto sampling = SamplingFromOpenAi(body, chat ? std::min(remaining, 4096) : 16, model_.config().vocab_size);
     if (!sampling.ok()) return SendError(w, 400, sampling.error());
     GenerateRequest req = BuildGenerateRequest(std::move(prompts[p].input_ids), std::move(sampling).value(), logprobs);
     // Tool-call markers are special tokens in Kimi's vocabulary: keep them in the text, as SGLang does.
@@ -164,6 +164,10 @@ void ApiServer::RespondOpenAi(const json& body, OpenAiEndpoint endpoint, const O
     }
     return message;
   };
+  std::vector<std::string> rids;
+  for (const GenerateRequest& r : requests) rids.push_back(r.rid);
+  // The client may abort the response by its id once it has it (a stream's first event).
+  const ResponseIds::Registration abortable = response_ids_.Register(id, std::move(rids));
   size_t num_finished = 0;
   bool started = false;
   const Status s = Drive(std::move(requests), w, [&](size_t index, const RequestOutput& o) {

@@ -1,8 +1,8 @@
 #include "server/sampling_json.h"
 
-#include <cerrno>
 #include <cmath>
-#include <cstdlib>
+#include <optional>
+#include <string_view>
 
 #include "server/client_json.h"
 
@@ -10,6 +10,22 @@ namespace mlaserve {
 namespace {
 
 using nlohmann::json;
+
+// `text` as a decimal integer ("-" and digits, nothing else) when it is a token id in
+// [0, vocab_size). Digits are accumulated only while the value could still fit, so a key of any
+// length is judged by its true value.
+std::optional<TokenId> VocabularyToken(std::string_view text, int vocab_size) {
+  const bool negative = !text.empty() && text[0] == '-';
+  if (negative) text.remove_prefix(1);
+  if (text.empty()) return std::nullopt;
+  int64_t value = 0;
+  for (const char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    if (value < vocab_size) value = value * 10 + (c - '0');  // stops growing past the vocabulary
+  }
+  if ((negative && value != 0) || value >= vocab_size) return std::nullopt;
+  return TokenId(value);
+}
 
 // Typed reads that remember the first problem.
 class Reader {
@@ -70,23 +86,27 @@ class Reader {
       out.push_back(fits ? TokenId(id.get<int64_t>()) : -1);  // -1: rejected as outside the vocabulary
     }
   }
-  // OpenAI's {"token id as a string": bias}.
-  void LogitBiasMap(const char* key, std::vector<LogitBias>& out) {
+  // OpenAI's {"token id as a string": bias}. A key is read as the whole integer it spells (no
+  // wrap-around, whatever its length) and must be a token of the vocabulary; a refusal quotes
+  // the key as the client wrote it.
+  void LogitBiasMap(const char* key, int vocab_size, std::vector<LogitBias>& out) {
     if (!Has(key)) return;
     const json& v = j_[key];
     if (!v.is_object()) return Fail(key, "must be an object mapping token ids (as strings) to biases");
     out.clear();
     for (const auto& [token, bias] : v.items()) {
-      char* end = nullptr;
-      errno = 0;
-      const long long id = std::strtoll(token.c_str(), &end, 10);
-      if (token.empty() || *end != '\0' || errno != 0) return Fail(key, "keys must be token ids (integers as strings)");
+      const std::optional<TokenId> id = VocabularyToken(token, vocab_size);
+      if (!id) {
+        return FailWith("'" + std::string(key) + "' key '" + token + "' is not a token id in [0, " +
+                        std::to_string(vocab_size) + ")");
+      }
       if (!bias.is_number()) return Fail(key, "values must be numbers in [-100, 100]");
-      out.push_back({.token = id < 0 || id > INT32_MAX ? -1 : TokenId(id), .bias = bias.get<float>()});
+      out.push_back({.token = *id, .bias = bias.get<float>()});
     }
   }
-  void Fail(const char* key, const char* what) {
-    if (status_.ok()) status_ = Status::Error(std::string("'") + key + "' " + what);
+  void Fail(const char* key, const char* what) { FailWith(std::string("'") + key + "' " + what); }
+  void FailWith(std::string message) {
+    if (status_.ok()) status_ = Status::Error(std::move(message));
   }
 
  private:
@@ -94,7 +114,7 @@ class Reader {
   Status status_;
 };
 
-void ReadShared(Reader& r, SamplingParams& p) {
+void ReadShared(Reader& r, int vocab_size, SamplingParams& p) {
   r.Float("temperature", p.temperature);
   r.Float("top_p", p.top_p);
   r.Int("top_k", p.top_k);
@@ -107,12 +127,12 @@ void ReadShared(Reader& r, SamplingParams& p) {
   r.Bool("ignore_eos", p.ignore_eos);
   r.Bool("skip_special_tokens", p.skip_special_tokens);
   r.Bool("no_stop_trim", p.no_stop_trim);
-  r.LogitBiasMap("logit_bias", p.logit_bias);
+  r.LogitBiasMap("logit_bias", vocab_size, p.logit_bias);
 }
 
 }  // namespace
 
-Result<SamplingParams> SamplingFromNative(const json& j) {
+Result<SamplingParams> SamplingFromNative(const json& j, int vocab_size) {
   SamplingParams p;
   p.temperature = kApiDefaultTemperature;
   if (j.is_null()) return p;
@@ -132,7 +152,7 @@ Result<SamplingParams> SamplingFromNative(const json& j) {
        {"stream_interval", "streaming sends every token; only 1 is implemented", "1"}},
       "sampling_params: "));
   Reader r(j);
-  ReadShared(r, p);
+  ReadShared(r, vocab_size, p);
   r.Int("max_new_tokens", p.max_new_tokens);
   r.Int("min_new_tokens", p.min_new_tokens);
   r.Seed("sampling_seed", p.seed);
@@ -141,12 +161,12 @@ Result<SamplingParams> SamplingFromNative(const json& j) {
   return p;
 }
 
-Result<SamplingParams> SamplingFromOpenAi(const json& j, int default_max_tokens) {
+Result<SamplingParams> SamplingFromOpenAi(const json& j, int default_max_tokens, int vocab_size) {
   SamplingParams p;
   p.temperature = kApiDefaultTemperature;
   p.max_new_tokens = default_max_tokens;
   Reader r(j);
-  ReadShared(r, p);
+  ReadShared(r, vocab_size, p);
   r.Int("max_tokens", p.max_new_tokens);
   r.Int("max_completion_tokens", p.max_new_tokens);
   r.Int("min_tokens", p.min_new_tokens);

@@ -313,12 +313,22 @@ TEST(Cli, ParallelismFlagsAcceptOnlyOne) {
     EXPECT_NE(r.err.find(std::string(flag) + " is not supported by mlaserve yet"), std::string::npos)
         << flag << " -> " << r.err;
   }
-  // Tensor parallelism runs as an mpirun job (tests/dist); started directly, it says how.
-  for (const char* flag : {"--tp 4", "--tp-size 8"}) {
+  // Tensor parallelism runs as an mpirun job (tests/dist); started directly, it says how: a
+  // flag refusal like the others (exit 2, one line naming the flag as given), before any load.
+  for (const std::string flag : {"--tp 4", "--tp-size 8"}) {
     auto r = RunMlaserve(serve + flag);
-    EXPECT_EQ(r.exit_code, 1) << flag << " -> " << r.err;
-    EXPECT_NE(r.err.find("runs as an MPI job: start it as `mpirun -np"), std::string::npos) << flag << " -> " << r.err;
+    EXPECT_EQ(r.exit_code, 2) << flag << " -> " << r.err;
+    EXPECT_NE(r.err.find(flag + " runs as an MPI job: start it as `mpirun -np"), std::string::npos) << flag << " -> " << r.err;
+    EXPECT_EQ(Lines(r.err), 1) << flag << " -> " << r.err;
   }
+  // Reported with the other flag problems, all at once.
+  const auto all = RunMlaserve("serve --tp 8 --kernels sse9 --page-size 0");
+  EXPECT_EQ(all.exit_code, 2) << all.err;
+  for (const char* expected : {"--tp 8 runs as an MPI job", "--kernels: unknown kernels 'sse9'",
+                               "--page-size must be in [1, 4096], got 0", "--model-path is required"}) {
+    EXPECT_NE(all.err.find(expected), std::string::npos) << expected << " -> " << all.err;
+  }
+  EXPECT_EQ(Lines(all.err), 4) << all.err;
   EXPECT_NE(RunMlaserve(serve + "--tp 2 --tp-size 4").err.find("--tp 2 and --tp-size 4 disagree"), std::string::npos);
   auto r = RunMlaserve(serve + "--dp 0");
   EXPECT_EQ(r.exit_code, 2);

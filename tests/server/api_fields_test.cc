@@ -147,6 +147,30 @@ TEST_F(ApiFieldsTest, LogitBiasForcesAndBansTokens) {
   ExpectRefused("/v1/completions", {{"prompt", "x"}, {"logprobs", 21}}, "logprobs");
 }
 
+// A logit_bias key is the whole integer it spells: none wraps into the vocabulary (4294967596 is
+// 300 mod 2^32), and every refusal quotes the key as sent, not a converted value.
+TEST_F(ApiFieldsTest, LogitBiasKeysOutsideTheVocabularyAreRefusedAsWritten) {
+  const int vocab = json::parse(Get(*server_, "/get_model_info").body)["vocab_size"];
+  ASSERT_GT(vocab, 300);
+  const std::string range = " is not a token id in [0, " + std::to_string(vocab) + ")";
+  const std::vector<std::string> keys = {
+      std::to_string(vocab), "2147483647", "2147483648", "4294967296", "4294967596", "9223372036854775807",
+      "9223372036854775808", "18446744073709551916", "300000000000000000000000000000000000000", "-1",
+      "-2147483648", "-4294967296", "-9223372036854775809", "abc", "3a", "1e3", " 5", "+5", "", "-"};
+  for (const std::string& key : keys) {
+    for (const bool native : {false, true}) {
+      const json bias{{key, 1}};
+      const json j = native ? PostJson("/generate", {{"text", "x"}, {"sampling_params", {{"logit_bias", bias}}}}, 400)
+                            : PostJson("/v1/completions", {{"prompt", "x"}, {"logit_bias", bias}}, 400);
+      EXPECT_NE(j.dump().find("'logit_bias' key '" + key + "'" + range), std::string::npos)
+          << (native ? "/generate " : "/v1/completions ") << key << " -> " << j.dump();
+    }
+  }
+  // The last token, leading zeros and a signed zero spell tokens.
+  PostJson("/v1/completions", {{"prompt", "x"}, {"max_tokens", 1}, {"logit_bias", {{std::to_string(vocab - 1), 1}}}});
+  PostJson("/v1/completions", {{"prompt", "x"}, {"max_tokens", 1}, {"logit_bias", {{"-0", 1}, {"000300", 1}}}});
+}
+
 int64_t CodePoints(const std::string& s) {
   int64_t n = 0;
   for (char c : s) n += (uint8_t(c) & 0xC0) != 0x80;
@@ -327,9 +351,23 @@ TEST_F(ApiFieldsTest, UnimplementedFieldsAreRefusedByName) {
   ExpectRefused("/generate", {{"text", "x"}, {"lora_path", "a"}}, "lora_path");
   ExpectRefused("/generate", {{"text", "x"}, {"bogus", true}}, "bogus");
   ExpectRefused("/abort_request", {{"rid", "x"}, {"extra", 1}}, "extra");
+  // A content part carries OpenAI's keys only: anything beside them is named, as a message's own
+  // unknown keys are.
+  ExpectRefused("/v1/chat/completions",
+                json::parse(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "x", "foo": 1}]}]})"),
+                "messages[0]: content[0]: unknown field 'foo'");
+  ExpectRefused("/v1/chat/completions",
+                json::parse(R"({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": [)"
+                            R"({"type": "text", "text": "x"}, {"type": "text", "text": "y", "cache_control": {"type": "ephemeral"}}]}]})"),
+                "messages[1]: content[1]: unknown field 'cache_control'");
+  PostJson("/v1/chat/completions",
+           json::parse(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}, {"text": "y", "type": "text"}]}], "max_tokens": 1})"));
   // Image inputs: refused by name (a multimodal checkpoint is served without its vision tower).
   ExpectRefused("/v1/chat/completions",
                 json::parse(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]})"),
+                "'image_url' content parts are not supported");
+  ExpectRefused("/v1/chat/completions",
+                json::parse(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,", "detail": "low"}}]}]})"),
                 "'image_url' content parts are not supported");
   // Options that would have no effect without the option they refine.
   ExpectRefused("/v1/completions", {{"prompt", "x"}, {"stream_options", {{"include_usage", true}}}}, "stream_options");

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -319,6 +320,63 @@ TEST(ServeAbort, AbortRequestEndsTheRequestItNames) {
   ASSERT_TRUE(victim_result.is_object());
   EXPECT_EQ(victim_result["meta_info"]["finish_reason"]["type"], "abort") << victim_result.dump();
   EXPECT_LT(victim_result["meta_info"]["completion_tokens"].get<int>(), 1900);
+}
+
+// An OpenAI client holds only the response's id ("cmpl-...", "chatcmpl-..."): /abort_request
+// takes it and aborts every choice of that response (SGLang's users abort by the id they were
+// given). The server runs one request at a time and each response has two choices, so the
+// second waits behind the first, whose streamed first event gives the id: the second cannot
+// finish before the abort unless both ran their 1900 tokens first.
+TEST(ServeAbort, AbortRequestTakesTheIdAnOpenAiResponseCarries) {
+  ServerProcess server({"--max-running-requests", "1"});
+  ASSERT_TRUE(server.running()) << server.log();
+  struct Case {
+    const char* path;
+    json body;
+    const char* prefix;
+  };
+  const Case cases[] = {
+      {"/v1/completions",
+       {{"prompt", {"KING:", "QUEEN:"}}, {"max_tokens", 1900}, {"ignore_eos", true}, {"stream", true}},
+       "cmpl-"},
+      {"/v1/chat/completions",
+       {{"messages", {{{"role", "user"}, {"content", "Speak, king."}}}},
+        {"n", 2},
+        {"max_tokens", 1900},
+        {"ignore_eos", true},
+        {"stream", true}},
+       "chatcmpl-"},
+  };
+  for (const Case& c : cases) {
+    SseParser parser;
+    std::string id;
+    int abort_status = 0;
+    std::map<int, std::string> finish_reasons;  // choice index -> its last finish_reason
+    const Status st = HttpClient().Stream("POST", server.Url(c.path), c.body.dump(), {}, 60000, [&](std::string_view piece) {
+      parser.Feed(piece, [&](const SseEvent& e) {
+        if (e.data == "[DONE]") return;
+        const json event = json::parse(e.data, nullptr, false);
+        ASSERT_TRUE(event.is_object()) << e.data;
+        for (const json& choice : event["choices"]) {
+          if (choice["finish_reason"].is_string()) finish_reasons[choice["index"].get<int>()] = choice["finish_reason"];
+        }
+        if (!id.empty()) return;
+        // The first event: the response is in flight, and the client now has its id.
+        id = event["id"];
+        abort_status = Post(server, "/abort_request", json{{"rid", id}}.dump()).status_code;
+      });
+      return true;
+    });
+    ASSERT_TRUE(st.ok()) << c.path << ": " << st.message();
+    EXPECT_EQ(id.rfind(c.prefix, 0), 0u) << id;
+    EXPECT_EQ(abort_status, 200) << c.path;
+    // The choice that waited is aborted; the running one too, unless it finished first.
+    EXPECT_EQ(finish_reasons[1], "abort") << c.path << " " << id;
+    EXPECT_TRUE(finish_reasons[0] == "abort" || finish_reasons[0] == "length") << finish_reasons[0];
+    // Once the response has ended its id names nothing: 200, as SGLang answers an unknown rid.
+    EXPECT_EQ(Post(server, "/abort_request", json{{"rid", id}}.dump()).status_code, 200);
+  }
+  EXPECT_EQ(Get(server, "/health").status_code, 200);
 }
 
 TEST_F(ServeTest, FlushCacheIsRefusedWhileARequestRunsAndFreesNothing) {
