@@ -158,7 +158,18 @@ TEST_F(ModelChatTemplate, ErrorsNameTheFileAndLine) {
                                        "expected 'elif' or 'else' or 'endif'");
   auto missing = ChatTemplate::ForModel(dir_.path(), dir_.path() + "/nope.jinja", *tokenizer_, "");
   ASSERT_FALSE(missing.ok());
-  EXPECT_EQ(missing.error(), dir_.path() + "/nope.jinja: cannot read");
+  EXPECT_EQ(missing.error(), dir_.path() + "/nope.jinja: cannot open");
+  // A directory or a device is no template file (issue 24: /dev/zero was read without end).
+  auto directory = ChatTemplate::ForModel(dir_.path(), dir_.path(), *tokenizer_, "");
+  ASSERT_FALSE(directory.ok());
+  EXPECT_EQ(directory.error(), dir_.path() + ": is a directory, not a file");
+  auto device = ChatTemplate::ForModel(dir_.path(), "/dev/zero", *tokenizer_, "");
+  ASSERT_FALSE(device.ok());
+  EXPECT_EQ(device.error(), "/dev/zero: not a regular file");
+  Write("huge.jinja", std::string((4u << 20) + 1, 'x'));
+  auto huge = ChatTemplate::ForModel(dir_.path(), dir_.path() + "/huge.jinja", *tokenizer_, "");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.error(), dir_.path() + "/huge.jinja: larger than the 4194304 bytes allowed");
   Write("chat_template.jinja", "{% for m in messages %}\n{{ raise_exception('no ' + m.role) }}{% endfor %}");
   auto t = ChatTemplate::ForModel(dir_.path(), "", *tokenizer_, "");
   ASSERT_TRUE(t.ok()) << t.error();
