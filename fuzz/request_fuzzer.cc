@@ -92,7 +92,7 @@ void Completions(const json& body, const Fixture& f) {
   const size_t num_prompts = ReadCompletionPrompts(body, f.tokenizer);
   if (num_prompts == 0) return;
   if (!ReadOpenAiFields(body, OpenAiEndpoint::kCompletions, num_prompts, /*stream_reasoning=*/true).ok()) return;
-  auto sampling = SamplingFromOpenAi(body, 16);
+  auto sampling = SamplingFromOpenAi(body, 16, int(f.tokenizer.vocab_size()));
   if (sampling.ok()) (void)Validate(*sampling, int(f.tokenizer.vocab_size()));
 }
 
@@ -129,7 +129,7 @@ void Chat(const json& body, std::string_view raw_body, const Fixture& f) {
   auto ids = f.tokenizer.Encode(*text, /*add_bos=*/false);
   if (!ids.ok()) return;
   if (!ReadOpenAiFields(body, OpenAiEndpoint::kChat, 1, *stream_reasoning).ok()) return;
-  auto sampling = SamplingFromOpenAi(body, 4096);
+  auto sampling = SamplingFromOpenAi(body, 4096, int(f.tokenizer.vocab_size()));
   if (sampling.ok()) (void)Validate(*sampling, int(f.tokenizer.vocab_size()));
 }
 
@@ -165,7 +165,7 @@ void Generate(const json& body, const Fixture& f) {
   int64_t generations = 0;
   for (size_t p = 0; p < prompts.size(); ++p) {
     const json& params = params_field.is_array() ? params_field[p] : params_field;
-    auto sampling = SamplingFromNative(params);
+    auto sampling = SamplingFromNative(params, int(f.tokenizer.vocab_size()));
     if (!sampling.ok()) return;
     const auto n = params.is_object() ? IntField(params, "n", 1) : Result<int>(1);
     if (!n.ok()) return;
