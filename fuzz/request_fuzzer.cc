@@ -76,7 +76,7 @@ size_t ReadCompletionPrompts(const json& body, const Tokenizer& tokenizer) {
     if (p.is_string()) {
       num_prompts += EncodePromptText(tokenizer, p.get<std::string>(), name).ok();
     } else if (p.is_array()) {
-      num_prompts += PromptIdsFromJson(p, name + " must be a list of integers").ok();
+      num_prompts += PromptIdsFromJson(p, int(tokenizer.vocab_size()), name, name + " must be a list of integers").ok();
     }
   };
   if (prompt.is_array() && !prompt.empty() && !prompt[0].is_number_integer()) {
@@ -144,12 +144,12 @@ void Generate(const json& body, const Fixture& f) {
     if (!ids.is_array() || ids.empty()) return;
     if (ids[0].is_array()) {
       for (const json& one : ids) {
-        auto read = PromptIdsFromJson(one, "input_ids[i]");
+        auto read = PromptIdsFromJson(one, int(f.tokenizer.vocab_size()), "input_ids[i]", "not ids");
         if (!read.ok()) return;
         prompts.push_back(std::move(read).value());
       }
     } else {
-      auto read = PromptIdsFromJson(ids, "input_ids");
+      auto read = PromptIdsFromJson(ids, int(f.tokenizer.vocab_size()), "input_ids", "not ids");
       if (!read.ok()) return;
       prompts.push_back(std::move(read).value());
     }

@@ -269,7 +269,9 @@ Result<std::string> ModelTypeFromDir(const std::string& dir) {
   auto text = ReadWholeFile(dir + "/config.json");
   if (!text.ok()) return text.status();
   const json j = json::parse(*text, nullptr, false);
-  return j.is_object() ? j.value("model_type", "") : std::string();
+  if (!j.is_object() || !j.contains("model_type")) return std::string();
+  if (!j["model_type"].is_string()) return Status::Error(dir + "/config.json: field 'model_type' must be a string");
+  return j["model_type"].get<std::string>();
 }
 
 struct BatchTokenizer {

@@ -55,7 +55,7 @@ Result<Prompts> ReadPrompts(const json& body, const Tokenizer& tokenizer) {
     return Status::Ok();
   };
   auto add_ids = [&](const json& ids, const std::string& name) -> Status {
-    auto out = PromptIdsFromJson(ids, "'" + name + "' must be a list of token ids");
+    auto out = PromptIdsFromJson(ids, int(tokenizer.vocab_size()), name, "'" + name + "' must be a list of token ids");
     if (!out.ok()) return out.status();
     prompts.input_ids.push_back(std::move(out).value());
     return Status::Ok();

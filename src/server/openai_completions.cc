@@ -35,7 +35,8 @@ Result<std::vector<OpenAiPrompt>> ReadCompletionPrompts(const json& body, const 
     return Status::Ok();
   };
   auto from_ids = [&](const json& ids, const std::string& name) -> Status {
-    auto read = PromptIdsFromJson(ids, "'" + name + "' as token ids must be a list of integers");
+    auto read = PromptIdsFromJson(ids, int(tokenizer.vocab_size()), name,
+                                  "'" + name + "' as token ids must be a list of integers");
     if (!read.ok()) return read.status();
     if (read->empty()) return Status::Error("'" + name + "' is empty");
     prompts.push_back({std::move(read).value(), ""});

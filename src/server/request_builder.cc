@@ -14,11 +14,17 @@ Result<std::vector<TokenId>> EncodePromptText(const Tokenizer& tokenizer, const 
   return std::move(ids).value();
 }
 
-Result<std::vector<TokenId>> PromptIdsFromJson(const nlohmann::json& ids, const std::string& not_ids_error) {
+Result<std::vector<TokenId>> PromptIdsFromJson(const nlohmann::json& ids, int vocab_size, const std::string& name,
+                                               const std::string& not_ids_error) {
   std::vector<TokenId> out;
   for (const nlohmann::json& id : ids) {
     if (!id.is_number_integer()) return Status::Error(not_ids_error);
-    out.push_back(TokenIdFromJson(id));
+    const TokenId token = TokenIdFromJson(id);
+    if (token < 0 || token >= vocab_size) {
+      return Status::Error("'" + name + "' item " + id.dump() + " is outside the vocabulary [0, " +
+                           std::to_string(vocab_size) + ")");
+    }
+    out.push_back(token);
   }
   return out;
 }

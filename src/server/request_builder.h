@@ -33,10 +33,12 @@ struct LogprobRequest {
 Result<std::vector<TokenId>> EncodePromptText(const Tokenizer& tokenizer, const std::string& text,
                                               const std::string& name);
 
-// A JSON list of token ids; `not_ids_error` when an element is not an integer. Ids outside the
-// vocabulary are kept for the engine to reject (TokenIdFromJson). An empty list is the
+// A JSON list of token ids, each in [0, vocab_size): `not_ids_error` when an element is not an
+// integer; an id outside the vocabulary is named as the client wrote it ("'input_ids' item
+// 4294967297 is outside the vocabulary [0, 2048)"), never wrapped. An empty list is the
 // caller's to refuse.
-Result<std::vector<TokenId>> PromptIdsFromJson(const nlohmann::json& ids, const std::string& not_ids_error);
+Result<std::vector<TokenId>> PromptIdsFromJson(const nlohmann::json& ids, int vocab_size, const std::string& name,
+                                               const std::string& not_ids_error);
 
 // n samples of a prompt, bringing the request's generations to `total`: within [1,
 // kMaxGenerations] or "'n' times the number of prompts must be in [1, 128]".

@@ -74,16 +74,20 @@ class Reader {
       Fail(key, "must be a string or a list of strings");
     }
   }
-  void TokenIds(const char* key, std::vector<TokenId>& out) {
+  // A list of token ids of the vocabulary; one outside it is named as the client wrote it.
+  void TokenIds(const char* key, int vocab_size, std::vector<TokenId>& out) {
     if (!Has(key)) return;
     const json& v = j_[key];
     if (!v.is_array()) return Fail(key, "must be a list of token ids");
     out.clear();
     for (const json& id : v) {
       if (!id.is_number_integer()) return Fail(key, "must be a list of token ids");
-      const bool fits = id.is_number_unsigned() ? id.get<uint64_t>() <= uint64_t(INT32_MAX)
-                                                : id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX;
-      out.push_back(fits ? TokenId(id.get<int64_t>()) : -1);  // -1: rejected as outside the vocabulary
+      const TokenId token = TokenIdFromJson(id);
+      if (token < 0 || token >= vocab_size) {
+        return FailWith("'" + std::string(key) + "' item " + id.dump() + " is outside the vocabulary [0, " +
+                        std::to_string(vocab_size) + ")");
+      }
+      out.push_back(token);
     }
   }
   // OpenAI's {"token id as a string": bias}. A key is read as the whole integer it spells (no
@@ -123,7 +127,7 @@ void ReadShared(Reader& r, int vocab_size, SamplingParams& p) {
   r.Float("frequency_penalty", p.frequency_penalty);
   r.Float("presence_penalty", p.presence_penalty);
   r.Stop("stop", p.stop);
-  r.TokenIds("stop_token_ids", p.stop_token_ids);
+  r.TokenIds("stop_token_ids", vocab_size, p.stop_token_ids);
   r.Bool("ignore_eos", p.ignore_eos);
   r.Bool("skip_special_tokens", p.skip_special_tokens);
   r.Bool("no_stop_trim", p.no_stop_trim);
