@@ -50,9 +50,14 @@ size_t CompleteLines(const std::string& path) {
   return size_t(std::count(text.begin(), text.end(), '\n'));
 }
 
-// Polls until `path` holds more than `lines` complete lines (true), or 30 s pass.
+// Polls until `path` holds more than `lines` complete lines (true), or 30 s pass (120 s in a
+// sanitized build, whose servers run several times slower).
 bool WaitForMoreLines(const std::string& path, size_t lines) {
+#if defined(__SANITIZE_ADDRESS__)
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+#else
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+#endif
   while (CompleteLines(path) <= lines) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
