@@ -19,8 +19,7 @@ bash scripts/setup.sh
 cmake --build build-asan -j "$(nproc)"
 logs="$PWD/build-asan/sanitizer-logs"
 rm -rf "$logs" && mkdir -p "$logs"
-# Leak checking is on by default (off only in MPI ranks: src/cli/main.cc says why).
-export ASAN_OPTIONS="log_path=$logs/asan:strict_string_checks=1:check_initialization_order=1"
+export ASAN_OPTIONS="log_path=$logs/asan:detect_leaks=1:strict_string_checks=1:check_initialization_order=1"
 export LSAN_OPTIONS="suppressions=$PWD/tests/sanitize/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="log_path=$logs/ubsan:print_stacktrace=1:halt_on_error=1"
 status=0

@@ -5,17 +5,6 @@
 
 #include "cli/commands.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <cstdlib>
-// Sanitized builds only (scripts/test.sh --sanitize): an MPI rank's leak report lists only
-// OpenMPI's own allocations, made from plugins it has unloaded by exit, so their frames cannot
-// be symbolized and no suppression (tests/sanitize/lsan.supp) can name them. Leaks are checked
-// in every run outside mpirun, which executes the same code.
-extern "C" const char* __asan_default_options() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ? "detect_leaks=0" : "";
-}
-#endif
-
 int main(int argc, char** argv) {
   using namespace mlaserve::cli;
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
