@@ -59,7 +59,8 @@ struct JsonWriter {
         return;
       }
       case Value::Kind::kString:
-        in.CheckGrowing(out.size() + v.as_string().size(), line);  // quoting at most sextuples it
+        // Before quoting (which can grow it sixfold): the next check, or the final one, sees the rest.
+        in.CheckGrowing(out.size() + v.as_string().size(), line);
         Quote(v.as_string(), &out);
         return;
       case Value::Kind::kList: {
