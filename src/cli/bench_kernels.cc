@@ -18,6 +18,7 @@
 #include "core/float16.h"
 #include "core/thread_pool.h"
 #include "kernels/kernels.h"
+#include "kernels/kernel_choice.h"
 #include "kernels/ops.h"
 #include "kernels/pack.h"
 #include "kvcache/fp8.h"
@@ -156,12 +157,14 @@ void PrintKvCodecTable(std::mt19937& rng) {
 // after the first call): in registers (matmul_panels, activations read per panel) and over
 // packed activations (pack_activations, then matmul_panels_packed: each weight widened once per
 // call, ops.cc's kPackedProductMinTokens picks between them).
-void PrintPrefillGemmTable(const KernelSet& kernels, double one_thread_flops, std::mt19937& rng, ThreadPool& pool) {
+// peak_name: what one_thread_flops is (the share printed is of it).
+void PrintPrefillGemmTable(const KernelSet& kernels, double one_thread_flops, const char* peak_name, std::mt19937& rng,
+                           ThreadPool& pool) {
   constexpr int64_t kRows = 2048, kCols = 2048;
   const int token_counts[] = {24, 48, 96, 256};
-  std::printf("\nprefill product, one thread, %lld x %lld: G multiply-adds/s (share of the one-thread FMA peak), "
-              "in registers / over packed activations\n",
-              static_cast<long long>(kRows), static_cast<long long>(kCols));
+  std::printf("\nprefill product (%s), one thread, %lld x %lld: G multiply-adds/s (share of the one-thread %s "
+              "peak), in registers / over packed activations\n",
+              kernels.name, static_cast<long long>(kRows), static_cast<long long>(kCols), peak_name);
   std::printf("%-10s", "format");
   for (int n : token_counts) std::printf(" %26s", ("n=" + std::to_string(n)).c_str());
   std::printf("\n");
@@ -177,7 +180,7 @@ void PrintPrefillGemmTable(const KernelSet& kernels, double one_thread_flops, st
         kernels.matmul_panels(x.data(), n, m.packed, 0, m.packed.num_panels(), y.data(), kRows);
       });
       const double packed = BestSeconds(5, [&] {
-        kernels.pack_activations(x.data(), n, kCols, 0, GemmTiles(n), xp.data());
+        kernels.pack_activations(x.data(), n, m.packed, 0, GemmTiles(n), xp.data());
         kernels.matmul_panels_packed(x.data(), xp.data(), scratch.data(), n, m.packed, 0, m.packed.num_panels(),
                                      y.data(), kRows);
       });
@@ -190,16 +193,42 @@ void PrintPrefillGemmTable(const KernelSet& kernels, double one_thread_flops, st
   }
 }
 
+// The measurement --kernels auto makes (kernel_choice.h), printed, and the cache it writes.
+void PrintKernelChoice() {
+  auto choice = ChooseKernels("auto", false);
+  if (!choice.ok() || choice->rates.empty()) {
+    std::printf("\nkernel choice: %s\n", choice.ok() ? choice->Describe().c_str() : choice.error().c_str());
+    return;
+  }
+  // Fresh figures for the table, whatever the cache held.
+  const std::vector<ShapeClassRate> rates = MeasureShapeClasses();
+  std::printf("\nkernel choice (--kernels auto): one thread, 512 x 2048 bf16 weights, GFLOP/s\n");
+  std::printf("%-8s %7s %10s %10s %8s\n", "class", "tokens", "fp32 FMA", "bf16 dot", "ratio");
+  for (const ShapeClassRate& r : rates) {
+    std::printf("%-8s %7d %10.1f %10.1f %7.2fx\n", r.label, r.tokens, r.fp32_flops / 1e9, r.bf16_flops / 1e9,
+                r.bf16_flops / r.fp32_flops);
+  }
+  std::printf("chosen from these: %s; deterministic inference: %s; start-up uses %s\n",
+              TableForRates(rates, false)->name, TableForRates(rates, true)->name, choice->Describe().c_str());
+}
+
 }  // namespace
 
 int RunBenchKernels(Args& args) {
-  const std::string kernels_name = args.Str("kernels", "auto", "compute kernels: auto, portable, avx2 or avx512");
+  const std::string kernels_name = args.Str("kernels", "auto", "the table of the per-format tables: auto (the widest "
+                                            "ISA), portable, avx2, avx512, avx512-bf16[:N]");
   const int threads = args.Int("threads", 0, "worker threads; 0: one per core", {.min = 0});
   const int stream_mb = args.Int("stream-mb", 512, "bf16 megabytes of 2048 x 2048 matrices streamed per format "
                                  "(quantized formats stream the same matrices, in fewer bytes)", {.value_name = "MB", .min = 8});
   const int bandwidth_mb = args.Int("bandwidth-buffer-mb", 1024, "buffer for the machine's read bandwidth, in MB",
                                     {.value_name = "MB", .min = 1});
+  const bool choice_only = args.Switch(
+      "choice-only", "only time the kernel candidates per shape class as --kernels auto does, and cache the choice");
   if (auto exit_code = args.Finish()) return *exit_code;
+  if (choice_only) {
+    PrintKernelChoice();
+    return 0;
+  }
   auto kernels = KernelsByName(kernels_name);
   if (!kernels.ok()) return Fail("bench-kernels", kernels.error(), 2);
   ThreadPool pool(threads > 0 ? threads : ThreadPool::DefaultThreadCount());
@@ -212,6 +241,14 @@ int RunBenchKernels(Args& args) {
               peak / 1e9);
   std::printf("fp32 FMA peak: %.1f GFLOP/s all threads, %.1f GFLOP/s one thread\n", fma.all_threads_flops / 1e9,
               fma.one_thread_flops / 1e9);
+  const std::optional<FmaPeak> bf16_peak = MeasureBf16DotPeak(pool);
+  if (bf16_peak) {
+    std::printf("vdpbf16ps (bf16 dot-product) peak: %.1f GFLOP/s all threads, %.1f GFLOP/s one thread\n",
+                bf16_peak->all_threads_flops / 1e9, bf16_peak->one_thread_flops / 1e9);
+  } else {
+    std::printf("vdpbf16ps (bf16 dot-product) peak: none (this CPU lacks AVX512-BF16)\n");
+  }
+  PrintKernelChoice();
 
   // Decode: one token through enough 2048 x 2048 matrices that nothing stays cached.
   constexpr int64_t kSide = 2048;
@@ -260,7 +297,8 @@ int RunBenchKernels(Args& args) {
     std::printf("\n");
   }
 
-  PrintPrefillGemmTable(**kernels, fma.one_thread_flops, rng, pool);
+  PrintPrefillGemmTable(**kernels, fma.one_thread_flops, "fp32 FMA", rng, pool);
+  if (bf16_peak) PrintPrefillGemmTable(*Avx512Bf16Kernels(1), bf16_peak->one_thread_flops, "bf16 dot", rng, pool);
   PrintKvCodecTable(rng);
   return 0;
 }

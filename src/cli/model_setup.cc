@@ -8,6 +8,7 @@
 
 #include "cli/kv_scales.h"
 #include "core/log.h"
+#include "kernels/kernel_choice.h"
 #include "dist/mpi_group.h"
 #include "tokenizer/unicode_version.h"
 
@@ -19,7 +20,9 @@ ModelFlags ReadModelFlags(Args& args, ForwardSize forward_size) {
                           {.value_name = "DIR"});
   f.trust_remote_code = args.Switch(
       "trust-remote-code", "accepted for SGLang command lines; no effect (mlaserve runs no code from the checkpoint)");
-  f.kernels = args.Str("kernels", "auto", "compute kernels: auto, portable, avx2 or avx512");
+  f.kernels = args.Str("kernels", "auto",
+                       "compute kernels: auto (measured on this host at start-up, docs/kernels.md), portable, avx2, "
+                       "avx512, avx512-bf16, avx512-bf16:N (bf16 dot products from N = 2, 17 or 65 tokens)");
   // (Also refuses a kernel set this CPU cannot run: the flag's value is wrong for this machine.)
   if (auto kernels = KernelsByName(f.kernels); !kernels.ok()) args.Reject("--kernels: " + kernels.error());
   f.options.num_threads = args.Int("threads", 0, "worker threads; 0: one per core", {.min = 0});
@@ -130,12 +133,20 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
         "[mlaserve] --trust-remote-code has no effect (mlaserve runs no model code from the checkpoint)");
   }
   LoadedModel loaded;
-  auto kernels = KernelsByName(flags.kernels);
-  if (!kernels.ok()) return kernels.status();
-  loaded.kernels = *kernels;
   auto tp = JoinTensorParallelJob(flags.tp_size);
   if (!tp.ok()) return tp.status();
   dist::MpiGroup* group = *tp;
+  // Rank 0 chooses (the other ranks compute with the table each call names, so they never measure:
+  // their measuring at once would only slow each other down).
+  if (group == nullptr || group->rank() == 0) {
+    auto kernels = ChooseKernels(flags.kernels, flags.options.deterministic);
+    if (!kernels.ok()) return kernels.status();
+    loaded.kernels = kernels->kernels;
+    loaded.kernel_choice = kernels->Describe();
+    Log(LogLevel::kDebug, "[mlaserve] %s", loaded.kernel_choice.c_str());
+  } else {
+    loaded.kernels = KernelsByName("auto").value();
+  }
   ModelOptions options = flags.options;
   options.tp = group;
   if (group != nullptr && options.num_threads == 0) {

@@ -50,6 +50,7 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   std::optional<Tokenizer> tokenizer;
   const KernelSet* kernels = nullptr;
+  std::string kernel_choice;       // how `kernels` was chosen (KernelChoice::Describe), for start-up logs
   SequenceRunnerOptions kv_cache;  // the KV cache asked for: format, scales, page size, pool tokens
   std::string kv_scales_source;    // "file PATH", "checkpoint", or "1.0 (none)"
   KvBudget kv_budget;              // what the memory budget holds (SGLang's arithmetic)

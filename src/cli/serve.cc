@@ -123,6 +123,7 @@ int RunServe(Args& args) {
       "enable_deterministic_inference=%s",
       model_flags.model_path.c_str(), c.model_type.c_str(), c.num_hidden_layers, served_name.c_str(),
       loaded->kernels->name, model.pool().num_threads(), model_flags.options.deterministic ? "true" : "false");
+  Log(LogLevel::kInfo, "[mlaserve] %s", loaded->kernel_choice.c_str());
   if (KvFormatUsesTensorScale(loaded->kv_cache.kv_format)) {
     Log(LogLevel::kInfo, "[mlaserve] kv scales: %s", loaded->kv_scales_source.c_str());
   }

@@ -3,6 +3,11 @@
 // writes them, into a scratch directory) unless --compare-model-path names quantized copies; then
 // teacher-forced over held-out text (MODEL/heldout.txt by default): perplexity, mean and p99
 // per-token KL(dense || quantized), top-1 agreement, and weight bytes.
+//
+// The same for kernel tables (--compare-kernels, by default the bf16 dot-product table where the
+// CPU has one): the dense weights computed by that table against the fp32 reference. Every other
+// row computes with the fp32 table of the widest ISA (KernelsByName("auto")), unless --kernels
+// names a table, so that a quantization's row measures the weights alone.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -40,11 +45,23 @@ int RunWeightsEval(Args& args) {
   const std::vector<std::string> compare = args.All(
       "compare-model-path", "quantized copies of --model-path to evaluate (default: quantize it now to fp8-block "
       "and int4-g32)", {.value_name = "DIR"});
+  std::vector<std::string> compare_kernels = args.All(
+      "compare-kernels", "kernel tables to evaluate on the dense weights against the fp32 reference (default: "
+      "avx512-bf16 where the CPU has AVX512-BF16)", {.value_name = "NAME"});
   const int max_tokens = args.Int("max-tokens", 8192, "teacher-forced tokens at most (>= --window)", {.min = 2});
   const int window = args.Int("window", 512, "tokens per teacher-forced sequence", {.min = 2});
   const std::string json_path = args.Str("json", "", "also write the results as JSON", {.value_name = "FILE"});
   if (max_tokens < window) args.Reject("--max-tokens must be >= --window");
+  if (!args.WasGiven("compare-kernels") && CpuSupportsBf16Dot()) compare_kernels = {"avx512-bf16"};
+  std::vector<const KernelSet*> kernel_candidates;
+  for (const std::string& name : compare_kernels) {
+    auto k = KernelsByName(name);
+    if (!k.ok()) args.Reject("--compare-kernels: " + k.error());
+    else kernel_candidates.push_back(*k);
+  }
   if (auto exit_code = args.Finish()) return *exit_code;
+  // The reference's table: fp32, unless --kernels names one (auto would measure, and may choose bf16).
+  if (model_flags.kernels == "auto") model_flags.kernels = KernelsByName("auto").value()->name;
 
   auto base = LoadModel(model_flags, /*need_tokenizer=*/true);
   if (!base.ok()) return Fail("weights-eval", base.error());
@@ -73,7 +90,15 @@ int RunWeightsEval(Args& args) {
   } else {
     for (const std::string& dir : compare) candidates.push_back(Candidate{.name = dir, .path = dir});
   }
+  for (const KernelSet* k : kernel_candidates) {
+    Candidate cand{.name = std::string("kernels ") + k->name};
+    auto runner = SequenceRunner::Create(model, *k, base->kv_cache);
+    if (!runner.ok()) return Fail("weights-eval", runner.error());
+    cand.runner = std::move(runner).value();
+    candidates.push_back(std::move(cand));
+  }
   for (Candidate& cand : candidates) {
+    if (cand.runner != nullptr) continue;  // a kernel table's: the base model
     ModelFlags flags = model_flags;
     flags.model_path = cand.path;
     auto loaded = LoadModel(flags, /*need_tokenizer=*/false);
@@ -112,16 +137,19 @@ int RunWeightsEval(Args& args) {
   const double ref_ppl = reference_own.Perplexity();
   std::printf("weights-eval: %s, %lld teacher-forced tokens of %s\n", model_flags.model_path.c_str(),
               (long long)reference_own.scored, data_path.c_str());
-  std::printf("%-12s %10s %10s %12s %12s %10s %10s\n", "weights", "MB", "ppl", "ppl change", "mean KL", "p99 KL",
+  std::printf("%-20s %10s %10s %12s %12s %10s %10s\n", "weights", "MB", "ppl", "ppl change", "mean KL", "p99 KL",
               "top-1");
-  std::printf("%-12s %10.2f %10.3f %12s %12s %10s %10s\n", model.config().torch_dtype.empty() ? "dense" : model.config().torch_dtype.c_str(),
+  std::printf("%-20s %10.2f %10.3f %12s %12s %10s %10s\n",
+              (std::string(model.config().torch_dtype.empty() ? "dense" : model.config().torch_dtype.c_str()) + " " +
+               base->kernels->name).c_str(),
               double(model.weight_bytes()) / 1e6, ref_ppl, "-", "-", "-", "-");
-  nlohmann::json out = {{"model", model_flags.model_path}, {"tokens", reference_own.scored}, {"reference_ppl", ref_ppl}};
+  nlohmann::json out = {{"model", model_flags.model_path}, {"tokens", reference_own.scored}, {"reference_ppl", ref_ppl},
+                         {"reference_kernels", base->kernels->name}};
   for (const Candidate& cand : candidates) {
     const LogitAgreement& a = cand.agreement;
     const double ppl = a.Perplexity(), mean_kl = a.MeanKl(), p99 = a.P99Kl(), top1 = a.Top1();
-    const double mb = double(cand.loaded->model->weight_bytes()) / 1e6;
-    std::printf("%-12s %10.2f %10.3f %+11.2f%% %12.3g %10.3g %9.2f%%\n", cand.name.c_str(), mb, ppl,
+    const double mb = double((cand.loaded != nullptr ? *cand.loaded->model : model).weight_bytes()) / 1e6;
+    std::printf("%-20s %10.2f %10.3f %+11.2f%% %12.3g %10.3g %9.2f%%\n", cand.name.c_str(), mb, ppl,
                 100.0 * (ppl / ref_ppl - 1.0), mean_kl, p99, 100.0 * top1);
     out["weights"][cand.name] = {{"mb", mb}, {"ppl", ppl}, {"mean_kl", mean_kl}, {"p99_kl", p99}, {"top1", top1}};
   }

@@ -16,6 +16,8 @@ bool CpuSupports(KernelIsa isa) {
   return false;
 }
 
+bool CpuSupportsBf16Dot() { return GetCpuFeatures().avx512_bf16 && CpuSupports(KernelIsa::kAvx512); }
+
 Result<const KernelSet*> KernelsByName(std::string_view name) {
   if (name == "auto") {
     if (CpuSupports(KernelIsa::kAvx512)) return Avx512Kernels();
@@ -31,7 +33,18 @@ Result<const KernelSet*> KernelsByName(std::string_view name) {
     if (!CpuSupports(KernelIsa::kAvx512)) return Status::Error("kernels 'avx512': this CPU lacks AVX-512");
     return Avx512Kernels();
   }
-  return Status::Error("unknown kernels '" + std::string(name) + "' (auto, portable, avx2, avx512)");
+  if (name.starts_with("avx512-bf16")) {
+    const std::string_view from = name.substr(std::string_view("avx512-bf16").size());
+    const int min_tokens = from.empty() ? 1 : from == ":2" ? 2 : from == ":17" ? 17 : from == ":65" ? 65 : 0;
+    if (min_tokens != 0) {
+      if (!CpuSupportsBf16Dot()) {
+        return Status::Error("kernels '" + std::string(name) + "': this CPU lacks AVX512-BF16 (vdpbf16ps)");
+      }
+      return Avx512Bf16Kernels(min_tokens);
+    }
+  }
+  return Status::Error("unknown kernels '" + std::string(name) +
+                       "' (auto, portable, avx2, avx512, avx512-bf16, avx512-bf16:2, avx512-bf16:17, avx512-bf16:65)");
 }
 
 const KernelSet& DefaultKernels() {

@@ -1,8 +1,9 @@
 // The per-instruction-set kernel table. Each table is a complete implementation of the same
 // contracts; the portable one (kernels_portable.cc) is the plain reference that tests compare
-// the SIMD ones (kernels_avx2.cc, kernels_avx512.cc) against. The table is chosen once at
-// start-up (SelectKernels) from what the CPU supports, or forced (MLASERVE_KERNELS=portable|
-// avx2|avx512, or --kernels).
+// the SIMD ones (kernels_avx2.cc, kernels_avx512.cc, kernels_avx512bf16.cc) against. The table
+// is chosen once at start-up: by measurement (--kernels auto, kernel_choice.h), by name
+// (--kernels, KernelsByName), or, for tools and tests, the widest the CPU runs (DefaultKernels,
+// MLASERVE_KERNELS).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,10 @@
 namespace mlaserve {
 
 enum class KernelIsa { kPortable, kAvx2, kAvx512 };
+
+// Tokens of a packed-activation tile and columns of a block (the layout below KernelSet).
+inline constexpr int64_t kGemmTileTokens = 12;
+inline constexpr int64_t kGemmColumns = 512;
 
 struct KernelSet {
   KernelIsa isa;
@@ -42,10 +47,12 @@ struct KernelSet {
   double (*fma_chains)(int64_t iterations, float* sink);
 
   // ---- Prefill GEMM (many tokens): activations packed once per product, shared by threads ----
-  // xp = the activations [n, cols] in the layout GemmPackedIndex gives, for token tiles
-  // [tile_begin, tile_end) (tiles of kGemmTileTokens; a tail tile's missing tokens are not
-  // written). Threads may pack disjoint tile ranges of one xp concurrently.
-  void (*pack_activations)(const float* x, int64_t n, int64_t cols, int64_t tile_begin, int64_t tile_end,
+  // xp = the activations [n, w.cols] packed for the product with w (matmul_panels_packed with
+  // the same n and w): in the layout GemmPackedIndex gives (fp32), or, where the table multiplies
+  // w in bf16 (bf16_min_tokens), as bf16 column pairs in the first half of each block's tile.
+  // For token tiles [tile_begin, tile_end) (tiles of kGemmTileTokens; a tail tile's missing
+  // tokens are not written). Threads may pack disjoint tile ranges of one xp concurrently.
+  void (*pack_activations)(const float* x, int64_t n, const WeightMatrix& w, int64_t tile_begin, int64_t tile_end,
                            float* xp);
   // matmul_panels for n > kGemmTileTokens, reading the activations from xp (packed from x by
   // pack_activations): a cache-blocked product whose weights are widened to fp32 once per
@@ -68,14 +75,26 @@ struct KernelSet {
   // to y, else overwrite. Writes only columns [0, m) of the n rows; each output sums i in order.
   void (*gemm_f32)(const float* x, int64_t ldx, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t n,
                    int64_t k, int64_t m, bool accumulate);
+
+  // Products of packed BF16 weights with at least this many tokens round the activations to bf16
+  // and multiply with bf16 dot products (kernels_avx512bf16.cc); 0: never (every product in fp32).
+  // A table that switches at some n > 1 is not batch-invariant (a token's rounding depends on its
+  // batch's size): --enable-deterministic-inference takes 0 or 1 (kernel_choice.h).
+  int bf16_min_tokens = 0;
+  // Products of packed weights with at least this many tokens read packed activations
+  // (pack_activations once per product, shared by its threads, then matmul_panels_packed) where
+  // the caller has the scratch (ops.h PackedProductPays); fewer tokens: matmul_panels. For the
+  // bf16 tables' bf16 products this is lower: packing saves them converting the activations in
+  // every chunk of panels. (fp32: the packed product widens each weight once per call, which pays
+  // from about four tiles; `mlaserve bench-kernels` times both, one thread, 2048 x 2048.)
+  int64_t packed_min_tokens = 4 * kGemmTileTokens + 1;
+  int64_t bf16_packed_min_tokens = 4 * kGemmTileTokens + 1;
 };
 
 // Packed activations: column blocks of kGemmColumns (the activations' [n, kGemmColumns] block
 // stays in L2 while every output row passes), each holding the token tiles of kGemmTileTokens
 // column-major: xp[((block * tiles + tile) * kGemmColumns + column in block) * kGemmTileTokens +
 // token in tile], tiles = ceil(n / kGemmTileTokens).
-inline constexpr int64_t kGemmTileTokens = 12;
-inline constexpr int64_t kGemmColumns = 512;
 inline constexpr int64_t GemmTiles(int64_t n) { return (n + kGemmTileTokens - 1) / kGemmTileTokens; }
 // Floats an xp for n tokens of cols columns takes.
 inline constexpr int64_t PackedActivationFloats(int64_t n, int64_t cols) {
@@ -97,11 +116,17 @@ inline constexpr int kFmaChains = 12;
 const KernelSet& PortableKernels();
 const KernelSet* Avx2Kernels();    // nullptr when not compiled in
 const KernelSet* Avx512Kernels();  // nullptr when not compiled in
+// The AVX-512 table with bf16 dot products from min_tokens tokens (1, 2, 17 or 65: the shape
+// classes of kernel_choice.h; nullptr for any other). Only where the CPU has AVX512-BF16.
+const KernelSet* Avx512Bf16Kernels(int min_tokens);
 
 // The fastest table this CPU runs, unless MLASERVE_KERNELS names another.
 const KernelSet& DefaultKernels();
-// "portable", "avx2", "avx512" or "auto"; an error if the CPU cannot run it.
+// "portable", "avx2", "avx512", "avx512-bf16[:N]" (N = 2, 17, 65) or "auto" (the widest ISA, no
+// bf16 products: measuring is kernel_choice.h's); an error if the CPU cannot run it.
 Result<const KernelSet*> KernelsByName(std::string_view name);
 bool CpuSupports(KernelIsa isa);
+// AVX512-BF16 and the AVX-512 table: the bf16 dot-product tables run.
+bool CpuSupportsBf16Dot();
 
 }  // namespace mlaserve

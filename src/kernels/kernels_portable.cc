@@ -80,7 +80,9 @@ void GemmF32(const float* x, int64_t ldx, const float* b, int64_t ldb, float* y,
 }
 
 // The layout's definition, element by element (the SIMD tables' packing is compared with it).
-void PackActivations(const float* x, int64_t n, int64_t cols, int64_t tile_begin, int64_t tile_end, float* xp) {
+void PackActivations(const float* x, int64_t n, const WeightMatrix& w, int64_t tile_begin, int64_t tile_end,
+                     float* xp) {
+  const int64_t cols = w.cols;
   for (int64_t t = tile_begin * kGemmTileTokens; t < std::min(n, tile_end * kGemmTileTokens); ++t) {
     for (int64_t c = 0; c < cols; ++c) xp[GemmPackedIndex(n, t, c)] = x[t * cols + c];
   }

@@ -8,21 +8,16 @@ namespace mlaserve {
 
 namespace {
 
-// Tokens above which the packed-activation product is faster: it widens each weight once per
-// call, which pays off over enough token tiles (`mlaserve bench-kernels` times both, one thread,
-// 2048 x 2048, at 24 to 256 tokens).
-constexpr int64_t kPackedProductMinTokens = 4 * kGemmTileTokens;
-
 // Whether x @ w^T goes through the packed-activation product: many tokens and room in the
 // scratch (ComputeContext::gemm_scratch).
 bool UsePackedProduct(const ComputeContext& ctx, int64_t n, const WeightMatrix& w) {
-  return PackedProductPays(n, w) &&
+  return PackedProductPays(*ctx.kernels, n, w) &&
          int64_t(ctx.gemm_scratch.size()) >= GemmScratchFloats(n, w.cols, ctx.pool->num_threads());
 }
 
-void PackInParallel(const ComputeContext& ctx, const float* x, int64_t n, int64_t cols) {
+void PackInParallel(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w) {
   ctx.pool->ParallelFor(GemmTiles(n), 1, [&](int64_t begin, int64_t end) {
-    ctx.kernels->pack_activations(x, n, cols, begin, end, ctx.gemm_scratch.data());
+    ctx.kernels->pack_activations(x, n, w, begin, end, ctx.gemm_scratch.data());
   });
 }
 
@@ -64,13 +59,18 @@ int64_t PanelGrain(const WeightMatrix& w, bool prefill, int num_threads) {
   return (panels + 1) / 2 * 2;
 }
 
-bool PackedProductPays(int64_t n, const WeightMatrix& w) { return w.packed && n > kPackedProductMinTokens; }
+bool PackedProductPays(const KernelSet& k, int64_t n, const WeightMatrix& w) {
+  if (!w.packed) return false;
+  const bool bf16 = k.bf16_min_tokens > 0 && n >= k.bf16_min_tokens && w.format == WeightFormat::kDense &&
+                    w.dtype == DType::kBF16;
+  return n >= (bf16 ? k.bf16_packed_min_tokens : k.packed_min_tokens);
+}
 
 void MatMul(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w, float* y) {
   const KernelSet& k = *ctx.kernels;
   if (w.packed) {
     const bool packed_input = UsePackedProduct(ctx, n, w);
-    if (packed_input) PackInParallel(ctx, x, n, w.cols);
+    if (packed_input) PackInParallel(ctx, x, n, w);
     const int64_t grain = PanelGrain(w, packed_input, ctx.pool->num_threads());
     const int64_t chunks = (w.num_panels() + grain - 1) / grain;
     if (packed_input) {
@@ -93,9 +93,11 @@ void MatMulPair(const ComputeContext& ctx, const float* x, int64_t n, const Weig
                 const WeightMatrix& w2, float* y1, float* y2) {
   const KernelSet& k = *ctx.kernels;
   if (w1.packed && w2.packed) {
-    // One packing serves both (same x, same cols).
-    const bool packed_input = UsePackedProduct(ctx, n, w1) && UsePackedProduct(ctx, n, w2);
-    if (packed_input) PackInParallel(ctx, x, n, w1.cols);
+    // One packing serves both (same x, same cols, and the same stored format: the packing
+    // depends on it).
+    const bool packed_input = UsePackedProduct(ctx, n, w1) && UsePackedProduct(ctx, n, w2) &&
+                              w1.format == w2.format && w1.dtype == w2.dtype;
+    if (packed_input) PackInParallel(ctx, x, n, w1);
     const int64_t grain = PanelGrain(w1, packed_input, ctx.pool->num_threads());
     const int64_t chunks1 = (w1.num_panels() + grain - 1) / grain;
     const int64_t chunks2 = (w2.num_panels() + grain - 1) / grain;

@@ -30,8 +30,9 @@ inline constexpr int64_t GemmScratchFloats(int64_t n, int64_t cols, int num_thre
 // num_threads threads; even, at least 2.
 int64_t PanelGrain(const WeightMatrix& w, bool prefill, int num_threads);
 // Whether n tokens' product with w is faster through the packed-activation product
-// (pack_activations + matmul_panels_packed) than through matmul_panels.
-bool PackedProductPays(int64_t n, const WeightMatrix& w);
+// (pack_activations + matmul_panels_packed) than through matmul_panels, with this table
+// (KernelSet::packed_min_tokens).
+bool PackedProductPays(const KernelSet& k, int64_t n, const WeightMatrix& w);
 
 // y[n, w.rows] = x[n, w.cols] @ W^T, split over the pool by output rows.
 void MatMul(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w, float* y);

@@ -695,7 +695,9 @@ void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t pane
 
 // xp for token tiles [tile_begin, tile_end) (layout: GemmPackedIndex in kernels.h).
 template <class V>
-void PackActivations(const float* x, int64_t n, int64_t cols, int64_t tile_begin, int64_t tile_end, float* xp) {
+void PackActivations(const float* x, int64_t n, const WeightMatrix& w, int64_t tile_begin, int64_t tile_end,
+                     float* xp) {
+  const int64_t cols = w.cols;
   constexpr int64_t kT = kGemmTileTokens;
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
     const int64_t t0 = tile * kT;

@@ -130,8 +130,10 @@ void Model::RunMlps(const ComputeContext& ctx, int num_groups) {
   for (MlpGroup& group : groups) {
     const MlpWeights& w = *group.w;
     group.packed = nullptr;
-    if (!PackedProductPays(group.count, w.gate) || !PackedProductPays(group.count, w.up) ||
-        !PackedProductPays(group.count, w.down)) {
+    // (One packing serves gate and up, so they must share a stored format: the packing depends
+    // on it.)
+    if (!PackedProductPays(k, group.count, w.gate) || !PackedProductPays(k, group.count, w.up) ||
+        !PackedProductPays(k, group.count, w.down) || w.gate.format != w.up.format || w.gate.dtype != w.up.dtype) {
       continue;
     }
     const int64_t floats = PackedActivationFloats(group.count, std::max(w.gate.cols, w.down.cols));
@@ -186,7 +188,7 @@ void Model::RunMlps(const ComputeContext& ctx, int num_groups) {
             const float* src = group.gather_source + int64_t(group.gather_rows[r]) * H;
             std::copy(src, src + H, group.x + int64_t(r) * H);
           }
-          if (group.packed != nullptr) k.pack_activations(group.x, group.count, H, 0, GemmTiles(group.count), group.packed);
+          if (group.packed != nullptr) k.pack_activations(group.x, group.count, w.gate, 0, GemmTiles(group.count), group.packed);
           ws.mlp_pending_prepare[size_t(tile.group)].store(0, std::memory_order_release);
           break;
         case MlpTile::kGateUp: {
@@ -202,7 +204,7 @@ void Model::RunMlps(const ComputeContext& ctx, int num_groups) {
           std::atomic<int32_t>& pending = ws.mlp_pending_gate_up[size_t(tile.group)];
           if (pending.fetch_sub(1, std::memory_order_acq_rel) == 2 && group.packed != nullptr) {
             // The last gate/up tile (only the packing's count is left): pack the down input.
-            k.pack_activations(group.gate, group.count, inter, 0, GemmTiles(group.count), group.packed);
+            k.pack_activations(group.gate, group.count, w.down, 0, GemmTiles(group.count), group.packed);
             pending.fetch_sub(1, std::memory_order_acq_rel);
           }
           break;

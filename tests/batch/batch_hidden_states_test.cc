@@ -18,6 +18,7 @@
 
 #include "core/float16.h"
 #include "engine/sequence_runner.h"
+#include "kernels/kernel_choice.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "support/batch_job.h"
@@ -144,7 +145,11 @@ TEST(BatchHiddenStates, AFilePerRecordWithTheRowsOfAForwardPass) {
   for (const auto& [id, d] : dumps) {
     ASSERT_EQ(d.width, (*model)->captured_width());
     const int rows = int(d.ids.size()) - 1;
-    auto runner = SequenceRunner::Create(**model, DefaultKernels(), {});
+    // The table the batch computed with: in process it runs deterministic, and chooses as
+    // --kernels auto does (the tests' processes share one measurement, CMakeLists.txt).
+    auto kernels = ChooseKernels("auto", /*deterministic=*/true);
+    ASSERT_TRUE(kernels.ok());
+    auto runner = SequenceRunner::Create(**model, *kernels->kernels, {});
     ASSERT_TRUE(runner.ok());
     ASSERT_TRUE((*runner)->Append(std::span(d.ids).first(size_t(rows))).ok());
     const std::span<const float> want = (*model)->captured_rows(rows);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "kvcache/kv_format.h"
 #include "server/http_client.h"
 #include "support/run_binary.h"
@@ -174,13 +175,14 @@ TEST(Cli, BenchKernelsTimesEveryWeightFormat) {
   ASSERT_NE(kv_table, std::string::npos) << r.out;
   const std::string matmul_tables = r.out.substr(0, kv_table), kv_rows = r.out.substr(kv_table);
   for (const char* format : {"bf16", "fp8-block", "int4-g32"}) {
-    // One row in the streaming table, one in the compute table, one in the prefill product's.
+    // One row in the streaming table, one in the compute table, one in the prefill product's
+    // (and one in the bf16 dot-product table's prefill product where the CPU has AVX512-BF16).
     size_t rows = 0;
     for (size_t at = matmul_tables.find(std::string("\n") + format + " "); at != std::string::npos;
          at = matmul_tables.find(std::string("\n") + format + " ", at + 1)) {
       ++rows;
     }
-    EXPECT_EQ(rows, 3u) << format << "\n" << r.out;
+    EXPECT_EQ(rows, CpuSupportsBf16Dot() ? 4u : 3u) << format << "\n" << r.out;
   }
   EXPECT_NE(matmul_tables.find("in registers / over packed activations"), std::string::npos) << r.out;
   // The KV codec table: a row per cache format, timing the portable codec at least.
@@ -191,6 +193,13 @@ TEST(Cli, BenchKernelsTimesEveryWeightFormat) {
   EXPECT_NE(r.out.find("machine read bandwidth"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fp32 FMA peak: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("share of the one-thread FMA peak"), std::string::npos) << r.out;
+  // The measurement --kernels auto makes, a row per shape class.
+  if (CpuSupportsBf16Dot()) {
+    for (const char* shape_class : {"\n1 ", "\n2-16 ", "\n17-64 ", "\n65+ "}) {
+      EXPECT_NE(r.out.find(shape_class), std::string::npos) << shape_class << "\n" << r.out;
+    }
+    EXPECT_NE(r.out.find("chosen from these: avx512"), std::string::npos) << r.out;
+  }
   r = RunMlaserve("bench-kernels --kernels sse9");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("sse9"), std::string::npos) << r.err;

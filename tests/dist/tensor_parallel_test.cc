@@ -161,8 +161,10 @@ TEST(TensorParallel, RefusesAJobWhoseSizeIsNotTheTpSize) {
   EXPECT_NE(no_mpirun.exit_code, 0);
   EXPECT_NE(no_mpirun.err.find("start it as `mpirun -np 2 mlaserve ...`"), std::string::npos) << no_mpirun.err;
   // mpirun -np 2 with the default --tp-size 1 would run two independent copies: refused.
-  const CommandResult mismatch = RunCommand(testing::MpirunPath() + " --allow-run-as-root -np 2 " +
-                                            ShellQuote(MLASERVE_BINARY) + " score " + model);
+  std::string launcher;
+  for (const std::string& a : testing::MpirunLauncher()) launcher += ShellQuote(a) + " ";
+  const CommandResult mismatch =
+      RunCommand(launcher + "--allow-run-as-root -np 2 " + ShellQuote(MLASERVE_BINARY) + " score " + model);
   EXPECT_NE(mismatch.exit_code, 0);
   EXPECT_NE(mismatch.err.find("mpirun started 2 ranks but --tp-size is 1"), std::string::npos) << mismatch.err;
 }

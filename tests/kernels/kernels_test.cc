@@ -294,14 +294,14 @@ TEST(Kernels, PackedActivationProductIsBitIdenticalToPanels) {
           for (float& v : x) v = dist(rng);
           const size_t xp_floats = size_t(PackedActivationFloats(n, cols));
           std::vector<float> reference_xp(xp_floats, -3.0f);
-          PortableKernels().pack_activations(x.data(), n, cols, 0, GemmTiles(n), reference_xp.data());
+          PortableKernels().pack_activations(x.data(), n, packed, 0, GemmTiles(n), reference_xp.data());
           SCOPED_TRACE(std::string(KindName(kind)) + " rows=" + std::to_string(rows) + " cols=" +
                        std::to_string(cols) + " n=" + std::to_string(n));
           for (const KernelSet* k : testing::RunnableKernelTables()) {
             std::vector<float> xp(xp_floats, -3.0f);
             const int64_t tiles = GemmTiles(n);
-            k->pack_activations(x.data(), n, cols, 0, tiles / 2, xp.data());  // two threads' halves
-            k->pack_activations(x.data(), n, cols, tiles / 2, tiles, xp.data());
+            k->pack_activations(x.data(), n, packed, 0, tiles / 2, xp.data());  // two threads' halves
+            k->pack_activations(x.data(), n, packed, tiles / 2, tiles, xp.data());
             for (int64_t t = 0; t < n; ++t) {
               for (int64_t c = 0; c < cols; ++c) {
                 ASSERT_EQ(xp[size_t(GemmPackedIndex(n, t, c))], x[size_t(t * cols + c)]) << k->name;

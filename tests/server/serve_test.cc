@@ -152,7 +152,10 @@ TEST_F(ServeTest, InputLogprobsMatchScore) {
   EXPECT_EQ(j["meta_info"]["input_top_logprobs"][1].size(), 2u);
   std::string list;
   for (size_t i = 0; i < ids.size(); ++i) list += (i ? "," : "") + std::to_string(ids[i]);
-  auto score = testing::RunMlaserve("score --model-path " + testing::ShellQuote(kModel) + " --input-ids " + list);
+  // Both deterministic (the server is): the same kernel table whatever a product's token count
+  // (kernels/kernel_choice.h), so the two agree to the order of additions.
+  auto score = testing::RunMlaserve("score --enable-deterministic-inference --model-path " +
+                                    testing::ShellQuote(kModel) + " --input-ids " + list);
   ASSERT_EQ(score.exit_code, 0) << score.err;
   auto expected = json::parse(score.out)["token_logprobs"];
   for (size_t i = 1; i < ids.size(); ++i) {
@@ -169,7 +172,8 @@ TEST_F(ServeTest, InputLogprobsMatchScore) {
   ASSERT_EQ(long_in.size(), long_ids.size());
   std::string long_list;
   for (size_t i = 0; i < long_ids.size(); ++i) long_list += (i ? "," : "") + std::to_string(long_ids[i]);
-  auto long_score = json::parse(testing::RunMlaserve("score --model-path " + testing::ShellQuote(kModel) +
+  auto long_score = json::parse(testing::RunMlaserve("score --enable-deterministic-inference --model-path " +
+                                                     testing::ShellQuote(kModel) +
                                                      " --input-ids " + long_list).out)["token_logprobs"];
   for (size_t i : {1u, 63u, 64u, 65u, 100u, 149u}) {
     EXPECT_NEAR(long_in[i][0].get<double>(), long_score[i].get<double>(), 1e-4) << i;

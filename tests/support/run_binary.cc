@@ -84,9 +84,22 @@ TempDir::~TempDir() {
 
 std::string MpirunPath() { return "/usr/bin/mpirun"; }
 
+std::vector<std::string> MpirunLauncher() {
+#if defined(__SANITIZE_ADDRESS__)
+  const char* options = std::getenv("ASAN_OPTIONS");
+  std::string value = options != nullptr ? options : "";
+  if (!value.empty()) value += ":";
+  return {"/usr/bin/env", "ASAN_OPTIONS=" + value + "detect_leaks=0", MpirunPath()};
+#else
+  return {MpirunPath()};
+#endif
+}
+
 std::string MpirunMlaserve(int ranks, const std::string& args) {
   const std::string n = std::to_string(ranks);
-  return MpirunPath() + " --allow-run-as-root --oversubscribe -np " + n + " " + ShellQuote(MLASERVE_BINARY) + " " + args +
+  std::string launcher;
+  for (const std::string& a : MpirunLauncher()) launcher += ShellQuote(a) + " ";
+  return launcher + "--allow-run-as-root --oversubscribe -np " + n + " " + ShellQuote(MLASERVE_BINARY) + " " + args +
          " --tp-size " + n;
 }
 

@@ -27,7 +27,9 @@ ServerProcess::ServerProcess(const ServerLaunch& launch, std::vector<std::string
   args.insert(args.end(), extra.begin(), extra.end());
   if (launch.tp_ranks > 1) {
     const std::string ranks = std::to_string(launch.tp_ranks);
-    args.insert(args.begin(), {MpirunPath(), "--allow-run-as-root", "--oversubscribe", "-np", ranks});
+    args.insert(args.begin(), {"--allow-run-as-root", "--oversubscribe", "-np", ranks});
+    const std::vector<std::string> launcher = MpirunLauncher();
+    args.insert(args.begin(), launcher.begin(), launcher.end());
     args.insert(args.end(), {"--tp-size", ranks});
   }
   pid_ = fork();

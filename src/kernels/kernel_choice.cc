@@ -1,0 +1,226 @@
+#include "kernels/kernel_choice.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "core/cpu_features.h"
+#include "core/float16.h"
+#include "core/read_file.h"
+#include "core/thread_pool.h"
+#include "kernels/ops.h"
+#include "kernels/pack.h"
+
+namespace mlaserve {
+namespace {
+
+constexpr int64_t kRows = 512, kCols = 2048;  // 2 MB of bf16: in L2/L3, so rates are compute rates
+constexpr double kMaddsPerTiming = double(1 << 26);
+constexpr size_t kMaxCacheBytes = 1 << 16;
+
+std::vector<ShapeClassRate> ShapeClasses() {
+  return {{"1", 1, 1}, {"2-16", 8, 2}, {"17-64", 32, 17}, {"65+", 128, 65}};
+}
+
+// A packed bf16 matrix of smooth pseudo-random values in [-1, 1] (no denormals, no zeros runs).
+struct MeasureMatrix {
+  std::vector<uint16_t> row_major;
+  std::unique_ptr<std::byte, decltype(&std::free)> packed{nullptr, &std::free};
+  WeightMatrix w;
+
+  explicit MeasureMatrix(ThreadPool& pool) : row_major(size_t(kRows * kCols)) {
+    uint32_t state = 12345;
+    for (uint16_t& v : row_major) {
+      state = state * 1664525u + 1013904223u;
+      v = F32ToBf16(float(int32_t(state >> 8) % 2000 - 1000) / 1000.0f + 1e-3f);
+    }
+    const WeightMatrix src{DType::kBF16, kRows, kCols, row_major.data()};
+    const size_t bytes = (PackedBytes(src) + 63) / 64 * 64;
+    packed.reset(static_cast<std::byte*>(std::aligned_alloc(64, bytes)));
+    std::memset(packed.get(), 0, bytes);
+    w = PackPanels(src, packed.get(), pool);
+  }
+};
+
+double SecondsOf(const std::function<void()>& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string CpuModelName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      return colon == std::string::npos ? line : line.substr(colon + 2);
+    }
+  }
+  return "unknown";
+}
+
+// What the cached rates are valid for: this CPU model and features, and this very binary.
+std::string CacheKey() {
+  const CpuFeatures& f = GetCpuFeatures();
+  std::string key = CpuModelName() + "|avx2=" + std::to_string(f.avx2_fma_f16c) + ",avx512=" +
+                    std::to_string(f.avx512) + ",avx512_bf16=" + std::to_string(f.avx512_bf16);
+  struct stat st {};
+  if (::stat("/proc/self/exe", &st) == 0) {
+    key += "|exe=" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+           std::to_string(st.st_mtim.tv_nsec);
+  }
+  return key;
+}
+
+std::vector<ShapeClassRate> ReadCache(const std::string& path, const std::string& key) {
+  auto text = ReadTextFile(path, kMaxCacheBytes);
+  if (!text.ok()) return {};
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("key") || j["key"] != key || !j.contains("classes") || !j["classes"].is_array()) {
+    return {};
+  }
+  std::vector<ShapeClassRate> rates = ShapeClasses();
+  if (j["classes"].size() != rates.size()) return {};
+  for (size_t i = 0; i < rates.size(); ++i) {
+    const nlohmann::json& c = j["classes"][i];
+    if (!c.is_object() || !c.contains("fp32_gflops") || !c.contains("bf16_gflops") ||
+        !c["fp32_gflops"].is_number() || !c["bf16_gflops"].is_number() || c.value("label", "") != rates[i].label) {
+      return {};
+    }
+    rates[i].fp32_flops = c["fp32_gflops"].get<double>() * 1e9;
+    rates[i].bf16_flops = c["bf16_gflops"].get<double>() * 1e9;
+  }
+  return rates;
+}
+
+// Written to a temporary file and renamed: concurrent starts never read half a file.
+bool WriteCache(const std::string& path, const std::string& key, const std::vector<ShapeClassRate>& rates) {
+  nlohmann::json j;
+  j["key"] = key;
+  j["classes"] = nlohmann::json::array();
+  for (const ShapeClassRate& r : rates) {
+    j["classes"].push_back({{"label", r.label}, {"tokens", r.tokens}, {"fp32_gflops", r.fp32_flops / 1e9},
+                            {"bf16_gflops", r.bf16_flops / 1e9}});
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return false;
+    out << j.dump(1) << "\n";
+    if (!out.flush()) return false;
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
+  return !ec;
+}
+
+}  // namespace
+
+std::string KernelChoiceCachePath() {
+  if (const char* p = std::getenv("MLASERVE_KERNEL_CACHE"); p != nullptr && *p != '\0') return p;
+  if (const char* p = std::getenv("XDG_CACHE_HOME"); p != nullptr && *p != '\0') {
+    return std::string(p) + "/mlaserve/kernel-choice.json";
+  }
+  if (const char* p = std::getenv("HOME"); p != nullptr && *p != '\0') {
+    return std::string(p) + "/.cache/mlaserve/kernel-choice.json";
+  }
+  return "";
+}
+
+std::vector<ShapeClassRate> MeasureShapeClasses() {
+  std::vector<ShapeClassRate> rates = ShapeClasses();
+  if (!CpuSupportsBf16Dot()) return rates;
+  ThreadPool pool(1);
+  const MeasureMatrix m(pool);
+  const KernelSet* candidates[2] = {Avx512Kernels(), Avx512Bf16Kernels(1)};
+  for (ShapeClassRate& r : rates) {
+    const int64_t n = r.tokens;
+    std::vector<float> x(size_t(n * kCols)), y(size_t(n * kRows));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i * 7919 % 1000) - 500) / 500.0f;
+    std::vector<float> scratch(size_t(GemmScratchFloats(n, kCols, 1)));
+    const double madds = double(kRows * kCols) * double(n);
+    const int reps = std::max(1, int(kMaddsPerTiming / madds));
+    double best[2] = {1e30, 1e30};
+    // A warm-up round, then five, the candidates alternating so that drift hits both alike.
+    for (int round = 0; round < 6; ++round) {
+      for (int c = 0; c < 2; ++c) {
+        const ComputeContext ctx{candidates[c], &pool, scratch};
+        const double s = SecondsOf([&] {
+          for (int i = 0; i < reps; ++i) MatMul(ctx, x.data(), n, m.w, y.data());
+        });
+        if (round > 0) best[c] = std::min(best[c], s);
+      }
+    }
+    r.fp32_flops = 2.0 * madds * reps / best[0];
+    r.bf16_flops = 2.0 * madds * reps / best[1];
+  }
+  return rates;
+}
+
+const KernelSet* TableForRates(const std::vector<ShapeClassRate>& rates, bool deterministic) {
+  int min_tokens = 0;  // bf16 from this class on; 0: never
+  for (auto r = rates.rbegin(); r != rates.rend(); ++r) {
+    if (r->bf16_flops < kBf16MinSpeedup * r->fp32_flops) break;
+    min_tokens = r->min_tokens;
+  }
+  if (min_tokens == 0 || !CpuSupportsBf16Dot()) return KernelsByName("auto").value();
+  return Avx512Bf16Kernels(deterministic ? 1 : min_tokens);
+}
+
+Result<KernelChoice> ChooseKernels(std::string_view flag, bool deterministic) {
+  KernelChoice choice;
+  if (flag != "auto") {
+    auto named = KernelsByName(flag);
+    if (!named.ok()) return named.status();
+    choice.kernels = *named;
+    choice.why = "named by --kernels";
+    return choice;
+  }
+  if (!CpuSupportsBf16Dot()) {
+    choice.kernels = KernelsByName("auto").value();
+    choice.why = "no AVX512-BF16 on this CPU: nothing to choose between";
+    return choice;
+  }
+  choice.cache_path = KernelChoiceCachePath();
+  const std::string key = CacheKey();
+  if (!choice.cache_path.empty()) choice.rates = ReadCache(choice.cache_path, key);
+  choice.from_cache = !choice.rates.empty();
+  if (!choice.from_cache) {
+    choice.rates = MeasureShapeClasses();
+    if (!choice.cache_path.empty() && !WriteCache(choice.cache_path, key, choice.rates)) {
+      choice.cache_path += " (not writable: not cached)";
+    }
+  }
+  choice.kernels = TableForRates(choice.rates, deterministic);
+  return choice;
+}
+
+std::string KernelChoice::Describe() const {
+  std::string s = std::string("kernels: ") + kernels->name;
+  if (rates.empty()) return s + " (" + why + ")";
+  s += from_cache ? " (rates read back from " + cache_path + "; one thread, GFLOP/s fp32 / bf16 dot:"
+                  : " (measured, one thread, GFLOP/s fp32 / bf16 dot:";
+  char buf[96];
+  for (const ShapeClassRate& r : rates) {
+    std::snprintf(buf, sizeof buf, " %s tok %.0f / %.0f;", r.label, r.fp32_flops / 1e9, r.bf16_flops / 1e9);
+    s += buf;
+  }
+  s.pop_back();
+  if (!from_cache && !cache_path.empty()) s += "; cached in " + cache_path;
+  return s + ")";
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,64 @@
+// Which kernel table a process computes with, chosen by measurement on this host (--kernels auto)
+// or named (--kernels NAME). The candidates differ in how they multiply packed BF16 weights: fp32
+// FMA after widening (the AVX-512 / AVX2 tables: exact in the weights, activations kept in fp32)
+// or bf16 dot products (vdpbf16ps: activations rounded to bf16, twice the multiply-adds per
+// instruction where the host runs it at full rate, nothing gained where it runs at half rate).
+//
+// auto times both on one thread, on a 512 x 2048 bf16 matrix, for one token of each shape class
+// (1 token; 2-16; 17-64; 65 and more), and takes bf16 products from the smallest class from which
+// every larger class measured at least kBf16MinSpeedup faster (the tables of Avx512Bf16Kernels).
+// The measurement (tens of milliseconds) is cached in a file keyed by the CPU's model name, its
+// features and the binary (size and modification time), so a restart reads it back.
+//
+// --enable-deterministic-inference needs batch invariance, which a table switching at N > 1
+// tokens breaks (a token's rounding would depend on its batch's size): it takes the all-bf16
+// table when the largest class chose bf16, else the fp32 table.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/kernels.h"
+
+namespace mlaserve {
+
+// bf16 products are taken for a shape class only where they measured at least this much faster:
+// within it the exact fp32 path is kept, and measurement noise cannot flip the choice.
+inline constexpr double kBf16MinSpeedup = 1.3;
+
+struct ShapeClassRate {
+  const char* label;          // "1", "2-16", "17-64", "65+"
+  int tokens;                 // the token count measured for the class
+  int min_tokens;             // the class's first token count (a bf16 table's threshold)
+  double fp32_flops = 0.0;    // FLOP/s of the fp32 table, one thread
+  double bf16_flops = 0.0;    // FLOP/s of the all-bf16 table, one thread
+};
+
+struct KernelChoice {
+  const KernelSet* kernels = nullptr;
+  std::vector<ShapeClassRate> rates;  // measured or read back; empty when named or not measured
+  std::string cache_path;             // where the rates were read from or written to; "" if none
+  bool from_cache = false;
+  std::string why;                    // why nothing was measured (named, no AVX512-BF16), if so
+
+  // One line for the start-up log: the table, and the rates it was chosen from.
+  std::string Describe() const;
+};
+
+// flag: --kernels ("auto" or a KernelsByName name). An error only for a name this CPU cannot run.
+[[nodiscard]] Result<KernelChoice> ChooseKernels(std::string_view flag, bool deterministic);
+
+// The measurement alone (no cache): every class's rates for the two candidates. Only where
+// CpuSupportsBf16Dot().
+[[nodiscard]] std::vector<ShapeClassRate> MeasureShapeClasses();
+
+// The table the rates choose (see above).
+[[nodiscard]] const KernelSet* TableForRates(const std::vector<ShapeClassRate>& rates, bool deterministic);
+
+// The cache file: $MLASERVE_KERNEL_CACHE, else $XDG_CACHE_HOME/mlaserve/kernel-choice.json, else
+// $HOME/.cache/mlaserve/kernel-choice.json; "" when none of these is set.
+[[nodiscard]] std::string KernelChoiceCachePath();
+
+}  // namespace mlaserve

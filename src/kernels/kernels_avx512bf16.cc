@@ -1,0 +1,319 @@
+// The bf16 dot-product tables (AVX512-BF16 `vdpbf16ps`): the AVX-512 table, except that products
+// of packed BF16 weights with at least `min_tokens` tokens round the activations to bf16 (nearest
+// even) once and multiply bf16 by bf16, two columns per instruction, accumulating in fp32. On a
+// host where vdpbf16ps runs at the FMA rate this is twice the multiply-adds of the fp32 path; where
+// it runs at half rate it is no faster: kernel_choice.cc measures which (docs/kernels.md).
+//
+// Compiled with -mavx512bf16 (CMakeLists.txt: *_avx512bf16.cc), so nothing here may run unless
+// GetCpuFeatures().avx512_bf16. Every other entry (fp32 weights, fp8, int4, row-major products,
+// attention's gemm_f32, norms) is the AVX-512 table's.
+//
+// Numerics: each output is sum over column pairs j, in order, of x[2j] * w[2j] + x[2j+1] * w[2j+1]
+// (bf16 products are exact in fp32) into one fp32 accumulator, the partial sum stored in y and
+// reloaded exactly between column blocks of kGemmColumns. The in-register product
+// (matmul_panels) and the packed one (pack_activations + matmul_panels_packed) do exactly this, so
+// a token's result does not depend on its batch: the table is batch-invariant on its own.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/kernels.h"
+
+namespace mlaserve {
+namespace avx512bf16 {
+namespace {
+
+constexpr int64_t kPairsPerBlock = kGemmColumns / 2;
+constexpr int kTile = int(kGemmTileTokens);   // tokens of a tile: 12 x 2 accumulators in registers
+constexpr int64_t kPanelPairBytes = 2 * kPanelRows * 2;  // two columns of a bf16 panel: 64 bytes
+// Tokens the in-register product converts at once.
+constexpr int64_t kGroupTokens = 4 * kGemmTileTokens;
+
+bool IsBf16Panels(const WeightMatrix& w) {
+  return w.packed && w.format == WeightFormat::kDense && w.dtype == DType::kBF16;
+}
+
+// Pairs of columns [c0, c0 + len) of T rows of x (cols apart), rounded to bf16, as uint32 (low half:
+// the even column): dst[pair * kTile + t]. An odd len's last pair has a zero high half.
+void ConvertBlock(const float* x, int64_t cols, int tokens, int64_t len, uint32_t* dst) {
+  const int64_t pairs = (len + 1) / 2;
+  for (int t = 0; t < tokens; ++t) {
+    const float* row = x + t * cols;
+    for (int64_t j = 0; j < pairs; j += 16) {
+      const int64_t c = 2 * j, left = len - c;  // floats of this row still to convert
+      const __mmask16 lo_mask = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+      const __mmask16 hi_mask =
+          left >= 32 ? __mmask16(0xFFFF) : left <= 16 ? __mmask16(0) : __mmask16((1u << (left - 16)) - 1);
+      const __m512 lo = _mm512_maskz_loadu_ps(lo_mask, row + c);
+      const __m512 hi = _mm512_maskz_loadu_ps(hi_mask, row + c + 16);
+      alignas(64) uint32_t packed[16];
+      // Words 0-15 from lo (columns c..c+15), 16-31 from hi: 16 column pairs in order.
+      _mm512_store_si512(packed, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+      const int64_t count = std::min<int64_t>(16, pairs - j);
+      for (int64_t i = 0; i < count; ++i) dst[(j + i) * kTile + t] = packed[i];
+    }
+  }
+}
+
+// The same pairs in token rows: dst[t * token_stride + pair], converted 16 pairs at a time.
+void ConvertRows(const float* x, int64_t cols, int tokens, int64_t len, uint32_t* dst, int64_t token_stride) {
+  const int64_t pairs = (len + 1) / 2;
+  for (int t = 0; t < tokens; ++t) {
+    const float* row = x + t * cols;
+    for (int64_t j = 0; j < pairs; j += 16) {
+      const int64_t c = 2 * j, left = len - c;
+      const __mmask16 lo_mask = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+      const __mmask16 hi_mask =
+          left >= 32 ? __mmask16(0xFFFF) : left <= 16 ? __mmask16(0) : __mmask16((1u << (left - 16)) - 1);
+      const __m512i converted = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi_mask, row + c + 16),
+                                                             _mm512_maskz_loadu_ps(lo_mask, row + c));
+      const int64_t count = std::min<int64_t>(16, pairs - j);
+      _mm512_mask_storeu_epi32(dst + t * token_stride + j, __mmask16((1u << count) - 1), converted);
+    }
+  }
+}
+
+// Two bf16 panel columns (2j, 2j + 1) as 16 (even, odd) pairs, one per row: word 2i of the result
+// is row i of column 2j, word 2i + 1 row i of column 2j + 1.
+inline __m512i InterleaveIndex() {
+  return _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
+                          19, 3, 18, 2, 17, 1, 16, 0);
+}
+inline __m512bh LoadPanelPair(const std::byte* p, __m512i interleave) {
+  return (__m512bh)_mm512_permutexvar_epi16(interleave, _mm512_loadu_si512(p));
+}
+// The same for a last column 2j without its pair: the odd words are zero.
+inline __m512bh LoadPanelLastColumn(const std::byte* p, __m512i interleave) {
+  return (__m512bh)_mm512_permutexvar_epi16(interleave, _mm512_maskz_loadu_epi16(0x0000FFFFu, p));
+}
+
+// Where a block's activation pairs are: token t's pair j at xb[t * kTokenStride + j * kPairStride].
+// Packed (pack_activations, ConvertBlock): kPairStride = kTile, kTokenStride 1. Rows (ConvertRows,
+// the in-register product): kPairStride 1, kTokenStride the row length. Both strides are
+// constants, so each token's pair is one load at a fixed offset (a run-time token stride cost the
+// T = 12 kernel a third of its speed).
+template <int64_t kPairStride, int64_t kTokenStride>
+struct PairLayout {
+  const uint32_t* xb;
+};
+
+// acc[t][v] += w[v] . the tokens' pair at xb_pair (one column pair of T tokens).
+template <int T, int64_t kTokenStride>
+__attribute__((always_inline)) inline void DotPair(const uint32_t* xb_pair, __m512bh w0, __m512bh w1,
+                                                   __m512 (&acc)[T][2]) {
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) {
+    const __m512bh xv = (__m512bh)_mm512_set1_epi32(int32_t(xb_pair[t * kTokenStride]));
+    acc[t][0] = _mm512_dpbf16_ps(acc[t][0], w0, xv);
+    acc[t][1] = _mm512_dpbf16_ps(acc[t][1], w1, xv);
+  }
+}
+
+// Rows [row, row + 16) of panel block output for T tokens: partial sums in y (rows_valid of the
+// 32 a block covers).
+template <int T>
+inline void LoadPartials(const float* y, int64_t ldy, int rows_valid, __m512 (&acc)[T][2]) {
+  for (int t = 0; t < T; ++t) {
+    if (rows_valid == 32) {
+      acc[t][0] = _mm512_loadu_ps(y + t * ldy);
+      acc[t][1] = _mm512_loadu_ps(y + t * ldy + 16);
+    } else {
+      const __mmask16 m0 = rows_valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows_valid) - 1);
+      const __mmask16 m1 = rows_valid <= 16 ? __mmask16(0) : __mmask16((1u << (rows_valid - 16)) - 1);
+      acc[t][0] = _mm512_maskz_loadu_ps(m0, y + t * ldy);
+      acc[t][1] = _mm512_maskz_loadu_ps(m1, y + t * ldy + 16);
+    }
+  }
+}
+
+template <int T>
+inline void StoreOutputs(const __m512 (&acc)[T][2], float* y, int64_t ldy, int rows_valid) {
+  const __mmask16 m0 = rows_valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows_valid) - 1);
+  const __mmask16 m1 = rows_valid >= 32 ? __mmask16(0xFFFF)
+                       : rows_valid <= 16 ? __mmask16(0)
+                                          : __mmask16((1u << (rows_valid - 16)) - 1);
+  for (int t = 0; t < T; ++t) {
+    _mm512_mask_storeu_ps(y + t * ldy, m0, acc[t][0]);
+    _mm512_mask_storeu_ps(y + t * ldy + 16, m1, acc[t][1]);
+  }
+}
+
+// The micro-kernel: y[T tokens][32 rows] (partial sums; zero when `first`) += the block's products
+// over `pairs` column pairs in order. xb: the tokens' activation pairs, kTile apart per pair;
+// p[v]: panel v's bytes at the block's first column (v = 1 may repeat v = 0 past the matrix: not
+// stored). odd_tail: the last pair has no second column.
+template <int T, int64_t kPairStride, int64_t kTokenStride>
+inline void DotBlock(PairLayout<kPairStride, kTokenStride> x, const std::byte* const (&p)[2], int64_t pairs, bool odd_tail,
+                     bool first, float* y, int64_t ldy, int rows_valid) {
+  __m512 acc[T][2];
+  if (first) {
+    for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+  } else {
+    LoadPartials<T>(y, ldy, rows_valid, acc);
+  }
+  const __m512i interleave = InterleaveIndex();
+  const int64_t full_pairs = odd_tail ? pairs - 1 : pairs;
+  for (int64_t j = 0; j < full_pairs; ++j) {
+    __builtin_prefetch(p[0] + (j + 32) * kPanelPairBytes);
+    __builtin_prefetch(p[1] + (j + 32) * kPanelPairBytes);
+    DotPair<T, kTokenStride>(x.xb + j * kPairStride, LoadPanelPair(p[0] + j * kPanelPairBytes, interleave),
+               LoadPanelPair(p[1] + j * kPanelPairBytes, interleave), acc);
+  }
+  if (odd_tail) {
+    const int64_t j = pairs - 1;
+    DotPair<T, kTokenStride>(x.xb + j * kPairStride, LoadPanelLastColumn(p[0] + j * kPanelPairBytes, interleave),
+               LoadPanelLastColumn(p[1] + j * kPanelPairBytes, interleave), acc);
+  }
+  StoreOutputs<T>(acc, y, ldy, rows_valid);
+}
+
+template <int kMax, class Fn>
+inline void WithTokens(int n, Fn&& fn) {
+  if constexpr (kMax > 0) {
+    if (n == kMax) return fn(std::integral_constant<int, kMax>{});
+    WithTokens<kMax - 1>(n, fn);
+  }
+}
+
+// Rows [row_begin, row_end) of y for `tokens` tokens over columns [c0, c0 + len): x holds their
+// pairs, tile after tile (tile_stride uint32 apart). Blocks of rows outside, tiles inside: the
+// block's weights (32 rows of the column block) stay in L1 while every tile passes.
+template <int64_t kPairStride, int64_t kTokenStride>
+void BlockProduct(PairLayout<kPairStride, kTokenStride> x, int64_t tile_stride, int64_t tokens, const WeightMatrix& w, int64_t c0,
+                  int64_t len, int64_t row_begin, int64_t row_end, float* y, int64_t ldy) {
+  const int64_t pairs = (len + 1) / 2;
+  const bool odd_tail = len % 2 != 0;
+  for (int64_t row0 = row_begin; row0 < row_end; row0 += 2 * kPanelRows) {
+    const int64_t row1 = row0 + kPanelRows < row_end ? row0 + kPanelRows : row0;
+    const std::byte* p[2] = {w.panel(row0 / kPanelRows) + c0 * kPanelRows * 2,
+                             w.panel(row1 / kPanelRows) + c0 * kPanelRows * 2};
+    const int rows_valid = int(std::min<int64_t>(2 * kPanelRows, row_end - row0));
+    for (int64_t t = 0; t < tokens; t += kTile) {
+      const PairLayout<kPairStride, kTokenStride> xt{x.xb + (t / kTile) * tile_stride};
+      WithTokens<kTile>(int(std::min<int64_t>(kTile, tokens - t)), [&](auto count) {
+        DotBlock<decltype(count)::value>(xt, p, pairs, odd_tail, c0 == 0, y + t * ldy + row0, ldy, rows_valid);
+      });
+    }
+  }
+}
+
+// Packed activations: the fp32 layout's blocks and tiles (GemmPackedIndex), each tile of a
+// column block holding kPairsPerBlock pairs x kTile tokens of uint32 in its first half.
+uint32_t* PackedTile(float* xp, int64_t n, int64_t tile, int64_t c0) {
+  return reinterpret_cast<uint32_t*>(xp + GemmPackedIndex(n, tile * kGemmTileTokens, c0));
+}
+const uint32_t* PackedTile(const float* xp, int64_t n, int64_t tile, int64_t c0) {
+  return reinterpret_cast<const uint32_t*>(xp + GemmPackedIndex(n, tile * kGemmTileTokens, c0));
+}
+
+void PackBf16(const float* x, int64_t n, int64_t cols, int64_t tile_begin, int64_t tile_end, float* xp) {
+  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
+    const int64_t t0 = tile * kGemmTileTokens;
+    const int tokens = int(std::min<int64_t>(kGemmTileTokens, n - t0));
+    for (int64_t c0 = 0; c0 < cols; c0 += kGemmColumns) {
+      ConvertBlock(x + t0 * cols + c0, cols, tokens, std::min(kGemmColumns, cols - c0), PackedTile(xp, n, tile, c0));
+    }
+  }
+}
+
+void MatMulPanelsPackedBf16(const float* xp, int64_t n, const WeightMatrix& w, int64_t panel_begin, int64_t panel_end,
+                            float* y, int64_t ldy) {
+  const int64_t row_end = std::min(w.rows, panel_end * kPanelRows);
+  for (int64_t c0 = 0; c0 < w.cols; c0 += kGemmColumns) {
+    // A column block's tiles follow each other in xp, kGemmColumns * kGemmTileTokens floats apart.
+    BlockProduct(PairLayout<kTile, 1>{PackedTile(xp, n, 0, c0)}, kGemmColumns * kGemmTileTokens, n, w, c0,
+                 std::min(kGemmColumns, w.cols - c0), panel_begin * kPanelRows, row_end, y, ldy);
+  }
+}
+
+// The in-register product: groups of kGroupTokens tokens; for each, blocks of columns converted
+// (ConvertRows: whole vectors, cheap beside the products even when a call covers only two panels,
+// as MatMul's chunks do) and multiplied with the range's panels. (A block's width changes no
+// result: partial sums are stored and reloaded exactly.)
+constexpr int64_t kStackPairs = 16384;  // 64 KB
+
+// One group of at most kMaxTokens tokens, in blocks of kBlockPairs pairs (the rows' stride).
+template <int64_t kBlockPairs, int64_t kMaxTokens>
+void GroupProduct(const float* x, int64_t group, const WeightMatrix& w, int64_t row_begin, int64_t row_end, float* y,
+                  int64_t ldy) {
+  static_assert(kBlockPairs * kMaxTokens <= kStackPairs);
+  alignas(64) uint32_t xb[kStackPairs];  // [token][pair in block]
+  for (int64_t c0 = 0; c0 < w.cols; c0 += 2 * kBlockPairs) {
+    const int64_t len = std::min(2 * kBlockPairs, w.cols - c0);
+    ConvertRows(x + c0, w.cols, int(group), len, xb, kBlockPairs);
+    BlockProduct(PairLayout<1, kBlockPairs>{xb}, kTile * kBlockPairs, group, w, c0, len, row_begin, row_end, y, ldy);
+  }
+}
+
+void MatMulPanelsBf16(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin, int64_t panel_end,
+                      float* y, int64_t ldy) {
+  const int64_t row_end = std::min(w.rows, panel_end * kPanelRows);
+  for (int64_t g0 = 0; g0 < n; g0 += kGroupTokens) {
+    const int64_t group = std::min(kGroupTokens, n - g0);
+    // One tile reads each weight once: wide blocks, so that the panels stream. More tiles re-read
+    // each block's weights per tile: kGemmColumns, so that they stay in L1.
+    if (group <= kTile) {
+      GroupProduct<1024, kTile>(x + g0 * w.cols, group, w, panel_begin * kPanelRows, row_end,
+                                                      y + g0 * ldy, ldy);
+    } else {
+      GroupProduct<kPairsPerBlock, kGroupTokens>(x + g0 * w.cols, group, w, panel_begin * kPanelRows, row_end, y + g0 * ldy, ldy);
+    }
+  }
+}
+
+// The table with bf16 products from kMinTokens tokens; the AVX-512 table's entries otherwise.
+template <int kMinTokens>
+struct Bf16From {
+  static const KernelSet& Base() { return *Avx512Kernels(); }
+  static bool Uses(int64_t n, const WeightMatrix& w) { return n >= kMinTokens && IsBf16Panels(w); }
+
+  static void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin, int64_t panel_end,
+                           float* y, int64_t ldy) {
+    if (!Uses(n, w)) return Base().matmul_panels(x, n, w, panel_begin, panel_end, y, ldy);
+    MatMulPanelsBf16(x, n, w, panel_begin, panel_end, y, ldy);
+  }
+  static void PackActivations(const float* x, int64_t n, const WeightMatrix& w, int64_t tile_begin, int64_t tile_end,
+                              float* xp) {
+    if (!Uses(n, w)) return Base().pack_activations(x, n, w, tile_begin, tile_end, xp);
+    PackBf16(x, n, w.cols, tile_begin, tile_end, xp);
+  }
+  static void MatMulPanelsPacked(const float* x, const float* xp, float* scratch, int64_t n, const WeightMatrix& w,
+                                 int64_t panel_begin, int64_t panel_end, float* y, int64_t ldy) {
+    if (!Uses(n, w)) return Base().matmul_panels_packed(x, xp, scratch, n, w, panel_begin, panel_end, y, ldy);
+    MatMulPanelsPackedBf16(xp, n, w, panel_begin, panel_end, y, ldy);
+  }
+
+  static KernelSet Make(const char* name) {
+    KernelSet k = Base();
+    k.name = name;
+    k.bf16_min_tokens = kMinTokens;
+    // Two tiles or more: measured faster packed (bench-kernels' kernel choice, 32 tokens).
+    k.bf16_packed_min_tokens = std::max<int64_t>(kMinTokens, kGemmTileTokens + 1);
+    k.matmul_panels = MatMulPanels;
+    k.pack_activations = PackActivations;
+    k.matmul_panels_packed = MatMulPanelsPacked;
+    return k;
+  }
+};
+
+}  // namespace
+}  // namespace avx512bf16
+
+const KernelSet* Avx512Bf16Kernels(int min_tokens) {
+  using namespace avx512bf16;
+  static const KernelSet k1 = Bf16From<1>::Make("avx512-bf16");
+  static const KernelSet k2 = Bf16From<2>::Make("avx512-bf16:2");
+  static const KernelSet k17 = Bf16From<17>::Make("avx512-bf16:17");
+  static const KernelSet k65 = Bf16From<65>::Make("avx512-bf16:65");
+  switch (min_tokens) {
+    case 1: return &k1;
+    case 2: return &k2;
+    case 17: return &k17;
+    case 65: return &k65;
+    default: return nullptr;
+  }
+}
+
+}  // namespace mlaserve
