@@ -49,7 +49,8 @@ struct KernelSet {
   // ---- Prefill GEMM (many tokens): activations packed once per product, shared by threads ----
   // xp = the activations [n, w.cols] packed for the product with w (matmul_panels_packed with
   // the same n and w): in the layout GemmPackedIndex gives (fp32), or, where the table multiplies
-  // w in bf16 (bf16_min_tokens), as bf16 column pairs in the first half of each block's tile.
+  // w in bf16 (bf16_min_tokens), as bf16 column pairs in the same blocks and tiles, each half as
+  // long (Bf16PackedActivationFloats; ops.h PackedFloatsFor says which).
   // For token tiles [tile_begin, tile_end) (tiles of kGemmTileTokens; a tail tile's missing
   // tokens are not written). Threads may pack disjoint tile ranges of one xp concurrently.
   void (*pack_activations)(const float* x, int64_t n, const WeightMatrix& w, int64_t tile_begin, int64_t tile_end,
@@ -99,6 +100,10 @@ inline constexpr int64_t GemmTiles(int64_t n) { return (n + kGemmTileTokens - 1)
 // Floats an xp for n tokens of cols columns takes.
 inline constexpr int64_t PackedActivationFloats(int64_t n, int64_t cols) {
   return (cols + kGemmColumns - 1) / kGemmColumns * GemmTiles(n) * kGemmColumns * kGemmTileTokens;
+}
+// The same for a bf16 table's bf16 products (KernelSet::pack_activations): pairs of bf16, half.
+inline constexpr int64_t Bf16PackedActivationFloats(int64_t n, int64_t cols) {
+  return PackedActivationFloats(n, cols) / 2;
 }
 // Floats of one thread's matmul_panels_packed scratch: one column block of xp.
 inline constexpr int64_t GemmThreadScratchFloats(int64_t n) {

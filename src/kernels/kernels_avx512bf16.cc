@@ -1,6 +1,7 @@
 // The bf16 dot-product tables (AVX512-BF16 `vdpbf16ps`): the AVX-512 table, except that products
-// of packed BF16 weights with at least `min_tokens` tokens round the activations to bf16 (nearest
-// even) once and multiply bf16 by bf16, two columns per instruction, accumulating in fp32. On a
+// of BF16 weights (packed panels, and row-major rows) with at least `min_tokens` tokens round the
+// activations to bf16 (nearest even) once and multiply bf16 by bf16, two columns per instruction,
+// accumulating in fp32. On a
 // host where vdpbf16ps runs at the FMA rate this is twice the multiply-adds of the fp32 path; where
 // it runs at half rate it is no faster: kernel_choice.cc measures which (docs/kernels.md).
 //
@@ -199,13 +200,16 @@ void BlockProduct(PairLayout<kPairStride, kTokenStride> x, int64_t tile_stride, 
   }
 }
 
-// Packed activations: the fp32 layout's blocks and tiles (GemmPackedIndex), each tile of a
-// column block holding kPairsPerBlock pairs x kTile tokens of uint32 in its first half.
+// Packed activations (kernels.h Bf16PackedActivationFloats): the fp32 layout's blocks and tiles
+// at half the size, a tile of a column block holding kPairsPerBlock pairs x kTile tokens of uint32.
+int64_t PackedTileIndex(int64_t n, int64_t tile, int64_t c0) {
+  return (c0 / kGemmColumns * GemmTiles(n) + tile) * kPairsPerBlock * kTile;
+}
 uint32_t* PackedTile(float* xp, int64_t n, int64_t tile, int64_t c0) {
-  return reinterpret_cast<uint32_t*>(xp + GemmPackedIndex(n, tile * kGemmTileTokens, c0));
+  return reinterpret_cast<uint32_t*>(xp) + PackedTileIndex(n, tile, c0);
 }
 const uint32_t* PackedTile(const float* xp, int64_t n, int64_t tile, int64_t c0) {
-  return reinterpret_cast<const uint32_t*>(xp + GemmPackedIndex(n, tile * kGemmTileTokens, c0));
+  return reinterpret_cast<const uint32_t*>(xp) + PackedTileIndex(n, tile, c0);
 }
 
 void PackBf16(const float* x, int64_t n, int64_t cols, int64_t tile_begin, int64_t tile_end, float* xp) {
@@ -222,8 +226,8 @@ void MatMulPanelsPackedBf16(const float* xp, int64_t n, const WeightMatrix& w, i
                             float* y, int64_t ldy) {
   const int64_t row_end = std::min(w.rows, panel_end * kPanelRows);
   for (int64_t c0 = 0; c0 < w.cols; c0 += kGemmColumns) {
-    // A column block's tiles follow each other in xp, kGemmColumns * kGemmTileTokens floats apart.
-    BlockProduct(PairLayout<kTile, 1>{PackedTile(xp, n, 0, c0)}, kGemmColumns * kGemmTileTokens, n, w, c0,
+    // A column block's tiles follow each other in xp.
+    BlockProduct(PairLayout<kTile, 1>{PackedTile(xp, n, 0, c0)}, kPairsPerBlock * kTile, n, w, c0,
                  std::min(kGemmColumns, w.cols - c0), panel_begin * kPanelRows, row_end, y, ldy);
   }
 }
@@ -263,12 +267,85 @@ void MatMulPanelsBf16(const float* x, int64_t n, const WeightMatrix& w, int64_t 
   }
 }
 
+// ---- Row-major BF16 weights (kv_b_proj's slices, read by rows) ------------------------------
+// Adjacent columns of a row are already the pairs vdpbf16ps multiplies: each (token, row) dot
+// product accumulates 16 lanes over 32-column chunks in order, reduced in a fixed order at the end,
+// so it does not depend on the block it was computed in (batch-invariant).
+
+bool IsBf16Rows(const WeightMatrix& w) {
+  return !w.packed && w.format == WeightFormat::kDense && w.dtype == DType::kBF16;
+}
+
+// T tokens (activation pairs in rows of xb, `pairs` apart) x R rows of w.
+template <int T, int R>
+__attribute__((always_inline)) inline void RowsBlock(const uint32_t* xb, int64_t pairs, const WeightMatrix& w,
+                                                     int64_t row0, float* y, int64_t ldy) {
+  // (Every loop over T and R unrolled: GCC otherwise keeps the arrays in memory.)
+  __m512 acc[T][R];
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) acc[t][r] = _mm512_setzero_ps();
+  }
+  const std::byte* rows[R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) rows[r] = w.row(row0 + r);
+  const int64_t cols = w.cols;
+  for (int64_t c = 0; c < cols; c += 32) {
+    const __mmask32 m = cols - c >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1ull << (cols - c)) - 1);
+    __m512bh wv[R];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, rows[r] + 2 * c);
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(m, xb + t * pairs + c / 2);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[t][r] = _mm512_dpbf16_ps(acc[t][r], wv[r], xv);
+    }
+  }
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) y[t * ldy + row0 + r] = _mm512_reduce_add_ps(acc[t][r]);
+  }
+}
+
+template <int R>
+void RowsForTokens(const uint32_t* xb, int64_t pairs, int64_t tokens, const WeightMatrix& w, int64_t row0, float* y,
+                   int64_t ldy) {
+  int64_t t = 0;
+  for (; t + 4 <= tokens; t += 4) RowsBlock<4, R>(xb + t * pairs, pairs, w, row0, y + t * ldy, ldy);
+  for (; t < tokens; ++t) RowsBlock<1, R>(xb + t * pairs, pairs, w, row0, y + t * ldy, ldy);
+}
+
+void MatMulRowsBf16(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin, int64_t row_end, float* y,
+                    int64_t ldy) {
+  alignas(64) uint32_t xb[kStackPairs];  // [token][pair]
+  const int64_t pairs = (w.cols + 1) / 2;
+  // Tokens whose converted rows fit the buffer (at least one row: wider matrices go to fp32).
+  const int64_t group_max = kStackPairs / pairs;
+  for (int64_t g0 = 0; g0 < n; g0 += group_max) {
+    const int64_t group = std::min(group_max, n - g0);
+    ConvertRows(x + g0 * w.cols, w.cols, int(group), w.cols, xb, pairs);
+    int64_t r = row_begin;
+    for (; r + 4 <= row_end; r += 4) RowsForTokens<4>(xb, pairs, group, w, r, y + g0 * ldy, ldy);
+    for (; r < row_end; ++r) RowsForTokens<1>(xb, pairs, group, w, r, y + g0 * ldy, ldy);
+  }
+}
+
 // The table with bf16 products from kMinTokens tokens; the AVX-512 table's entries otherwise.
 template <int kMinTokens>
 struct Bf16From {
   static const KernelSet& Base() { return *Avx512Kernels(); }
   static bool Uses(int64_t n, const WeightMatrix& w) { return n >= kMinTokens && IsBf16Panels(w); }
 
+  static void MatMulRows(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin, int64_t row_end,
+                         float* y, int64_t ldy) {
+    if (n < kMinTokens || !IsBf16Rows(w) || (w.cols + 1) / 2 > kStackPairs) {
+      return Base().matmul_rows(x, n, w, row_begin, row_end, y, ldy);
+    }
+    MatMulRowsBf16(x, n, w, row_begin, row_end, y, ldy);
+  }
   static void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin, int64_t panel_end,
                            float* y, int64_t ldy) {
     if (!Uses(n, w)) return Base().matmul_panels(x, n, w, panel_begin, panel_end, y, ldy);
@@ -291,6 +368,7 @@ struct Bf16From {
     k.bf16_min_tokens = kMinTokens;
     // Two tiles or more: measured faster packed (bench-kernels' kernel choice, 32 tokens).
     k.bf16_packed_min_tokens = std::max<int64_t>(kMinTokens, kGemmTileTokens + 1);
+    k.matmul_rows = MatMulRows;
     k.matmul_panels = MatMulPanels;
     k.pack_activations = PackActivations;
     k.matmul_panels_packed = MatMulPanelsPacked;

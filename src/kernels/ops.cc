@@ -59,11 +59,20 @@ int64_t PanelGrain(const WeightMatrix& w, bool prefill, int num_threads) {
   return (panels + 1) / 2 * 2;
 }
 
+namespace {
+bool Bf16Product(const KernelSet& k, int64_t n, const WeightMatrix& w) {
+  return k.bf16_min_tokens > 0 && n >= k.bf16_min_tokens && w.format == WeightFormat::kDense &&
+         w.dtype == DType::kBF16;
+}
+}  // namespace
+
+int64_t PackedFloatsFor(const KernelSet& k, int64_t n, const WeightMatrix& w) {
+  return Bf16Product(k, n, w) ? Bf16PackedActivationFloats(n, w.cols) : PackedActivationFloats(n, w.cols);
+}
+
 bool PackedProductPays(const KernelSet& k, int64_t n, const WeightMatrix& w) {
   if (!w.packed) return false;
-  const bool bf16 = k.bf16_min_tokens > 0 && n >= k.bf16_min_tokens && w.format == WeightFormat::kDense &&
-                    w.dtype == DType::kBF16;
-  return n >= (bf16 ? k.bf16_packed_min_tokens : k.packed_min_tokens);
+  return n >= (Bf16Product(k, n, w) ? k.bf16_packed_min_tokens : k.packed_min_tokens);
 }
 
 void MatMul(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w, float* y) {

@@ -29,6 +29,9 @@ inline constexpr int64_t GemmScratchFloats(int64_t n, int64_t cols, int num_thre
 // Panels per chunk of a packed matrix's product (prefill: of the packed-activation product) on
 // num_threads threads; even, at least 2.
 int64_t PanelGrain(const WeightMatrix& w, bool prefill, int num_threads);
+// Floats pack_activations writes for n tokens' product with w, with this table.
+int64_t PackedFloatsFor(const KernelSet& k, int64_t n, const WeightMatrix& w);
+
 // Whether n tokens' product with w is faster through the packed-activation product
 // (pack_activations + matmul_panels_packed) than through matmul_panels, with this table
 // (KernelSet::packed_min_tokens).

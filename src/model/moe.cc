@@ -136,7 +136,7 @@ void Model::RunMlps(const ComputeContext& ctx, int num_groups) {
         !PackedProductPays(k, group.count, w.down) || w.gate.format != w.up.format || w.gate.dtype != w.up.dtype) {
       continue;
     }
-    const int64_t floats = PackedActivationFloats(group.count, std::max(w.gate.cols, w.down.cols));
+    const int64_t floats = std::max(PackedFloatsFor(k, group.count, w.gate), PackedFloatsFor(k, group.count, w.down));
     if (scratch_used + floats > int64_t(ctx.gemm_scratch.size())) continue;
     group.packed = ctx.gemm_scratch.data() + scratch_used;
     scratch_used += floats;

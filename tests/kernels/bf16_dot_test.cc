@@ -14,6 +14,7 @@
 #include "core/float16.h"
 #include "core/thread_pool.h"
 #include "kernels/kernels.h"
+#include "kernels/ops.h"
 #include "kernels/pack.h"
 
 namespace mlaserve {
@@ -61,7 +62,7 @@ std::vector<float> InRegisters(const KernelSet& k, const std::vector<float>& x, 
 
 // pack_activations (two halves of the tiles) then matmul_panels_packed over two ranges.
 std::vector<float> OverPacked(const KernelSet& k, const std::vector<float>& x, int64_t n, const WeightMatrix& w) {
-  std::vector<float> xp(size_t(PackedActivationFloats(n, w.cols)), -3.0f);
+  std::vector<float> xp(size_t(PackedFloatsFor(k, n, w)), -3.0f);
   std::vector<float> scratch(size_t(GemmThreadScratchFloats(n)));
   const int64_t tiles = GemmTiles(n);
   k.pack_activations(x.data(), n, w, 0, tiles / 2, xp.data());
@@ -112,6 +113,37 @@ TEST_F(Bf16Dot, MatchesTheReferenceOnRoundedActivations) {
           const std::vector<float> alone = InRegisters(bf16, xt, 1, w.matrix);
           for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(alone[size_t(r)], got[size_t(t * rows + r)]) << "t=" << t;
         }
+      }
+    }
+  }
+}
+
+// Row-major BF16 weights (kv_b_proj's slices): matmul_rows multiplies bf16 pairs too.
+TEST_F(Bf16Dot, RowMajorProductsMatchTheReferenceAndAreBatchInvariant) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  ThreadPool pool(2);
+  const KernelSet& bf16 = *Avx512Bf16Kernels(1);
+  for (int64_t rows : {7, 130}) {
+    for (int64_t cols : {int64_t{33}, int64_t{512}}) {
+      const Packed w = RandomPacked(DType::kBF16, rows, cols, rng, pool);
+      const WeightMatrix row_major{DType::kBF16, rows, cols, w.row_major.data()};
+      for (int64_t n : {1, 6, 37}) {
+        SCOPED_TRACE("rows=" + std::to_string(rows) + " cols=" + std::to_string(cols) + " n=" + std::to_string(n));
+        std::vector<float> x(size_t(n * cols));
+        for (float& v : x) v = dist(rng);
+        const std::vector<float> rounded = RoundedToBf16(x);
+        std::vector<float> want(size_t(n * rows)), got(size_t(n * rows), -7.0f);
+        PortableKernels().matmul_rows(rounded.data(), n, row_major, 0, rows, want.data(), rows);
+        bf16.matmul_rows(x.data(), n, row_major, 0, rows / 2, got.data(), rows);
+        bf16.matmul_rows(x.data(), n, row_major, rows / 2, rows, got.data(), rows);
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_NEAR(got[i], want[i], 1e-5f * std::sqrt(float(cols)) * (1.0f + std::fabs(want[i]))) << i;
+        }
+        const int64_t t = n - 1;
+        std::vector<float> alone(static_cast<size_t>(rows));
+        bf16.matmul_rows(x.data() + t * cols, 1, row_major, 0, rows, alone.data(), rows);
+        for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(alone[size_t(r)], got[size_t(t * rows + r)]) << r;
       }
     }
   }
