@@ -137,9 +137,9 @@ int RunWeightsEval(Args& args) {
   const double ref_ppl = reference_own.Perplexity();
   std::printf("weights-eval: %s, %lld teacher-forced tokens of %s\n", model_flags.model_path.c_str(),
               (long long)reference_own.scored, data_path.c_str());
-  std::printf("%-20s %10s %10s %12s %12s %10s %10s\n", "weights", "MB", "ppl", "ppl change", "mean KL", "p99 KL",
+  std::printf("%-24s %10s %10s %12s %12s %10s %10s\n", "weights", "MB", "ppl", "ppl change", "mean KL", "p99 KL",
               "top-1");
-  std::printf("%-20s %10.2f %10.3f %12s %12s %10s %10s\n",
+  std::printf("%-24s %10.2f %10.3f %12s %12s %10s %10s\n",
               (std::string(model.config().torch_dtype.empty() ? "dense" : model.config().torch_dtype.c_str()) + " " +
                base->kernels->name).c_str(),
               double(model.weight_bytes()) / 1e6, ref_ppl, "-", "-", "-", "-");
@@ -149,7 +149,7 @@ int RunWeightsEval(Args& args) {
     const LogitAgreement& a = cand.agreement;
     const double ppl = a.Perplexity(), mean_kl = a.MeanKl(), p99 = a.P99Kl(), top1 = a.Top1();
     const double mb = double((cand.loaded != nullptr ? *cand.loaded->model : model).weight_bytes()) / 1e6;
-    std::printf("%-20s %10.2f %10.3f %+11.2f%% %12.3g %10.3g %9.2f%%\n", cand.name.c_str(), mb, ppl,
+    std::printf("%-24s %10.2f %10.3f %+11.2f%% %12.3g %10.3g %9.2f%%\n", cand.name.c_str(), mb, ppl,
                 100.0 * (ppl / ref_ppl - 1.0), mean_kl, p99, 100.0 * top1);
     out["weights"][cand.name] = {{"mb", mb}, {"ppl", ppl}, {"mean_kl", mean_kl}, {"p99_kl", p99}, {"top1", top1}};
   }
