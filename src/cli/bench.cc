@@ -159,16 +159,32 @@ void PrintComputePeaks(const Peaks& peaks, const KernelSet& kernels) {
               peaks.fp32.all_threads_flops / 1e9, peaks.fp32.one_thread_flops / 1e9);
   if (peaks.bf16) {
     std::printf("bf16 dot-product peak (avx512_bf16 vdpbf16ps): %.1f GFLOP/s all threads, %.1f GFLOP/s one thread "
-                "(informational: the kernels compute in fp32 FMA)\n",
-                peaks.bf16->all_threads_flops / 1e9, peaks.bf16->one_thread_flops / 1e9);
+                "(%s)\n",
+                peaks.bf16->all_threads_flops / 1e9, peaks.bf16->one_thread_flops / 1e9,
+                kernels.bf16_min_tokens > 0 ? "the kernels' bf16 products run at it" : "not used by these kernels");
   } else {
     std::printf("bf16 dot-product peak: none (this CPU lacks AVX512-BF16)\n");
   }
 }
 
-void PrintPrefillCompute(double flops, double seconds, const Peaks& peaks) {
-  std::printf("prefill compute: %.1f GFLOP/s achieved (%.1f GFLOP in the prompt), %.0f%% of the FMA peak\n",
-              flops / seconds / 1e9, flops / 1e9, 100.0 * flops / seconds / peaks.fp32.all_threads_flops);
+// The compute peak a product of n tokens runs against: the bf16 dot-product peak where the table
+// multiplies this checkpoint's dense BF16 weights in bf16 at n tokens, else the fp32 FMA peak.
+// (Where only some weights are bf16, e.g. int4 experts, this is the fp32 peak: an upper bound on
+// neither; the line names which one it is.)
+struct ComputePeak {
+  double flops;
+  const char* name;
+};
+ComputePeak PeakFor(const Peaks& peaks, const KernelSet& kernels, const ModelConfig& c, int n) {
+  const bool bf16 = peaks.bf16 && kernels.bf16_min_tokens > 0 && n >= kernels.bf16_min_tokens &&
+                    c.quant.method == WeightQuantMethod::kNone && c.torch_dtype == "bfloat16";
+  return bf16 ? ComputePeak{peaks.bf16->all_threads_flops, "bf16 dot-product"}
+              : ComputePeak{peaks.fp32.all_threads_flops, "FMA"};
+}
+
+void PrintPrefillCompute(double flops, double seconds, const ComputePeak& peak) {
+  std::printf("prefill compute: %.1f GFLOP/s achieved (%.1f GFLOP in the prompt), %.0f%% of the %s peak\n",
+              flops / seconds / 1e9, flops / 1e9, 100.0 * flops / seconds / peak.flops, peak.name);
 }
 
 void PrintAttentionShare(const ForwardTimings& timings, double decode_s) {
@@ -306,7 +322,8 @@ int BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
                 KvFormatName(loaded->kv_cache.kv_format));
     PrintAttentionShare(timings, decode_s);
     PrintComputePeaks(peaks, *loaded->kernels);
-    PrintPrefillCompute(PrefillFlops(model, prompt_len), prefill_s, peaks);
+    PrintPrefillCompute(PrefillFlops(model, prompt_len), prefill_s,
+                        PeakFor(peaks, *loaded->kernels, c, std::min(prompt_len, model.max_batch_tokens())));
   }
   PrintTpTraffic(model, "prefill", traffic0, traffic1, prefill_s, int(prefill_timings.forward_calls));
   PrintTpTraffic(model, "decode", traffic1, traffic2, decode_s, decode_tokens);
@@ -435,7 +452,11 @@ int BenchBatch(const ModelFlags& model_flags, const BenchSettings& settings) {
 
   // The per-step roofline bound, at the mean context (step i reads positions [0, prompt_len + i + 1)).
   const double mean_context = prompt_len + (decode_tokens + 1) / 2.0;
-  const double experts_touched = ExpectedDistinctExperts(c.n_routed_experts, c.num_experts_per_tok, n_seqs);
+  // The routed experts the steps really ran (the router's choices, counted by the model), and what
+  // uniform routing would have touched, for comparison.
+  const double experts_uniform = ExpectedDistinctExperts(c.n_routed_experts, c.num_experts_per_tok, n_seqs);
+  const double experts_touched = timings.moe_blocks > 0 ? double(timings.routed_experts_run) / double(timings.moe_blocks)
+                                                        : experts_uniform;
   const double dense_bytes = double(DenseBytesPerToken(model)) + double(n_seqs - 1) * double(model.weights().embed.row_bytes());
   const double expert_bytes = double(MoeLayers(c)) * experts_touched * double(ExpertBytes(model));
   const double kv_bytes = double(n_seqs) * mean_context * double(KvBytesPerPosition(*loaded));
@@ -443,7 +464,8 @@ int BenchBatch(const ModelFlags& model_flags, const BenchSettings& settings) {
   const double step_flops = n_seqs * (WeightFlopsPerToken(model) + 2.0 * double(Params(model.weights().lm_head)) +
                                       AttentionFlopsPerPosition(c) * mean_context);
   const double memory_s = step_bytes / peaks.read_bandwidth;
-  const double compute_s = step_flops / peaks.fp32.all_threads_flops;
+  const ComputePeak step_peak = PeakFor(peaks, *loaded->kernels, c, n_seqs);
+  const double compute_s = step_flops / step_peak.flops;
   const double bound_s = std::max(memory_s, compute_s);
   const double step_s = decode_s / decode_tokens;
 
@@ -463,22 +485,23 @@ int BenchBatch(const ModelFlags& model_flags, const BenchSettings& settings) {
                 step_bytes / 1e6, dense_bytes / 1e6, expert_bytes / 1e6, kv_bytes / 1e6,
                 KvFormatName(loaded->kv_cache.kv_format), mean_context);
     if (c.n_routed_experts > 0) {
-      std::printf("routed experts per MoE layer and step: %.1f of %d, expected for %d x top-%d uniform draws, "
-                  "E (1 - (1 - k/E)^N) (the routing is not observed)\n",
-                  experts_touched, c.n_routed_experts, n_seqs, c.num_experts_per_tok);
+      std::printf("routed experts per MoE layer and step: %.1f of %d, counted from the router's choices (%d x top-%d "
+                  "uniform draws would touch %.1f, E (1 - (1 - k/E)^N))\n",
+                  experts_touched, c.n_routed_experts, n_seqs, c.num_experts_per_tok, experts_uniform);
     }
     std::printf("FLOPs per decode step: %.2f GFLOP (weights, lm_head and attention at the mean context)\n",
                 step_flops / 1e9);
-    std::printf("per-step bound: max(%.1f ms reading at %.2f GB/s, %.1f ms computing at %.1f GFLOP/s) = %.1f ms "
-                "(%s-bound, %.1f tokens/s)\n",
-                1000.0 * memory_s, peaks.read_bandwidth / 1e9, 1000.0 * compute_s, peaks.fp32.all_threads_flops / 1e9,
+    std::printf("per-step bound: max(%.1f ms reading at %.2f GB/s, %.1f ms computing at %.1f GFLOP/s, the %s peak) = "
+                "%.1f ms (%s-bound, %.1f tokens/s)\n",
+                1000.0 * memory_s, peaks.read_bandwidth / 1e9, 1000.0 * compute_s, step_peak.flops / 1e9, step_peak.name,
                 1000.0 * bound_s, memory_s >= compute_s ? "memory" : "compute", n_seqs / bound_s);
     // Three significant digits: a tiny model's bound is a fraction of a percent of its step, not 0.
     std::printf("batched decode: %.1f ms/step achieved, %.3g%% of the per-step bound\n", 1000.0 * step_s,
                 100.0 * bound_s / step_s);
     PrintAttentionShare(timings, decode_s);
     PrintComputePeaks(peaks, *loaded->kernels);
-    PrintPrefillCompute(n_seqs * PrefillFlops(model, prompt_len), prefill_s, peaks);
+    PrintPrefillCompute(n_seqs * PrefillFlops(model, prompt_len), prefill_s,
+                        PeakFor(peaks, *loaded->kernels, c, std::min(n_seqs * prompt_len, model.max_batch_tokens())));
   }
   PrintTpTraffic(model, "prefill", traffic0, traffic1, prefill_s, prefill_calls);
   PrintTpTraffic(model, "decode", traffic1, traffic2, decode_s, decode_tokens);

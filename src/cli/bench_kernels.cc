@@ -235,12 +235,18 @@ int RunBenchKernels(Args& args) {
   const ComputeContext ctx{*kernels, &pool};
   std::mt19937 rng(1);
 
-  const double peak = MeasureReadBandwidth(pool, size_t(bandwidth_mb) << 20, 5);
+  std::vector<ReadRate> read_rates;
+  const double peak = MeasureReadBandwidth(pool, size_t(bandwidth_mb) << 20, 5, &read_rates);
   const FmaPeak fma = MeasureFmaPeak(pool, **kernels);
   std::printf("kernels %s, threads %d; machine read bandwidth %.2f GB/s\n", (*kernels)->name, pool.num_threads(),
               peak / 1e9);
   std::printf("fp32 FMA peak: %.1f GFLOP/s all threads, %.1f GFLOP/s one thread\n", fma.all_threads_flops / 1e9,
               fma.one_thread_flops / 1e9);
+  std::printf("read bandwidth by probe variant (%d MB, 2 MB pages asked for; the best is the machine's):\n",
+              bandwidth_mb);
+  for (const ReadRate& r : read_rates) {
+    std::printf("  %-42s %7.2f GB/s\n", r.variant.Name().c_str(), r.bytes_per_s / 1e9);
+  }
   const std::optional<FmaPeak> bf16_peak = MeasureBf16DotPeak(pool);
   if (bf16_peak) {
     std::printf("vdpbf16ps (bf16 dot-product) peak: %.1f GFLOP/s all threads, %.1f GFLOP/s one thread\n",

@@ -75,19 +75,22 @@ WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& poo
   return packed;
 }
 
-void PackAll(std::span<WeightMatrix* const> matrices, std::vector<std::byte>& storage, ThreadPool& pool,
-             const std::function<void(const WeightMatrix&)>& after_each) {
+Status PackAll(std::span<WeightMatrix* const> matrices, HugePageBuffer& storage, ThreadPool& pool,
+               const std::function<void(const WeightMatrix&)>& after_each) {
   size_t total = 0;
-  for (const WeightMatrix* m : matrices) total += PackedBytes(*m);
-  storage.assign(total, std::byte{0});
+  for (const WeightMatrix* m : matrices) total += (PackedBytes(*m) + 63) / 64 * 64;  // each 64-byte aligned
+  if (!storage.Assign(total)) {
+    return Status::Error("out of memory packing the weights (" + std::to_string(total) + " bytes)");
+  }
   size_t offset = 0;
   for (WeightMatrix* m : matrices) {
     const size_t bytes = PackedBytes(*m);
     const WeightMatrix source = *m;
     *m = PackPanels(source, storage.data() + offset, pool);
-    offset += bytes;
+    offset += (bytes + 63) / 64 * 64;
     if (after_each) after_each(source);
   }
+  return Status::Ok();
 }
 
 }  // namespace mlaserve

@@ -8,6 +8,8 @@
 #include <span>
 #include <vector>
 
+#include "core/huge_page_buffer.h"
+#include "core/status.h"
 #include "core/thread_pool.h"
 #include "kernels/weight_matrix.h"
 
@@ -22,9 +24,10 @@ size_t PackedBytes(const WeightMatrix& src);
 WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& pool);
 
 // Packs every matrix `matrices` points at (row-major) into one block, storage (replaced, zero
-// filled, owned by the caller), and points each at its packed copy. after_each (optional) sees
-// each source view once it is packed (to release the checkpoint's pages).
-void PackAll(std::span<WeightMatrix* const> matrices, std::vector<std::byte>& storage, ThreadPool& pool,
-             const std::function<void(const WeightMatrix&)>& after_each = {});
+// filled, in 2 MB pages where the system grants them: a decode step streams it; owned by the
+// caller), and points each at its packed copy. after_each (optional) sees each source view once it
+// is packed (to release the checkpoint's pages). An error only when the memory is not there.
+[[nodiscard]] Status PackAll(std::span<WeightMatrix* const> matrices, HugePageBuffer& storage, ThreadPool& pool,
+                             const std::function<void(const WeightMatrix&)>& after_each = {});
 
 }  // namespace mlaserve

@@ -268,7 +268,7 @@ Result<std::unique_ptr<Eagle3Draft>> Eagle3Draft::Load(const std::string& dir, M
   d->w_ = std::move(w);
   std::vector<WeightMatrix*> matrices;
   for (const Spec& s : specs) matrices.push_back(&(d->w_.*s.m));
-  PackAll(matrices, d->packed_, target.pool());
+  MLA_RETURN_IF_ERROR(PackAll(matrices, d->packed_, target.pool()));
 
   if (k.Find("embed_tokens.weight") != nullptr) {
     Log(LogLevel::kInfo, "[mlaserve] EAGLE-3 draft %s: its embed_tokens is not read; the target's embedding is used "

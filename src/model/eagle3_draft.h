@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/huge_page_buffer.h"
 #include "core/status.h"
 #include "kernels/kernels.h"
 #include "kernels/weight_matrix.h"
@@ -130,7 +131,7 @@ class Eagle3Draft final : public DraftModel {
   int64_t num_pages_;
   int max_tokens_;
   Weights w_;
-  std::vector<std::byte> packed_;          // the packed matrices w_ views
+  HugePageBuffer packed_;                  // the packed matrices w_ views
   std::vector<TokenId> draft_to_target_;   // [draft_vocab]
   RopeTables rope_;                        // head_dim wide, pairs (i, i + head_dim / 2)
   // [num_pages, page_floats_] (KvPage), calloc'ed: its pages are touched only as rows are written

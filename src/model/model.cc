@@ -140,7 +140,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
                                          std::move(weights).value(), options, max_context, threads));
   model->SetUpTensorParallel(options.tp, shard_bytes);
   model->skipped_mtp_bytes_ = skipped_mtp_bytes;
-  PackWeights(model->weights_, model->pool_, [](const WeightMatrix& source) {
+  MLA_RETURN_IF_ERROR(PackWeights(model->weights_, model->pool_, [](const WeightMatrix& source) {
     Checkpoint::ReleaseMappedPages(source.data, source.total_bytes());
     if (source.scales != nullptr) {
       // A row slice of an int4 matrix (a tensor-parallel shard) indexes its parent's scale rows.
@@ -149,7 +149,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
                                  : 0;
       Checkpoint::ReleaseMappedPages(static_cast<const std::byte*>(source.scales) + skipped, source.scale_bytes());
     }
-  });
+  }));
   ReleaseCopiedPages(model->weights_, *model->checkpoint_);
   return model;
 }

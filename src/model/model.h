@@ -67,6 +67,10 @@ enum class LogitsMode { kLastPerSegment, kAllTokens };
 struct ForwardTimings {
   int64_t attention_ns = 0;  // in the attention block of every layer (projections included)
   int64_t forward_calls = 0;  // Forward calls that computed something
+  // The routed experts that ran (at least one token routed to them), summed over every MoE
+  // layer's token blocks, and how many blocks: what a step really reads of the experts.
+  int64_t routed_experts_run = 0;
+  int64_t moe_blocks = 0;
 };
 
 class Model {

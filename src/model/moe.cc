@@ -277,6 +277,10 @@ void Model::Moe(const ComputeContext& ctx, const MoeWeights& w, int n) {
           .out = ws.moe_rows.data() + begin * H, .gather_source = ws.normed.data(),
           .gather_rows = ws.expert_tokens.data() + begin};
     }
+    if (timings_ != nullptr) {
+      timings_->routed_experts_run += num_groups;
+      ++timings_->moe_blocks;
+    }
     if (w.has_shared && tp_ == nullptr) {
       ws.mlp_groups[size_t(num_groups++)] = MlpGroup{
           .id = E, .w = &w.shared, .x = ws.normed.data() + int64_t(block) * H, .count = m,

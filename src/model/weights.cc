@@ -318,10 +318,10 @@ void ForEachMatMulMatrix(ModelWeights& w, Visit&& visit) {
 
 }  // namespace
 
-void PackWeights(ModelWeights& w, ThreadPool& pool, const std::function<void(const WeightMatrix&)>& after_each) {
+Status PackWeights(ModelWeights& w, ThreadPool& pool, const std::function<void(const WeightMatrix&)>& after_each) {
   std::vector<WeightMatrix*> matrices;
   ForEachMatMulMatrix(w, [&](WeightMatrix& m) { matrices.push_back(&m); });
-  PackAll(matrices, w.packed_storage, pool, after_each);
+  return PackAll(matrices, w.packed_storage, pool, after_each);
 }
 
 std::vector<TensorSpec> ListWeightTensors(const ModelConfig& c, bool with_mtp) {

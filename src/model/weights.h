@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/huge_page_buffer.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kernels/weight_matrix.h"
@@ -66,7 +67,7 @@ struct MtpWeights {
 
 struct ModelWeights {
   // Owns the packed copies of every matrix the matmul kernels read (see PackWeights).
-  std::vector<std::byte> packed_storage;
+  HugePageBuffer packed_storage;
   WeightMatrix embed;    // [vocab, hidden]
   WeightMatrix lm_head;  // [vocab, hidden] (the embedding when tie_word_embeddings)
   std::vector<float> final_norm;  // [hidden]
@@ -83,8 +84,9 @@ Result<ModelWeights> BindWeights(const ModelConfig& config, const Checkpoint& ch
 // and points the views at the copies. Done once at load; uses `pool` to copy in parallel.
 // `after_each(source)` runs once a matrix is copied, with its row-major source view (Model::Load
 // gives the source's mapped pages back there).
-void PackWeights(ModelWeights& weights, ThreadPool& pool,
-                 const std::function<void(const WeightMatrix&)>& after_each = {});
+// An error only when the memory is not there.
+[[nodiscard]] Status PackWeights(ModelWeights& weights, ThreadPool& pool,
+                                 const std::function<void(const WeightMatrix&)>& after_each = {});
 
 // Every tensor BindWeights reads for `config` (with_mtp: and the MTP layer's, which the config
 // must declare), with its shape (for writing checkpoints).

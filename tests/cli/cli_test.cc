@@ -133,7 +133,11 @@ TEST(Cli, InitRandomAndBenchRun) {
   EXPECT_NE(r.out.find("fp32 FMA peak ("), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("GFLOP/s all threads"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("prefill compute: "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("% of the FMA peak"), std::string::npos) << r.out;
+  // Against the peak of the arithmetic the prefill ran on (bf16 dot products where --kernels auto
+  // chose them for this bf16 checkpoint).
+  EXPECT_TRUE(r.out.find("% of the FMA peak") != std::string::npos ||
+              r.out.find("% of the bf16 dot-product peak") != std::string::npos)
+      << r.out;
   const double attention = BenchFigure(r.out, "attention share of decode step: ");
   EXPECT_GT(attention, 0.0) << r.out;
   EXPECT_LT(attention, 100.0) << r.out;
@@ -153,7 +157,10 @@ TEST(Cli, BenchBatchReportsThePerStepBoundAndTheAttentionShare) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("prefill: 120 tokens (3 x 40)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("decode: 4 steps x 3 sequences"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("routed experts per MoE layer and step: "), std::string::npos) << r.out;
+  // Counted from the router: at least one expert, at most 3 tokens x top-k of them.
+  const double experts = BenchFigure(r.out, "routed experts per MoE layer and step: ");
+  EXPECT_GE(experts, 1.0) << r.out;
+  EXPECT_NE(r.out.find("counted from the router's choices"), std::string::npos) << r.out;
   const double of_bound = BenchFigure(r.out, "ms/step achieved, ");
   EXPECT_GT(of_bound, 0.0) << r.out;
   EXPECT_LE(of_bound, 100.0) << r.out;  // the bound is a lower limit on the step time
