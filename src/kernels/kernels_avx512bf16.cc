@@ -1,19 +1,20 @@
 // The bf16 dot-product tables (AVX512-BF16 `vdpbf16ps`): the AVX-512 table, except that products
 // of BF16 weights (packed panels, and row-major rows) with at least `min_tokens` tokens round the
 // activations to bf16 (nearest even) once and multiply bf16 by bf16, two columns per instruction,
-// accumulating in fp32. On a
-// host where vdpbf16ps runs at the FMA rate this is twice the multiply-adds of the fp32 path; where
-// it runs at half rate it is no faster: kernel_choice.cc measures which (docs/kernels.md).
+// accumulating in fp32. On a host where vdpbf16ps runs at the FMA rate this is twice the
+// multiply-adds of the fp32 path; where it runs at half rate it is no faster: kernel_choice.cc
+// measures which (docs/kernels.md).
 //
 // Compiled with -mavx512bf16 (CMakeLists.txt: *_avx512bf16.cc), so nothing here may run unless
-// GetCpuFeatures().avx512_bf16. Every other entry (fp32 weights, fp8, int4, row-major products,
-// attention's gemm_f32, norms) is the AVX-512 table's.
+// GetCpuFeatures().avx512_bf16. Every other entry (F32/F16 weights, fp8, int4, attention's
+// gemm_f32, norms) is the AVX-512 table's.
 //
-// Numerics: each output is sum over column pairs j, in order, of x[2j] * w[2j] + x[2j+1] * w[2j+1]
-// (bf16 products are exact in fp32) into one fp32 accumulator, the partial sum stored in y and
-// reloaded exactly between column blocks of kGemmColumns. The in-register product
-// (matmul_panels) and the packed one (pack_activations + matmul_panels_packed) do exactly this, so
-// a token's result does not depend on its batch: the table is batch-invariant on its own.
+// Numerics: each panel output is the sum over column pairs j, in order, of x[2j] * w[2j] +
+// x[2j+1] * w[2j+1] (bf16 products are exact in fp32) into one fp32 accumulator, the partial sum
+// stored in y and reloaded exactly between column blocks. The in-register product (matmul_panels)
+// and the packed one (pack_activations + matmul_panels_packed) do exactly this, so a token's result
+// does not depend on its batch: the table is batch-invariant on its own. (Row-major products:
+// below, likewise.)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -36,22 +37,25 @@ bool IsBf16Panels(const WeightMatrix& w) {
   return w.packed && w.format == WeightFormat::kDense && w.dtype == DType::kBF16;
 }
 
-// Pairs of columns [c0, c0 + len) of T rows of x (cols apart), rounded to bf16, as uint32 (low half:
-// the even column): dst[pair * kTile + t]. An odd len's last pair has a zero high half.
+// The 16 column pairs of row[0, min(32, left)) rounded to bf16 (nearest even), as uint32 (low
+// half: the even column); columns past `left` read as zero.
+inline __m512i ConvertPairs(const float* row, int64_t left) {
+  const __mmask16 lo_mask = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+  const __mmask16 hi_mask =
+      left >= 32 ? __mmask16(0xFFFF) : left <= 16 ? __mmask16(0) : __mmask16((1u << (left - 16)) - 1);
+  // Words 0-15 from the first 16 floats, 16-31 from the next: 16 column pairs in order.
+  return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi_mask, row + 16), _mm512_maskz_loadu_ps(lo_mask, row));
+}
+
+// Pairs of columns [c0, c0 + len) of T rows of x (cols apart), rounded to bf16: dst[pair * kTile
+// + t]. An odd len's last pair has a zero high half.
 void ConvertBlock(const float* x, int64_t cols, int tokens, int64_t len, uint32_t* dst) {
   const int64_t pairs = (len + 1) / 2;
   for (int t = 0; t < tokens; ++t) {
     const float* row = x + t * cols;
     for (int64_t j = 0; j < pairs; j += 16) {
-      const int64_t c = 2 * j, left = len - c;  // floats of this row still to convert
-      const __mmask16 lo_mask = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
-      const __mmask16 hi_mask =
-          left >= 32 ? __mmask16(0xFFFF) : left <= 16 ? __mmask16(0) : __mmask16((1u << (left - 16)) - 1);
-      const __m512 lo = _mm512_maskz_loadu_ps(lo_mask, row + c);
-      const __m512 hi = _mm512_maskz_loadu_ps(hi_mask, row + c + 16);
       alignas(64) uint32_t packed[16];
-      // Words 0-15 from lo (columns c..c+15), 16-31 from hi: 16 column pairs in order.
-      _mm512_store_si512(packed, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+      _mm512_store_si512(packed, ConvertPairs(row + 2 * j, len - 2 * j));
       const int64_t count = std::min<int64_t>(16, pairs - j);
       for (int64_t i = 0; i < count; ++i) dst[(j + i) * kTile + t] = packed[i];
     }
@@ -64,14 +68,9 @@ void ConvertRows(const float* x, int64_t cols, int tokens, int64_t len, uint32_t
   for (int t = 0; t < tokens; ++t) {
     const float* row = x + t * cols;
     for (int64_t j = 0; j < pairs; j += 16) {
-      const int64_t c = 2 * j, left = len - c;
-      const __mmask16 lo_mask = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
-      const __mmask16 hi_mask =
-          left >= 32 ? __mmask16(0xFFFF) : left <= 16 ? __mmask16(0) : __mmask16((1u << (left - 16)) - 1);
-      const __m512i converted = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi_mask, row + c + 16),
-                                                             _mm512_maskz_loadu_ps(lo_mask, row + c));
       const int64_t count = std::min<int64_t>(16, pairs - j);
-      _mm512_mask_storeu_epi32(dst + t * token_stride + j, __mmask16((1u << count) - 1), converted);
+      _mm512_mask_storeu_epi32(dst + t * token_stride + j, __mmask16((1u << count) - 1),
+                               ConvertPairs(row + 2 * j, len - 2 * j));
     }
   }
 }
