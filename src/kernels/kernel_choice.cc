@@ -1,10 +1,10 @@
 #include "kernels/kernel_choice.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -82,17 +82,21 @@ std::string CpuModelName() {
   return "unknown";
 }
 
-// What the cached rates are valid for: this CPU model and features, and this very binary.
+// What the cached rates are valid for: this CPU model and features, and this build of the
+// library (the time this file was compiled: every binary linking the same build, mlaserve and the
+// test binary alike, reads the same figures; a rebuild measures again).
 std::string CacheKey() {
   const CpuFeatures& f = GetCpuFeatures();
-  std::string key = CpuModelName() + "|avx2=" + std::to_string(f.avx2_fma_f16c) + ",avx512=" +
-                    std::to_string(f.avx512) + ",avx512_bf16=" + std::to_string(f.avx512_bf16);
-  struct stat st {};
-  if (::stat("/proc/self/exe", &st) == 0) {
-    key += "|exe=" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
-           std::to_string(st.st_mtim.tv_nsec);
-  }
-  return key;
+  return CpuModelName() + "|avx2=" + std::to_string(f.avx2_fma_f16c) + ",avx512=" + std::to_string(f.avx512) +
+         ",avx512_bf16=" + std::to_string(f.avx512_bf16) + "|build " + __DATE__ + " " + __TIME__;
+}
+
+// A cached rate: a finite positive number, else nullopt.
+std::optional<double> CachedRate(const nlohmann::json& c, const char* name) {
+  if (!c.contains(name) || !c[name].is_number()) return std::nullopt;
+  const double v = c[name].get<double>();
+  if (!std::isfinite(v) || v <= 0.0) return std::nullopt;
+  return v;
 }
 
 std::vector<ShapeClassRate> ReadCache(const std::string& path, const std::string& key) {
@@ -106,12 +110,14 @@ std::vector<ShapeClassRate> ReadCache(const std::string& path, const std::string
   if (j["classes"].size() != rates.size()) return {};
   for (size_t i = 0; i < rates.size(); ++i) {
     const nlohmann::json& c = j["classes"][i];
-    if (!c.is_object() || !c.contains("fp32_gflops") || !c.contains("bf16_gflops") ||
-        !c["fp32_gflops"].is_number() || !c["bf16_gflops"].is_number() || c.value("label", "") != rates[i].label) {
+    if (!c.is_object() || !c.contains("label") || !c["label"].is_string() ||
+        c["label"].get_ref<const std::string&>() != rates[i].label) {
       return {};
     }
-    rates[i].fp32_flops = c["fp32_gflops"].get<double>() * 1e9;
-    rates[i].bf16_flops = c["bf16_gflops"].get<double>() * 1e9;
+    const std::optional<double> fp32 = CachedRate(c, "fp32_gflops"), bf16 = CachedRate(c, "bf16_gflops");
+    if (!fp32 || !bf16) return {};
+    rates[i].fp32_flops = *fp32 * 1e9;
+    rates[i].bf16_flops = *bf16 * 1e9;
   }
   return rates;
 }
@@ -201,6 +207,12 @@ Result<KernelChoice> ChooseKernels(std::string_view flag, bool deterministic) {
   if (flag != "auto") {
     auto named = KernelsByName(flag);
     if (!named.ok()) return named.status();
+    if (deterministic && (*named)->bf16_min_tokens > 1) {
+      return Status::Error("--kernels " + std::string(flag) + " rounds activations to bf16 only from " +
+                           std::to_string((*named)->bf16_min_tokens) +
+                           " tokens, so results depend on the batch: --enable-deterministic-inference takes "
+                           "avx512-bf16 or an fp32 table");
+    }
     choice.kernels = *named;
     choice.why = "named by --kernels";
     return choice;

@@ -204,11 +204,13 @@ void BlockProduct(PairLayout<kPairStride, kTokenStride> x, int64_t tile_stride, 
 int64_t PackedTileIndex(int64_t n, int64_t tile, int64_t c0) {
   return (c0 / kGemmColumns * GemmTiles(n) + tile) * kPairsPerBlock * kTile;
 }
+// (The buffer is float storage written and read as uint32: may_alias says so to the optimizer.)
+using AliasedU32 = uint32_t __attribute__((may_alias));
 uint32_t* PackedTile(float* xp, int64_t n, int64_t tile, int64_t c0) {
-  return reinterpret_cast<uint32_t*>(xp) + PackedTileIndex(n, tile, c0);
+  return reinterpret_cast<AliasedU32*>(xp) + PackedTileIndex(n, tile, c0);
 }
 const uint32_t* PackedTile(const float* xp, int64_t n, int64_t tile, int64_t c0) {
-  return reinterpret_cast<const uint32_t*>(xp) + PackedTileIndex(n, tile, c0);
+  return reinterpret_cast<const AliasedU32*>(xp) + PackedTileIndex(n, tile, c0);
 }
 
 void PackBf16(const float* x, int64_t n, int64_t cols, int64_t tile_begin, int64_t tile_end, float* xp) {

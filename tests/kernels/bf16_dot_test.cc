@@ -118,6 +118,27 @@ TEST_F(Bf16Dot, MatchesTheReferenceOnRoundedActivations) {
   }
 }
 
+// Wider than a one-tile block (2048 columns), in registers: partial sums stored and reloaded
+// across blocks, and an odd last column.
+TEST_F(Bf16Dot, WideMatricesInRegistersMatchThePackedProduct) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  ThreadPool pool(2);
+  const KernelSet& bf16 = *Avx512Bf16Kernels(1);
+  const int64_t rows = 33, cols = 4096 + 33;
+  const Packed w = RandomPacked(DType::kBF16, rows, cols, rng, pool);
+  for (int64_t n : {1, 5, 13}) {
+    std::vector<float> x(size_t(n * cols));
+    for (float& v : x) v = dist(rng);
+    const std::vector<float> want = InRegisters(PortableKernels(), RoundedToBf16(x), n, w.matrix);
+    const std::vector<float> got = InRegisters(bf16, x, n, w.matrix);
+    EXPECT_EQ(OverPacked(bf16, x, n, w.matrix), got) << "n=" << n;
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-5f * std::sqrt(float(cols)) * (1.0f + std::fabs(want[i]))) << "n=" << n;
+    }
+  }
+}
+
 // Row-major BF16 weights (kv_b_proj's slices): matmul_rows multiplies bf16 pairs too.
 TEST_F(Bf16Dot, RowMajorProductsMatchTheReferenceAndAreBatchInvariant) {
   std::mt19937 rng(7);
@@ -128,7 +149,8 @@ TEST_F(Bf16Dot, RowMajorProductsMatchTheReferenceAndAreBatchInvariant) {
     for (int64_t cols : {int64_t{33}, int64_t{512}}) {
       const Packed w = RandomPacked(DType::kBF16, rows, cols, rng, pool);
       const WeightMatrix row_major{DType::kBF16, rows, cols, w.row_major.data()};
-      for (int64_t n : {1, 6, 37}) {
+      // 70 tokens of 512 columns: more than one group of the stack buffer (64 rows of 512).
+      for (int64_t n : {1, 6, 37, 70}) {
         SCOPED_TRACE("rows=" + std::to_string(rows) + " cols=" + std::to_string(cols) + " n=" + std::to_string(n));
         std::vector<float> x(size_t(n * cols));
         for (float& v : x) v = dist(rng);

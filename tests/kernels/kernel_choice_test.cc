@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "kernels/kernel_choice.h"
 #include "support/run_binary.h"
 
@@ -46,6 +48,13 @@ TEST(KernelChoice, Bf16FromTheSmallestClassFromWhichEveryLargerOneGains) {
 TEST(KernelChoice, AutoMeasuresOnceThenReadsTheCache) {
   testing::TempDir dir;
   const std::string cache = dir.path() + "/sub/kernel-choice.json";
+  // This process's cache path, put back however the test ends.
+  struct RestoreEnv {
+    std::string old;
+    bool had;
+    ~RestoreEnv() { had ? ::setenv("MLASERVE_KERNEL_CACHE", old.c_str(), 1) : ::unsetenv("MLASERVE_KERNEL_CACHE"); }
+  } restore{std::getenv("MLASERVE_KERNEL_CACHE") ? std::getenv("MLASERVE_KERNEL_CACHE") : "",
+            std::getenv("MLASERVE_KERNEL_CACHE") != nullptr};
   ASSERT_EQ(::setenv("MLASERVE_KERNEL_CACHE", cache.c_str(), 1), 0);
   auto first = ChooseKernels("auto", false);
   ASSERT_TRUE(first.ok()) << first.error();
@@ -61,7 +70,19 @@ TEST(KernelChoice, AutoMeasuresOnceThenReadsTheCache) {
   ASSERT_TRUE(second.ok());
   EXPECT_TRUE(second->from_cache);
   EXPECT_EQ(second->kernels, first->kernels);
-  EXPECT_EQ(second->rates[2].bf16_flops, first->rates[2].bf16_flops);
+  EXPECT_DOUBLE_EQ(second->rates[2].bf16_flops, first->rates[2].bf16_flops);  // through GFLOP/s in JSON
+  // A file with this build's key but fields of the wrong type or value is measured over, never a
+  // crash.
+  const nlohmann::json good = nlohmann::json::parse(testing::ReadTextFile(cache));
+  for (const auto& [field, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"label", 1}, {"fp32_gflops", "fast"}, {"bf16_gflops", -1.0}, {"bf16_gflops", nullptr}}) {
+    nlohmann::json bad = good;
+    bad["classes"][1][field] = value;
+    std::ofstream(cache) << bad.dump();
+    auto remeasured = ChooseKernels("auto", false);
+    ASSERT_TRUE(remeasured.ok()) << field;
+    EXPECT_FALSE(remeasured->from_cache) << field;
+  }
   // Another binary's (or CPU's) figures are not read: the key must match.
   std::ofstream(cache) << R"({"key": "another binary", "classes": []})";
   auto third = ChooseKernels("auto", false);
@@ -72,6 +93,11 @@ TEST(KernelChoice, AutoMeasuresOnceThenReadsTheCache) {
   ASSERT_TRUE(named.ok());
   EXPECT_TRUE(named->rates.empty());
   EXPECT_FALSE(ChooseKernels("avx512-bf16:3", false).ok());
+  // Deterministic inference refuses a table that switches at some token count.
+  auto switching = ChooseKernels("avx512-bf16:17", true);
+  ASSERT_FALSE(switching.ok());
+  EXPECT_NE(switching.error().find("--enable-deterministic-inference"), std::string::npos) << switching.error();
+  EXPECT_TRUE(ChooseKernels("avx512-bf16", true).ok());
 }
 
 }  // namespace
