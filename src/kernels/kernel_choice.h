@@ -9,12 +9,13 @@
 // 17-64, 65+) on a 512 x 2048 one from cache. bf16 products are taken from the smallest class from
 // which every larger class measured at least its min_speedup faster (the tables of
 // Avx512Bf16Kernels).
-// The measurement (a few hundred milliseconds, most of it writing the 32 MB matrix) is cached in a file keyed by the CPU's model name, its
-// features and the binary (size and modification time), so a restart reads it back.
+// The measurement (a few hundred milliseconds, most of it writing the 32 MB matrix) is cached in a
+// file keyed by the CPU's model name, its features and the library's build, so a restart reads it
+// back.
 //
 // --enable-deterministic-inference needs batch invariance, which a table switching at N > 1
 // tokens breaks (a token's rounding would depend on its batch's size): it takes the all-bf16
-// table when the largest class chose bf16, else the fp32 table.
+// table when the largest class chose bf16, else the fp32 table; a named avx512-bf16:N is refused.
 #pragma once
 
 #include <string>

@@ -127,7 +127,7 @@ TEST_F(TemplateBudgetServeTest, ConcurrentHostileRendersStayWithinTheirBudgets) 
   ASSERT_TRUE(server_->running()) << server_->log();
   EXPECT_EQ(Chat({{"op", "none"}}).status_code, 200);
   // Three renders within 128 MiB each, plus the request bodies: well under 1 GiB more.
-  const int64_t after = PeakRssBytes(server_->pid());
+  [[maybe_unused]] const int64_t after = PeakRssBytes(server_->pid());
 #if !defined(__SANITIZE_ADDRESS__)  // AddressSanitizer's quarantine keeps freed memory resident
   EXPECT_LT(after - before, int64_t{1} << 30) << "peak RSS " << before << " -> " << after;
 #endif
