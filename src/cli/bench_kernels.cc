@@ -200,8 +200,8 @@ void PrintKernelChoice() {
     std::printf("\nkernel choice: %s\n", choice.ok() ? choice->Describe().c_str() : choice.error().c_str());
     return;
   }
-  // Fresh figures for the table, whatever the cache held.
-  const std::vector<ShapeClassRate> rates = MeasureShapeClasses();
+  // Fresh figures for the table, whatever the cache held (measured only if the choice read them).
+  const std::vector<ShapeClassRate> rates = choice->from_cache ? MeasureShapeClasses() : choice->rates;
   std::printf("\nkernel choice (--kernels auto): one thread, bf16 weights (1 token: 4096 x 4096 from memory; more: "
               "512 x 2048 from cache), GFLOP/s\n");
   std::printf("%-8s %7s %10s %10s %8s\n", "class", "tokens", "fp32 FMA", "bf16 dot", "ratio");
@@ -216,8 +216,8 @@ void PrintKernelChoice() {
 }  // namespace
 
 int RunBenchKernels(Args& args) {
-  const std::string kernels_name = args.Str("kernels", "auto", "the table of the per-format tables: auto (the widest "
-                                            "ISA), portable, avx2, avx512, avx512-bf16[:N]");
+  const std::string kernels_name = args.Str("kernels", "auto", "the table the per-format figures time: auto (the "
+                                            "widest ISA, nothing measured), portable, avx2, avx512, avx512-bf16[:N]");
   const int threads = args.Int("threads", 0, "worker threads; 0: one per core", {.min = 0});
   const int stream_mb = args.Int("stream-mb", 512, "bf16 megabytes of 2048 x 2048 matrices streamed per format "
                                  "(quantized formats stream the same matrices, in fewer bytes)", {.value_name = "MB", .min = 8});
@@ -225,6 +225,11 @@ int RunBenchKernels(Args& args) {
                                     {.value_name = "MB", .min = 1});
   const bool choice_only = args.Switch(
       "choice-only", "only time the kernel candidates per shape class as --kernels auto does, and cache the choice");
+  if (choice_only) {
+    for (const char* other : {"kernels", "threads", "stream-mb", "bandwidth-buffer-mb"}) {
+      if (args.WasGiven(other)) args.Reject(std::string("--") + other + " has no effect with --choice-only");
+    }
+  }
   if (auto exit_code = args.Finish()) return *exit_code;
   if (choice_only) {
     PrintKernelChoice();

@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <functional>
 #include <fstream>
-#include <memory>
 #include <optional>
 #include <nlohmann/json.hpp>
 
@@ -43,7 +42,7 @@ std::vector<ShapeClassRate> ShapeClasses() {
 // A packed bf16 matrix of smooth pseudo-random values in [-1, 1] (no denormals, no zeros runs).
 struct MeasureMatrix {
   std::vector<uint16_t> row_major;
-  std::unique_ptr<std::byte, decltype(&std::free)> packed{nullptr, &std::free};
+  HugePageBuffer packed;  // as the model's weights are packed (PackAll)
   WeightMatrix w;
 
   MeasureMatrix(ThreadPool& pool, int64_t rows, int64_t cols) : row_major(size_t(rows * cols)) {
@@ -56,11 +55,9 @@ struct MeasureMatrix {
     for (size_t i = 4096; i < row_major.size(); i += 4096) {
       std::memcpy(row_major.data() + i, row_major.data(), 2 * std::min<size_t>(4096, row_major.size() - i));
     }
-    const WeightMatrix src{DType::kBF16, rows, cols, row_major.data()};
-    const size_t bytes = (PackedBytes(src) + 63) / 64 * 64;
-    packed.reset(static_cast<std::byte*>(std::aligned_alloc(64, bytes)));
-    std::memset(packed.get(), 0, bytes);
-    w = PackPanels(src, packed.get(), pool);
+    w = WeightMatrix{DType::kBF16, rows, cols, row_major.data()};
+    WeightMatrix* matrices[] = {&w};
+    if (!PackAll(matrices, packed, pool).ok()) w = {};  // out of memory: rows == 0, nothing timed
   }
 };
 
@@ -169,6 +166,7 @@ std::vector<ShapeClassRate> MeasureShapeClasses() {
     const std::optional<MeasureMatrix> streamed =
         n == 1 ? std::optional<MeasureMatrix>(std::in_place, pool, kStreamRows, kStreamCols) : std::nullopt;
     const WeightMatrix& w = streamed ? streamed->w : cached.w;
+    if (w.rows == 0) continue;  // no memory for it: the class keeps zero rates, and fp32
     std::vector<float> x(size_t(n * w.cols)), y(size_t(n * w.rows));
     for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i * 7919 % 1000) - 500) / 500.0f;
     std::vector<float> scratch(size_t(GemmScratchFloats(n, w.cols, 1)));
@@ -195,7 +193,7 @@ std::vector<ShapeClassRate> MeasureShapeClasses() {
 const KernelSet* TableForRates(const std::vector<ShapeClassRate>& rates, bool deterministic) {
   int min_tokens = 0;  // bf16 from this class on; 0: never
   for (auto r = rates.rbegin(); r != rates.rend(); ++r) {
-    if (r->bf16_flops < r->min_speedup * r->fp32_flops) break;
+    if (r->fp32_flops <= 0.0 || r->bf16_flops < r->min_speedup * r->fp32_flops) break;
     min_tokens = r->min_tokens;
   }
   if (min_tokens == 0 || !CpuSupportsBf16Dot()) return KernelsByName("auto").value();

@@ -207,6 +207,10 @@ TEST(Cli, BenchKernelsTimesEveryWeightFormat) {
     }
     EXPECT_NE(r.out.find("chosen from these: avx512"), std::string::npos) << r.out;
   }
+  // --choice-only times only the choice: the flags of the other tables are refused, not ignored.
+  r = RunMlaserve("bench-kernels --choice-only --stream-mb 8");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--stream-mb has no effect with --choice-only"), std::string::npos) << r.err;
   r = RunMlaserve("bench-kernels --kernels sse9");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("sse9"), std::string::npos) << r.err;
