@@ -176,8 +176,10 @@ struct ComputePeak {
   const char* name;
 };
 ComputePeak PeakFor(const Peaks& peaks, const KernelSet& kernels, const ModelConfig& c, int n) {
-  const bool bf16 = peaks.bf16 && kernels.bf16_min_tokens > 0 && n >= kernels.bf16_min_tokens &&
-                    c.quant.method == WeightQuantMethod::kNone && c.torch_dtype == "bfloat16";
+  // The bf16 tables multiply BF16, fp8-block and int4 weights in bf16 (kernels.h Bf16DotMultiplies);
+  // an int4 checkpoint's other weights are BF16 (its dtype), an fp8 one's are all fp8.
+  const bool weights_in_bf16 = c.quant.method == WeightQuantMethod::kFp8Block || c.torch_dtype == "bfloat16";
+  const bool bf16 = peaks.bf16 && kernels.bf16_min_tokens > 0 && n >= kernels.bf16_min_tokens && weights_in_bf16;
   return bf16 ? ComputePeak{peaks.bf16->all_threads_flops, "bf16 dot-product"}
               : ComputePeak{peaks.fp32.all_threads_flops, "FMA"};
 }

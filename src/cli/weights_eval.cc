@@ -5,9 +5,11 @@
 // per-token KL(dense || quantized), top-1 agreement, and weight bytes.
 //
 // The same for kernel tables (--compare-kernels, by default the bf16 dot-product table where the
-// CPU has one): the dense weights computed by that table against the fp32 reference. Every other
-// row computes with the fp32 table of the widest ISA (KernelsByName("auto")), unless --kernels
-// names a table, so that a quantization's row measures the weights alone.
+// CPU has one): the dense weights computed by that table against the fp32 reference, and each
+// quantized copy computed by it (a row "fp8-block + avx512-bf16", beside the copy's own row: the
+// bf16 tables multiply fp8 and int4 codes in bf16 too). Every other row computes with the fp32
+// table of the widest ISA (KernelsByName("auto")), unless --kernels names a table, so that a
+// quantization's row measures the weights alone.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -32,6 +34,7 @@ struct Candidate {
   std::string name;
   std::string path;
   std::unique_ptr<LoadedModel> loaded;
+  const Model* model = nullptr;  // what the runner computes with (loaded's, or borrowed)
   std::unique_ptr<SequenceRunner> runner;
   LogitAgreement agreement;  // against the dense checkpoint
 };
@@ -107,6 +110,20 @@ int RunWeightsEval(Args& args) {
     auto runner = SequenceRunner::Create(*cand.loaded->model, *cand.loaded->kernels, cand.loaded->kv_cache);
     if (!runner.ok()) return Fail("weights-eval", runner.error());
     cand.runner = std::move(runner).value();
+    cand.model = cand.loaded->model.get();
+  }
+  // Each quantized copy through each compared table.
+  const size_t loaded_count = candidates.size();
+  for (size_t i = 0; i < loaded_count; ++i) {
+    if (candidates[i].loaded == nullptr) continue;
+    for (const KernelSet* k : kernel_candidates) {
+      const LoadedModel& copy = *candidates[i].loaded;
+      Candidate cand{.name = candidates[i].name + " + " + k->name, .model = copy.model.get()};
+      auto runner = SequenceRunner::Create(*copy.model, *k, copy.kv_cache);
+      if (!runner.ok()) return Fail("weights-eval", runner.error());
+      cand.runner = std::move(runner).value();
+      candidates.push_back(std::move(cand));
+    }
   }
   auto reference = SequenceRunner::Create(model, *base->kernels, base->kv_cache);
   if (!reference.ok()) return Fail("weights-eval", reference.error());
@@ -148,7 +165,7 @@ int RunWeightsEval(Args& args) {
   for (const Candidate& cand : candidates) {
     const LogitAgreement& a = cand.agreement;
     const double ppl = a.Perplexity(), mean_kl = a.MeanKl(), p99 = a.P99Kl(), top1 = a.Top1();
-    const double mb = double((cand.loaded != nullptr ? *cand.loaded->model : model).weight_bytes()) / 1e6;
+    const double mb = double((cand.model != nullptr ? *cand.model : model).weight_bytes()) / 1e6;
     std::printf("%-24s %10.2f %10.3f %+11.2f%% %12.3g %10.3g %9.2f%%\n", cand.name.c_str(), mb, ppl,
                 100.0 * (ppl / ref_ppl - 1.0), mean_kl, p99, 100.0 * top1);
     out["weights"][cand.name] = {{"mb", mb}, {"ppl", ppl}, {"mean_kl", mean_kl}, {"p99_kl", p99}, {"top1", top1}};

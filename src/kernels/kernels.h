@@ -92,6 +92,20 @@ struct KernelSet {
   int64_t bf16_packed_min_tokens = 4 * kGemmTileTokens + 1;
 };
 
+// The weights a bf16 table multiplies in bf16 (from bf16_min_tokens tokens): packed panels of
+// BF16 values, and of fp8-block or int4-g32 codes (exact in bf16) whose scale groups hold whole
+// column pairs (the scales then multiply each group's partial sums in fp32). Row-major BF16
+// matrices take bf16 products too, through matmul_rows (no packed activations).
+inline bool Bf16DotMultiplies(const WeightMatrix& w) {
+  if (!w.packed) return false;
+  switch (w.format) {
+    case WeightFormat::kDense: return w.dtype == DType::kBF16;
+    case WeightFormat::kFp8Block: return w.block_cols % 2 == 0 && w.block_rows > 0;
+    case WeightFormat::kInt4Group: return w.block_cols % 2 == 0;
+  }
+  return false;
+}
+
 // Packed activations: column blocks of kGemmColumns (the activations' [n, kGemmColumns] block
 // stays in L2 while every output row passes), each holding the token tiles of kGemmTileTokens
 // column-major: xp[((block * tiles + tile) * kGemmColumns + column in block) * kGemmTileTokens +

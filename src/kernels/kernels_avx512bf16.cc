@@ -1,13 +1,14 @@
 // The bf16 dot-product tables (AVX512-BF16 `vdpbf16ps`): the AVX-512 table, except that products
-// of BF16 weights (packed panels, and row-major rows) with at least `min_tokens` tokens round the
-// activations to bf16 (nearest even) once and multiply bf16 by bf16, two columns per instruction,
-// accumulating in fp32. On a host where vdpbf16ps runs at the FMA rate this is twice the
-// multiply-adds of the fp32 path; where it runs at half rate it is no faster: kernel_choice.cc
-// measures which (docs/kernels.md).
+// with at least `min_tokens` tokens of packed BF16, fp8-block and int4-g32 weights (and of
+// row-major BF16 rows) round the activations to bf16 (nearest even) once and multiply bf16 by
+// bf16, two columns per instruction, accumulating in fp32 (quantized codes are exact in bf16; their
+// scales multiply fp32 partial sums, below). On a host where vdpbf16ps runs at the FMA rate this
+// is twice the multiply-adds of the fp32 path; where it runs at half rate it is no faster:
+// kernel_choice.cc measures which (docs/kernels.md).
 //
 // Compiled with -mavx512bf16 (CMakeLists.txt: *_avx512bf16.cc), so nothing here may run unless
-// GetCpuFeatures().avx512_bf16. Every other entry (F32/F16 weights, fp8, int4, attention's
-// gemm_f32, norms) is the AVX-512 table's.
+// GetCpuFeatures().avx512_bf16. Every other entry (F32/F16 weights, row-major fp8 and int4,
+// attention's gemm_f32, norms) is the AVX-512 table's.
 //
 // Numerics: each panel output is the sum over column pairs j, in order, of x[2j] * w[2j] +
 // x[2j+1] * w[2j+1] (bf16 products are exact in fp32) into one fp32 accumulator, the partial sum
@@ -22,6 +23,7 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "kernels/weight_value.h"
 
 namespace mlaserve {
 namespace avx512bf16 {
@@ -33,9 +35,6 @@ constexpr int64_t kPanelPairBytes = 2 * kPanelRows * 2;  // two columns of a bf1
 // Tokens the in-register product converts at once.
 constexpr int64_t kGroupTokens = 4 * kGemmTileTokens;
 
-bool IsBf16Panels(const WeightMatrix& w) {
-  return w.packed && w.format == WeightFormat::kDense && w.dtype == DType::kBF16;
-}
 
 // The 16 column pairs of row[0, min(32, left)) rounded to bf16 (nearest even), as uint32 (low
 // half: the even column); columns past `left` read as zero.
@@ -334,14 +333,360 @@ void MatMulRowsBf16(const float* x, int64_t n, const WeightMatrix& w, int64_t ro
   }
 }
 
+// Row-major fp8-block rows (an fp8 checkpoint's kv_b_proj slices): within one band of block_rows
+// rows every row shares the scale of each column group, so the scale is folded into the
+// activations, x * scale rounded to bf16 once per (token, band), and the rows' codes, exact in
+// bf16, are widened 16 rows at a time into a bf16 row-major block that RowsBlock multiplies as
+// above. Each (token, row) output is then the dense rows' sum, whatever the batch.
+constexpr int64_t kQuantRowsChunk = 16;
+constexpr int64_t kQuantRowsMaxCols = 2048;  // a chunk's widened rows: 64 KB on the stack
+
+bool IsFp8Rows(const WeightMatrix& w) {
+  return !w.packed && w.format == WeightFormat::kFp8Block && w.cols <= kQuantRowsMaxCols && w.block_rows > 0;
+}
+
+// Rows [r0, r0 + count) of w as bf16 code value / 256 (E4M3 read as fp16, the AVX-512 table's
+// LoadFp8), [count][cols].
+void WidenFp8Rows(const WeightMatrix& w, int64_t r0, int64_t count, uint16_t* dst) {
+  for (int64_t r = 0; r < count; ++r) {
+    const std::byte* row = w.row(r0 + r);
+    for (int64_t c = 0; c < w.cols; c += 32) {
+      const __mmask32 m = w.cols - c >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1ull << (w.cols - c)) - 1);
+      const __m512i h = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, row + c));
+      const __m512i f16 = _mm512_and_si512(_mm512_slli_epi16(h, 7), _mm512_set1_epi16(int16_t(0xBFFF)));
+      const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(f16));
+      const __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(f16, 1));
+      _mm512_mask_storeu_epi16(dst + r * w.cols + c, m, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+  }
+}
+
+void MatMulRowsFp8(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin, int64_t row_end, float* y,
+                   int64_t ldy) {
+  alignas(64) uint32_t xb[kStackPairs];                          // [token][pair]
+  alignas(64) uint16_t rows[kQuantRowsChunk * kQuantRowsMaxCols];  // [row in chunk][column]
+  alignas(64) float column_scale[kQuantRowsMaxCols];             // the band's scale x 256, per column
+  alignas(64) float scaled[kQuantRowsMaxCols];                   // one token's x * column_scale
+  const int64_t cols = w.cols, pairs = (cols + 1) / 2;
+  const int64_t group_max = kStackPairs / pairs;
+  for (int64_t band_begin = row_begin; band_begin < row_end;) {
+    const int64_t band = (w.scale_row0 + band_begin) / w.block_rows;
+    const int64_t band_end = std::min(row_end, (band + 1) * w.block_rows - w.scale_row0);
+    for (int64_t c = 0; c < cols; ++c) {
+      column_scale[c] = LoadF32Unaligned(w.scales, size_t(band * w.scale_cols() + c / w.block_cols)) * 256.0f;
+    }
+    for (int64_t g0 = 0; g0 < n; g0 += group_max) {
+      const int64_t group = std::min(group_max, n - g0);
+      for (int64_t t = 0; t < group; ++t) {
+        const float* xt = x + (g0 + t) * cols;
+        for (int64_t c = 0; c < cols; ++c) scaled[c] = xt[c] * column_scale[c];
+        ConvertRows(scaled, cols, 1, cols, xb + t * pairs, pairs);
+      }
+      for (int64_t r0 = band_begin; r0 < band_end; r0 += kQuantRowsChunk) {
+        const int64_t count = std::min(kQuantRowsChunk, band_end - r0);
+        WidenFp8Rows(w, r0, count, rows);
+        const WeightMatrix chunk{DType::kBF16, count, cols, rows};
+        float* yc = y + g0 * ldy + r0;
+        int64_t r = 0;
+        for (; r + 4 <= count; r += 4) RowsForTokens<4>(xb, pairs, group, chunk, r, yc, ldy);
+        for (; r < count; ++r) RowsForTokens<1>(xb, pairs, group, chunk, r, yc, ldy);
+      }
+    }
+    band_begin = band_end;
+  }
+}
+
+// ---- Quantized panels (fp8-block, int4-g32) --------------------------------------------------
+// Every code is exact in bf16 (E4M3 values, like fp16's, have at most 4 significant bits and
+// exponents bf16 holds; int4 codes are -8..7), so a weight block is widened once into bf16 column
+// pairs laid out as vdpbf16ps reads them, and the scale multiplies each group's partial sums in
+// fp32: each output is the sum over its column groups, in order, of scale * (sum over the group's
+// pairs, in order, of x[2j] * code[2j] + x[2j+1] * code[2j+1]), a group cut where a column block
+// (kGemmColumns, the same for every n) ends. No scale is rounded, and a token's result does not
+// depend on its batch. Tiles of 6 tokens x 32 rows: 12 partial and 12 running sums in registers.
+
+constexpr int kQuantTile = 6;
+constexpr int64_t kMaxGroupsPerBlock = kPairsPerBlock + 1;
+
+// One block of 32 rows x a column block, widened: the pairs as vdpbf16ps multiplies them and each
+// group's scales.
+struct QuantWidened {
+  alignas(64) uint32_t pairs[kPairsPerBlock][2][kPanelRows];  // [pair][vector][lane]: (even, odd) bf16
+  alignas(64) float scales[kMaxGroupsPerBlock][2][kPanelRows];  // [group][vector][lane]
+  int64_t group_end[kMaxGroupsPerBlock];                       // pair index one past each group
+  int64_t groups = 0;
+};
+
+// E4M3 codes, 32 at p (16 at p when `half`: the second column reads as zero), as bf16 (exactly:
+// a normal code's exponent field rebiased from 7 to 127 and its 3 mantissa bits moved up; a
+// subnormal's m x 2^-9 from a table), then interleaved: (column c, column c + 1) per lane. Integer
+// operations only: on the decode path the conversion, not memory, is what one token waits for.
+inline __m512i Fp8SubnormalTable() {
+  // Words 0-7: bf16(m * 2^-9), m = 0..7 (indexes 8-31 are never used).
+  return (__m512i)_mm512_cvtne2ps_pbh(
+      _mm512_setzero_ps(), _mm512_setr_ps(0, 1.0f / 512, 2.0f / 512, 3.0f / 512, 4.0f / 512, 5.0f / 512, 6.0f / 512,
+                                          7.0f / 512, 0, 0, 0, 0, 0, 0, 0, 0));
+}
+inline __m512i WidenFp8Pair(const std::byte* p, bool half, __m512i interleave, __m512i subnormals) {
+  const __m256i bytes = half ? _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))
+                             : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m512i w = _mm512_cvtepu8_epi16(bytes);
+  // |code| << 4 with the exponent rebiased: (e + 120) << 7 | m << 4.
+  __m512i magnitude = _mm512_add_epi16(_mm512_slli_epi16(_mm512_and_si512(w, _mm512_set1_epi16(0x7F)), 4),
+                                       _mm512_set1_epi16(0x3C00));
+  // Exponent field zero: m x 2^-9 (vpermw reads the index's low 5 bits: m, as bits 3-4 are zero).
+  const __mmask32 subnormal = _mm512_testn_epi16_mask(w, _mm512_set1_epi16(0x78));
+  magnitude = _mm512_mask_permutexvar_epi16(magnitude, subnormal, w, subnormals);
+  // The sign: bit 7 of the code to bit 15 (0xF8: a | (b & c), a = magnitude, b = w << 8, c = 0x8000).
+  const __m512i bf16 = _mm512_ternarylogic_epi32(magnitude, _mm512_slli_epi16(w, 8), _mm512_set1_epi16(int16_t(0x8000)), 0xF8);
+  return _mm512_permutexvar_epi16(interleave, bf16);
+}
+
+// 16 bytes of int4 nibbles (lane k: column c low, c + 1 high) as (c, c + 1) bf16 pairs of code - 8.
+inline __m512i WidenInt4Pair(const std::byte* p, __m512i table) {
+  const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m512i idx = _mm512_or_si512(_mm512_and_si512(d, _mm512_set1_epi32(0x0F)),
+                                      _mm512_slli_epi32(_mm512_and_si512(d, _mm512_set1_epi32(0xF0)), 12));
+  return _mm512_permutexvar_epi16(idx, table);  // words 0-15 of table: bf16(-8 .. 7)
+}
+
+// The scales of fp8 rows [row, row + 16) (clamped to the matrix) in column group g.
+void Fp8Scales(const WeightMatrix& w, int64_t row, int64_t g, float* out) {
+  const auto scale_of_band = [&](int64_t band) {
+    return LoadF32Unaligned(w.scales, size_t(band * w.scale_cols() + g));
+  };
+  const int64_t last = std::min(row + kPanelRows, w.rows) - 1;
+  if (row / w.block_rows == last / w.block_rows) {  // one band (block_rows a multiple of 16)
+    _mm512_store_ps(out, _mm512_set1_ps(scale_of_band(row / w.block_rows)));
+    return;
+  }
+  for (int i = 0; i < kPanelRows; ++i) out[i] = scale_of_band(std::min(row + i, last) / w.block_rows);
+}
+
+// Rows row0 .. row0 + 31 (vector 1 repeats vector 0 past row_end: not stored), columns [c0, c0 +
+// len) of w into q.
+void WidenQuant(const WeightMatrix& w, int64_t row0, int64_t row_end, int64_t c0, int64_t len, QuantWidened& q) {
+  const int64_t pairs = (len + 1) / 2;
+  const int64_t first_row[2] = {row0, row0 + kPanelRows < row_end ? row0 + kPanelRows : row0};
+  // Groups: cut at multiples of block_cols (even, so at pair boundaries) and at the block's end.
+  q.groups = 0;
+  for (int64_t c = c0; c < c0 + len;) {
+    const int64_t end = std::min(c0 + len, (c / w.block_cols + 1) * w.block_cols);
+    q.group_end[q.groups++] = (end - c0 + 1) / 2;
+    c = end;
+  }
+  const bool fp8 = w.format == WeightFormat::kFp8Block;
+  const __m512i interleave = InterleaveIndex(), subnormals = Fp8SubnormalTable();
+  const __m512i int4_table =
+      (__m512i)_mm512_cvtne2ps_pbh(_mm512_setzero_ps(), _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3,
+                                                                         4, 5, 6, 7));
+  for (int v = 0; v < 2; ++v) {
+    const std::byte* p = w.panel(first_row[v] / kPanelRows);
+    for (int64_t j = 0; j < pairs; ++j) {
+      const int64_t c = c0 + 2 * j;
+      const __m512i pair = fp8 ? WidenFp8Pair(p + c * kPanelRows, c + 1 >= w.cols, interleave, subnormals)
+                               : WidenInt4Pair(p + (c / 2) * kPanelRows, int4_table);
+      _mm512_store_si512(q.pairs[j][v], pair);
+    }
+    for (int64_t g = 0, c = c0; g < q.groups; c = c0 + 2 * q.group_end[g], ++g) {
+      const int64_t column_group = c / w.block_cols;
+      if (fp8) {
+        Fp8Scales(w, first_row[v], column_group, q.scales[g][v]);
+      } else {
+        // BF16 [panel][scale_cols][16].
+        const auto* s = static_cast<const std::byte*>(w.scales) +
+                        size_t(((first_row[v] / kPanelRows) * w.scale_cols() + column_group) * kPanelRows) * 2;
+        const __m512i words = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
+        _mm512_store_ps(q.scales[g][v], _mm512_castsi512_ps(_mm512_slli_epi32(words, 16)));
+      }
+    }
+  }
+}
+
+// The codes WidenQuant reads for a block of 32 rows x a column block: two runs of `bytes`, one
+// per vector (nullptr: none). Fetched into L2 while the block before is multiplied, one cache
+// line per column pair of the first token tile, so that widening does not wait on memory.
+struct NextCodes {
+  const std::byte* run[2] = {nullptr, nullptr};
+  int64_t bytes = 0;
+};
+
+NextCodes CodesOf(const WeightMatrix& w, int64_t row0, int64_t row_end, int64_t c0, int64_t len) {
+  NextCodes next;
+  const int64_t row1 = row0 + kPanelRows < row_end ? row0 + kPanelRows : row0;
+  const int64_t offset = w.format == WeightFormat::kFp8Block ? c0 * kPanelRows : c0 / 2 * kPanelRows;
+  next.run[0] = w.panel(row0 / kPanelRows) + offset;
+  next.run[1] = w.panel(row1 / kPanelRows) + offset;
+  next.bytes = w.format == WeightFormat::kFp8Block ? len * kPanelRows : len / 2 * kPanelRows;
+  return next;
+}
+
+// y[T tokens][32 rows] (partial sums; zero when `first`) += the widened block's products.
+template <int T, int64_t kPairStride, int64_t kTokenStride>
+inline void QuantDotBlock(PairLayout<kPairStride, kTokenStride> x, const QuantWidened& q, const NextCodes& next,
+                          bool first, float* y, int64_t ldy, int rows_valid) {
+  __m512 acc[T][2];
+  if (first) {
+    for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+  } else {
+    LoadPartials<T>(y, ldy, rows_valid, acc);
+  }
+  for (int64_t g = 0, j = 0; g < q.groups; ++g) {
+    __m512 part[T][2];
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) part[t][0] = part[t][1] = _mm512_setzero_ps();
+    for (; j < q.group_end[g]; ++j) {
+      if (next.run[0] != nullptr && j * 64 < next.bytes) {
+        _mm_prefetch(reinterpret_cast<const char*>(next.run[0] + j * 64), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(next.run[1] + j * 64), _MM_HINT_T1);
+      }
+      DotPair<T, kTokenStride>(x.xb + j * kPairStride, (__m512bh)_mm512_load_si512(q.pairs[j][0]),
+                               (__m512bh)_mm512_load_si512(q.pairs[j][1]), part);
+    }
+    const __m512 s0 = _mm512_load_ps(q.scales[g][0]), s1 = _mm512_load_ps(q.scales[g][1]);
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      acc[t][0] = _mm512_fmadd_ps(part[t][0], s0, acc[t][0]);
+      acc[t][1] = _mm512_fmadd_ps(part[t][1], s1, acc[t][1]);
+    }
+  }
+  StoreOutputs<T>(acc, y, ldy, rows_valid);
+}
+
+// The same products for a few tokens (at most kDirectTokens), the codes converted in registers
+// pair by pair instead of widened into a block first (which one token cannot repay): the same
+// pairs, groups and order, so the same results bit for bit.
+constexpr int kDirectTokens = 4;
+
+template <int T, int64_t kPairStride, int64_t kTokenStride>
+void QuantDotDirect(PairLayout<kPairStride, kTokenStride> x, const WeightMatrix& w, int64_t row0, int64_t row_end,
+                    int64_t c0, int64_t len, float* y, int64_t ldy) {
+  const int64_t first_row[2] = {row0, row0 + kPanelRows < row_end ? row0 + kPanelRows : row0};
+  const int rows_valid = int(std::min<int64_t>(2 * kPanelRows, row_end - row0));
+  const bool fp8 = w.format == WeightFormat::kFp8Block;
+  const std::byte* p[2] = {w.panel(first_row[0] / kPanelRows), w.panel(first_row[1] / kPanelRows)};
+  const __m512i interleave = InterleaveIndex(), subnormals = Fp8SubnormalTable();
+  const __m512i int4_table =
+      (__m512i)_mm512_cvtne2ps_pbh(_mm512_setzero_ps(), _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3,
+                                                                         4, 5, 6, 7));
+  __m512 acc[T][2];
+  if (c0 == 0) {
+    for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+  } else {
+    LoadPartials<T>(y, ldy, rows_valid, acc);
+  }
+  for (int64_t c = c0; c < c0 + len;) {
+    const int64_t end = std::min(c0 + len, (c / w.block_cols + 1) * w.block_cols);
+    alignas(64) float scales[2][kPanelRows];
+    for (int v = 0; v < 2; ++v) {
+      if (fp8) {
+        Fp8Scales(w, first_row[v], c / w.block_cols, scales[v]);
+      } else {
+        const auto* sp = static_cast<const std::byte*>(w.scales) +
+                         size_t(((first_row[v] / kPanelRows) * w.scale_cols() + c / w.block_cols) * kPanelRows) * 2;
+        const __m512i words = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp)));
+        _mm512_store_ps(scales[v], _mm512_castsi512_ps(_mm512_slli_epi32(words, 16)));
+      }
+    }
+    __m512 part[T][2];
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) part[t][0] = part[t][1] = _mm512_setzero_ps();
+    for (; c < end; c += 2) {
+      __m512i pair[2];
+      for (int v = 0; v < 2; ++v) {
+        if (fp8) {
+          __builtin_prefetch(p[v] + (c + 64) * kPanelRows);
+          pair[v] = WidenFp8Pair(p[v] + c * kPanelRows, c + 1 >= w.cols, interleave, subnormals);
+        } else {
+          __builtin_prefetch(p[v] + (c / 2 + 64) * kPanelRows);
+          pair[v] = WidenInt4Pair(p[v] + (c / 2) * kPanelRows, int4_table);
+        }
+      }
+      DotPair<T, kTokenStride>(x.xb + ((c - c0) / 2) * kPairStride, (__m512bh)pair[0], (__m512bh)pair[1], part);
+    }
+    const __m512 s0 = _mm512_load_ps(scales[0]), s1 = _mm512_load_ps(scales[1]);
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      acc[t][0] = _mm512_fmadd_ps(part[t][0], s0, acc[t][0]);
+      acc[t][1] = _mm512_fmadd_ps(part[t][1], s1, acc[t][1]);
+    }
+  }
+  StoreOutputs<T>(acc, y, ldy, rows_valid);
+}
+
+// Rows [row_begin, row_end) of y for `tokens` tokens over columns [c0, c0 + len) (within one
+// column block): x holds their pairs, tile after tile (tile_stride uint32 apart, kTile tokens a
+// tile). Each block of 32 rows is widened once, then every token passes.
+template <int64_t kPairStride, int64_t kTokenStride>
+void QuantBlockProduct(PairLayout<kPairStride, kTokenStride> x, int64_t tile_stride, int64_t tokens,
+                       const WeightMatrix& w, int64_t c0, int64_t len, int64_t row_begin, int64_t row_end, float* y,
+                       int64_t ldy, QuantWidened& q) {
+  if (tokens <= kDirectTokens) {
+    for (int64_t row0 = row_begin; row0 < row_end; row0 += 2 * kPanelRows) {
+      WithTokens<kDirectTokens>(int(tokens), [&](auto count) {
+        QuantDotDirect<decltype(count)::value>(x, w, row0, row_end, c0, len, y + row0, ldy);
+      });
+    }
+    return;
+  }
+  for (int64_t row0 = row_begin; row0 < row_end; row0 += 2 * kPanelRows) {
+    WidenQuant(w, row0, row_end, c0, len, q);
+    const int rows_valid = int(std::min<int64_t>(2 * kPanelRows, row_end - row0));
+    // The next block: the next 32 rows, else the first rows of the next column block.
+    NextCodes next;
+    if (row0 + 2 * kPanelRows < row_end) {
+      next = CodesOf(w, row0 + 2 * kPanelRows, row_end, c0, len);
+    } else if (c0 + kGemmColumns < w.cols) {
+      next = CodesOf(w, row_begin, row_end, c0 + kGemmColumns, std::min(kGemmColumns, w.cols - c0 - kGemmColumns));
+    }
+    for (int64_t t = 0; t < tokens; t += kQuantTile) {
+      const PairLayout<kPairStride, kTokenStride> xt{x.xb + (t / kTile) * tile_stride + (t % kTile) * kTokenStride};
+      WithTokens<kQuantTile>(int(std::min<int64_t>(kQuantTile, tokens - t)), [&](auto count) {
+        QuantDotBlock<decltype(count)::value>(xt, q, t == 0 ? next : NextCodes{}, c0 == 0, y + t * ldy + row0, ldy,
+                                              rows_valid);
+      });
+    }
+  }
+}
+
+void MatMulQuantPacked(const float* xp, int64_t n, const WeightMatrix& w, int64_t panel_begin, int64_t panel_end,
+                       float* y, int64_t ldy) {
+  static_assert(kTile % kQuantTile == 0);
+  QuantWidened q;
+  const int64_t row_end = std::min(w.rows, panel_end * kPanelRows);
+  for (int64_t c0 = 0; c0 < w.cols; c0 += kGemmColumns) {
+    QuantBlockProduct(PairLayout<kTile, 1>{PackedTile(xp, n, 0, c0)}, kPairsPerBlock * kTile, n, w, c0,
+                      std::min(kGemmColumns, w.cols - c0), panel_begin * kPanelRows, row_end, y, ldy, q);
+  }
+}
+
+// The in-register product: groups of kGroupTokens tokens, each column block converted into rows.
+void MatMulQuant(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin, int64_t panel_end, float* y,
+                 int64_t ldy) {
+  static_assert(kPairsPerBlock * kGroupTokens <= kStackPairs);
+  QuantWidened q;
+  alignas(64) uint32_t xb[kPairsPerBlock * kGroupTokens];  // [token][pair in block]
+  const int64_t row_end = std::min(w.rows, panel_end * kPanelRows);
+  for (int64_t g0 = 0; g0 < n; g0 += kGroupTokens) {
+    const int64_t group = std::min(kGroupTokens, n - g0);
+    for (int64_t c0 = 0; c0 < w.cols; c0 += kGemmColumns) {
+      const int64_t len = std::min(kGemmColumns, w.cols - c0);
+      ConvertRows(x + g0 * w.cols + c0, w.cols, int(group), len, xb, kPairsPerBlock);
+      QuantBlockProduct(PairLayout<1, kPairsPerBlock>{xb}, kTile * kPairsPerBlock, group, w, c0, len,
+                        panel_begin * kPanelRows, row_end, y + g0 * ldy, ldy, q);
+    }
+  }
+}
+
 // The table with bf16 products from kMinTokens tokens; the AVX-512 table's entries otherwise.
 template <int kMinTokens>
 struct Bf16From {
   static const KernelSet& Base() { return *Avx512Kernels(); }
-  static bool Uses(int64_t n, const WeightMatrix& w) { return n >= kMinTokens && IsBf16Panels(w); }
+  static bool Uses(int64_t n, const WeightMatrix& w) { return n >= kMinTokens && Bf16DotMultiplies(w); }
 
   static void MatMulRows(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin, int64_t row_end,
                          float* y, int64_t ldy) {
+    if (n >= kMinTokens && IsFp8Rows(w)) return MatMulRowsFp8(x, n, w, row_begin, row_end, y, ldy);
     if (n < kMinTokens || !IsBf16Rows(w) || (w.cols + 1) / 2 > kStackPairs) {
       return Base().matmul_rows(x, n, w, row_begin, row_end, y, ldy);
     }
@@ -350,6 +695,7 @@ struct Bf16From {
   static void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin, int64_t panel_end,
                            float* y, int64_t ldy) {
     if (!Uses(n, w)) return Base().matmul_panels(x, n, w, panel_begin, panel_end, y, ldy);
+    if (w.quantized()) return MatMulQuant(x, n, w, panel_begin, panel_end, y, ldy);
     MatMulPanelsBf16(x, n, w, panel_begin, panel_end, y, ldy);
   }
   static void PackActivations(const float* x, int64_t n, const WeightMatrix& w, int64_t tile_begin, int64_t tile_end,
@@ -360,6 +706,7 @@ struct Bf16From {
   static void MatMulPanelsPacked(const float* x, const float* xp, float* scratch, int64_t n, const WeightMatrix& w,
                                  int64_t panel_begin, int64_t panel_end, float* y, int64_t ldy) {
     if (!Uses(n, w)) return Base().matmul_panels_packed(x, xp, scratch, n, w, panel_begin, panel_end, y, ldy);
+    if (w.quantized()) return MatMulQuantPacked(xp, n, w, panel_begin, panel_end, y, ldy);
     MatMulPanelsPackedBf16(xp, n, w, panel_begin, panel_end, y, ldy);
   }
 

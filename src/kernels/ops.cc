@@ -61,8 +61,7 @@ int64_t PanelGrain(const WeightMatrix& w, bool prefill, int num_threads) {
 
 namespace {
 bool Bf16Product(const KernelSet& k, int64_t n, const WeightMatrix& w) {
-  return k.bf16_min_tokens > 0 && n >= k.bf16_min_tokens && w.format == WeightFormat::kDense &&
-         w.dtype == DType::kBF16;
+  return k.bf16_min_tokens > 0 && n >= k.bf16_min_tokens && Bf16DotMultiplies(w);
 }
 }  // namespace
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/read_file.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 #include "model/safetensors_writer.h"
 #include "support/run_binary.h"
@@ -335,6 +336,16 @@ TEST(QuantizedCheckpoint, WeightsEvalReportsBothLayouts) {
     // The bf16 checkpoint is 15.3 MB, its MTP layer included (quantized too; int4 keeps the
     // embedding copy and lm_head in bf16).
     EXPECT_LT(j["weights"][scheme]["mb"].get<double>(), 11.5) << scheme;
+    // The bf16 table multiplies the quantized codes in bf16 too: its row exists and differs from
+    // the fp32 table's (activations rounded to bf16), by far less than the quantization itself.
+    if (CpuSupportsBf16Dot()) {
+      const std::string row = std::string(scheme) + " + avx512-bf16";
+      ASSERT_TRUE(j["weights"].contains(row)) << *text;
+      EXPECT_GT(j["weights"][row]["top1"].get<double>(), 0.9) << row;
+      EXPECT_NE(j["weights"][row]["mean_kl"].get<double>(), j["weights"][scheme]["mean_kl"].get<double>()) << row;
+      EXPECT_LT(j["weights"][row]["mean_kl"].get<double>(), 2.0 * j["weights"][scheme]["mean_kl"].get<double>())
+          << row;
+    }
   }
 }
 
