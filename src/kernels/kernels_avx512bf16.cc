@@ -144,8 +144,9 @@ inline void StoreOutputs(const __m512 (&acc)[T][2], float* y, int64_t ldy, int r
 // p[v]: panel v's bytes at the block's first column (v = 1 may repeat v = 0 past the matrix: not
 // stored). odd_tail: the last pair has no second column.
 template <int T, int64_t kPairStride, int64_t kTokenStride>
-inline void DotBlock(PairLayout<kPairStride, kTokenStride> x, const std::byte* const (&p)[2], int64_t pairs, bool odd_tail,
-                     bool first, float* y, int64_t ldy, int rows_valid) {
+inline void DotBlock(PairLayout<kPairStride, kTokenStride> x, const std::byte* const (&p)[2],
+                     const std::byte* const (&next)[2], int64_t pairs, bool odd_tail, bool first, float* y,
+                     int64_t ldy, int rows_valid) {
   __m512 acc[T][2];
   if (first) {
     for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
@@ -157,6 +158,10 @@ inline void DotBlock(PairLayout<kPairStride, kTokenStride> x, const std::byte* c
   for (int64_t j = 0; j < full_pairs; ++j) {
     __builtin_prefetch(p[0] + (j + 32) * kPanelPairBytes);
     __builtin_prefetch(p[1] + (j + 32) * kPanelPairBytes);
+    if (next[0] != nullptr) {
+      _mm_prefetch(reinterpret_cast<const char*>(next[0] + j * kPanelPairBytes), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(next[1] + j * kPanelPairBytes), _MM_HINT_T1);
+    }
     DotPair<T, kTokenStride>(x.xb + j * kPairStride, LoadPanelPair(p[0] + j * kPanelPairBytes, interleave),
                LoadPanelPair(p[1] + j * kPanelPairBytes, interleave), acc);
   }
@@ -189,10 +194,23 @@ void BlockProduct(PairLayout<kPairStride, kTokenStride> x, int64_t tile_stride, 
     const std::byte* p[2] = {w.panel(row0 / kPanelRows) + c0 * kPanelRows * 2,
                              w.panel(row1 / kPanelRows) + c0 * kPanelRows * 2};
     const int rows_valid = int(std::min<int64_t>(2 * kPanelRows, row_end - row0));
+    // The block after this one (the next 32 rows, else this range's first rows in the next
+    // column block; none past the matrix), fetched into L2 while the first tile runs: the panel
+    // streams' own prefetch runs into this block's next columns, which come later.
+    const std::byte* next[2] = {nullptr, nullptr};
+    int64_t next_row = row0 + 2 * kPanelRows, next_c0 = c0;
+    if (next_row >= row_end) next_row = row_begin, next_c0 = c0 + kGemmColumns;
+    if (next_c0 < w.cols) {
+      const int64_t next_row1 = next_row + kPanelRows < row_end ? next_row + kPanelRows : next_row;
+      next[0] = w.panel(next_row / kPanelRows) + next_c0 * kPanelRows * 2;
+      next[1] = w.panel(next_row1 / kPanelRows) + next_c0 * kPanelRows * 2;
+    }
+    static const std::byte* const kNone[2] = {nullptr, nullptr};
     for (int64_t t = 0; t < tokens; t += kTile) {
       const PairLayout<kPairStride, kTokenStride> xt{x.xb + (t / kTile) * tile_stride};
       WithTokens<kTile>(int(std::min<int64_t>(kTile, tokens - t)), [&](auto count) {
-        DotBlock<decltype(count)::value>(xt, p, pairs, odd_tail, c0 == 0, y + t * ldy + row0, ldy, rows_valid);
+        DotBlock<decltype(count)::value>(xt, p, t == 0 ? next : kNone, pairs, odd_tail, c0 == 0, y + t * ldy + row0,
+                                         ldy, rows_valid);
       });
     }
   }
