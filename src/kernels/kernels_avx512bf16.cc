@@ -500,11 +500,19 @@ void WidenQuant(const WeightMatrix& w, int64_t row0, int64_t row_end, int64_t c0
                                                                          4, 5, 6, 7));
   for (int v = 0; v < 2; ++v) {
     const std::byte* p = w.panel(first_row[v] / kPanelRows);
-    for (int64_t j = 0; j < pairs; ++j) {
-      const int64_t c = c0 + 2 * j;
-      const __m512i pair = fp8 ? WidenFp8Pair(p + c * kPanelRows, c + 1 >= w.cols, interleave, subnormals)
-                               : WidenInt4Pair(p + (c / 2) * kPanelRows, int4_table);
-      _mm512_store_si512(q.pairs[j][v], pair);
+    if (fp8) {
+      // Whole pairs, then an odd-width matrix's last column on its own.
+      const int64_t full = c0 + len == w.cols && w.cols % 2 != 0 ? pairs - 1 : pairs;
+      for (int64_t j = 0; j < full; ++j) {
+        _mm512_store_si512(q.pairs[j][v], WidenFp8Pair(p + (c0 + 2 * j) * kPanelRows, false, interleave, subnormals));
+      }
+      if (full < pairs) {
+        _mm512_store_si512(q.pairs[full][v], WidenFp8Pair(p + (c0 + 2 * full) * kPanelRows, true, interleave, subnormals));
+      }
+    } else {
+      for (int64_t j = 0; j < pairs; ++j) {
+        _mm512_store_si512(q.pairs[j][v], WidenInt4Pair(p + (c0 / 2 + j) * kPanelRows, int4_table));
+      }
     }
     for (int64_t g = 0, c = c0; g < q.groups; c = c0 + 2 * q.group_end[g], ++g) {
       const int64_t column_group = c / w.block_cols;
@@ -609,18 +617,35 @@ void QuantDotDirect(PairLayout<kPairStride, kTokenStride> x, const WeightMatrix&
     __m512 part[T][2];
 #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) part[t][0] = part[t][1] = _mm512_setzero_ps();
-    for (; c < end; c += 2) {
-      __m512i pair[2];
-      for (int v = 0; v < 2; ++v) {
-        if (fp8) {
-          __builtin_prefetch(p[v] + (c + 64) * kPanelRows);
-          pair[v] = WidenFp8Pair(p[v] + c * kPanelRows, c + 1 >= w.cols, interleave, subnormals);
-        } else {
-          __builtin_prefetch(p[v] + (c / 2 + 64) * kPanelRows);
-          pair[v] = WidenInt4Pair(p[v] + (c / 2) * kPanelRows, int4_table);
-        }
+    const uint32_t* xg = x.xb + ((c - c0) / 2) * kPairStride;
+    // (Each format a loop of its own, the last pair of an odd-width fp8 matrix after it: one
+    // generic loop kept the pairs in memory and ran at half speed.)
+    if (fp8) {
+      const int64_t full_end = end == w.cols && w.cols % 2 != 0 ? end - 1 : end;
+      const std::byte* a = p[0] + c * kPanelRows;
+      const std::byte* b = p[1] + c * kPanelRows;
+      for (; c < full_end; c += 2, a += 2 * kPanelRows, b += 2 * kPanelRows, xg += kPairStride) {
+        _mm_prefetch(reinterpret_cast<const char*>(a + 2048), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(b + 2048), _MM_HINT_T0);
+        DotPair<T, kTokenStride>(xg, (__m512bh)WidenFp8Pair(a, false, interleave, subnormals),
+                                 (__m512bh)WidenFp8Pair(b, false, interleave, subnormals), part);
       }
-      DotPair<T, kTokenStride>(x.xb + ((c - c0) / 2) * kPairStride, (__m512bh)pair[0], (__m512bh)pair[1], part);
+      if (c < end) {  // the last column, without its pair
+        DotPair<T, kTokenStride>(xg, (__m512bh)WidenFp8Pair(a, true, interleave, subnormals),
+                                 (__m512bh)WidenFp8Pair(b, true, interleave, subnormals), part);
+        c = end;
+      }
+    } else {
+      const std::byte* a = p[0] + (c / 2) * kPanelRows;
+      const std::byte* b = p[1] + (c / 2) * kPanelRows;
+      for (; c < end; c += 2, a += kPanelRows, b += kPanelRows, xg += kPairStride) {
+        if ((c & 7) == 0) {
+          _mm_prefetch(reinterpret_cast<const char*>(a + 2048), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(b + 2048), _MM_HINT_T0);
+        }
+        DotPair<T, kTokenStride>(xg, (__m512bh)WidenInt4Pair(a, int4_table), (__m512bh)WidenInt4Pair(b, int4_table),
+                                 part);
+      }
     }
     const __m512 s0 = _mm512_load_ps(scales[0]), s1 = _mm512_load_ps(scales[1]);
 #pragma GCC unroll 16
@@ -679,9 +704,27 @@ void MatMulQuantPacked(const float* xp, int64_t n, const WeightMatrix& w, int64_
 }
 
 // The in-register product: groups of kGroupTokens tokens, each column block converted into rows.
+// One token (decode): its row converted once, then each block of 32 rows across every column
+// block in turn, so that each panel is read as one sequential stream (column blocks outermost read
+// it in pieces of a block's width, ~3x slower for one token). The same sums as QuantBlockProduct's:
+// the partial sums are stored and reloaded at each column block either way.
+void MatMulQuantOneToken(const float* x, const WeightMatrix& w, int64_t row_begin, int64_t row_end, float* y) {
+  alignas(64) uint32_t xb[kStackPairs];  // [pair]
+  ConvertRows(x, w.cols, 1, w.cols, xb, (w.cols + 1) / 2);
+  for (int64_t row0 = row_begin; row0 < row_end; row0 += 2 * kPanelRows) {
+    for (int64_t c0 = 0; c0 < w.cols; c0 += kGemmColumns) {
+      QuantDotDirect<1>(PairLayout<1, kPairsPerBlock>{xb + c0 / 2}, w, row0, row_end, c0,
+                        std::min(kGemmColumns, w.cols - c0), y + row0, 0);
+    }
+  }
+}
+
 void MatMulQuant(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin, int64_t panel_end, float* y,
                  int64_t ldy) {
   static_assert(kPairsPerBlock * kGroupTokens <= kStackPairs);
+  if (n == 1 && (w.cols + 1) / 2 <= kStackPairs) {
+    return MatMulQuantOneToken(x, w, panel_begin * kPanelRows, std::min(w.rows, panel_end * kPanelRows), y);
+  }
   QuantWidened q;
   alignas(64) uint32_t xb[kPairsPerBlock * kGroupTokens];  // [token][pair in block]
   const int64_t row_end = std::min(w.rows, panel_end * kPanelRows);
