@@ -76,6 +76,10 @@ struct KernelSet {
   // to y, else overwrite. Writes only columns [0, m) of the n rows; each output sums i in order.
   void (*gemm_f32)(const float* x, int64_t ldx, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t n,
                    int64_t k, int64_t m, bool accumulate);
+  // Softmax's numerators: x[i] = e^(x[i] - shift) for i < n, in place; returns their sum. The
+  // portable table uses std::exp and sums in index order; the SIMD tables' e^x is within 2 ulp
+  // (simd_elementwise_impl.h ExpF32) and they sum lane-wise, then across lanes, the tail in order.
+  float (*exp_sum)(float* x, int64_t n, float shift);
 
   // Products of packed BF16 weights with at least this many tokens round the activations to bf16
   // and multiply with bf16 dot products (kernels_avx512bf16.cc); 0: never (every product in fp32).

@@ -88,7 +88,8 @@ const KernelSet* Avx512Kernels() {
                               avx512::AxpyRow<Avx512>, avx512::DotF32<Avx512>,
                               avx512::AxpyF32<Avx512>, avx512::FmaChains<Avx512>,
                               avx512::PackActivations<Avx512>, avx512::MatMulPanelsPacked<Avx512>,
-                              avx512::RmsNorm<Avx512>, avx512::AddRmsNorm<Avx512>, avx512::SiluMul<Avx512>, avx512::GemmF32<Avx512>};
+                              avx512::RmsNorm<Avx512>, avx512::AddRmsNorm<Avx512>, avx512::SiluMul<Avx512>, avx512::GemmF32<Avx512>,
+                              avx512::ExpSum<Avx512>};
   return &kSet;
 }
 

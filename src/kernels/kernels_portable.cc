@@ -1,5 +1,6 @@
 // The reference kernel table: plain loops, no intrinsics. Every SIMD table must agree with it.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/kernels.h"
@@ -79,6 +80,15 @@ void GemmF32(const float* x, int64_t ldx, const float* b, int64_t ldb, float* y,
   }
 }
 
+float ExpSum(float* x, int64_t n, float shift) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - shift);
+    sum += x[i];
+  }
+  return sum;
+}
+
 // The layout's definition, element by element (the SIMD tables' packing is compared with it).
 void PackActivations(const float* x, int64_t n, const WeightMatrix& w, int64_t tile_begin, int64_t tile_end,
                      float* xp) {
@@ -105,7 +115,7 @@ void AddRmsNorm(float* x, const float* add, const float* weight, int64_t dim, do
 const KernelSet& PortableKernels() {
   static const KernelSet kSet{KernelIsa::kPortable, "portable", MatMulRows, MatMulPanels, AxpyRow,
                               DotF32, AxpyF32, FmaChains, PackActivations, MatMulPanelsPacked,
-                              RmsNorm, AddRmsNorm, SiluMul, GemmF32};
+                              RmsNorm, AddRmsNorm, SiluMul, GemmF32, ExpSum};
   return kSet;
 }
 

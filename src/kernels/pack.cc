@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/float16.h"
+
 namespace mlaserve {
 namespace {
 
@@ -73,6 +75,32 @@ WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& poo
     packed.scale_row0 = 0;
   }
   return packed;
+}
+
+size_t PackedF32PanelsBytes(int64_t rows, int64_t cols, DType dtype) {
+  return size_t((rows + kPanelRows - 1) / kPanelRows) * size_t(cols) * kPanelRows * size_t(DTypeBytes(dtype));
+}
+
+WeightMatrix PackF32Panels(const float* src, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
+                           DType dtype, void* dst) {
+  const int64_t panels = (rows + kPanelRows - 1) / kPanelRows;
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t lanes = std::min<int64_t>(kPanelRows, rows - p * kPanelRows);
+    for (int64_t c = 0; c < cols; ++c) {
+      const float* from = src + (p * kPanelRows) * row_stride + c * col_stride;
+      const int64_t at = (p * cols + c) * kPanelRows;  // the column's first lane
+      if (dtype == DType::kBF16) {
+        uint16_t* out = static_cast<uint16_t*>(dst) + at;
+        for (int64_t i = 0; i < lanes; ++i) out[i] = F32ToBf16(from[i * row_stride]);
+        for (int64_t i = lanes; i < kPanelRows; ++i) out[i] = 0;
+      } else {
+        float* out = static_cast<float*>(dst) + at;
+        for (int64_t i = 0; i < lanes; ++i) out[i] = from[i * row_stride];
+        for (int64_t i = lanes; i < kPanelRows; ++i) out[i] = 0.0f;
+      }
+    }
+  }
+  return WeightMatrix{.dtype = dtype, .rows = rows, .cols = cols, .data = dst, .packed = true};
 }
 
 Status PackAll(std::span<WeightMatrix* const> matrices, HugePageBuffer& storage, ThreadPool& pool,

@@ -23,6 +23,14 @@ size_t PackedBytes(const WeightMatrix& src);
 // column c.
 WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& pool);
 
+// Packs an fp32 matrix computed at run time (attention's keys and values), element (r, c) =
+// src[r * row_stride + c * col_stride] for r < rows, c < cols, into panels ([ceil(rows / 16)][cols]
+// [16]) of dtype F32, or BF16 rounded to nearest even; padding lanes are zero. dst holds
+// PackedF32PanelsBytes(rows, cols, dtype) bytes, 64-byte aligned; returns the packed view of it.
+size_t PackedF32PanelsBytes(int64_t rows, int64_t cols, DType dtype);
+WeightMatrix PackF32Panels(const float* src, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
+                           DType dtype, void* dst);
+
 // Packs every matrix `matrices` points at (row-major) into one block, storage (replaced, zero
 // filled, in 2 MB pages where the system grants them: a decode step streams it; owned by the
 // caller), and points each at its packed copy. after_each (optional) sees each source view once it

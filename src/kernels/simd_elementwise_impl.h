@@ -93,6 +93,25 @@ inline typename V::Reg SiluTimes(typename V::Reg g, typename V::Reg up) {
 
 // The tail goes through the vector code too (padded), so an element's value does not depend on
 // where a caller's slice of the row starts or ends.
+// x[i] = e^(x[i] - shift), in place; the sum of them (lane-wise, then across lanes, the tail in order).
+template <class V>
+inline float ExpSum(float* x, int64_t n, float shift) {
+  const typename V::Reg s = V::Broadcast(shift);
+  typename V::Reg acc = V::Zero();
+  int64_t i = 0;
+  for (; i + V::kLanes <= n; i += V::kLanes) {
+    const typename V::Reg e = ExpF32<V>(V::Add(V::LoadF32(x + i), V::Mul(s, V::Broadcast(-1.0f))));
+    V::StoreF32(x + i, e);
+    acc = V::Add(acc, e);
+  }
+  float sum = V::Sum(acc);
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i] - shift);
+    sum += x[i];
+  }
+  return sum;
+}
+
 template <class V>
 inline void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   int64_t i = 0;

@@ -4,6 +4,9 @@
 //   per KV block of kMhaKvRows rows, dequantized once:  c_kv [C, L], k_pe [C, R]
 //   per head h:  k[h] = [c_kv @ W_UK[h]^T | k_pe]  [C, nope + R],  v[h] = c_kv @ W_UV[h]^T  [C, v]
 //   per query block:  s = q k^T * scale (causal), online softmax, o += p v
+// Both products run through the kernel table's matmul_panels, with k[h] and v[h]^T packed as
+// panels (PackF32Panels): in bf16 where the table multiplies a query block with bf16 dot
+// products (the host's fastest, kernel_choice.h), else in fp32.
 // q = [q_nope | rope(q_pe)]; out[t, h, :] = o / sum is written to attn_out as the absorbed form
 // writes it. Per pair of (query, key) this is (nope + R + v) multiply-adds per head instead of the
 // absorbed form's (2 L + R), at the cost of decompressing every prefix row per head once.
@@ -12,6 +15,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/pack.h"
 #include "model/model.h"
 
 namespace mlaserve {
@@ -46,6 +50,9 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
   const int64_t kv_b_rows_per_head = nope + v_dim, out_stride = int64_t(heads) * v_dim;
   const float scale = float(c.SoftmaxScale());
   constexpr int C = kMhaKvRows, B = kMhaQueryRows;
+  // Keys and values as bf16 panels where the table multiplies a query block in bf16 (the host's
+  // dot-product instructions), else fp32.
+  const DType panel_dtype = k.bf16_min_tokens > 0 && B >= k.bf16_min_tokens ? DType::kBF16 : DType::kF32;
 
   // Queries per head, q_pe rotated; running softmax state and output start empty.
   pool_.ParallelFor(n, 1, [&](int64_t begin, int64_t end) {
@@ -81,9 +88,11 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
     std::atomic<int> next_head{0};
     pool_.RunOnAll([&](int thread) {
       float* keys = ws.mha_k.data() + int64_t(thread) * C * qk_dim;      // [C, nope + R]
-      float* keys_t = ws.mha_kt.data() + int64_t(thread) * qk_dim * C;   // [nope + R, C]
       float* values = ws.mha_v.data() + int64_t(thread) * C * v_dim;     // [C, v]
-      float* scores = ws.mha_scores.data() + int64_t(thread) * B * C;    // [B, C]
+      float* scores = ws.mha_scores.data() + int64_t(thread) * B * C;    // [B, rows]
+      float* pv = ws.mha_pv.data() + int64_t(thread) * B * v_dim;        // [B, v]
+      void* keys_panels = ws.mha_kp.data() + int64_t(thread) * qk_dim * C;
+      void* values_panels = ws.mha_vp.data() + int64_t(thread) * ((v_dim + kPanelRows - 1) / kPanelRows * kPanelRows) * C;
       for (int h = next_head.fetch_add(1, std::memory_order_relaxed); h < heads;
            h = next_head.fetch_add(1, std::memory_order_relaxed)) {
         // Decompress this head's keys and values for the block.
@@ -91,11 +100,13 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
         for (int r = 0; r < rows; ++r) {
           std::copy_n(ws.mha_rows.data() + int64_t(r) * row_dim + L, R, keys + int64_t(r) * qk_dim + nope);
         }
-        for (int i = 0; i < qk_dim; ++i) {
-          for (int r = 0; r < rows; ++r) keys_t[int64_t(i) * C + r] = keys[int64_t(r) * qk_dim + i];
-        }
         k.matmul_rows(ws.mha_ckv.data(), rows, w.kv_b.Slice(h * kv_b_rows_per_head + nope, v_dim), 0, v_dim,
                       values, v_dim);
+        // Both products as panels for the table's matmul: keys [rows x (nope + R)] (scores =
+        // q @ keys^T) and values transposed [v x rows] (p @ values), in bf16 where the table
+        // multiplies query blocks in bf16 (its dot-product instructions), else in fp32.
+        const WeightMatrix key_panels = PackF32Panels(keys, rows, qk_dim, qk_dim, 1, panel_dtype, keys_panels);
+        const WeightMatrix value_panels = PackF32Panels(values, v_dim, rows, 1, v_dim, panel_dtype, values_panels);
 
         for (int q0 = 0; q0 < n; q0 += B) {
           const int num_queries = std::min(B, n - q0);
@@ -103,11 +114,14 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
           const int last_position = first_position + num_queries - 1;
           if (last_position < c0) continue;  // every key of the block is in these queries' future
           const int keys_needed = std::min(rows, last_position + 1 - c0);
-          k.gemm_f32(ws.mha_q.data() + (int64_t(h) * ws.max_tokens + q0) * qk_dim, qk_dim, keys_t, C, scores, C,
-                     num_queries, qk_dim, keys_needed, false);
+          // scores [num_queries, rows]: the keys the queries can see (a view of the first panels).
+          WeightMatrix needed = key_panels;
+          needed.rows = keys_needed;
+          k.matmul_panels(ws.mha_q.data() + (int64_t(h) * ws.max_tokens + q0) * qk_dim, num_queries, needed, 0,
+                          needed.num_panels(), scores, rows);
           float* out = ws.attn_out.data() + (int64_t(first_token) + q0) * out_stride + h * v_dim;
           for (int qi = 0; qi < num_queries; ++qi) {
-            float* s = scores + int64_t(qi) * C;
+            float* s = scores + int64_t(qi) * rows;
             float* state = ws.mha_state.data() + ((int64_t(first_token) + q0 + qi) * heads + h) * 2;
             // Causal: this query sees keys at positions <= its own.
             const int visible = std::clamp(first_position + qi + 1 - c0, 0, keys_needed);
@@ -116,15 +130,11 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
               s[j] *= scale;
               block_max = std::max(block_max, s[j]);
             }
-            std::fill(s + visible, s + keys_needed, 0.0f);
+            std::fill(s + visible, s + rows, 0.0f);  // p @ values sums over every row of the block
             if (visible == 0) continue;
             const float new_max = std::max(state[0], block_max);
             const float correction = std::exp(state[0] - new_max);  // 0 on the first block
-            float sum = 0.0f;
-            for (int j = 0; j < visible; ++j) {
-              s[j] = std::exp(s[j] - new_max);
-              sum += s[j];
-            }
+            const float sum = k.exp_sum(s, visible, new_max);
             state[0] = new_max;
             state[1] = state[1] * correction + sum;
             if (correction != 1.0f) {
@@ -132,8 +142,11 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
               for (int i = 0; i < v_dim; ++i) o[i] *= correction;
             }
           }
-          // o += p @ v for the block's keys.
-          k.gemm_f32(scores, C, values, v_dim, out, out_stride, num_queries, keys_needed, v_dim, true);
+          // o += p @ values over the block's rows.
+          k.matmul_panels(scores, num_queries, value_panels, 0, value_panels.num_panels(), pv, v_dim);
+          for (int qi = 0; qi < num_queries; ++qi) {
+            k.axpy_f32(1.0f, pv + int64_t(qi) * v_dim, out + int64_t(qi) * out_stride, v_dim);
+          }
         }
       }
     });

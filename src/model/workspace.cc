@@ -69,10 +69,15 @@ Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads, 
   mha_state.resize(N * heads * 2);
   mha_rows.resize(C * row);
   mha_ckv.resize(C * L);
+  // Panels of 16 rows (C is a multiple of 16; v may not be): F32 at most, one float each.
+  static_assert(kMhaKvRows % kPanelRows == 0);
+  const size_t v_padded = (v + kPanelRows - 1) / kPanelRows * kPanelRows;
   mha_k.resize(threads * C * qk);
-  mha_kt.resize(threads * qk * C);
+  mha_kp.resize(threads * qk * C);
   mha_v.resize(threads * C * v);
+  mha_vp.resize(threads * v_padded * C);
   mha_scores.resize(threads * B * C);
+  mha_pv.resize(threads * B * v);
   router_scratch.resize(size_t(num_threads) * (2 * experts + size_t(std::max(1, c.n_group))));
   // The widest input any packed matmul reads: hidden (projections, experts, lm_head), q_lora,
   // heads * v (o_proj), an MLP's intermediate (down) or the MTP's 2 * hidden (eh_proj).

@@ -122,9 +122,11 @@ struct Workspace {
   std::vector<float> mha_rows;     // [C, L + R] a KV block's cache rows, dequantized once
   std::vector<float> mha_ckv;      // [C, L] the block's latents, contiguous for the matmul
   std::vector<float> mha_k;        // [threads, C, nope + R] one head's keys [k_nope | k_pe]
-  std::vector<float> mha_kt;       // [threads, nope + R, C] the same, transposed
+  std::vector<float> mha_kp;       // [threads, C / 16, nope + R, 16] the same as panels (F32 or BF16)
   std::vector<float> mha_v;        // [threads, C, v] one head's values
+  std::vector<float> mha_vp;       // [threads, v / 16, C, 16] values transposed, as panels (F32 or BF16)
   std::vector<float> mha_scores;   // [threads, B, C] scores, then probabilities
+  std::vector<float> mha_pv;       // [threads, B, v] one query block's probabilities @ values
   std::vector<float> router_scratch;  // [threads, 2 * n_routed_experts + n_group]
   // Tensor parallelism only (empty on one rank; sized by Model::Load):
   std::vector<float> tp_stage;  // [ranks' blocks] an all-gather's blocks, [n, cols of rank r] each

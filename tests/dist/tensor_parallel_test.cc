@@ -62,8 +62,10 @@ class TensorParallelScore : public ::testing::TestWithParam<bool> {};
 // Every logprob of N = 2 and N = 4 ranks equals one rank's, printed to 17 digits, in
 // deterministic mode: the bundled model (4 heads, 8 experts) and the tiny DeepSeek-V2 reference
 // fixture (no q_lora, 2 shared experts). In the default mode (MHA-form prefill, the routed
-// experts' partial sums all-reduced) they agree within 1e-4 (measured: 1e-6 on the bundled
-// model, 8e-6 on the reference shape).
+// experts' partial sums all-reduced) they agree within 5e-3: measured 1e-6 on the bundled model
+// and 8e-6 on the reference shape while attention multiplied in fp32, 1.1e-3 since it takes the
+// table's bf16 dot products (a 1e-6 difference in an all-reduced sum can move an attention
+// operand across a bf16 rounding boundary: 2^-9 of it).
 TEST_P(TensorParallelScore, LogprobsOfTwoAndFourRanksEqualOneRank) {
   const bool exact = GetParam();
   const std::string mode = exact ? " --enable-deterministic-inference" : "";
@@ -78,7 +80,7 @@ TEST_P(TensorParallelScore, LogprobsOfTwoAndFourRanksEqualOneRank) {
       if (exact) {
         EXPECT_EQ(many, one) << ranks << " ranks: " << args;
       } else {
-        EXPECT_LT(MaxLogprobDiff(many, one), 1e-4) << ranks << " ranks: " << args;
+        EXPECT_LT(MaxLogprobDiff(many, one), 5e-3) << ranks << " ranks: " << args;
       }
     }
   }

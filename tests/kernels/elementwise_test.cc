@@ -3,6 +3,7 @@
 // bodies and the scalar tails, and over the whole range the SiLU's exp sees.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -108,6 +109,32 @@ TEST(ElementwiseKernels, SimdSiluMulMatchesReference) {
       k->silu_mul(gate.data() + 1000, up.data() + 1000, len, part.data());
       for (int64_t i = 0; i < len; ++i) ASSERT_EQ(part[size_t(i)], out[size_t(1000 + i)]) << len << " " << i;
     }
+  }
+}
+
+// exp_sum (softmax's numerators): every SIMD table against the portable one (std::exp, sum in
+// order), scores from a softmax's range (shifted by their max: <= 0) and beyond the clamp.
+TEST(ElementwiseKernels, SimdExpSumMatchesReference) {
+  std::mt19937 rng(4);
+  if (testing::SimdKernelTables().empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
+  for (const KernelSet* k : testing::SimdKernelTables()) {
+    SCOPED_TRACE(k->name);
+    for (int64_t n : {1, 7, 16, 33, 64, 1000}) {
+      SCOPED_TRACE(n);
+      const std::vector<float> x = Random(size_t(n), 30.0f, rng);
+      const float shift = *std::max_element(x.begin(), x.end());
+      std::vector<float> ref = x, out = x;
+      const float ref_sum = PortableKernels().exp_sum(ref.data(), n, shift);
+      const float sum = k->exp_sum(out.data(), n, shift);
+      ExpectClose(out, ref, 1e-6f, 1e-37f);
+      EXPECT_NEAR(sum, ref_sum, 1e-6f * float(n) * ref_sum);
+    }
+    // Far below the shift: e^(-200) is 0 for std::exp and the clamp's e^-87 here, both ~0 beside 1.
+    std::vector<float> x = {0.0f, -200.0f, -50.0f};
+    const float sum = k->exp_sum(x.data(), 3, 0.0f);
+    EXPECT_FLOAT_EQ(x[0], 1.0f);
+    EXPECT_LT(x[1], 1e-37f);
+    EXPECT_NEAR(sum, 1.0f, 1e-6f);
   }
 }
 

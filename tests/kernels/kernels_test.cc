@@ -13,6 +13,7 @@
 #include "kernels/kernels.h"
 #include "kernels/ops.h"
 #include "kernels/pack.h"
+#include "kernels/weight_value.h"
 #include "support/kernel_tables.h"
 #include "support/random_weights.h"
 
@@ -330,6 +331,37 @@ TEST(Kernels, RealShapesSimdMatchPortable) {
           }
           EXPECT_EQ(compared, n == 1 ? shape.rows : n * 3 * kBandRows);
         }
+      }
+    }
+  }
+}
+
+// PackF32Panels (attention's keys and transposed values): every element where WeightAt reads it,
+// F32 exactly and BF16 rounded to nearest even, through strides that transpose, and padding
+// lanes zero.
+TEST(Kernels, PackF32PanelsPlacesEveryElement) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t rows = 37, cols = 21;
+  std::vector<float> src(size_t(rows * cols));  // [cols][rows]: the matrix transposed in memory
+  for (float& v : src) v = dist(rng);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    std::vector<std::byte> bytes(PackedF32PanelsBytes(rows, cols, dtype), std::byte{0x7f});
+    const WeightMatrix w = PackF32Panels(src.data(), rows, cols, /*row_stride=*/1, /*col_stride=*/rows, dtype,
+                                         bytes.data());
+    ASSERT_TRUE(w.packed);
+    ASSERT_EQ(w.rows, rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const float want = src[size_t(c * rows + r)];
+        EXPECT_EQ(WeightAt(w, r, c), dtype == DType::kF32 ? want : Bf16ToF32(F32ToBf16(want))) << r << "," << c;
+      }
+    }
+    // The last panel's lanes past row 36 are zero.
+    for (int64_t c = 0; c < cols; ++c) {
+      for (int64_t lane = rows % kPanelRows; lane < kPanelRows; ++lane) {
+        const std::byte* p = w.panel(w.num_panels() - 1) + (c * kPanelRows + lane) * DTypeBytes(dtype);
+        for (int b = 0; b < DTypeBytes(dtype); ++b) EXPECT_EQ(p[b], std::byte{0}) << c << "," << lane;
       }
     }
   }
