@@ -32,11 +32,20 @@ inline void GemmBlock(const float* x, int64_t ldx, const float* b, int64_t ldb, 
   }
 }
 
+// Rows in blocks of 4 (NV vectors each), or of 12 for a single vector of columns (the absorbed
+// decode's scores: a KV tile's rows times 16 heads), whose 4 accumulators alone would wait on the
+// FMA latency (12: as many chains as kFmaChains). A row's outputs are the same whatever its block.
 template <class V, int NV>
 inline void GemmColumns(const float* x, int64_t ldx, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t n,
                         int64_t k, bool accumulate) {
-  constexpr int kT = 4;
   int64_t t = 0;
+  if constexpr (NV == 1) {
+    constexpr int kWide = 12;
+    for (; t + kWide <= n; t += kWide) {
+      GemmBlock<V, kWide, 1>(x + t * ldx, ldx, b, ldb, y + t * ldy, ldy, k, accumulate);
+    }
+  }
+  constexpr int kT = 4;
   for (; t + kT <= n; t += kT) GemmBlock<V, kT, NV>(x + t * ldx, ldx, b, ldb, y + t * ldy, ldy, k, accumulate);
   for (; t < n; ++t) GemmBlock<V, 1, NV>(x + t * ldx, ldx, b, ldb, y + t * ldy, ldy, k, accumulate);
 }
