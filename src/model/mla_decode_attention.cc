@@ -56,11 +56,12 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
       }
     }
     for (int h = 0; h < heads; ++h) {
+      // The head's scaled scores, contiguous, then their exponentials in place (exp_sum).
+      float* probs = scratch.probs + int64_t(h) * kKvTileRows;
       float tile_max = -std::numeric_limits<float>::infinity();
       for (int r = 0; r < rows; ++r) {
-        float& score = scratch.scores[r * cols + h];
-        score *= scale;
-        tile_max = std::max(tile_max, score);
+        probs[r] = scratch.scores[r * cols + h] * scale;
+        tile_max = std::max(tile_max, probs[r]);
       }
       float* oh = o + int64_t(h) * L;
       float& running_max = max_sum[2 * h];
@@ -70,14 +71,8 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
       if (correction != 1.0f) {
         for (int i = 0; i < L; ++i) oh[i] *= correction;
       }
-      float sum = running_sum * correction;
-      for (int r = 0; r < rows; ++r) {
-        const float weight = std::exp(scratch.scores[r * cols + h] - new_max);
-        scratch.probs[h * kKvTileRows + r] = weight;
-        sum += weight;
-      }
+      running_sum = running_sum * correction + k.exp_sum(probs, rows, new_max);
       running_max = new_max;
-      running_sum = sum;
     }
     k.gemm_f32(scratch.probs, kKvTileRows, scratch.tile, row_dim, o, L, heads, rows, L, true);
   }
