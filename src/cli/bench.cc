@@ -194,6 +194,24 @@ void PrintAttentionShare(const ForwardTimings& timings, double decode_s) {
               100.0 * double(timings.attention_ns) / 1e9 / decode_s);
 }
 
+// Attention over the KV cache in the decode steps (ForwardTimings::attention_core_ns) against its
+// own bound at the mean context: max(the cache bytes `sequences` steps read / the read bandwidth,
+// the absorbed form's FLOPs (scores over L + R, outputs over L, per head and position) / the fp32
+// FMA peak, which its products (gemm_f32) run at).
+void PrintAttentionBound(const ForwardTimings& timings, int steps, int sequences, double mean_context,
+                         const LoadedModel& loaded, const Peaks& peaks) {
+  const ModelConfig& c = loaded.model->config();
+  const double step_s = double(timings.attention_core_ns) / 1e9 / steps;
+  const double bytes = double(sequences) * mean_context * double(KvBytesPerPosition(loaded));
+  const double flops = double(sequences) * mean_context * AttentionFlopsPerPosition(c);
+  const double memory_s = bytes / peaks.read_bandwidth, compute_s = flops / peaks.fp32.all_threads_flops;
+  const double bound_s = std::max(memory_s, compute_s);
+  std::printf("decode attention over the KV cache: %.2f ms/step; bound max(%.2f ms reading %.1f MB at %.2f GB/s, "
+              "%.2f ms computing %.2f GFLOP at %.1f GFLOP/s, the FMA peak) = %.2f ms; %.3g%% of it\n",
+              1000.0 * step_s, 1000.0 * memory_s, bytes / 1e6, peaks.read_bandwidth / 1e9, 1000.0 * compute_s,
+              flops / 1e9, peaks.fp32.all_threads_flops / 1e9, 1000.0 * bound_s, 100.0 * bound_s / step_s);
+}
+
 // Tensor parallelism (--tp-size under mpirun): what rank 0's collectives moved and cost in a
 // phase of `steps` forward calls taking `seconds`. The time inside them is the transfer plus
 // waiting for the slowest rank to arrive.
@@ -323,6 +341,7 @@ int BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
                 double(KvBytesPerPosition(*loaded)) * mean_context / 1e6, mean_context,
                 KvFormatName(loaded->kv_cache.kv_format));
     PrintAttentionShare(timings, decode_s);
+    PrintAttentionBound(timings, decode_tokens, 1, mean_context, *loaded, peaks);
     PrintComputePeaks(peaks, *loaded->kernels);
     PrintPrefillCompute(PrefillFlops(model, prompt_len), prefill_s,
                         PeakFor(peaks, *loaded->kernels, c, std::min(prompt_len, model.max_batch_tokens())));
@@ -501,6 +520,7 @@ int BenchBatch(const ModelFlags& model_flags, const BenchSettings& settings) {
     std::printf("batched decode: %.1f ms/step achieved, %.3g%% of the per-step bound\n", 1000.0 * step_s,
                 100.0 * bound_s / step_s);
     PrintAttentionShare(timings, decode_s);
+    PrintAttentionBound(timings, decode_tokens, n_seqs, mean_context, *loaded, peaks);
     PrintComputePeaks(peaks, *loaded->kernels);
     PrintPrefillCompute(n_seqs * PrefillFlops(model, prompt_len), prefill_s,
                         PeakFor(peaks, *loaded->kernels, c, std::min(n_seqs * prompt_len, model.max_batch_tokens())));

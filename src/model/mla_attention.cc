@@ -10,6 +10,8 @@
 // or the MHA form for prompt chunks (mla_prefill_attention.cc), which decompresses k and v per
 // head from the cache; then proj = o_proj(out).
 #include "kvcache/kv_storage.h"
+#include <chrono>
+
 #include "model/model.h"
 
 namespace mlaserve {
@@ -60,9 +62,17 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, const Att
     }
   }
   const std::span<const int32_t> absorbed(ws.absorbed_tokens.data(), size_t(num_absorbed));
+  // Attention over the cache, timed on its own when the caller asked for timings.
+  const auto core = [&](auto&& attend) {
+    if (timings_ == nullptr) return attend();
+    const auto start = std::chrono::steady_clock::now();
+    attend();
+    timings_->attention_core_ns +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  };
   if (num_absorbed > 0) {
     AbsorbQueries(k, w, absorbed);
-    AbsorbedAttention(k, kv, layer_index, absorbed, segments);
+    core([&] { AbsorbedAttention(k, kv, layer_index, absorbed, segments); });
     // out[t, h, :] = W_UV[h] @ o_lat[h, t, :], one head per work item, over runs of consecutive
     // absorbed tokens (each token's product is the same whatever the run: batch-invariant).
     const int64_t kv_b_rows_per_head = nope + v_dim;
@@ -80,7 +90,7 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, const Att
   }
   for (int s = 0, first_token = 0; s < int(segments.size()); first_token += segments[size_t(s)].num_tokens, ++s) {
     if (UseMhaPrefill(segments[size_t(s)])) {
-      MhaPrefillAttention(k, w, kv, layer_index, first_token, segments[size_t(s)]);
+      core([&] { MhaPrefillAttention(k, w, kv, layer_index, first_token, segments[size_t(s)]); });
     }
   }
   if (tp_ == nullptr) {

@@ -66,6 +66,9 @@ enum class LogitsMode { kLastPerSegment, kAllTokens };
 // while set; the caller times the whole call and zeroes the fields when it wants.
 struct ForwardTimings {
   int64_t attention_ns = 0;  // in the attention block of every layer (projections included)
+  // Of which attention over the KV cache itself (the absorbed form's splits and merge, the MHA
+  // form's blocks; not the projections, the cache writes or the query absorption).
+  int64_t attention_core_ns = 0;
   int64_t forward_calls = 0;  // Forward calls that computed something
   // The routed experts that ran (at least one token routed to them), summed over every MoE
   // layer's token blocks, and how many blocks: what a step really reads of the experts.

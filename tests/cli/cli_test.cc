@@ -141,6 +141,13 @@ TEST(Cli, InitRandomAndBenchRun) {
   const double attention = BenchFigure(r.out, "attention share of decode step: ");
   EXPECT_GT(attention, 0.0) << r.out;
   EXPECT_LT(attention, 100.0) << r.out;
+  // Attention over the cache against its own bound: a positive time, a bound it cannot beat.
+  EXPECT_GT(BenchFigure(r.out, "decode attention over the KV cache: "), 0.0) << r.out;
+  const size_t share_at = r.out.find("% of it");
+  ASSERT_NE(share_at, std::string::npos) << r.out;
+  const double share = std::stod(r.out.substr(r.out.rfind(' ', share_at - 1) + 1));
+  EXPECT_GT(share, 0.0) << r.out;
+  EXPECT_LE(share, 100.0) << r.out;
   EXPECT_EQ(r.out.find("per-step bound"), std::string::npos) << r.out;  // --batch's
   r = RunMlaserve("bench --model-path " + ShellQuote(dir.path()) + " --compare-model-path " + ShellQuote(dir.path()) +
                   " --prompt-len 20 --decode-tokens 2 --bandwidth-buffer-mb 16");

@@ -1,4 +1,5 @@
-// Model::set_timings (bench's attention share): the attention time accumulates while set, is
+// Model::set_timings (bench's attention share and bound): the attention time (and its part over
+// the KV cache) accumulates while set, is
 // part of the call's own time, and nothing is accumulated once it is unset; the logits do not
 // change either way.
 #include <gtest/gtest.h>
@@ -34,6 +35,9 @@ TEST(ForwardTimings, AttentionTimeIsAccumulatedOnlyWhileSetAndIsPartOfTheCall) {
   (*model)->set_timings(nullptr);
   EXPECT_GT(timings.attention_ns, 0);
   EXPECT_LT(timings.attention_ns, call_ns);
+  // Attention over the cache is part of the attention block.
+  EXPECT_GT(timings.attention_core_ns, 0);
+  EXPECT_LT(timings.attention_core_ns, timings.attention_ns);
   EXPECT_EQ(timings.forward_calls, 1);  // 13 tokens fit one call of 64
   EXPECT_TRUE(std::equal(plain.begin(), plain.end(), (*runner)->last_logits().begin()));
 
