@@ -26,12 +26,18 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
   const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
   // Score columns: the heads, padded with zero queries to whole vectors for the product (a
   // tensor-parallel rank's 8 heads still run as one vector, as 16 do on one rank).
+  // bf16 pages where the table multiplies `heads` tokens in bf16: the scores straight from the rows
+  // as stored (matmul_rows over them, vdpbf16ps, head-major into probs), not from the fp32 tile
+  // (which p @ tile still reads). Each (head, position) score is one fixed-order dot product.
+  const bool stored_scores = kv.format() == KvFormat::kBF16 && kv.row_bytes() == size_t(row_dim) * 2 &&
+                             k.bf16_min_tokens > 0 && heads >= k.bf16_min_tokens;
   const int cols = shape.gemm_scores ? ScoreColumns(heads) : heads;
   for (int h = 0; h < cols; ++h) {
     if (h < heads) {
       max_sum[2 * h] = -std::numeric_limits<float>::infinity();
       max_sum[2 * h + 1] = 0.0f;
     }
+    if (stored_scores) continue;  // q_t is the tile products' only
     for (int i = 0; i < row_dim; ++i) scratch.q_t[int64_t(i) * cols + h] = h < heads ? q_lat[int64_t(h) * row_dim + i] : 0.0f;
   }
   std::fill(o, o + int64_t(heads) * L, 0.0f);
@@ -45,7 +51,14 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
       count = std::min(rows - r, (p / kv.page_size() + 1) * kv.page_size() - p);
       kv.ReadRows(layer, pages, p, count, scratch.tile + int64_t(r) * row_dim);
     }
-    if (shape.gemm_scores) {
+    if (stored_scores) {
+      for (int r = 0, count = 0; r < rows; r += count) {
+        const int p = p0 + r;
+        count = std::min(rows - r, (p / kv.page_size() + 1) * kv.page_size() - p);
+        const WeightMatrix stored{DType::kBF16, count, row_dim, kv.Row(layer, pages, p)};
+        k.matmul_rows(q_lat, heads, stored, 0, count, scratch.probs + r, kKvTileRows);
+      }
+    } else if (shape.gemm_scores) {
       k.gemm_f32(scratch.tile, row_dim, scratch.q_t, cols, scratch.scores, cols, rows, row_dim, cols, false);
     } else {
       for (int r = 0; r < rows; ++r) {
@@ -60,7 +73,7 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
       float* probs = scratch.probs + int64_t(h) * kKvTileRows;
       float tile_max = -std::numeric_limits<float>::infinity();
       for (int r = 0; r < rows; ++r) {
-        probs[r] = scratch.scores[r * cols + h] * scale;
+        probs[r] = (stored_scores ? probs[r] : scratch.scores[r * cols + h]) * scale;
         tile_max = std::max(tile_max, probs[r]);
       }
       float* oh = o + int64_t(h) * L;
