@@ -76,6 +76,11 @@ struct KernelSet {
   // to y, else overwrite. Writes only columns [0, m) of the n rows; each output sums i in order.
   void (*gemm_f32)(const float* x, int64_t ldx, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t n,
                    int64_t k, int64_t m, bool accumulate);
+  // gemm_f32 with b in bf16 (row-major, ldb in values), widened exactly as it is read: the same
+  // products and sums, in the same order, as gemm_f32 over the widened matrix (the absorbed
+  // decode's p @ tile over bf16 cache pages as stored).
+  void (*gemm_bf16b)(const float* x, int64_t ldx, const uint16_t* b, int64_t ldb, float* y, int64_t ldy, int64_t n,
+                     int64_t k, int64_t m, bool accumulate);
   // Softmax's numerators: x[i] = e^(x[i] - shift) for i < n, in place; returns their sum. The
   // portable table uses std::exp and sums in index order; the SIMD tables' e^x is within 2 ulp
   // (simd_elementwise_impl.h ExpF32) and they sum lane-wise, then across lanes, the tail in order.

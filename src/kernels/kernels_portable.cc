@@ -80,6 +80,17 @@ void GemmF32(const float* x, int64_t ldx, const float* b, int64_t ldb, float* y,
   }
 }
 
+void GemmBf16B(const float* x, int64_t ldx, const uint16_t* b, int64_t ldb, float* y, int64_t ldy, int64_t n,
+               int64_t k, int64_t m, bool accumulate) {
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < m; ++j) {
+      float sum = accumulate ? y[t * ldy + j] : 0.0f;
+      for (int64_t i = 0; i < k; ++i) sum += x[t * ldx + i] * Bf16ToF32(b[i * ldb + j]);
+      y[t * ldy + j] = sum;
+    }
+  }
+}
+
 float ExpSum(float* x, int64_t n, float shift) {
   float sum = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
@@ -115,7 +126,7 @@ void AddRmsNorm(float* x, const float* add, const float* weight, int64_t dim, do
 const KernelSet& PortableKernels() {
   static const KernelSet kSet{KernelIsa::kPortable, "portable", MatMulRows, MatMulPanels, AxpyRow,
                               DotF32, AxpyF32, FmaChains, PackActivations, MatMulPanelsPacked,
-                              RmsNorm, AddRmsNorm, SiluMul, GemmF32, ExpSum};
+                              RmsNorm, AddRmsNorm, SiluMul, GemmF32, GemmBf16B, ExpSum};
   return kSet;
 }
 

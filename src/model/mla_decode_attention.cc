@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/check.h"
@@ -13,6 +14,9 @@
 
 namespace mlaserve {
 namespace {
+
+// Float scratch holding bf16 values (the stored rows of a tile): may_alias tells the optimizer.
+using Bf16Storage = uint16_t __attribute__((may_alias));
 
 // Scores of a tile as one product tile @ q_lat^T need a vector of heads (gemm_f32 runs columns
 // past its last full vector one at a time); fewer heads take a dot product per (row, head).
@@ -46,18 +50,21 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
     // multiples of kKvTileRows, so a split's tiles are the whole context's, whatever the page
     // size: the tiles, and so the sums, depend on positions only.
     rows = std::min(kKvTileRows, end - p0);
+    // The tile: its rows as fp32, or, with stored scores, as the bf16 rows themselves (copied
+    // into the same scratch, half its size, so that p @ tile runs once over the whole tile).
+    auto* tile_bf16 = reinterpret_cast<Bf16Storage*>(scratch.tile);
     for (int r = 0, count = 0; r < rows; r += count) {
       const int p = p0 + r;
       count = std::min(rows - r, (p / kv.page_size() + 1) * kv.page_size() - p);
-      kv.ReadRows(layer, pages, p, count, scratch.tile + int64_t(r) * row_dim);
+      if (stored_scores) {
+        std::memcpy(tile_bf16 + int64_t(r) * row_dim, kv.Row(layer, pages, p), size_t(count) * row_dim * 2);
+      } else {
+        kv.ReadRows(layer, pages, p, count, scratch.tile + int64_t(r) * row_dim);
+      }
     }
     if (stored_scores) {
-      for (int r = 0, count = 0; r < rows; r += count) {
-        const int p = p0 + r;
-        count = std::min(rows - r, (p / kv.page_size() + 1) * kv.page_size() - p);
-        const WeightMatrix stored{DType::kBF16, count, row_dim, kv.Row(layer, pages, p)};
-        k.matmul_rows(q_lat, heads, stored, 0, count, scratch.probs + r, kKvTileRows);
-      }
+      const WeightMatrix stored{DType::kBF16, rows, row_dim, tile_bf16};
+      k.matmul_rows(q_lat, heads, stored, 0, rows, scratch.probs, kKvTileRows);
     } else if (shape.gemm_scores) {
       k.gemm_f32(scratch.tile, row_dim, scratch.q_t, cols, scratch.scores, cols, rows, row_dim, cols, false);
     } else {
@@ -87,7 +94,12 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
       running_sum = running_sum * correction + k.exp_sum(probs, rows, new_max);
       running_max = new_max;
     }
-    k.gemm_f32(scratch.probs, kKvTileRows, scratch.tile, row_dim, o, L, heads, rows, L, true);
+    if (stored_scores) {
+      // The same products and sums as gemm_f32 over the widened tile (gemm_bf16b's contract).
+      k.gemm_bf16b(scratch.probs, kKvTileRows, tile_bf16, row_dim, o, L, heads, rows, L, true);
+    } else {
+      k.gemm_f32(scratch.probs, kKvTileRows, scratch.tile, row_dim, o, L, heads, rows, L, true);
+    }
   }
 }
 
