@@ -1,4 +1,5 @@
-// The fp32 product of activations and a row-major fp32 matrix, y (+)= x @ b, for attention's
+// The fp32 product of activations and a row-major fp32 (or bf16, widened as read) matrix,
+// y (+)= x @ b, for attention's
 // scores (queries @ keys^T) and outputs (probabilities @ values). Written once over the vector
 // traits V of simd_kernels_impl.h; include right after it, from the ISA files only.
 //

@@ -81,7 +81,8 @@ std::string CpuModelName() {
 
 // What the cached rates are valid for: this CPU model and features, and this build of the
 // library (the time this file was compiled: every binary linking the same build, mlaserve and the
-// test binary alike, reads the same figures; a rebuild measures again).
+// test binary alike, reads the same figures; a rebuild that recompiles this file measures again,
+// one that changes only the kernel files does not: delete the cache file then).
 std::string CacheKey() {
   const CpuFeatures& f = GetCpuFeatures();
   return CpuModelName() + "|avx2=" + std::to_string(f.avx2_fma_f16c) + ",avx512=" + std::to_string(f.avx512) +

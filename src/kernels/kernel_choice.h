@@ -1,5 +1,6 @@
 // Which kernel table a process computes with, chosen by measurement on this host (--kernels auto)
-// or named (--kernels NAME). The candidates differ in how they multiply packed BF16 weights: fp32
+// or named (--kernels NAME). The candidates differ in how they multiply packed BF16 weights (and,
+// though only BF16 is timed, fp8-block and int4 codes: Bf16DotMultiplies): fp32
 // FMA after widening (the AVX-512 / AVX2 tables: exact in the weights, activations kept in fp32)
 // or bf16 dot products (vdpbf16ps: activations rounded to bf16, twice the multiply-adds per
 // instruction where the host runs it at full rate, nothing gained where it runs at half rate).
@@ -54,7 +55,8 @@ struct KernelChoice {
   std::string Describe() const;
 };
 
-// flag: --kernels ("auto" or a KernelsByName name). An error only for a name this CPU cannot run.
+// flag: --kernels ("auto" or a KernelsByName name). An error for a name this CPU cannot run, and
+// for avx512-bf16:N with deterministic inference (not batch-invariant).
 [[nodiscard]] Result<KernelChoice> ChooseKernels(std::string_view flag, bool deterministic);
 
 // The measurement alone (no cache): every class's rates for the two candidates. Only where

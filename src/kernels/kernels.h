@@ -83,11 +83,13 @@ struct KernelSet {
                      int64_t k, int64_t m, bool accumulate);
   // Softmax's numerators: x[i] = e^(x[i] - shift) for i < n, in place; returns their sum. The
   // portable table uses std::exp and sums in index order; the SIMD tables' e^x is within 2 ulp
-  // (simd_elementwise_impl.h ExpF32) and they sum lane-wise, then across lanes, the tail in order.
+  // (simd_elementwise_impl.h ExpF32), the same for every element (the tail padded), and they sum
+  // lane-wise, then across lanes.
   float (*exp_sum)(float* x, int64_t n, float shift);
 
-  // Products of packed BF16 weights with at least this many tokens round the activations to bf16
-  // and multiply with bf16 dot products (kernels_avx512bf16.cc); 0: never (every product in fp32).
+  // Products with at least this many tokens of the weights Bf16DotMultiplies names (and of
+  // row-major BF16 and fp8-block rows) round the activations to bf16 and multiply with bf16 dot
+  // products (kernels_avx512bf16.cc); 0: never (every product in fp32).
   // A table that switches at some n > 1 is not batch-invariant (a token's rounding depends on its
   // batch's size): --enable-deterministic-inference takes 0 or 1 (kernel_choice.h).
   int bf16_min_tokens = 0;
@@ -102,7 +104,7 @@ struct KernelSet {
 };
 
 // The weights a bf16 table multiplies in bf16 (from bf16_min_tokens tokens): packed panels of
-// BF16 values, and of fp8-block or int4-g32 codes (exact in bf16) whose scale groups hold whole
+// BF16 values, and of fp8-block or grouped int4 codes (exact in bf16) whose scale groups hold whole
 // column pairs (the scales then multiply each group's partial sums in fp32). Row-major BF16
 // matrices take bf16 products too, through matmul_rows (no packed activations).
 inline bool Bf16DotMultiplies(const WeightMatrix& w) {
@@ -114,6 +116,12 @@ inline bool Bf16DotMultiplies(const WeightMatrix& w) {
   }
   return false;
 }
+// Whether one pack_activations serves products with both a and b (MatMulPair, an MLP's gate and
+// up): they must take the same layout, so the same stored format and the same bf16 decision.
+inline bool SharePackedActivations(const WeightMatrix& a, const WeightMatrix& b) {
+  return a.format == b.format && a.dtype == b.dtype && Bf16DotMultiplies(a) == Bf16DotMultiplies(b);
+}
+
 
 // Packed activations: column blocks of kGemmColumns (the activations' [n, kGemmColumns] block
 // stays in L2 while every output row passes), each holding the token tiles of kGemmTileTokens

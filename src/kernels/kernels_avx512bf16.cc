@@ -7,8 +7,8 @@
 // kernel_choice.cc measures which (docs/kernels.md).
 //
 // Compiled with -mavx512bf16 (CMakeLists.txt: *_avx512bf16.cc), so nothing here may run unless
-// GetCpuFeatures().avx512_bf16. Every other entry (F32/F16 weights, row-major fp8 and int4,
-// attention's gemm_f32, norms) is the AVX-512 table's.
+// GetCpuFeatures().avx512_bf16. Every other entry (F32/F16 weights, row-major int4, attention's
+// gemm_f32 / gemm_bf16b, norms) is the AVX-512 table's.
 //
 // Numerics: each panel output is the sum over column pairs j, in order, of x[2j] * w[2j] +
 // x[2j+1] * w[2j+1] (bf16 products are exact in fp32) into one fp32 accumulator, the partial sum
@@ -142,7 +142,8 @@ inline void StoreOutputs(const __m512 (&acc)[T][2], float* y, int64_t ldy, int r
 // The micro-kernel: y[T tokens][32 rows] (partial sums; zero when `first`) += the block's products
 // over `pairs` column pairs in order. xb: the tokens' activation pairs, kTile apart per pair;
 // p[v]: panel v's bytes at the block's first column (v = 1 may repeat v = 0 past the matrix: not
-// stored). odd_tail: the last pair has no second column.
+// stored). next[v]: the next block's bytes, fetched into L2 as the pairs go (nullptr: none).
+// odd_tail: the last pair has no second column.
 template <int T, int64_t kPairStride, int64_t kTokenStride>
 inline void DotBlock(PairLayout<kPairStride, kTokenStride> x, const std::byte* const (&p)[2],
                      const std::byte* const (&next)[2], int64_t pairs, bool odd_tail, bool first, float* y,
@@ -221,13 +222,13 @@ void BlockProduct(PairLayout<kPairStride, kTokenStride> x, int64_t tile_stride, 
 int64_t PackedTileIndex(int64_t n, int64_t tile, int64_t c0) {
   return (c0 / kGemmColumns * GemmTiles(n) + tile) * kPairsPerBlock * kTile;
 }
-// (The buffer is float storage written and read as uint32: may_alias says so to the optimizer.)
-using AliasedU32 = uint32_t __attribute__((may_alias));
+// (The buffer is float storage (Workspace) that only this file reads and writes, always as uint32:
+// between pack_activations and the product no code touches it as float.)
 uint32_t* PackedTile(float* xp, int64_t n, int64_t tile, int64_t c0) {
-  return reinterpret_cast<AliasedU32*>(xp) + PackedTileIndex(n, tile, c0);
+  return reinterpret_cast<uint32_t*>(xp) + PackedTileIndex(n, tile, c0);
 }
 const uint32_t* PackedTile(const float* xp, int64_t n, int64_t tile, int64_t c0) {
-  return reinterpret_cast<const AliasedU32*>(xp) + PackedTileIndex(n, tile, c0);
+  return reinterpret_cast<const uint32_t*>(xp) + PackedTileIndex(n, tile, c0);
 }
 
 void PackBf16(const float* x, int64_t n, int64_t cols, int64_t tile_begin, int64_t tile_end, float* xp) {

@@ -111,10 +111,9 @@ void MatMulPair(const ComputeContext& ctx, const float* x, int64_t n, const Weig
                 const WeightMatrix& w2, float* y1, float* y2) {
   const KernelSet& k = *ctx.kernels;
   if (w1.packed && w2.packed) {
-    // One packing serves both (same x, same cols, and the same stored format: the packing
-    // depends on it).
+    // One packing serves both (same x, same cols, and the same layout: SharePackedActivations).
     const bool packed_input = UsePackedProduct(ctx, n, w1) && UsePackedProduct(ctx, n, w2) &&
-                              w1.format == w2.format && w1.dtype == w2.dtype;
+                              SharePackedActivations(w1, w2);
     if (packed_input) PackInParallel(ctx, x, n, w1);
     const int64_t grain = PanelGrain(w1, packed_input, ctx.pool->num_threads());
     const int64_t chunks1 = (w1.num_panels() + grain - 1) / grain;

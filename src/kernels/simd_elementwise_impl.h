@@ -91,27 +91,32 @@ inline typename V::Reg SiluTimes(typename V::Reg g, typename V::Reg up) {
   return V::Mul(silu, up);
 }
 
-// The tail goes through the vector code too (padded), so an element's value does not depend on
-// where a caller's slice of the row starts or ends.
-// x[i] = e^(x[i] - shift), in place; the sum of them (lane-wise, then across lanes, the tail in order).
+// x[i] = e^(x[i] - shift), in place; returns their sum (lane-wise, then across lanes). The tail
+// goes through the vector code too (padded; its padding lanes are not summed), so an element's
+// value is the same function wherever it falls.
 template <class V>
 inline float ExpSum(float* x, int64_t n, float shift) {
-  const typename V::Reg s = V::Broadcast(shift);
+  const typename V::Reg minus_shift = V::Broadcast(-shift);
   typename V::Reg acc = V::Zero();
   int64_t i = 0;
   for (; i + V::kLanes <= n; i += V::kLanes) {
-    const typename V::Reg e = ExpF32<V>(V::Add(V::LoadF32(x + i), V::Mul(s, V::Broadcast(-1.0f))));
+    const typename V::Reg e = ExpF32<V>(V::Add(V::LoadF32(x + i), minus_shift));
     V::StoreF32(x + i, e);
     acc = V::Add(acc, e);
   }
-  float sum = V::Sum(acc);
-  for (; i < n; ++i) {
-    x[i] = std::exp(x[i] - shift);
-    sum += x[i];
+  if (i < n) {
+    float tail[V::kLanes] = {};
+    std::copy(x + i, x + n, tail);
+    V::StoreF32(tail, ExpF32<V>(V::Add(V::LoadF32(tail), minus_shift)));
+    std::fill(tail + (n - i), tail + V::kLanes, 0.0f);
+    std::copy(tail, tail + (n - i), x + i);
+    acc = V::Add(acc, V::LoadF32(tail));
   }
-  return sum;
+  return V::Sum(acc);
 }
 
+// The tail goes through the vector code too (padded), so an element's value does not depend on
+// where a caller's slice of the row starts or ends.
 template <class V>
 inline void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   int64_t i = 0;

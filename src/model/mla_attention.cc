@@ -9,9 +9,9 @@
 //   out[h]   = W_UV[h] @ o_lat[h]
 // or the MHA form for prompt chunks (mla_prefill_attention.cc), which decompresses k and v per
 // head from the cache; then proj = o_proj(out).
-#include "kvcache/kv_storage.h"
 #include <chrono>
 
+#include "kvcache/kv_storage.h"
 #include "model/model.h"
 
 namespace mlaserve {

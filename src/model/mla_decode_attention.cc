@@ -28,20 +28,21 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
                       int begin, int end, const LatentAttentionShape& shape, const float* q_lat, float scale,
                       const LatentScratch& scratch, float* o, float* max_sum) {
   const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
-  // Score columns: the heads, padded with zero queries to whole vectors for the product (a
-  // tensor-parallel rank's 8 heads still run as one vector, as 16 do on one rank).
-  // bf16 pages where the table multiplies `heads` tokens in bf16: the scores straight from the rows
-  // as stored (matmul_rows over them, vdpbf16ps, head-major into probs), not from the fp32 tile
-  // (which p @ tile still reads). Each (head, position) score is one fixed-order dot product.
+  // bf16 pages where the table multiplies `heads` tokens in bf16: the tile is the stored rows
+  // themselves (copied, not dequantized), the scores come from them through matmul_rows
+  // (vdpbf16ps, head-major into probs) and p @ tile through gemm_bf16b. Each (head, position)
+  // score is one fixed-order dot product, so results still depend on positions only.
   const bool stored_scores = kv.format() == KvFormat::kBF16 && kv.row_bytes() == size_t(row_dim) * 2 &&
                              k.bf16_min_tokens > 0 && heads >= k.bf16_min_tokens;
+  // Score columns: the heads, padded with zero queries to whole vectors for the product (a
+  // tensor-parallel rank's 8 heads still run as one vector, as 16 do on one rank).
   const int cols = shape.gemm_scores ? ScoreColumns(heads) : heads;
   for (int h = 0; h < cols; ++h) {
     if (h < heads) {
       max_sum[2 * h] = -std::numeric_limits<float>::infinity();
       max_sum[2 * h + 1] = 0.0f;
     }
-    if (stored_scores) continue;  // q_t is the tile products' only
+    if (stored_scores) continue;  // q_t feeds only gemm_f32's scores
     for (int i = 0; i < row_dim; ++i) scratch.q_t[int64_t(i) * cols + h] = h < heads ? q_lat[int64_t(h) * row_dim + i] : 0.0f;
   }
   std::fill(o, o + int64_t(heads) * L, 0.0f);
@@ -50,8 +51,8 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
     // multiples of kKvTileRows, so a split's tiles are the whole context's, whatever the page
     // size: the tiles, and so the sums, depend on positions only.
     rows = std::min(kKvTileRows, end - p0);
-    // The tile: its rows as fp32, or, with stored scores, as the bf16 rows themselves (copied
-    // into the same scratch, half its size, so that p @ tile runs once over the whole tile).
+    // The tile: its rows as fp32, or, with stored scores, the bf16 rows as stored (copied into the
+    // same scratch, using half of it, so that each product runs once over the whole tile).
     auto* tile_bf16 = reinterpret_cast<Bf16Storage*>(scratch.tile);
     for (int r = 0, count = 0; r < rows; r += count) {
       const int p = p0 + r;

@@ -39,7 +39,8 @@ inline int ScoreColumns(int heads) { return (heads + 15) / 16 * 16; }
 
 // Per-thread buffers of AttendLatentRows.
 struct LatentScratch {
-  float* tile;    // [kKvTileRows, L + R] dequantized cache rows
+  float* tile;    // [kKvTileRows, L + R] dequantized cache rows (bf16 pages with stored scores:
+                  // the stored bf16 rows, in the first half)
   float* q_t;     // [L + R, ScoreColumns(heads)] the query, transposed (gemm_scores; else [L + R, heads])
   float* scores;  // [kKvTileRows, ScoreColumns(heads)] (gemm_scores; else [kKvTileRows, heads])
   float* probs;   // [heads, kKvTileRows]

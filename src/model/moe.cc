@@ -130,10 +130,9 @@ void Model::RunMlps(const ComputeContext& ctx, int num_groups) {
   for (MlpGroup& group : groups) {
     const MlpWeights& w = *group.w;
     group.packed = nullptr;
-    // (One packing serves gate and up, so they must share a stored format: the packing depends
-    // on it.)
+    // (One packing serves gate and up, so they must take the same layout: SharePackedActivations.)
     if (!PackedProductPays(k, group.count, w.gate) || !PackedProductPays(k, group.count, w.up) ||
-        !PackedProductPays(k, group.count, w.down) || w.gate.format != w.up.format || w.gate.dtype != w.up.dtype) {
+        !PackedProductPays(k, group.count, w.down) || !SharePackedActivations(w.gate, w.up)) {
       continue;
     }
     const int64_t floats = std::max(PackedFloatsFor(k, group.count, w.gate), PackedFloatsFor(k, group.count, w.down));

@@ -129,6 +129,15 @@ TEST(ElementwiseKernels, SimdExpSumMatchesReference) {
       ExpectClose(out, ref, 1e-6f, 1e-37f);
       EXPECT_NEAR(sum, ref_sum, 1e-6f * float(n) * ref_sum);
     }
+    // An element's value does not depend on where the row ends (vector body or padded tail).
+    const std::vector<float> row = Random(40, 5.0f, rng);
+    std::vector<float> whole = row;
+    k->exp_sum(whole.data(), int64_t(whole.size()), 1.0f);
+    for (int64_t len = 1; len < 40; ++len) {
+      std::vector<float> part(row.begin(), row.begin() + len);
+      k->exp_sum(part.data(), len, 1.0f);
+      ASSERT_TRUE(std::equal(part.begin(), part.end(), whole.begin())) << "len " << len;
+    }
     // Far below the shift: e^(-200) is 0 for std::exp and the clamp's e^-87 here, both ~0 beside 1.
     std::vector<float> x = {0.0f, -200.0f, -50.0f};
     const float sum = k->exp_sum(x.data(), 3, 0.0f);
