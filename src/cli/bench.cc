@@ -23,7 +23,9 @@
 #include "dist/mpi_group.h"
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
+#include "kernels/latent_attention.h"
 #include "kvcache/kv_format.h"
+#include "kvcache/kv_widen_bf16.h"
 #include "kvcache/sequence_kv.h"
 
 namespace mlaserve::cli {
@@ -197,9 +199,9 @@ void PrintAttentionShare(const ForwardTimings& timings, double decode_s) {
 // Attention over the KV cache in the decode steps (ForwardTimings::attention_core_ns) against its
 // own bound at the mean context: max(the cache bytes `sequences` steps read / the read bandwidth,
 // the absorbed form's FLOPs over the peaks its products run at). Scores (over L + R per head and
-// position) take the bf16 dot-product peak where AttendLatentRows multiplies the stored rows in
-// bf16 (bf16 pages, a table that multiplies the heads in bf16), else the FMA peak; the weighted
-// sum (over L) is fp32 FMA (gemm_f32 / gemm_bf16b).
+// position) take the bf16 dot-product peak where AttendLatentRows multiplies the rows in bf16
+// (LatentRowsInBf16: bf16 or exactly widened fp8 rows, a table that multiplies the heads in
+// bf16), else the FMA peak; the weighted sum (over L) is fp32 FMA (latent_sum / gemm_f32).
 void PrintAttentionBound(const ForwardTimings& timings, int steps, int sequences, double mean_context,
                          const LoadedModel& loaded, const Peaks& peaks) {
   const ModelConfig& c = loaded.model->config();
@@ -210,8 +212,9 @@ void PrintAttentionBound(const ForwardTimings& timings, int steps, int sequences
   const double per_position = double(c.num_hidden_layers) * c.num_attention_heads;
   const double score_flops = positions * per_position * 2.0 * c.kv_cache_dim();
   const double sum_flops = positions * per_position * 2.0 * c.kv_lora_rank;
-  const bool bf16_scores = peaks.bf16 && loaded.kv_cache.kv_format == KvFormat::kBF16 && k.bf16_min_tokens > 0 &&
-                           c.num_attention_heads >= k.bf16_min_tokens;
+  const bool bf16_scores = peaks.bf16 && KvRowsWidenToBf16(loaded.kv_cache.kv_format) && k.latent_scores != nullptr &&
+                           k.bf16_min_tokens > 0 && c.num_attention_heads >= k.bf16_min_tokens &&
+                           LatentShapeOk(c.kv_cache_dim(), c.kv_lora_rank);
   const double score_peak = bf16_scores ? peaks.bf16->all_threads_flops : peaks.fp32.all_threads_flops;
   const double memory_s = bytes / peaks.read_bandwidth;
   const double compute_s = score_flops / score_peak + sum_flops / peaks.fp32.all_threads_flops;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_decode_attention.h"
 #include "cli/commands.h"
 #include "cli/fma_peak.h"
 #include "cli/read_bandwidth.h"
@@ -223,6 +224,8 @@ int RunBenchKernels(Args& args) {
                                  "(quantized formats stream the same matrices, in fewer bytes)", {.value_name = "MB", .min = 8});
   const int bandwidth_mb = args.Int("bandwidth-buffer-mb", 1024, "buffer for the machine's read bandwidth, in MB",
                                     {.value_name = "MB", .min = 1});
+  const bool attention_only = args.Switch(
+      "attention-only", "only the decode attention table (with the peaks it is measured against)");
   const bool choice_only = args.Switch(
       "choice-only", "only time the kernel candidates per shape class as --kernels auto does, and cache the choice");
   if (choice_only) {
@@ -259,6 +262,12 @@ int RunBenchKernels(Args& args) {
                 bf16_peak->all_threads_flops / 1e9, bf16_peak->one_thread_flops / 1e9);
   } else {
     std::printf("vdpbf16ps (bf16 dot-product) peak: none (this CPU lacks AVX512-BF16)\n");
+  }
+  std::vector<const KernelSet*> attention_tables{*kernels};
+  if (bf16_peak && (*kernels)->latent_scores == nullptr) attention_tables.push_back(Avx512Bf16Kernels(1));
+  if (attention_only) {
+    PrintDecodeAttentionTable(attention_tables, pool, fma, bf16_peak, rng);
+    return 0;
   }
   PrintKernelChoice();
 
@@ -312,6 +321,7 @@ int RunBenchKernels(Args& args) {
   PrintPrefillGemmTable(**kernels, fma.one_thread_flops, "fp32 FMA", rng, pool);
   if (bf16_peak) PrintPrefillGemmTable(*Avx512Bf16Kernels(1), bf16_peak->one_thread_flops, "bf16 dot", rng, pool);
   PrintKvCodecTable(rng);
+  PrintDecodeAttentionTable(attention_tables, pool, fma, bf16_peak, rng);
   return 0;
 }
 

@@ -19,17 +19,17 @@ double Bf16DotChains(int64_t iterations, float* sink) {
   const uint32_t s = bits >> 16, minus_s = s | 0x8000u;  // bf16 by truncation: s exactly negated
   const __m512bh a = (__m512bh)_mm512_set1_epi32(int32_t(s | minus_s << 16));
   const __m512bh ones = (__m512bh)_mm512_set1_epi32(0x3F803F80);  // bf16 1.0 in both halves
-  __m512 acc[kFmaChains];
-  for (int j = 0; j < kFmaChains; ++j) acc[j] = _mm512_set1_ps(1.0f);
+  __m512 acc[kBf16Chains];
+  for (int j = 0; j < kBf16Chains; ++j) acc[j] = _mm512_set1_ps(1.0f);
   for (int64_t i = 0; i < iterations; ++i) {
-#pragma GCC unroll 16
-    for (int j = 0; j < kFmaChains; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], a, ones);
+#pragma GCC unroll 32
+    for (int j = 0; j < kBf16Chains; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], a, ones);
   }
   __m512 sum = _mm512_setzero_ps();
-  for (int j = 0; j < kFmaChains; ++j) sum = _mm512_add_ps(sum, acc[j]);
+  for (int j = 0; j < kBf16Chains; ++j) sum = _mm512_add_ps(sum, acc[j]);
   *sink = _mm512_reduce_add_ps(sum);
   // 16 fp32 lanes x 2 bf16 pairs each x 2 FLOPs per multiply-add = 64 FLOPs per instruction.
-  return 64.0 * kFmaChains * double(iterations);
+  return 64.0 * kBf16Chains * double(iterations);
 }
 
 }  // namespace mlaserve::cli

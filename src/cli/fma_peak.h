@@ -25,10 +25,16 @@ struct FmaPeak {
 // kernels compute in fp32 FMA: it is the ceiling a vdpbf16ps matmul would have.
 [[nodiscard]] std::optional<FmaPeak> MeasureBf16DotPeak(ThreadPool& pool, int repeats = 5);
 
+// Chains the bf16 probe keeps in flight: vdpbf16ps's latency is longer than an FMA's on some
+// cores (kFmaChains = 12 chains measured 385-390 GFLOP/s a thread on an AMD EPYC host where the
+// decode attention's scores kernel reached ~430; 24 measure 431-439), and 24 accumulators leave
+// registers for the operands.
+inline constexpr int kBf16Chains = 24;
+
 // The bf16 probe (bf16_peak_avx512bf16.cc, the one file compiled with -mavx512bf16): like
-// KernelSet::fma_chains, `iterations` rounds of kFmaChains independent vdpbf16ps chains, each
+// KernelSet::fma_chains, `iterations` rounds of kBf16Chains independent vdpbf16ps chains, each
 // instruction 16 lanes x 2 bf16 pairs = 64 FLOPs; *sink: a seed in (0, 1) in, the chains' sum
-// (16 x kFmaChains) out. Only where GetCpuFeatures().avx512_bf16.
+// (16 x kBf16Chains) out. Only where GetCpuFeatures().avx512_bf16.
 double Bf16DotChains(int64_t iterations, float* sink);
 
 }  // namespace mlaserve::cli

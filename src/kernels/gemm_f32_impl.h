@@ -1,5 +1,4 @@
-// The fp32 product of activations and a row-major fp32 (or bf16, widened as read) matrix,
-// y (+)= x @ b, for attention's
+// The fp32 product of activations and a row-major fp32 matrix, y (+)= x @ b, for attention's
 // scores (queries @ keys^T) and outputs (probabilities @ values). Written once over the vector
 // traits V of simd_kernels_impl.h; include right after it, from the ISA files only.
 //
@@ -13,18 +12,8 @@
 
 namespace mlaserve::MLASERVE_SIMD_NS {
 
-// A vector of b's row: fp32, or bf16 widened (exactly).
-template <class V>
-inline typename V::Reg LoadB(const float* p) { return V::LoadF32(p); }
-template <class V>
-inline typename V::Reg LoadB(const uint16_t* p) {
-  return V::template LoadW<DType::kBF16>(reinterpret_cast<const std::byte*>(p));
-}
-inline float ValueOfB(float v) { return v; }
-inline float ValueOfB(uint16_t v) { return Bf16ToF32(v); }
-
-template <class V, int T, int NV, class B>
-inline void GemmBlock(const float* x, int64_t ldx, const B* b, int64_t ldb, float* y, int64_t ldy, int64_t k,
+template <class V, int T, int NV>
+inline void GemmBlock(const float* x, int64_t ldx, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t k,
                       bool accumulate) {
   typename V::Reg acc[T][NV];
   for (int t = 0; t < T; ++t) {
@@ -32,7 +21,7 @@ inline void GemmBlock(const float* x, int64_t ldx, const B* b, int64_t ldb, floa
   }
   for (int64_t i = 0; i < k; ++i) {
     typename V::Reg bv[NV];
-    for (int v = 0; v < NV; ++v) bv[v] = LoadB<V>(b + i * ldb + v * V::kLanes);
+    for (int v = 0; v < NV; ++v) bv[v] = V::LoadF32(b + i * ldb + v * V::kLanes);
     for (int t = 0; t < T; ++t) {
       const typename V::Reg xb = V::Broadcast(x[t * ldx + i]);
       for (int v = 0; v < NV; ++v) acc[t][v] = V::Fma(xb, bv[v], acc[t][v]);
@@ -45,15 +34,14 @@ inline void GemmBlock(const float* x, int64_t ldx, const B* b, int64_t ldb, floa
 
 // Rows in blocks of 4 (NV vectors each), or of 12 for a single vector of columns (the absorbed
 // decode's scores: a KV tile's rows times 16 heads), whose 4 accumulators alone would wait on the
-// FMA latency (12: as many chains as kFmaChains). A row's outputs are the same whatever its block.
-template <class V, int NV, class B>
-inline void GemmColumns(const float* x, int64_t ldx, const B* b, int64_t ldb, float* y, int64_t ldy, int64_t n,
+// FMA latency (12: kFmaChains). A row's outputs are the same whatever its block.
+template <class V, int NV>
+inline void GemmColumns(const float* x, int64_t ldx, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t n,
                         int64_t k, bool accumulate) {
   int64_t t = 0;
   if constexpr (NV == 1) {
-    constexpr int kWide = 12;
-    for (; t + kWide <= n; t += kWide) {
-      GemmBlock<V, kWide, 1>(x + t * ldx, ldx, b, ldb, y + t * ldy, ldy, k, accumulate);
+    for (; t + kFmaChains <= n; t += kFmaChains) {
+      GemmBlock<V, kFmaChains, 1>(x + t * ldx, ldx, b, ldb, y + t * ldy, ldy, k, accumulate);
     }
   }
   constexpr int kT = 4;
@@ -61,8 +49,8 @@ inline void GemmColumns(const float* x, int64_t ldx, const B* b, int64_t ldb, fl
   for (; t < n; ++t) GemmBlock<V, 1, NV>(x + t * ldx, ldx, b, ldb, y + t * ldy, ldy, k, accumulate);
 }
 
-template <class V, class B>
-void GemmAny(const float* x, int64_t ldx, const B* b, int64_t ldb, float* y, int64_t ldy, int64_t n, int64_t k,
+template <class V>
+void GemmF32(const float* x, int64_t ldx, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t n, int64_t k,
              int64_t m, bool accumulate) {
   // 4 tokens x NV vectors of accumulators, NV vectors of b and a broadcast fit the registers
   // (32 on AVX-512, 16 on AVX2).
@@ -77,21 +65,10 @@ void GemmAny(const float* x, int64_t ldx, const B* b, int64_t ldb, float* y, int
       float sum = accumulate ? y[t * ldy + j] : 0.0f;
       // Fused, as the vector lanes: a column's value does not depend on m (tensor-parallel
       // ranks compute subsets of the heads' columns).
-      for (int64_t i = 0; i < k; ++i) sum = std::fma(x[t * ldx + i], ValueOfB(b[i * ldb + j]), sum);
+      for (int64_t i = 0; i < k; ++i) sum = std::fma(x[t * ldx + i], b[i * ldb + j], sum);
       y[t * ldy + j] = sum;
     }
   }
-}
-
-template <class V>
-void GemmF32(const float* x, int64_t ldx, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t n, int64_t k,
-             int64_t m, bool accumulate) {
-  GemmAny<V>(x, ldx, b, ldb, y, ldy, n, k, m, accumulate);
-}
-template <class V>
-void GemmBf16B(const float* x, int64_t ldx, const uint16_t* b, int64_t ldb, float* y, int64_t ldy, int64_t n,
-               int64_t k, int64_t m, bool accumulate) {
-  GemmAny<V>(x, ldx, b, ldb, y, ldy, n, k, m, accumulate);
 }
 
 }  // namespace mlaserve::MLASERVE_SIMD_NS

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "core/status.h"
+#include "kernels/latent_attention.h"
 #include "kernels/weight_matrix.h"
 
 namespace mlaserve {
@@ -76,16 +77,34 @@ struct KernelSet {
   // to y, else overwrite. Writes only columns [0, m) of the n rows; each output sums i in order.
   void (*gemm_f32)(const float* x, int64_t ldx, const float* b, int64_t ldb, float* y, int64_t ldy, int64_t n,
                    int64_t k, int64_t m, bool accumulate);
-  // gemm_f32 with b in bf16 (row-major, ldb in values), widened exactly as it is read: the same
-  // products and sums, in the same order, as gemm_f32 over the widened matrix (the absorbed
-  // decode's p @ tile over bf16 cache pages as stored).
-  void (*gemm_bf16b)(const float* x, int64_t ldx, const uint16_t* b, int64_t ldb, float* y, int64_t ldy, int64_t n,
-                     int64_t k, int64_t m, bool accumulate);
   // Softmax's numerators: x[i] = e^(x[i] - shift) for i < n, in place; returns their sum. The
   // portable table uses std::exp and sums in index order; the SIMD tables' e^x is within 2 ulp
   // (simd_elementwise_impl.h ExpF32), the same for every element (the tail padded), and they sum
   // lane-wise, then across lanes.
   float (*exp_sum)(float* x, int64_t n, float shift);
+  // One online-softmax step over a tile of scores with a column per head (the absorbed decode's
+  // layout, kernels/latent_attention.h): s[r * hp + h], r < n, h < hp (a multiple of 16). Per
+  // column: m = max(run_max[h], max_r s[r][h] * scale); corr[h] = e^(run_max[h] - m);
+  // s[r][h] = e^(s[r][h] * scale - m) in place; run_sum[h] = run_sum[h] * corr[h] + the new
+  // s[r][h] summed over r in order; run_max[h] = m. e^x as exp_sum's.
+  void (*softmax_columns)(float* s, int64_t n, int64_t hp, float scale, float* run_max, float* run_sum,
+                          float* corr);
+
+  // ---- Absorbed decode attention over bf16 rows (latent_attention.h; nullptr: not in this table) ----
+  // The bf16 tables only. hp = LatentHeadsPadded(heads); rows[r] points at a row's row_dim
+  // bf16 values; shapes as LatentShapeOk.
+  // q_pack = q ([heads, row_dim] fp32) rounded to bf16 (nearest even) in the packed query layout,
+  // the padded heads zero: LatentQueryWords(heads, row_dim) words.
+  void (*latent_pack_query)(const float* q, int64_t heads, int64_t row_dim, uint32_t* q_pack) = nullptr;
+  // scores[r * hp + h] = q_pack's head h . rows[r], r < n, h < hp: bf16 products (exact) summed
+  // in fp32 in a fixed order of dimensions (a score depends on its query and row alone).
+  void (*latent_scores)(const uint32_t* q_pack, int64_t hp, const uint16_t* const* rows, int64_t n, int64_t row_dim,
+                        float* scores) = nullptr;
+  // o[h * latent_dim + c] = o[...] * corr[h] + sum_r p[r * hp + h] * rows[r][c] for h < heads,
+  // c < latent_dim: fp32 fused multiply-adds, r in order (bit-equal to LatentSumReference).
+  // Fetches `next`'s rows into L2 meanwhile.
+  void (*latent_sum)(const float* p, int64_t hp, int64_t heads, const float* corr, const uint16_t* const* rows,
+                     int64_t n, int64_t latent_dim, float* o, const RowPrefetch& next) = nullptr;
 
   // Products with at least this many tokens of the weights Bf16DotMultiplies names (and of
   // row-major BF16 and fp8-block rows) round the activations to bf16 and multiply with bf16 dot

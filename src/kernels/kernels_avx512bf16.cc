@@ -8,7 +8,8 @@
 //
 // Compiled with -mavx512bf16 (CMakeLists.txt: *_avx512bf16.cc), so nothing here may run unless
 // GetCpuFeatures().avx512_bf16. Every other entry (F32/F16 weights, row-major int4, attention's
-// gemm_f32 / gemm_bf16b, norms) is the AVX-512 table's.
+// gemm_f32, norms, softmax) is the AVX-512 table's; attention's
+// latent_* kernels are latent_attention_avx512bf16.cc's.
 //
 // Numerics: each panel output is the sum over column pairs j, in order, of x[2j] * w[2j] +
 // x[2j+1] * w[2j+1] (bf16 products are exact in fp32) into one fp32 accumulator, the partial sum
@@ -23,6 +24,7 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "kernels/latent_attention.h"
 #include "kernels/weight_value.h"
 
 namespace mlaserve {
@@ -782,6 +784,9 @@ struct Bf16From {
     k.matmul_panels = MatMulPanels;
     k.pack_activations = PackActivations;
     k.matmul_panels_packed = MatMulPanelsPacked;
+    k.latent_pack_query = LatentPackQuery;
+    k.latent_scores = LatentScores;
+    k.latent_sum = LatentSum;
     return k;
   }
 };

@@ -80,14 +80,19 @@ void GemmF32(const float* x, int64_t ldx, const float* b, int64_t ldb, float* y,
   }
 }
 
-void GemmBf16B(const float* x, int64_t ldx, const uint16_t* b, int64_t ldb, float* y, int64_t ldy, int64_t n,
-               int64_t k, int64_t m, bool accumulate) {
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t j = 0; j < m; ++j) {
-      float sum = accumulate ? y[t * ldy + j] : 0.0f;
-      for (int64_t i = 0; i < k; ++i) sum += x[t * ldx + i] * Bf16ToF32(b[i * ldb + j]);
-      y[t * ldy + j] = sum;
+// The reference of KernelSet::softmax_columns: std::exp, each column's rows in order.
+void SoftmaxColumns(float* s, int64_t n, int64_t hp, float scale, float* run_max, float* run_sum, float* corr) {
+  for (int64_t h = 0; h < hp; ++h) {
+    float m = run_max[h];
+    for (int64_t r = 0; r < n; ++r) m = std::max(m, s[r * hp + h] * scale);
+    corr[h] = std::exp(run_max[h] + -m);
+    float sum = run_sum[h] * corr[h];
+    for (int64_t r = 0; r < n; ++r) {
+      s[r * hp + h] = std::exp(s[r * hp + h] * scale + -m);
+      sum += s[r * hp + h];
     }
+    run_max[h] = m;
+    run_sum[h] = sum;
   }
 }
 
@@ -126,7 +131,7 @@ void AddRmsNorm(float* x, const float* add, const float* weight, int64_t dim, do
 const KernelSet& PortableKernels() {
   static const KernelSet kSet{KernelIsa::kPortable, "portable", MatMulRows, MatMulPanels, AxpyRow,
                               DotF32, AxpyF32, FmaChains, PackActivations, MatMulPanelsPacked,
-                              RmsNorm, AddRmsNorm, SiluMul, GemmF32, GemmBf16B, ExpSum};
+                              RmsNorm, AddRmsNorm, SiluMul, GemmF32, ExpSum, SoftmaxColumns};
   return kSet;
 }
 

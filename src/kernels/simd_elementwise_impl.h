@@ -115,6 +115,30 @@ inline float ExpSum(float* x, int64_t n, float shift) {
   return V::Sum(acc);
 }
 
+// KernelSet::softmax_columns: a vector of columns (heads) at a time, the rows in order.
+// (e^(-inf - m) is e^-87 here, not 0: it multiplies only a running sum and outputs still zero.)
+template <class V>
+inline void SoftmaxColumns(float* s, int64_t n, int64_t hp, float scale, float* run_max, float* run_sum,
+                           float* corr) {
+  const typename V::Reg sc = V::Broadcast(scale), minus_one = V::Broadcast(-1.0f);
+  for (int64_t h = 0; h < hp; h += V::kLanes) {
+    const typename V::Reg old_max = V::LoadF32(run_max + h);
+    typename V::Reg m = old_max;
+    for (int64_t r = 0; r < n; ++r) m = V::Max(m, V::Mul(V::LoadF32(s + r * hp + h), sc));
+    const typename V::Reg minus_m = V::Mul(m, minus_one);
+    const typename V::Reg c = ExpF32<V>(V::Add(old_max, minus_m));
+    typename V::Reg sum = V::Mul(V::LoadF32(run_sum + h), c);
+    for (int64_t r = 0; r < n; ++r) {
+      const typename V::Reg e = ExpF32<V>(V::Add(V::Mul(V::LoadF32(s + r * hp + h), sc), minus_m));
+      V::StoreF32(s + r * hp + h, e);
+      sum = V::Add(sum, e);
+    }
+    V::StoreF32(run_max + h, m);
+    V::StoreF32(run_sum + h, sum);
+    V::StoreF32(corr + h, c);
+  }
+}
+
 // The tail goes through the vector code too (padded), so an element's value does not depend on
 // where a caller's slice of the row starts or ends.
 template <class V>

@@ -3,6 +3,8 @@
 // (flash-decoding, mla_decode_attention.h), then the splits merged in order.
 #include "model/mla_decode_attention.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -10,30 +12,98 @@
 #include <limits>
 
 #include "core/check.h"
+#include "kernels/latent_attention.h"
+#include "kvcache/kv_widen_bf16.h"
 #include "model/model.h"
 
 namespace mlaserve {
 namespace {
 
-// Float scratch holding bf16 values (the stored rows of a tile): may_alias tells the optimizer.
-using Bf16Storage = uint16_t __attribute__((may_alias));
-
 // Scores of a tile as one product tile @ q_lat^T need a vector of heads (gemm_f32 runs columns
 // past its last full vector one at a time); fewer heads take a dot product per (row, head).
 constexpr int kGemmScoreMinHeads = 16;
 
+// Heads in lanes over bf16 rows (KernelSet::latent_*, kernels/latent_attention.h): bf16 pages
+// are read where they are stored; fp8 ones are widened exactly into the tile first (a tile in
+// cache, never the context), their tensor scale applied to the scores and the output instead.
+// The queries are rounded to bf16 once per call.
+void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages, int begin,
+                    int end, const LatentAttentionShape& shape, const float* q_lat, float scale,
+                    const LatentScratch& scratch, float* o, float* max_sum) {
+  const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
+  const int64_t hp = LatentHeadsPadded(heads);
+  const bool in_place = kv.format() == KvFormat::kBF16;
+  const float value_scale = KvWidenedScale(kv.format(), kv.tensor_scale(layer));
+  auto* q_pack = reinterpret_cast<uint32_t*>(scratch.q_t);
+  auto* tile = reinterpret_cast<uint16_t*>(scratch.tile);  // [kKvTileRows, row_dim] widened rows
+  float* run_max = scratch.stats;
+  float* run_sum = scratch.stats + hp;
+  float* corr = scratch.stats + 2 * hp;
+  std::fill(run_max, run_max + hp, -std::numeric_limits<float>::infinity());
+  std::fill(run_sum, run_sum + hp, 0.0f);
+  std::fill(o, o + int64_t(heads) * L, 0.0f);
+  // Where a tile's rows are stored, for this tile and the next (which latent_sum fetches into L2
+  // as it computes), and the bf16 rows the kernels read: the stored ones, or the tile's.
+  const uint16_t* stored[2][kKvTileRows];
+  const uint16_t* rows[kKvTileRows];
+  const int64_t row_bytes = int64_t(kv.row_bytes());
+  auto point = [&](int p0, const uint16_t** out) {
+    const int n = std::min(kKvTileRows, end - p0);
+    for (int r = 0; r < n; ++r) out[r] = reinterpret_cast<const uint16_t*>(kv.Row(layer, pages, p0 + r));
+    return n;
+  };
+  int n = point(begin, stored[0]);
+  // The first tile: fetched while the query is packed.
+  for (int r = 0; r < n; ++r) {
+    const auto* row = reinterpret_cast<const char*>(stored[0][r]);
+    for (int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T1);
+  }
+  k.latent_pack_query(q_lat, heads, row_dim, q_pack);
+  for (int p0 = begin, t = 0; p0 < end; t ^= 1) {
+    // Tiles as AttendLatentRows's: kKvTileRows positions from a multiple of it.
+    const int next_n = p0 + n < end ? point(p0 + n, stored[t ^ 1]) : 0;
+    if (in_place) {
+      std::copy(stored[t], stored[t] + n, rows);
+    } else {
+      for (int r = 0, count = 0; r < n; r += count) {  // page by page
+        const int p = p0 + r;
+        count = std::min(n - r, (p / kv.page_size() + 1) * kv.page_size() - p);
+        WidenKvRowsBf16(kv.format(), reinterpret_cast<const std::byte*>(stored[t][r]), count, kv.row_bytes(), L,
+                        shape.rope_dim, tile + int64_t(r) * row_dim);
+      }
+      for (int r = 0; r < n; ++r) rows[r] = tile + int64_t(r) * row_dim;
+    }
+    k.latent_scores(q_pack, hp, rows, n, row_dim, scratch.scores);
+    k.softmax_columns(scratch.scores, n, hp, scale * value_scale, run_max, run_sum, corr);
+    k.latent_sum(scratch.scores, hp, heads, corr, rows, n, L, o,
+                 {.rows = stored[t ^ 1], .count = next_n, .bytes = row_bytes});
+    p0 += n;
+    n = next_n;
+  }
+  if (value_scale != 1.0f) {
+    for (int64_t i = 0; i < int64_t(heads) * L; ++i) o[i] *= value_scale;
+  }
+  for (int h = 0; h < heads; ++h) {
+    max_sum[2 * h] = run_max[h];
+    max_sum[2 * h + 1] = run_sum[h];
+  }
+}
+
 }  // namespace
+
+bool LatentRowsInBf16(const KernelSet& k, const KvHostRows& kv, const LatentAttentionShape& shape) {
+  const int heads = shape.model_heads > 0 ? shape.model_heads : shape.heads;
+  return k.latent_scores != nullptr && k.bf16_min_tokens > 0 && heads >= k.bf16_min_tokens &&
+         KvRowsWidenToBf16(kv.format()) && LatentShapeOk(shape.row_dim(), shape.latent_dim);
+}
 
 void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages,
                       int begin, int end, const LatentAttentionShape& shape, const float* q_lat, float scale,
                       const LatentScratch& scratch, float* o, float* max_sum) {
+  if (LatentRowsInBf16(k, kv, shape)) {
+    return AttendBf16Rows(k, kv, layer, pages, begin, end, shape, q_lat, scale, scratch, o, max_sum);
+  }
   const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
-  // bf16 pages where the table multiplies `heads` tokens in bf16: the tile is the stored rows
-  // themselves (copied, not dequantized), the scores come from them through matmul_rows
-  // (vdpbf16ps, head-major into probs) and p @ tile through gemm_bf16b. Each (head, position)
-  // score is one fixed-order dot product, so results still depend on positions only.
-  const bool stored_scores = kv.format() == KvFormat::kBF16 && kv.row_bytes() == size_t(row_dim) * 2 &&
-                             k.bf16_min_tokens > 0 && heads >= k.bf16_min_tokens;
   // Score columns: the heads, padded with zero queries to whole vectors for the product (a
   // tensor-parallel rank's 8 heads still run as one vector, as 16 do on one rank).
   const int cols = shape.gemm_scores ? ScoreColumns(heads) : heads;
@@ -42,7 +112,6 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
       max_sum[2 * h] = -std::numeric_limits<float>::infinity();
       max_sum[2 * h + 1] = 0.0f;
     }
-    if (stored_scores) continue;  // q_t feeds only gemm_f32's scores
     for (int i = 0; i < row_dim; ++i) scratch.q_t[int64_t(i) * cols + h] = h < heads ? q_lat[int64_t(h) * row_dim + i] : 0.0f;
   }
   std::fill(o, o + int64_t(heads) * L, 0.0f);
@@ -51,22 +120,12 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
     // multiples of kKvTileRows, so a split's tiles are the whole context's, whatever the page
     // size: the tiles, and so the sums, depend on positions only.
     rows = std::min(kKvTileRows, end - p0);
-    // The tile: its rows as fp32, or, with stored scores, the bf16 rows as stored (copied into the
-    // same scratch, using half of it, so that each product runs once over the whole tile).
-    auto* tile_bf16 = reinterpret_cast<Bf16Storage*>(scratch.tile);
     for (int r = 0, count = 0; r < rows; r += count) {
       const int p = p0 + r;
       count = std::min(rows - r, (p / kv.page_size() + 1) * kv.page_size() - p);
-      if (stored_scores) {
-        std::memcpy(tile_bf16 + int64_t(r) * row_dim, kv.Row(layer, pages, p), size_t(count) * row_dim * 2);
-      } else {
-        kv.ReadRows(layer, pages, p, count, scratch.tile + int64_t(r) * row_dim);
-      }
+      kv.ReadRows(layer, pages, p, count, scratch.tile + int64_t(r) * row_dim);
     }
-    if (stored_scores) {
-      const WeightMatrix stored{DType::kBF16, rows, row_dim, tile_bf16};
-      k.matmul_rows(q_lat, heads, stored, 0, rows, scratch.probs, kKvTileRows);
-    } else if (shape.gemm_scores) {
+    if (shape.gemm_scores) {
       k.gemm_f32(scratch.tile, row_dim, scratch.q_t, cols, scratch.scores, cols, rows, row_dim, cols, false);
     } else {
       for (int r = 0; r < rows; ++r) {
@@ -81,7 +140,7 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
       float* probs = scratch.probs + int64_t(h) * kKvTileRows;
       float tile_max = -std::numeric_limits<float>::infinity();
       for (int r = 0; r < rows; ++r) {
-        probs[r] = (stored_scores ? probs[r] : scratch.scores[r * cols + h]) * scale;
+        probs[r] = scratch.scores[r * cols + h] * scale;
         tile_max = std::max(tile_max, probs[r]);
       }
       float* oh = o + int64_t(h) * L;
@@ -95,12 +154,7 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
       running_sum = running_sum * correction + k.exp_sum(probs, rows, new_max);
       running_max = new_max;
     }
-    if (stored_scores) {
-      // The same products and sums as gemm_f32 over the widened tile (gemm_bf16b's contract).
-      k.gemm_bf16b(scratch.probs, kKvTileRows, tile_bf16, row_dim, o, L, heads, rows, L, true);
-    } else {
-      k.gemm_f32(scratch.probs, kKvTileRows, scratch.tile, row_dim, o, L, heads, rows, L, true);
-    }
+    k.gemm_f32(scratch.probs, kKvTileRows, scratch.tile, row_dim, o, L, heads, rows, L, true);
   }
 }
 
@@ -159,7 +213,8 @@ void Model::AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int laye
   Workspace& ws = workspace_;
   const LatentAttentionShape shape{.heads = local_heads_, .latent_dim = c.kv_lora_rank,
                                    .rope_dim = c.qk_rope_head_dim,
-                                   .gemm_scores = c.num_attention_heads >= kGemmScoreMinHeads};
+                                   .gemm_scores = c.num_attention_heads >= kGemmScoreMinHeads,
+                                   .model_heads = c.num_attention_heads};
   const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
   const int64_t score_cols = ScoreColumns(c.num_attention_heads);  // a thread's scratch (workspace.cc)
   const float scale = float(c.SoftmaxScale());
@@ -183,7 +238,8 @@ void Model::AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int laye
       const LatentScratch scratch{.tile = ws.kv_tile.data() + int64_t(thread) * kKvTileRows * row_dim,
                                   .q_t = ws.q_lat_t.data() + int64_t(thread) * row_dim * score_cols,
                                   .scores = ws.tile_scores.data() + int64_t(thread) * kKvTileRows * score_cols,
-                                  .probs = ws.tile_probs.data() + int64_t(thread) * heads * kKvTileRows};
+                                  .probs = ws.tile_probs.data() + int64_t(thread) * heads * kKvTileRows,
+                                  .stats = ws.tile_stats.data() + int64_t(thread) * 3 * score_cols};
       for (int i = next_item.fetch_add(1, std::memory_order_relaxed); i < num_items;
            i = next_item.fetch_add(1, std::memory_order_relaxed)) {
         const KvSplitItem item = ws.kv_split_items[size_t(i)];

@@ -30,6 +30,9 @@ struct LatentAttentionShape {
   // Scores as one product (gemm_f32) rather than a dot product per (row, head): chosen by the
   // model's heads, not a tensor-parallel rank's, so every rank computes a score as one rank does.
   bool gemm_scores;
+  // The model's heads, every rank's together (0: `heads`): whether a table multiplies the heads
+  // in bf16 (LatentRowsInBf16) is decided by them, so a rank's heads compute as one rank's do.
+  int model_heads = 0;
   int row_dim() const { return latent_dim + rope_dim; }
 };
 
@@ -39,12 +42,20 @@ inline int ScoreColumns(int heads) { return (heads + 15) / 16 * 16; }
 
 // Per-thread buffers of AttendLatentRows.
 struct LatentScratch {
-  float* tile;    // [kKvTileRows, L + R] dequantized cache rows (bf16 pages with stored scores:
-                  // the stored bf16 rows, in the first half)
-  float* q_t;     // [L + R, ScoreColumns(heads)] the query, transposed (gemm_scores; else [L + R, heads])
+  float* tile;    // [kKvTileRows, L + R] dequantized cache rows (bf16 kernels: widened bf16 rows)
+  float* q_t;     // [L + R, ScoreColumns(heads)] the query, transposed (gemm_scores; else [L + R, heads]);
+                  // bf16 rows: the packed query (LatentQueryWords uint32)
   float* scores;  // [kKvTileRows, ScoreColumns(heads)] (gemm_scores; else [kKvTileRows, heads])
   float* probs;   // [heads, kKvTileRows]
+  float* stats;   // [3, ScoreColumns(heads)] bf16 rows: running max, running sum, correction
 };
+
+// Whether AttendLatentRows multiplies `kv`'s rows as bf16 through the table's heads-in-lanes
+// kernels (KernelSet::latent_*: bf16 scores, fp32 sums; kernels/latent_attention.h): rows whose
+// values are bf16 numbers (bf16 as stored; fp8_e4m3 and fp8_ds_mla widened exactly,
+// kvcache/kv_widen_bf16.h) and a table that multiplies the model's heads in bf16. Else rows are
+// dequantized to an fp32 tile and multiplied in fp32 (gemm_f32).
+bool LatentRowsInBf16(const KernelSet& k, const KvHostRows& kv, const LatentAttentionShape& shape);
 
 // One token's partial attention over cache rows [begin, end) of `layer`, every head at once:
 // rows are dequantized a tile at a time (kKvTileRows positions, read page by page) and each tile

@@ -56,6 +56,7 @@ Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads, 
   q_lat_t.resize(size_t(num_threads) * row * size_t(ScoreColumns(int(heads))));
   tile_scores.resize(size_t(num_threads) * kKvTileRows * size_t(ScoreColumns(int(heads))));
   tile_probs.resize(size_t(num_threads) * heads * kKvTileRows);
+  tile_stats.resize(size_t(num_threads) * 3 * size_t(ScoreColumns(int(heads))));
   const size_t threads = size_t(num_threads);
   const size_t qk = size_t(c.qk_head_dim()), v = size_t(c.v_head_dim);
   absorbed_tokens.resize(N);

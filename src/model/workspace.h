@@ -106,6 +106,7 @@ struct Workspace {
   std::vector<float> q_lat_t;       // [threads, L + R, heads] a token's absorbed query, transposed
   std::vector<float> tile_scores;   // [threads, kKvTileRows, heads]
   std::vector<float> tile_probs;    // [threads, heads, kKvTileRows]
+  std::vector<float> tile_stats;    // [threads, 3, ScoreColumns(heads)] running max, running sum, correction
 
   // Absorbed attention split along the KV length (mla_decode_attention.h). S = kv_split_capacity
   // work items per wave: at least max_tokens, one token's splits at max_context, 4 per thread.

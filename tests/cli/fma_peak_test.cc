@@ -44,9 +44,9 @@ TEST(FmaPeak, Bf16DotChainsCount64FlopsPerInstructionWhereTheCpuHasThem) {
   EXPECT_EQ(peak.has_value(), GetCpuFeatures().avx512_bf16);
   if (!peak) GTEST_SKIP() << "this CPU has no AVX512-BF16";
   float sink = 0.3f;
-  EXPECT_EQ(Bf16DotChains(1000, &sink), 64.0 * kFmaChains * 1000);
+  EXPECT_EQ(Bf16DotChains(1000, &sink), 64.0 * kBf16Chains * 1000);
   // Each step adds s - s = 0 exactly: every chain keeps its seed 1, in each of 16 lanes.
-  EXPECT_EQ(sink, float(16 * kFmaChains));
+  EXPECT_EQ(sink, float(16 * kBf16Chains));
   // Rates only: how one and all threads compare is a timing property of a loaded machine.
   EXPECT_TRUE(std::isfinite(peak->one_thread_flops));
   EXPECT_GT(peak->one_thread_flops, 1e9);

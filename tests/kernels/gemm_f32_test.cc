@@ -50,34 +50,6 @@ TEST(GemmF32, SimdTablesMatchThePortableReference) {
   }
 }
 
-// gemm_bf16b is gemm_f32 over the exactly widened matrix: bit for bit, in every table.
-TEST(GemmF32, Bf16MatrixEqualsTheWidenedOne) {
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal;
-  for (const KernelSet* k : testing::RunnableKernelTables()) {
-    for (int n : {1, 4, 16, 17}) {
-      for (int m : {5, 64, 512}) {
-        for (bool accumulate : {false, true}) {
-          SCOPED_TRACE(std::string(k->name) + " n " + std::to_string(n) + " m " + std::to_string(m));
-          const int kk = 64, ldx = kk + 1, ldb = m + 64, ldy = m + 3;
-          std::vector<float> x(size_t(n) * ldx), widened(size_t(kk) * ldb), y0(size_t(n) * ldy);
-          std::vector<uint16_t> b(size_t(kk) * ldb);
-          for (float& v : x) v = normal(rng);
-          for (size_t i = 0; i < b.size(); ++i) {
-            b[i] = F32ToBf16(normal(rng));
-            widened[i] = Bf16ToF32(b[i]);
-          }
-          for (float& v : y0) v = normal(rng);
-          std::vector<float> want = y0, got = y0;
-          k->gemm_f32(x.data(), ldx, widened.data(), ldb, want.data(), ldy, n, kk, m, accumulate);
-          k->gemm_bf16b(x.data(), ldx, b.data(), ldb, got.data(), ldy, n, kk, m, accumulate);
-          ASSERT_EQ(got, want);
-        }
-      }
-    }
-  }
-}
-
 // A column's value does not depend on how many columns are computed or where the product's
 // columns start (tensor parallelism computes a rank's heads' score columns alone): every subset
 // of columns equals the same columns of the whole product bit for bit, in every table.

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "core/float16.h"
 #include "engine/sampler.h"
 #include "support/greedy_request.h"
 #include "engine/sequence_runner.h"
@@ -83,7 +84,8 @@ double MaxAbsDiff(std::span<const float> a, std::span<const double> b) {
 // The split computation the model runs (fixed spans of kKvSplitRows, merged in order) and one
 // unsplit pass over the same rows agree with the double reference, for quantized formats and
 // page sizes down to one row; a context within one split gives the unsplit pass's bits exactly.
-// 4 heads take a dot product per score, 16 one product per tile.
+// 4 heads take a dot product per score, 16 one product per tile; bf16 pages with a bf16 table
+// take the heads-in-lanes kernels (LatentRowsInBf16), whose reference has the query in bf16.
 class KvSplits : public ::testing::TestWithParam<int> {};
 
 TEST_P(KvSplits, MergeToTheUnsplitSoftmax) {
@@ -96,17 +98,25 @@ TEST_P(KvSplits, MergeToTheUnsplitSoftmax) {
   for (float& x : q_lat) x = normal(rng);
   std::vector<float> tile(size_t(kKvTileRows) * row_dim), q_t(size_t(row_dim) * ScoreColumns(heads));
   std::vector<float> tile_scores(size_t(kKvTileRows) * ScoreColumns(heads)), tile_probs(size_t(heads) * kKvTileRows);
+  std::vector<float> tile_stats(size_t(3 * ScoreColumns(heads)));
   const LatentScratch scratch{.tile = tile.data(), .q_t = q_t.data(), .scores = tile_scores.data(),
-                              .probs = tile_probs.data()};
-  for (const KernelSet* k : testing::RunnableKernelTables()) {
-    for (KvFormat format : {KvFormat::kFP8E4M3, KvFormat::kFP8DsMla, KvFormat::kFP4E2M1, KvFormat::kNVFP4}) {
+                              .probs = tile_probs.data(), .stats = tile_stats.data()};
+  std::vector<const KernelSet*> tables = testing::RunnableKernelTables();
+  if (CpuSupportsBf16Dot()) tables.push_back(Avx512Bf16Kernels(1));
+  std::vector<float> q_bf16(q_lat.size());
+  for (size_t i = 0; i < q_lat.size(); ++i) q_bf16[i] = Bf16ToF32(F32ToBf16(q_lat[i]));
+  for (const KernelSet* k : tables) {
+    for (KvFormat format : {KvFormat::kBF16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla, KvFormat::kFP4E2M1,
+                            KvFormat::kNVFP4}) {
       for (int page_size : {1, 16, 64}) {
         for (int context : {200, 1100}) {
           SCOPED_TRACE(std::string(k->name) + " " + KvFormatName(format) + " page " + std::to_string(page_size) +
                        " context " + std::to_string(context));
           const RandomCache cache = FillCache(format, page_size, context, shape, rng);
           const KvHostRows rows = cache.storage->HostRows();
-          const std::vector<double> expected = ReferenceAttention(rows, cache.pages, context, shape, q_lat, scale);
+          const bool bf16_queries = LatentRowsInBf16(*k, rows, shape);
+          const std::vector<double> expected =
+              ReferenceAttention(rows, cache.pages, context, shape, bf16_queries ? q_bf16 : q_lat, scale);
 
           // One pass over the whole context, normalized per head: the computation before splits.
           std::vector<float> unsplit(size_t(heads) * L), stats(size_t(heads) * 2);
@@ -143,7 +153,7 @@ INSTANTIATE_TEST_SUITE_P(MlaAttention, KvSplits, ::testing::Values(4, 16));
 
 // A tensor-parallel rank computes a subset of the heads with the scores path of the whole model:
 // its heads' outputs and softmax statistics are bit-identical to the same heads computed with all
-// of them (8 of 16 heads, the first and the second half, every kernel table).
+// of them (8 of 16 heads, the first and the second half, every kernel table, the bf16 ones too).
 TEST(KvSplits, ARanksHeadsEqualTheSameHeadsOfAllHeads) {
   const LatentAttentionShape all{.heads = 16, .latent_dim = 128, .rope_dim = 32, .gemm_scores = true};
   const int L = all.latent_dim, row_dim = all.row_dim();
@@ -153,16 +163,23 @@ TEST(KvSplits, ARanksHeadsEqualTheSameHeadsOfAllHeads) {
   for (float& x : q_lat) x = normal(rng);
   std::vector<float> tile(size_t(kKvTileRows) * row_dim), q_t(size_t(row_dim) * ScoreColumns(all.heads));
   std::vector<float> scores(size_t(kKvTileRows) * ScoreColumns(all.heads)), probs(size_t(all.heads) * kKvTileRows);
-  const LatentScratch scratch{.tile = tile.data(), .q_t = q_t.data(), .scores = scores.data(), .probs = probs.data()};
+  std::vector<float> stats_scratch(size_t(3 * ScoreColumns(all.heads)));
+  const LatentScratch scratch{.tile = tile.data(), .q_t = q_t.data(), .scores = scores.data(), .probs = probs.data(),
+                              .stats = stats_scratch.data()};
   const RandomCache cache = FillCache(KvFormat::kBF16, 16, 300, all, rng);
   const KvHostRows rows = cache.storage->HostRows();
-  for (const KernelSet* k : testing::RunnableKernelTables()) {
+  std::vector<const KernelSet*> tables = testing::RunnableKernelTables();
+  // bf16 tables: from 2 tokens the model's 16 heads take bf16 scores, and so does a rank's 8;
+  // from 17, neither does.
+  if (CpuSupportsBf16Dot()) tables.insert(tables.end(), {Avx512Bf16Kernels(2), Avx512Bf16Kernels(17)});
+  for (const KernelSet* k : tables) {
     SCOPED_TRACE(k->name);
     std::vector<float> o_all(size_t(all.heads) * L), stats_all(size_t(all.heads) * 2);
     AttendLatentRows(*k, rows, 0, cache.pages, 0, 300, all, q_lat.data(), 0.3f, scratch, o_all.data(), stats_all.data());
     for (int first : {0, 8}) {
       LatentAttentionShape rank = all;
       rank.heads = 8;
+      rank.model_heads = all.heads;
       std::vector<float> o(size_t(rank.heads) * L), stats(size_t(rank.heads) * 2);
       AttendLatentRows(*k, rows, 0, cache.pages, 0, 300, rank, q_lat.data() + size_t(first) * row_dim, 0.3f, scratch,
                        o.data(), stats.data());

@@ -1,0 +1,65 @@
+// Absorbed MLA decode attention over cache rows held as bf16, heads in vector lanes: the layouts
+// of KernelSet's softmax_columns / latent_pack_query / latent_scores / latent_sum, and their
+// plain reference (latent_attention_reference.cc) that tests compare the bf16 tables' kernels
+// (latent_attention_avx512bf16.cc) with.
+//
+// One tile of n cache rows (n <= kKvTileRows) for every head of one query token:
+//   scores[n, hp]  = rows @ q^T             latent_scores (bf16 x bf16 dot products)
+//   p[n, hp]       = online softmax step    softmax_columns (per column: a head)
+//   o[heads, L]    = o * corr + p^T @ rows  latent_sum (fp32 FMA over the rows' first L values)
+// hp = LatentHeadsPadded(heads): scores and p hold whole vectors of heads; the padded heads'
+// queries are zero and their columns are never read back into o.
+#pragma once
+
+#include <cstdint>
+
+namespace mlaserve {
+
+// Rows a kernel fetches into L2 while it computes, spread over its work (the next tile's rows,
+// whose latency the hardware prefetcher would not hide: a row is a short stream of ~18 lines).
+struct RowPrefetch {
+  const uint16_t* const* rows = nullptr;  // [count]
+  int64_t count = 0;
+  int64_t bytes = 0;  // of each row
+};
+
+inline constexpr int64_t LatentHeadsPadded(int64_t heads) { return (heads + 15) / 16 * 16; }
+// uint32 words of a packed query (latent_pack_query): every padded head's bf16 pairs.
+inline constexpr int64_t LatentQueryWords(int64_t heads, int64_t row_dim) {
+  return LatentHeadsPadded(heads) * row_dim / 2;
+}
+// The shapes the bf16 kernels take: row_dim whole quads of values (8-byte broadcasts), L whole
+// 32-value blocks.
+inline constexpr bool LatentShapeOk(int64_t row_dim, int64_t latent_dim) {
+  return row_dim % 4 == 0 && latent_dim % 32 == 0 && latent_dim <= row_dim;
+}
+
+// Packed query layout: for each group g of 16 heads and each quad d of dimensions [4d, 4d + 4),
+// two vectors of 16 uint32 words, v = 0 for heads 16g + [0, 8), v = 1 for 16g + [8, 16): word
+// 2j + e of vector v is the bf16 pair (dims 4d + 2e, 4d + 2e + 1) of head 16g + 8v + j (low half:
+// the even dimension). An 8-byte broadcast of a row's quad d then lines each head's two pairs up
+// with its two words, so one vdpbf16ps multiplies four dimensions of eight heads.
+inline constexpr int64_t LatentQueryIndex(int64_t row_dim, int64_t head, int64_t dim_pair) {
+  const int64_t g = head / 16, v = (head % 16) / 8, j = head % 8, d = dim_pair / 2, e = dim_pair % 2;
+  return ((g * (row_dim / 4) + d) * 2 + v) * 16 + 2 * j + e;
+}
+
+// The references: scalar, the order of the bf16 kernels' sums where it is fixed (latent_sum:
+// bit-equal; latent_scores: each head's two chains of pairs, as the kernel, within rounding of
+// how a vdpbf16ps adds its two products).
+void LatentPackQueryReference(const float* q, int64_t heads, int64_t row_dim, uint32_t* q_pack);
+void LatentScoresReference(const uint32_t* q_pack, int64_t hp, const uint16_t* const* rows, int64_t n,
+                           int64_t row_dim, float* scores);
+void LatentSumReference(const float* p, int64_t hp, int64_t heads, const float* corr, const uint16_t* const* rows,
+                        int64_t n, int64_t latent_dim, float* o, const RowPrefetch& next);
+
+namespace avx512bf16 {
+// The bf16 tables' kernels (latent_attention_avx512bf16.cc): only where CpuSupportsBf16Dot().
+void LatentPackQuery(const float* q, int64_t heads, int64_t row_dim, uint32_t* q_pack);
+void LatentScores(const uint32_t* q_pack, int64_t hp, const uint16_t* const* rows, int64_t n, int64_t row_dim,
+                  float* scores);
+void LatentSum(const float* p, int64_t hp, int64_t heads, const float* corr, const uint16_t* const* rows, int64_t n,
+               int64_t latent_dim, float* o, const RowPrefetch& next);
+}  // namespace avx512bf16
+
+}  // namespace mlaserve

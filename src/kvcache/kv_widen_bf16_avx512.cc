@@ -1,0 +1,85 @@
+// WidenKvRowsBf16 with AVX-512BW (kv_widen_bf16.h): 32 e4m3 codes at a time in integer lanes.
+// A code S EEEE MMM with E > 0 is 2^(E - 7) * (1 + M / 8): in bf16, sign S, exponent field
+// E + 120, mantissa M << 4, i.e. (code & 0x7F) << 4 plus 120 << 7 under the sign. E = 0 is
+// M * 2^-9 (zero for M = 0): eight bf16 values looked up with vpermw. 0x7F is NaN. A ds_mla
+// block's power-of-two scale 2^k adds k to the exponent field of every nonzero value.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "core/check.h"
+#include "kvcache/kv_widen_bf16.h"
+
+namespace mlaserve::avx512 {
+namespace {
+
+constexpr float kMinDsMlaScale = 0x1p-100f;  // as the reference
+
+// bf16 of M * 2^-9, M < 8 (the rest of the 32-entry table is never indexed).
+inline __m512i SubnormalTable() {
+  return _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+                          0x3C60, 0x3C40, 0x3C20, 0x3C00, 0x3BC0, 0x3B80, 0x3B00, 0x0000);
+}
+
+// `count` codes (the last vector masked) widened, each nonzero value's exponent raised by
+// exponent_add (0: no scale).
+void E4M3ToBf16(const uint8_t* codes, int count, int exponent_add, uint16_t* out) {
+  const __m512i table = SubnormalTable();
+  const __m512i magnitude_mask = _mm512_set1_epi16(0x7F), bias = _mm512_set1_epi16(120 << 7);
+  const __m512i sign_mask = _mm512_set1_epi16(int16_t(0x8000)), nan = _mm512_set1_epi16(0x7FC0);
+  const __m512i add = _mm512_set1_epi16(int16_t(exponent_add << 7));
+  for (int i = 0; i < count; i += 32) {
+    const __mmask32 m = count - i >= 32 ? ~__mmask32(0) : __mmask32((1u << (count - i)) - 1);
+    const __m512i x = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, codes + i));
+    const __m512i mag = _mm512_and_si512(x, magnitude_mask);
+    __m512i v = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), bias);
+    v = _mm512_mask_mov_epi16(v, _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8)), _mm512_permutexvar_epi16(mag, table));
+    const __mmask32 nonzero = _mm512_test_epi16_mask(mag, mag);
+    v = _mm512_mask_add_epi16(v, nonzero, v, add);
+    v = _mm512_mask_mov_epi16(v, _mm512_cmpeq_epi16_mask(mag, magnitude_mask), nan);
+    v = _mm512_or_si512(v, _mm512_and_si512(_mm512_slli_epi16(x, 8), sign_mask));
+    _mm512_mask_storeu_epi16(out + i, m, v);
+  }
+}
+
+}  // namespace
+
+void WidenKvRowsBf16(KvFormat format, const std::byte* src, int num_rows, size_t row_stride_bytes, int latent_dim,
+                     int rope_dim, uint16_t* out) {
+  MLA_CHECK(KvRowsWidenToBf16(format));
+  const KvRowLayout layout = KvRowLayoutFor(format, latent_dim, rope_dim);
+  const int row_dim = latent_dim + rope_dim;
+  for (int r = 0; r < num_rows; ++r) {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(src + size_t(r) * row_stride_bytes);
+    uint16_t* row = out + size_t(r) * size_t(row_dim);
+    switch (format) {
+      case KvFormat::kBF16:
+        std::memcpy(row, bytes, size_t(row_dim) * 2);
+        break;
+      case KvFormat::kFP8E4M3:
+        E4M3ToBf16(bytes, row_dim, 0, row);
+        break;
+      case KvFormat::kFP8DsMla:
+        for (int block = 0; block < layout.num_latent_scales; ++block) {
+          float scale;
+          std::memcpy(&scale, bytes + layout.scales_offset + 4 * size_t(block), sizeof scale);
+          const int start = block * layout.block_values;
+          const int count = std::min(start + layout.block_values, latent_dim) - start;
+          if (scale >= kMinDsMlaScale) {
+            // A power of two: its exponent field minus the bias is k.
+            E4M3ToBf16(bytes + start, count, int(std::bit_cast<uint32_t>(scale) >> 23) - 127, row + start);
+          } else {
+            for (int i = start; i < start + count; ++i) row[i] = uint16_t(bytes[i] & 0x80u) << 8;
+          }
+        }
+        std::memcpy(row + latent_dim, bytes + layout.rope_offset, size_t(rope_dim) * 2);
+        break;
+      default:
+        MLA_CHECK(false);
+    }
+  }
+}
+
+}  // namespace mlaserve::avx512

@@ -1,0 +1,185 @@
+// The heads-in-lanes decode attention kernels (kernels/latent_attention.h) against their plain
+// references: the bf16 tables' packed query bit for bit, scores within rounding of the order of a
+// vdpbf16ps's two products, weighted sums bit for bit; softmax_columns of every SIMD table
+// against the portable one (std::exp).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/float16.h"
+#include "kernels/kernels.h"
+#include "kernels/latent_attention.h"
+#include "support/kernel_tables.h"
+
+namespace mlaserve {
+namespace {
+
+// n rows of row_dim bf16 values in separate allocations with a gap between them (rows are read
+// through pointers, as cache pages are), and their pointers.
+struct Rows {
+  std::vector<std::vector<uint16_t>> storage;
+  std::vector<const uint16_t*> ptrs;
+};
+
+Rows RandomRows(int64_t n, int64_t row_dim, std::mt19937& rng) {
+  std::normal_distribution<float> normal;
+  Rows rows;
+  for (int64_t r = 0; r < n; ++r) {
+    std::vector<uint16_t> row(size_t(row_dim + 7));
+    for (uint16_t& v : row) v = F32ToBf16(normal(rng));
+    rows.storage.push_back(std::move(row));
+  }
+  for (const auto& row : rows.storage) rows.ptrs.push_back(row.data() + 3);  // 6 bytes in: unaligned
+  return rows;
+}
+
+std::vector<float> Random(size_t n, float sigma, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+const KernelSet* Bf16Table() { return CpuSupportsBf16Dot() ? Avx512Bf16Kernels(1) : nullptr; }
+
+// Heads counts: one group with padding, whole groups, a group and a half, DeepSeek-V3's 128.
+constexpr int64_t kHeadCounts[] = {1, 4, 8, 16, 24, 128};
+// (row_dim, latent_dim): the DeepSeek shape, the bundled model's, a small one.
+constexpr std::pair<int64_t, int64_t> kShapes[] = {{576, 512}, {160, 128}, {40, 32}};
+
+TEST(LatentAttention, PackedQueryIsTheReferenceLayout) {
+  const KernelSet* k = Bf16Table();
+  if (k == nullptr) GTEST_SKIP() << "this CPU lacks AVX512-BF16";
+  std::mt19937 rng(1);
+  for (int64_t heads : kHeadCounts) {
+    for (auto [row_dim, latent_dim] : kShapes) {
+      SCOPED_TRACE("heads " + std::to_string(heads) + " row_dim " + std::to_string(row_dim));
+      const std::vector<float> q = Random(size_t(heads * row_dim), 3.0f, rng);
+      std::vector<uint32_t> want(size_t(LatentQueryWords(heads, row_dim)), 7u), got(want.size(), 9u);
+      LatentPackQueryReference(q.data(), heads, row_dim, want.data());
+      k->latent_pack_query(q.data(), heads, row_dim, got.data());
+      ASSERT_EQ(got, want);
+    }
+  }
+}
+
+TEST(LatentAttention, ScoresMatchTheReference) {
+  const KernelSet* k = Bf16Table();
+  if (k == nullptr) GTEST_SKIP() << "this CPU lacks AVX512-BF16";
+  std::mt19937 rng(2);
+  for (int64_t heads : kHeadCounts) {
+    for (auto [row_dim, latent_dim] : kShapes) {
+      const std::vector<float> q = Random(size_t(heads * row_dim), 1.0f, rng);
+      std::vector<uint32_t> q_pack(size_t(LatentQueryWords(heads, row_dim)));
+      LatentPackQueryReference(q.data(), heads, row_dim, q_pack.data());
+      const int64_t hp = LatentHeadsPadded(heads);
+      for (int64_t n : {1, 5, 12, 13, 64}) {
+        SCOPED_TRACE("heads " + std::to_string(heads) + " row_dim " + std::to_string(row_dim) + " n " +
+                     std::to_string(n));
+        const Rows rows = RandomRows(n, row_dim, rng);
+        std::vector<float> want(size_t(n * hp)), got(size_t(n * hp), std::nanf(""));
+        LatentScoresReference(q_pack.data(), hp, rows.ptrs.data(), n, row_dim, want.data());
+        k->latent_scores(q_pack.data(), hp, rows.ptrs.data(), n, row_dim, got.data());
+        for (int64_t r = 0; r < n; ++r) {
+          for (int64_t h = 0; h < hp; ++h) {
+            // Rounding bound: every fp32 addition of a chain errs by at most an ulp of its
+            // running sum, itself at most the sum of |terms|.
+            double abs_terms = 0.0;
+            for (int64_t i = 0; i < row_dim && h < heads; ++i) {
+              abs_terms += std::fabs(double(Bf16ToF32(F32ToBf16(q[size_t(h * row_dim + i)]))) *
+                                     double(Bf16ToF32(rows.ptrs[size_t(r)][i])));
+            }
+            const float g = got[size_t(r * hp + h)], w = want[size_t(r * hp + h)];
+            if (h >= heads) {
+              ASSERT_EQ(g, 0.0f) << "padded head " << h;  // zero queries
+            } else {
+              ASSERT_NEAR(g, w, 1e-6 * abs_terms + 1e-30) << "row " << r << " head " << h;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(LatentAttention, WeightedSumIsTheReferenceBitForBit) {
+  const KernelSet* k = Bf16Table();
+  if (k == nullptr) GTEST_SKIP() << "this CPU lacks AVX512-BF16";
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (int64_t heads : kHeadCounts) {
+    for (auto [row_dim, latent_dim] : kShapes) {
+      const int64_t hp = LatentHeadsPadded(heads);
+      for (int64_t n : {1, 3, 17, 64}) {
+        SCOPED_TRACE("heads " + std::to_string(heads) + " latent " + std::to_string(latent_dim) + " n " +
+                     std::to_string(n));
+        const Rows rows = RandomRows(n, row_dim, rng);
+        std::vector<float> p(size_t(n * hp)), corr(static_cast<size_t>(hp));
+        for (float& x : p) x = unit(rng);
+        for (float& x : corr) x = unit(rng);
+        corr[0] = 0.0f;  // a first tile's correction
+        const std::vector<float> o = Random(size_t(heads * latent_dim), 2.0f, rng);
+        std::vector<float> want = o, got = o;
+        LatentSumReference(p.data(), hp, heads, corr.data(), rows.ptrs.data(), n, latent_dim, want.data(), {});
+        k->latent_sum(p.data(), hp, heads, corr.data(), rows.ptrs.data(), n, latent_dim, got.data(), {rows.ptrs.data(), n, 2 * row_dim});
+        ASSERT_EQ(got, want);
+      }
+    }
+  }
+}
+
+// Two tiles through softmax_columns, from the initial state (max -inf, sum 0): every SIMD table
+// against the portable reference, and the reference against its definition.
+TEST(LatentAttention, SoftmaxColumnsMatchesTheReference) {
+  std::mt19937 rng(4);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t hp : {16, 32}) {
+    for (int64_t n : {1, 7, 64}) {
+      SCOPED_TRACE("hp " + std::to_string(hp) + " n " + std::to_string(n));
+      const std::vector<float> tile0 = Random(size_t(n * hp), 20.0f, rng), tile1 = Random(size_t(n * hp), 20.0f, rng);
+      const float scale = 0.125f;
+      // The reference's own definition, per column, in double.
+      std::vector<float> ref0 = tile0, ref1 = tile1;
+      std::vector<float> ref_max(size_t(hp), -inf), ref_sum(size_t(hp), 0.0f), ref_corr(static_cast<size_t>(hp));
+      const KernelSet& portable = PortableKernels();
+      portable.softmax_columns(ref0.data(), n, hp, scale, ref_max.data(), ref_sum.data(), ref_corr.data());
+      for (float c : ref_corr) ASSERT_EQ(c, 0.0f);
+      portable.softmax_columns(ref1.data(), n, hp, scale, ref_max.data(), ref_sum.data(), ref_corr.data());
+      for (int64_t h = 0; h < hp; ++h) {
+        double m = -INFINITY;
+        for (int64_t r = 0; r < n; ++r) {
+          m = std::max({m, double(tile0[size_t(r * hp + h)] * scale), double(tile1[size_t(r * hp + h)] * scale)});
+        }
+        double sum = 0.0;
+        for (int64_t r = 0; r < n; ++r) {
+          sum += std::exp(double(tile0[size_t(r * hp + h)] * scale) - m) +
+                 std::exp(double(tile1[size_t(r * hp + h)] * scale) - m);
+          EXPECT_NEAR(ref1[size_t(r * hp + h)], std::exp(double(tile1[size_t(r * hp + h)] * scale) - m), 1e-6);
+        }
+        EXPECT_EQ(ref_max[size_t(h)], float(m));
+        EXPECT_NEAR(ref_sum[size_t(h)], sum, 1e-5 * sum);
+      }
+      for (const KernelSet* k : testing::SimdKernelTables()) {
+        SCOPED_TRACE(k->name);
+        std::vector<float> got0 = tile0, got1 = tile1;
+        std::vector<float> max(size_t(hp), -inf), sum(size_t(hp), 0.0f), corr(static_cast<size_t>(hp));
+        k->softmax_columns(got0.data(), n, hp, scale, max.data(), sum.data(), corr.data());
+        for (float c : corr) ASSERT_LT(c, 1e-37f);  // e^-87, the clamp, where std::exp gives 0
+        k->softmax_columns(got1.data(), n, hp, scale, max.data(), sum.data(), corr.data());
+        for (size_t i = 0; i < got1.size(); ++i) ASSERT_NEAR(got1[i], ref1[i], 1e-6f * ref1[i] + 1e-37f) << i;
+        for (int64_t h = 0; h < hp; ++h) {
+          ASSERT_EQ(max[size_t(h)], ref_max[size_t(h)]);
+          ASSERT_NEAR(sum[size_t(h)], ref_sum[size_t(h)], 1e-6f * float(2 * n) * ref_sum[size_t(h)]);
+          ASSERT_NEAR(corr[size_t(h)], ref_corr[size_t(h)], 1e-6f * ref_corr[size_t(h)] + 1e-37f);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mlaserve
