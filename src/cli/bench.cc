@@ -199,9 +199,9 @@ void PrintAttentionShare(const ForwardTimings& timings, double decode_s) {
 // Attention over the KV cache in the decode steps (ForwardTimings::attention_core_ns) against its
 // own bound at the mean context: max(the cache bytes `sequences` steps read / the read bandwidth,
 // the absorbed form's FLOPs over the peaks its products run at). Scores (over L + R per head and
-// position) take the bf16 dot-product peak where AttendLatentRows multiplies the rows in bf16
-// (LatentRowsInBf16: bf16 or exactly widened fp8 rows, a table that multiplies the heads in
-// bf16), else the FMA peak; the weighted sum (over L) is fp32 FMA (latent_sum / gemm_f32).
+// position) and the weighted sum (over L) take the bf16 dot-product peak where AttendLatentRows
+// multiplies in bf16 (LatentRowsInBf16: bf16 or exactly widened fp8 rows, a table that
+// multiplies the heads in bf16: latent_scores, latent_sum), else the FMA peak (gemm_f32).
 void PrintAttentionBound(const ForwardTimings& timings, int steps, int sequences, double mean_context,
                          const LoadedModel& loaded, const Peaks& peaks) {
   const ModelConfig& c = loaded.model->config();
@@ -212,18 +212,17 @@ void PrintAttentionBound(const ForwardTimings& timings, int steps, int sequences
   const double per_position = double(c.num_hidden_layers) * c.num_attention_heads;
   const double score_flops = positions * per_position * 2.0 * c.kv_cache_dim();
   const double sum_flops = positions * per_position * 2.0 * c.kv_lora_rank;
-  const bool bf16_scores = peaks.bf16 && KvRowsWidenToBf16(loaded.kv_cache.kv_format) && k.latent_scores != nullptr &&
+  const bool bf16_products = peaks.bf16 && KvRowsWidenToBf16(loaded.kv_cache.kv_format) && k.latent_scores != nullptr &&
                            k.bf16_min_tokens > 0 && c.num_attention_heads >= k.bf16_min_tokens &&
                            LatentShapeOk(c.kv_cache_dim(), c.kv_lora_rank);
-  const double score_peak = bf16_scores ? peaks.bf16->all_threads_flops : peaks.fp32.all_threads_flops;
+  const double peak = bf16_products ? peaks.bf16->all_threads_flops : peaks.fp32.all_threads_flops;
   const double memory_s = bytes / peaks.read_bandwidth;
-  const double compute_s = score_flops / score_peak + sum_flops / peaks.fp32.all_threads_flops;
+  const double compute_s = (score_flops + sum_flops) / peak;
   const double bound_s = std::max(memory_s, compute_s);
   std::printf("decode attention over the KV cache: %.2f ms/step; bound max(%.2f ms reading %.1f MB at %.2f GB/s, "
-              "%.2f ms computing %.2f GFLOP, scores at the %s peak and sums at the FMA peak) = %.2f ms; "
-              "%.3g%% of it\n",
+              "%.2f ms computing %.2f GFLOP at the %s peak) = %.2f ms; %.3g%% of it\n",
               1000.0 * step_s, 1000.0 * memory_s, bytes / 1e6, peaks.read_bandwidth / 1e9, 1000.0 * compute_s,
-              (score_flops + sum_flops) / 1e9, bf16_scores ? "bf16 dot-product" : "FMA", 1000.0 * bound_s,
+              (score_flops + sum_flops) / 1e9, bf16_products ? "bf16 dot-product" : "FMA", 1000.0 * bound_s,
               100.0 * bound_s / step_s);
 }
 

@@ -84,8 +84,8 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
                                const std::optional<FmaPeak>& bf16, std::mt19937& rng) {
   std::printf("\ndecode attention: one token over a %d-position context of a layer (%d + %d values a row, %d-row "
               "pages; %d layers in turn, from memory), its %d-position splits taken by the threads as the model "
-              "takes them, then the merge; per layer: GFLOP/s, share of the bound at the threads' peaks (scores at "
-              "the peak of the product they take, sums at the FMA peak)\n",
+              "takes them, then the merge; per layer: GFLOP/s, share of the bound at the threads' peak of the "
+              "products taken (bf16 dot products, else FMA)\n",
               kContext, kLatent, kRope, kPageSize, kLayers, kKvSplitRows);
   std::printf("%-16s %-11s %6s %8s %9s %9s %9s %8s\n", "kernels", "kv format", "heads", "threads", "ms", "GFLOP/s",
               "KV GB/s", "of bound");
@@ -133,9 +133,9 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
             }
           }) / kLayers;
           const double score_flops = 2.0 * heads * kContext * kRowDim, sum_flops = 2.0 * heads * kContext * kLatent;
-          const FmaPeak& score_peak = LatentRowsInBf16(*k, rows, shape) && bf16 ? *bf16 : fma;
+          const FmaPeak& peak = LatentRowsInBf16(*k, rows, shape) && bf16 ? *bf16 : fma;
           auto flops = [&](const FmaPeak& p) { return all_threads ? p.all_threads_flops : p.one_thread_flops; };
-          const double bound_s = score_flops / flops(score_peak) + sum_flops / flops(fma);
+          const double bound_s = (score_flops + sum_flops) / flops(peak);
           std::printf("%-16s %-11s %6d %8d %9.3f %9.1f %9.2f %7.0f%%\n", k->name, KvFormatName(format), heads,
                       all_threads ? pool.num_threads() : 1, s * 1e3, (score_flops + sum_flops) / s / 1e9,
                       double(rows.row_bytes()) * kContext / s / 1e9, 100.0 * bound_s / s);
@@ -182,9 +182,9 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
   const double score_flops = 2.0 * kHeads * kKvTileRows * kRowDim, sum_flops = 2.0 * kHeads * kKvTileRows * kLatent;
   std::printf("%s kernels alone, %d heads, one %d-row tile in cache: latent_pack_query %.2f us; latent_scores %.2f us "
               "(%.0f%% of the bf16 dot-product peak); softmax_columns %.2f us; latent_sum %.2f us (%.0f%% of the "
-              "FMA peak)\n",
+              "bf16 dot-product peak)\n",
               k.name, kHeads, kKvTileRows, pack_s * 1e6, scores_s * 1e6, 100.0 * score_flops / scores_s / bf16->one_thread_flops,
-              softmax_s * 1e6, sum_s * 1e6, 100.0 * sum_flops / sum_s / fma.one_thread_flops);
+              softmax_s * 1e6, sum_s * 1e6, 100.0 * sum_flops / sum_s / bf16->one_thread_flops);
 }
 
 }  // namespace mlaserve::cli

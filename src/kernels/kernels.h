@@ -100,9 +100,10 @@ struct KernelSet {
   // in fp32 in a fixed order of dimensions (a score depends on its query and row alone).
   void (*latent_scores)(const uint32_t* q_pack, int64_t hp, const uint16_t* const* rows, int64_t n, int64_t row_dim,
                         float* scores) = nullptr;
-  // o[h * latent_dim + c] = o[...] * corr[h] + sum_r p[r * hp + h] * rows[r][c] for h < heads,
-  // c < latent_dim: fp32 fused multiply-adds, r in order (bit-equal to LatentSumReference).
-  // Fetches `next`'s rows into L2 meanwhile.
+  // o[h * latent_dim + c] = o[...] * corr[h] + sum_r bf16(p[r * hp + h]) * rows[r][c] for
+  // h < heads, c < latent_dim, n <= kLatentSumMaxRows, hp <= kLatentSumMaxHeads: the
+  // probabilities rounded to bf16 (nearest even), each pair of rows (2i, 2i + 1) one vdpbf16ps,
+  // pairs in order into fp32. Fetches `next`'s rows into L2 meanwhile.
   void (*latent_sum)(const float* p, int64_t hp, int64_t heads, const float* corr, const uint16_t* const* rows,
                      int64_t n, int64_t latent_dim, float* o, const RowPrefetch& next) = nullptr;
 

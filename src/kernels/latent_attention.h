@@ -6,7 +6,8 @@
 // One tile of n cache rows (n <= kKvTileRows) for every head of one query token:
 //   scores[n, hp]  = rows @ q^T             latent_scores (bf16 x bf16 dot products)
 //   p[n, hp]       = online softmax step    softmax_columns (per column: a head)
-//   o[heads, L]    = o * corr + p^T @ rows  latent_sum (fp32 FMA over the rows' first L values)
+//   o[heads, L]    = o * corr + p^T @ rows  latent_sum (p rounded to bf16; bf16 x bf16 products
+//                                           of row pairs, fp32 sums, over the rows' first L values)
 // hp = LatentHeadsPadded(heads): scores and p hold whole vectors of heads; the padded heads'
 // queries are zero and their columns are never read back into o.
 #pragma once
@@ -22,6 +23,10 @@ struct RowPrefetch {
   int64_t count = 0;
   int64_t bytes = 0;  // of each row
 };
+
+// latent_sum's limits: a tile's rows, and padded heads (MLA models have up to 128).
+inline constexpr int64_t kLatentSumMaxRows = 64;
+inline constexpr int64_t kLatentSumMaxHeads = 256;
 
 inline constexpr int64_t LatentHeadsPadded(int64_t heads) { return (heads + 15) / 16 * 16; }
 // uint32 words of a packed query (latent_pack_query): every padded head's bf16 pairs.
@@ -44,9 +49,9 @@ inline constexpr int64_t LatentQueryIndex(int64_t row_dim, int64_t head, int64_t
   return ((g * (row_dim / 4) + d) * 2 + v) * 16 + 2 * j + e;
 }
 
-// The references: scalar, the order of the bf16 kernels' sums where it is fixed (latent_sum:
-// bit-equal; latent_scores: each head's two chains of pairs, as the kernel, within rounding of
-// how a vdpbf16ps adds its two products).
+// The references: scalar, in the order of the bf16 kernels' sums (latent_scores: each head's two
+// chains of pairs; latent_sum: row pairs in order), equal to the kernels within the rounding of
+// how a vdpbf16ps adds its two products to its accumulator.
 void LatentPackQueryReference(const float* q, int64_t heads, int64_t row_dim, uint32_t* q_pack);
 void LatentScoresReference(const uint32_t* q_pack, int64_t hp, const uint16_t* const* rows, int64_t n,
                            int64_t row_dim, float* scores);

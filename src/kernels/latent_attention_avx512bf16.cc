@@ -7,9 +7,11 @@
 // vdpbf16ps, so a block of kScoreRows rows keeps 2 x kScoreRows accumulators in registers while
 // the query streams from L1 once per block. Each head's score is its two lanes' chains added.
 //
-// Weighted sum: per 32-value block of the latent and block of up to eight heads, 2 x 8
-// accumulators (the block's even and odd values: a row's 32 bf16 widen with one shift and one
-// mask, no shuffle) run over every row of the tile, each probability broadcast from memory.
+// Weighted sum: the probabilities rounded to bf16 in pairs of rows; per 32-value block of the
+// latent and block of up to eight heads, 2 x 8 accumulators run over the tile's row pairs, the
+// two rows' values interleaved into pairs by vpunpck{l,h}wd (which permutes the columns, undone
+// when the accumulators are stored), each head's probability pair broadcast: one vdpbf16ps adds
+// two rows' products to 16 values.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/check.h"
 #include "kernels/latent_attention.h"
 
 namespace mlaserve::avx512bf16 {
@@ -74,41 +77,49 @@ inline void ScoreBlock(const uint32_t* qg, int64_t quads, const uint16_t* const*
   }
 }
 
-// H heads (h0...) x the 32 values [c0, c0 + 32) of o over n rows.
+// The 32 values [c0, c0 + 32) of two rows interleaved by vpunpck{l,h}wd, as (row a, row b) pairs:
+// the low vector holds columns c0 + {0-3, 8-11, 16-19, 24-27}, the high one c0 + {4-7, 12-15,
+// 20-23, 28-31}. Index vectors moving o's 32 values into that order and back:
+inline __m512i ToLowColumns() { return _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27); }
+inline __m512i ToHighColumns() { return _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31); }
+inline __m512i FromColumnsFirst() { return _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23); }
+inline __m512i FromColumnsSecond() {
+  return _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+}
+
+// H heads (h0...) x the 32 values [c0, c0 + 32) of o over `pairs` row pairs: pp[i * hp + h] is
+// head h's probabilities of rows 2i and 2i + 1 in bf16 (low half: row 2i); row_a[i], row_b[i]
+// the pair's rows.
 template <int H>
-inline void SumBlock(const float* p, int64_t hp, int64_t h0, const float* corr, const uint16_t* const* rows,
-                     int64_t n, int64_t c0, int64_t latent_dim, float* o) {
-  const __m512i even = EvenLanes(), odd = OddLanes();
-  __m512 acc_even[H], acc_odd[H];
+inline void SumBlock(const uint32_t* pp, int64_t hp, int64_t h0, const float* corr, const uint16_t* const* row_a,
+                     const uint16_t* const* row_b, int64_t pairs, int64_t c0, int64_t latent_dim, float* o) {
+  __m512 acc_lo[H], acc_hi[H];
+  const __m512i to_lo = ToLowColumns(), to_hi = ToHighColumns();
 #pragma GCC unroll 8
   for (int j = 0; j < H; ++j) {
     const float* oh = o + (h0 + j) * latent_dim + c0;
-    const __m512 lo = _mm512_loadu_ps(oh), hi = _mm512_loadu_ps(oh + 16);
+    const __m512 first = _mm512_loadu_ps(oh), second = _mm512_loadu_ps(oh + 16);
     const __m512 c = _mm512_set1_ps(corr[h0 + j]);
-    acc_even[j] = _mm512_mul_ps(_mm512_permutex2var_ps(lo, even, hi), c);
-    acc_odd[j] = _mm512_mul_ps(_mm512_permutex2var_ps(lo, odd, hi), c);
+    acc_lo[j] = _mm512_mul_ps(_mm512_permutex2var_ps(first, to_lo, second), c);
+    acc_hi[j] = _mm512_mul_ps(_mm512_permutex2var_ps(first, to_hi, second), c);
   }
-  const __m512i high_half = _mm512_set1_epi32(int32_t(0xFFFF0000u));
-  for (int64_t r = 0; r < n; ++r) {
-    // Word 2i of the 32 values is value 2i: the low half of 32-bit lane i. Shifted up, it is
-    // that value as fp32; the high half masked is value 2i + 1.
-    const __m512i v = _mm512_loadu_si512(rows[r] + c0);
-    const __m512 ev = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-    const __m512 od = _mm512_castsi512_ps(_mm512_and_si512(v, high_half));
-    const float* pr = p + r * hp + h0;
+  for (int64_t i = 0; i < pairs; ++i) {
+    const __m512i a = _mm512_loadu_si512(row_a[i] + c0), b = _mm512_loadu_si512(row_b[i] + c0);
+    const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(a, b), hi = (__m512bh)_mm512_unpackhi_epi16(a, b);
+    const uint32_t* pi = pp + i * hp + h0;
 #pragma GCC unroll 8
     for (int j = 0; j < H; ++j) {
-      const __m512 w = _mm512_set1_ps(pr[j]);
-      acc_even[j] = _mm512_fmadd_ps(w, ev, acc_even[j]);
-      acc_odd[j] = _mm512_fmadd_ps(w, od, acc_odd[j]);
+      const __m512bh w = (__m512bh)_mm512_set1_epi32(int32_t(pi[j]));
+      acc_lo[j] = _mm512_dpbf16_ps(acc_lo[j], lo, w);
+      acc_hi[j] = _mm512_dpbf16_ps(acc_hi[j], hi, w);
     }
   }
-  const __m512i low_interleave = LowInterleave(), high_interleave = HighInterleave();
+  const __m512i first_idx = FromColumnsFirst(), second_idx = FromColumnsSecond();
 #pragma GCC unroll 8
   for (int j = 0; j < H; ++j) {
     float* oh = o + (h0 + j) * latent_dim + c0;
-    _mm512_storeu_ps(oh, _mm512_permutex2var_ps(acc_even[j], low_interleave, acc_odd[j]));
-    _mm512_storeu_ps(oh + 16, _mm512_permutex2var_ps(acc_even[j], high_interleave, acc_odd[j]));
+    _mm512_storeu_ps(oh, _mm512_permutex2var_ps(acc_lo[j], first_idx, acc_hi[j]));
+    _mm512_storeu_ps(oh + 16, _mm512_permutex2var_ps(acc_lo[j], second_idx, acc_hi[j]));
   }
 }
 
@@ -154,6 +165,26 @@ void LatentScores(const uint32_t* q_pack, int64_t hp, const uint16_t* const* row
 
 void LatentSum(const float* p, int64_t hp, int64_t heads, const float* corr, const uint16_t* const* rows, int64_t n,
                int64_t latent_dim, float* o, const RowPrefetch& next) {
+  MLA_CHECK(n <= kLatentSumMaxRows && hp <= kLatentSumMaxHeads);
+  // The probabilities as bf16 pairs of rows, per head (an odd n's last pair: its only row, with
+  // probability 0 the second time).
+  alignas(64) uint32_t pp[kLatentSumMaxRows / 2 * kLatentSumMaxHeads];
+  const uint16_t* row_a[kLatentSumMaxRows / 2];
+  const uint16_t* row_b[kLatentSumMaxRows / 2];
+  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                              6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const int64_t pairs = (n + 1) / 2;
+  for (int64_t i = 0; i < pairs; ++i) {
+    const int64_t ra = 2 * i, rb = ra + 1 < n ? ra + 1 : ra;
+    row_a[i] = rows[ra];
+    row_b[i] = rows[rb];
+    for (int64_t h = 0; h < hp; h += 16) {
+      const __m512 pa = _mm512_loadu_ps(p + ra * hp + h);
+      const __m512 pb = rb != ra ? _mm512_loadu_ps(p + rb * hp + h) : _mm512_setzero_ps();
+      const __m512i words = (__m512i)_mm512_cvtne2ps_pbh(pb, pa);  // 0-15: row a, 16-31: row b
+      _mm512_store_si512(pp + i * hp + h, _mm512_permutexvar_epi16(interleave, words));
+    }
+  }
   // The next rows' lines, an even share before each block.
   const int64_t lines_per_row = (next.bytes + 63) / 64, lines = next.count * lines_per_row;
   const int64_t blocks = latent_dim / 32 * ((heads + kSumHeads - 1) / kSumHeads);
@@ -165,7 +196,7 @@ void LatentSum(const float* p, int64_t hp, int64_t heads, const float* corr, con
         _mm_prefetch(row + (line % lines_per_row) * 64, _MM_HINT_T1);
       }
       WithCount<kSumHeads>(std::min<int64_t>(kSumHeads, heads - h0), [&](auto count) {
-        SumBlock<decltype(count)::value>(p, hp, h0, corr, rows, n, c0, latent_dim, o);
+        SumBlock<decltype(count)::value>(pp, hp, h0, corr, row_a, row_b, pairs, c0, latent_dim, o);
       });
     }
   }

@@ -2,7 +2,6 @@
 // element by element.
 #include "kernels/latent_attention.h"
 
-#include <cmath>
 
 #include "core/float16.h"
 
@@ -40,10 +39,15 @@ void LatentScoresReference(const uint32_t* q_pack, int64_t hp, const uint16_t* c
 
 void LatentSumReference(const float* p, int64_t hp, int64_t heads, const float* corr, const uint16_t* const* rows,
                         int64_t n, int64_t latent_dim, float* o, const RowPrefetch&) {
+  auto prob = [&](int64_t r, int64_t h) { return Bf16ToF32(F32ToBf16(p[r * hp + h])); };
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t c = 0; c < latent_dim; ++c) {
       float acc = o[h * latent_dim + c] * corr[h];
-      for (int64_t r = 0; r < n; ++r) acc = std::fma(p[r * hp + h], Bf16ToF32(rows[r][c]), acc);
+      for (int64_t r = 0; r < n; r += 2) {
+        // The pair's two products are exact in fp32.
+        const float second = r + 1 < n ? prob(r + 1, h) * Bf16ToF32(rows[r + 1][c]) : 0.0f;
+        acc += prob(r, h) * Bf16ToF32(rows[r][c]) + second;
+      }
       o[h * latent_dim + c] = acc;
     }
   }

@@ -51,8 +51,8 @@ struct LatentScratch {
 };
 
 // Whether AttendLatentRows multiplies `kv`'s rows as bf16 through the table's heads-in-lanes
-// kernels (KernelSet::latent_*: bf16 scores, fp32 sums; kernels/latent_attention.h): rows whose
-// values are bf16 numbers (bf16 as stored; fp8_e4m3 and fp8_ds_mla widened exactly,
+// kernels (KernelSet::latent_*: the query and the probabilities rounded to bf16, bf16 x bf16
+// products, fp32 sums; kernels/latent_attention.h): rows whose values are bf16 numbers (bf16 as stored; fp8_e4m3 and fp8_ds_mla widened exactly,
 // kvcache/kv_widen_bf16.h) and a table that multiplies the model's heads in bf16. Else rows are
 // dequantized to an fp32 tile and multiplied in fp32 (gemm_f32).
 bool LatentRowsInBf16(const KernelSet& k, const KvHostRows& kv, const LatentAttentionShape& shape);
