@@ -23,24 +23,34 @@ inline __m512i SubnormalTable() {
                           0x3C60, 0x3C40, 0x3C20, 0x3C00, 0x3BC0, 0x3B80, 0x3B00, 0x0000);
 }
 
-// `count` codes (the last vector masked) widened, each nonzero value's exponent raised by
-// exponent_add (0: no scale).
+// 32 codes widened (their 16-bit lanes in x), each nonzero value's exponent raised by the
+// shifted exponent_add (kScaled).
+template <bool kScaled>
+inline __m512i WidenVector(__m512i x, __m512i add) {
+  const __m512i magnitude_mask = _mm512_set1_epi16(0x7F);
+  const __m512i mag = _mm512_and_si512(x, magnitude_mask);
+  __m512i v = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi16(120 << 7));
+  v = _mm512_mask_mov_epi16(v, _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8)),
+                            _mm512_permutexvar_epi16(mag, SubnormalTable()));
+  if constexpr (kScaled) v = _mm512_mask_add_epi16(v, _mm512_test_epi16_mask(mag, mag), v, add);
+  v = _mm512_mask_mov_epi16(v, _mm512_cmpeq_epi16_mask(mag, magnitude_mask), _mm512_set1_epi16(0x7FC0));
+  return _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(x, 8), _mm512_set1_epi16(int16_t(0x8000)), 0xF8);  // v | (x<<8 & sign)
+}
+
+// `count` codes (whole vectors, then the last one masked), each nonzero value's exponent raised
+// by exponent_add (kScaled).
+template <bool kScaled>
 void E4M3ToBf16(const uint8_t* codes, int count, int exponent_add, uint16_t* out) {
-  const __m512i table = SubnormalTable();
-  const __m512i magnitude_mask = _mm512_set1_epi16(0x7F), bias = _mm512_set1_epi16(120 << 7);
-  const __m512i sign_mask = _mm512_set1_epi16(int16_t(0x8000)), nan = _mm512_set1_epi16(0x7FC0);
   const __m512i add = _mm512_set1_epi16(int16_t(exponent_add << 7));
-  for (int i = 0; i < count; i += 32) {
-    const __mmask32 m = count - i >= 32 ? ~__mmask32(0) : __mmask32((1u << (count - i)) - 1);
+  int i = 0;
+  for (; i + 32 <= count; i += 32) {
+    const __m512i x = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i)));
+    _mm512_storeu_si512(out + i, WidenVector<kScaled>(x, add));
+  }
+  if (i < count) {
+    const __mmask32 m = __mmask32((1u << (count - i)) - 1);
     const __m512i x = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, codes + i));
-    const __m512i mag = _mm512_and_si512(x, magnitude_mask);
-    __m512i v = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), bias);
-    v = _mm512_mask_mov_epi16(v, _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8)), _mm512_permutexvar_epi16(mag, table));
-    const __mmask32 nonzero = _mm512_test_epi16_mask(mag, mag);
-    v = _mm512_mask_add_epi16(v, nonzero, v, add);
-    v = _mm512_mask_mov_epi16(v, _mm512_cmpeq_epi16_mask(mag, magnitude_mask), nan);
-    v = _mm512_or_si512(v, _mm512_and_si512(_mm512_slli_epi16(x, 8), sign_mask));
-    _mm512_mask_storeu_epi16(out + i, m, v);
+    _mm512_mask_storeu_epi16(out + i, m, WidenVector<kScaled>(x, add));
   }
 }
 
@@ -59,7 +69,7 @@ void WidenKvRowsBf16(KvFormat format, const std::byte* src, int num_rows, size_t
         std::memcpy(row, bytes, size_t(row_dim) * 2);
         break;
       case KvFormat::kFP8E4M3:
-        E4M3ToBf16(bytes, row_dim, 0, row);
+        E4M3ToBf16<false>(bytes, row_dim, 0, row);
         break;
       case KvFormat::kFP8DsMla:
         for (int block = 0; block < layout.num_latent_scales; ++block) {
@@ -69,7 +79,7 @@ void WidenKvRowsBf16(KvFormat format, const std::byte* src, int num_rows, size_t
           const int count = std::min(start + layout.block_values, latent_dim) - start;
           if (scale >= kMinDsMlaScale) {
             // A power of two: its exponent field minus the bias is k.
-            E4M3ToBf16(bytes + start, count, int(std::bit_cast<uint32_t>(scale) >> 23) - 127, row + start);
+            E4M3ToBf16<true>(bytes + start, count, int(std::bit_cast<uint32_t>(scale) >> 23) - 127, row + start);
           } else {
             for (int i = start; i < start + count; ++i) row[i] = uint16_t(bytes[i] & 0x80u) << 8;
           }
