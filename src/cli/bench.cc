@@ -214,7 +214,7 @@ void PrintAttentionBound(const ForwardTimings& timings, int steps, int sequences
   const double sum_flops = positions * per_position * 2.0 * c.kv_lora_rank;
   const bool bf16_products = peaks.bf16 && KvRowsWidenToBf16(loaded.kv_cache.kv_format) && k.latent_scores != nullptr &&
                            k.bf16_min_tokens > 0 && c.num_attention_heads >= k.bf16_min_tokens &&
-                           LatentShapeOk(c.kv_cache_dim(), c.kv_lora_rank);
+                           LatentShapeOk(c.kv_cache_dim(), c.kv_lora_rank, c.num_attention_heads);
   const double peak = bf16_products ? peaks.bf16->all_threads_flops : peaks.fp32.all_threads_flops;
   const double memory_s = bytes / peaks.read_bandwidth;
   const double compute_s = (score_flops + sum_flops) / peak;

@@ -1,7 +1,7 @@
-// bench-kernels' decode attention table: one thread, one query token's absorbed attention over
-// one layer's long context (AttendLatentRows over every split of it, as the model runs it), per
-// kernel table, KV format and head count, against the one-thread compute bound of its products;
-// then each heads-in-lanes kernel alone on one tile that stays in L1/L2.
+// bench-kernels' decode attention table: one query token's absorbed attention over a layer's long
+// context (AttendLatentRows over every split of it, as the model runs it), per kernel table, KV
+// format and head count, on one thread and on the pool, against the compute bound of its products
+// at the threads' peak; then each heads-in-lanes kernel alone on one tile that stays in L1/L2.
 #include "cli/bench_decode_attention.h"
 
 #include <algorithm>

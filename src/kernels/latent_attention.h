@@ -24,19 +24,22 @@ struct RowPrefetch {
   int64_t bytes = 0;  // of each row
 };
 
-// latent_sum's limits: a tile's rows, and padded heads (MLA models have up to 128).
+// The kernels' limits: latent_sum's rows (a tile) and padded heads (MLA models have up to 128),
+// latent_pack_query's row length (stack scratch).
 inline constexpr int64_t kLatentSumMaxRows = 64;
 inline constexpr int64_t kLatentSumMaxHeads = 256;
+inline constexpr int64_t kLatentMaxRowDim = 4096;
 
 inline constexpr int64_t LatentHeadsPadded(int64_t heads) { return (heads + 15) / 16 * 16; }
 // uint32 words of a packed query (latent_pack_query): every padded head's bf16 pairs.
 inline constexpr int64_t LatentQueryWords(int64_t heads, int64_t row_dim) {
   return LatentHeadsPadded(heads) * row_dim / 2;
 }
-// The shapes the bf16 kernels take: row_dim whole quads of values (8-byte broadcasts), L whole
-// 32-value blocks.
-inline constexpr bool LatentShapeOk(int64_t row_dim, int64_t latent_dim) {
-  return row_dim % 4 == 0 && latent_dim % 32 == 0 && latent_dim <= row_dim;
+// The shapes the bf16 kernels take: row_dim whole quads of values (8-byte broadcasts) up to
+// kLatentMaxRowDim, L whole 32-value blocks, at most kLatentSumMaxHeads heads once padded.
+inline constexpr bool LatentShapeOk(int64_t row_dim, int64_t latent_dim, int64_t heads) {
+  return row_dim % 4 == 0 && row_dim <= kLatentMaxRowDim && latent_dim % 32 == 0 && latent_dim <= row_dim &&
+         (heads + 15) / 16 * 16 <= kLatentSumMaxHeads;
 }
 
 // Packed query layout: for each group g of 16 heads and each quad d of dimensions [4d, 4d + 4),

@@ -1,6 +1,6 @@
-// The bf16 tables' decode attention kernels (latent_attention.h): scores as bf16 x bf16 dot
-// products with the heads in vector lanes, the weighted sum as fp32 FMAs over the rows widened as
-// they are read. Compiled with -mavx512bf16: nothing here may run unless CpuSupportsBf16Dot().
+// The bf16 tables' decode attention kernels (latent_attention.h): scores and the weighted sum as
+// bf16 x bf16 dot products with the heads in vector lanes, accumulated in fp32. Compiled with
+// -mavx512bf16: nothing here may run unless CpuSupportsBf16Dot().
 //
 // Scores: a packed query vector holds four dimensions of eight heads (latent_attention.h); one
 // 8-byte broadcast of a row's quad multiplies two such vectors (sixteen heads) with two
@@ -127,7 +127,8 @@ inline void SumBlock(const uint32_t* pp, int64_t hp, int64_t h0, const float* co
 
 void LatentPackQuery(const float* q, int64_t heads, int64_t row_dim, uint32_t* q_pack) {
   const int64_t hp = LatentHeadsPadded(heads), quads = row_dim / 4;
-  alignas(64) uint64_t words[1024];  // one head's quads: row_dim <= 4096
+  MLA_CHECK(row_dim <= kLatentMaxRowDim);
+  alignas(64) uint64_t words[kLatentMaxRowDim / 4];  // one head's quads
   for (int64_t h = 0; h < hp; ++h) {
     if (h < heads) {
       const float* qh = q + h * row_dim;
@@ -145,7 +146,9 @@ void LatentPackQuery(const float* q, int64_t heads, int64_t row_dim, uint32_t* q
     }
     // Quad d of head h: qword j of vector v of (group, d).
     const int64_t g = h / 16, v = (h % 16) / 8, j = h % 8;
-    auto* dst = reinterpret_cast<uint64_t*>(q_pack) + (g * quads * 2 + v) * 8 + j;
+    // (The words may live in float storage, as the model's scratch: stored as may_alias words.)
+    using Word = uint64_t __attribute__((may_alias));
+    auto* dst = reinterpret_cast<Word*>(q_pack) + (g * quads * 2 + v) * 8 + j;
     for (int64_t d = 0; d < quads; ++d) dst[d * 16] = words[d];
   }
 }

@@ -3,8 +3,6 @@
 // (flash-decoding, mla_decode_attention.h), then the splits merged in order.
 #include "model/mla_decode_attention.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -23,6 +21,8 @@ namespace {
 // past its last full vector one at a time); fewer heads take a dot product per (row, head).
 constexpr int kGemmScoreMinHeads = 16;
 
+static_assert(kKvTileRows <= kLatentSumMaxRows, "latent_sum takes a tile at a time");
+
 // Heads in lanes over bf16 rows (KernelSet::latent_*, kernels/latent_attention.h): bf16 pages
 // are read where they are stored; fp8 ones are widened exactly into the tile first (a tile in
 // cache, never the context), their tensor scale applied to the scores and the output instead.
@@ -34,6 +34,8 @@ void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::sp
   const int64_t hp = LatentHeadsPadded(heads);
   const bool in_place = kv.format() == KvFormat::kBF16;
   const float value_scale = KvWidenedScale(kv.format(), kv.tensor_scale(layer));
+  // Float scratch used as words (written by may_alias stores, memcpy and intrinsics; nothing on
+  // this path reads either buffer as float).
   auto* q_pack = reinterpret_cast<uint32_t*>(scratch.q_t);
   auto* tile = reinterpret_cast<uint16_t*>(scratch.tile);  // [kKvTileRows, row_dim] widened rows
   float* run_max = scratch.stats;
@@ -56,7 +58,7 @@ void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::sp
   // The first tile: fetched while the query is packed.
   for (int r = 0; r < n; ++r) {
     const auto* row = reinterpret_cast<const char*>(stored[0][r]);
-    for (int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T1);
+    for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b, 0, 2);  // into L2
   }
   k.latent_pack_query(q_lat, heads, row_dim, q_pack);
   for (int p0 = begin, t = 0; p0 < end; t ^= 1) {
@@ -94,7 +96,7 @@ void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::sp
 bool LatentRowsInBf16(const KernelSet& k, const KvHostRows& kv, const LatentAttentionShape& shape) {
   const int heads = shape.model_heads > 0 ? shape.model_heads : shape.heads;
   return k.latent_scores != nullptr && k.bf16_min_tokens > 0 && heads >= k.bf16_min_tokens &&
-         KvRowsWidenToBf16(kv.format()) && LatentShapeOk(shape.row_dim(), shape.latent_dim);
+         KvRowsWidenToBf16(kv.format()) && LatentShapeOk(shape.row_dim(), shape.latent_dim, heads);
 }
 
 void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages,
