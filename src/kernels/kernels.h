@@ -82,6 +82,9 @@ struct KernelSet {
   // (simd_elementwise_impl.h ExpF32), the same for every element (the tail padded), and they sum
   // lane-wise, then across lanes.
   float (*exp_sum)(float* x, int64_t n, float shift);
+  // x[i] *= scale for i < n, in place; returns the largest result (-inf for n = 0). Each element
+  // is one fp32 multiply and the maximum is exact, so every table gives the same values.
+  float (*scale_max)(float* x, int64_t n, float scale);
   // One online-softmax step over a tile of scores with a column per head (the absorbed decode's
   // layout, kernels/latent_attention.h): s[r * hp + h], r < n, h < hp (a multiple of 16). Per
   // column: m = max(run_max[h], max_r s[r][h] * scale); corr[h] = e^(run_max[h] - m);

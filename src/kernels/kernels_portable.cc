@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kernels/kernels.h"
 #include "kernels/ops.h"
@@ -80,6 +81,12 @@ void GemmF32(const float* x, int64_t ldx, const float* b, int64_t ldb, float* y,
   }
 }
 
+float ScaleMax(float* x, int64_t n, float scale) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i] *= scale);
+  return m;
+}
+
 // The reference of KernelSet::softmax_columns: std::exp, each column's rows in order.
 void SoftmaxColumns(float* s, int64_t n, int64_t hp, float scale, float* run_max, float* run_sum, float* corr) {
   for (int64_t h = 0; h < hp; ++h) {
@@ -131,7 +138,7 @@ void AddRmsNorm(float* x, const float* add, const float* weight, int64_t dim, do
 const KernelSet& PortableKernels() {
   static const KernelSet kSet{KernelIsa::kPortable, "portable", MatMulRows, MatMulPanels, AxpyRow,
                               DotF32, AxpyF32, FmaChains, PackActivations, MatMulPanelsPacked,
-                              RmsNorm, AddRmsNorm, SiluMul, GemmF32, ExpSum, SoftmaxColumns};
+                              RmsNorm, AddRmsNorm, SiluMul, GemmF32, ExpSum, ScaleMax, SoftmaxColumns};
   return kSet;
 }
 

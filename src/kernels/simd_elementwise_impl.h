@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #ifndef MLASERVE_SIMD_NS
 #error "define MLASERVE_SIMD_NS before including simd_elementwise_impl.h"
@@ -113,6 +114,32 @@ inline float ExpSum(float* x, int64_t n, float shift) {
     acc = V::Add(acc, V::LoadF32(tail));
   }
   return V::Sum(acc);
+}
+
+// KernelSet::scale_max: four vectors of running maxima, the tail in scalar code.
+template <class V>
+inline float ScaleMax(float* x, int64_t n, float scale) {
+  const typename V::Reg sc = V::Broadcast(scale), lowest = V::Broadcast(-std::numeric_limits<float>::infinity());
+  typename V::Reg m0 = lowest, m1 = lowest;
+  int64_t i = 0;
+  for (; i + 2 * V::kLanes <= n; i += 2 * V::kLanes) {
+    const typename V::Reg a = V::Mul(V::LoadF32(x + i), sc), b = V::Mul(V::LoadF32(x + i + V::kLanes), sc);
+    V::StoreF32(x + i, a);
+    V::StoreF32(x + i + V::kLanes, b);
+    m0 = V::Max(m0, a);
+    m1 = V::Max(m1, b);
+  }
+  for (; i + V::kLanes <= n; i += V::kLanes) {
+    const typename V::Reg a = V::Mul(V::LoadF32(x + i), sc);
+    V::StoreF32(x + i, a);
+    m0 = V::Max(m0, a);
+  }
+  alignas(64) float lanes[V::kLanes];
+  V::StoreF32(lanes, V::Max(m0, m1));
+  float m = -std::numeric_limits<float>::infinity();
+  for (float v : lanes) m = std::max(m, v);
+  for (; i < n; ++i) m = std::max(m, x[i] *= scale);
+  return m;
 }
 
 // KernelSet::softmax_columns: a vector of columns (heads) at a time, the rows in order.

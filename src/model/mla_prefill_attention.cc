@@ -125,11 +125,7 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
             float* state = ws.mha_state.data() + ((int64_t(first_token) + q0 + qi) * heads + h) * 2;
             // Causal: this query sees keys at positions <= its own.
             const int visible = std::clamp(first_position + qi + 1 - c0, 0, keys_needed);
-            float block_max = -std::numeric_limits<float>::infinity();
-            for (int j = 0; j < visible; ++j) {
-              s[j] *= scale;
-              block_max = std::max(block_max, s[j]);
-            }
+            const float block_max = k.scale_max(s, visible, scale);
             std::fill(s + visible, s + rows, 0.0f);  // p @ values sums over every row of the block
             if (visible == 0) continue;
             const float new_max = std::max(state[0], block_max);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -144,6 +145,27 @@ TEST(ElementwiseKernels, SimdExpSumMatchesReference) {
     EXPECT_FLOAT_EQ(x[0], 1.0f);
     EXPECT_LT(x[1], 1e-37f);
     EXPECT_NEAR(sum, 1.0f, 1e-6f);
+  }
+}
+
+// scale_max: every SIMD table gives the portable one's values and maximum bit for bit (one
+// multiply per element, an exact maximum), at every length (vector body and scalar tail).
+TEST(ElementwiseKernels, SimdScaleMaxIsTheReference) {
+  std::mt19937 rng(6);
+  if (testing::SimdKernelTables().empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
+  for (const KernelSet* k : testing::SimdKernelTables()) {
+    SCOPED_TRACE(k->name);
+    for (int64_t n : {0, 1, 7, 16, 31, 32, 33, 64, 100}) {
+      const std::vector<float> x = Random(size_t(n), 10.0f, rng);
+      std::vector<float> ref = x, out = x;
+      const float ref_max = PortableKernels().scale_max(ref.data(), n, 0.088f);
+      const float got_max = k->scale_max(out.data(), n, 0.088f);
+      ASSERT_EQ(out, ref) << n;
+      ASSERT_EQ(got_max, ref_max) << n;
+      if (n == 0) {
+        EXPECT_EQ(ref_max, -std::numeric_limits<float>::infinity());
+      }
+    }
   }
 }
 
