@@ -23,10 +23,9 @@
 #include "dist/mpi_group.h"
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
-#include "kernels/latent_attention.h"
 #include "kvcache/kv_format.h"
-#include "kvcache/kv_widen_bf16.h"
 #include "kvcache/sequence_kv.h"
+#include "model/mla_decode_attention.h"
 
 namespace mlaserve::cli {
 namespace {
@@ -205,16 +204,15 @@ void PrintAttentionShare(const ForwardTimings& timings, double decode_s) {
 void PrintAttentionBound(const ForwardTimings& timings, int steps, int sequences, double mean_context,
                          const LoadedModel& loaded, const Peaks& peaks) {
   const ModelConfig& c = loaded.model->config();
-  const KernelSet& k = *loaded.kernels;
   const double step_s = double(timings.attention_core_ns) / 1e9 / steps;
   const double positions = double(sequences) * mean_context;
   const double bytes = positions * double(KvBytesPerPosition(loaded));
   const double per_position = double(c.num_hidden_layers) * c.num_attention_heads;
   const double score_flops = positions * per_position * 2.0 * c.kv_cache_dim();
   const double sum_flops = positions * per_position * 2.0 * c.kv_lora_rank;
-  const bool bf16_products = peaks.bf16 && KvRowsWidenToBf16(loaded.kv_cache.kv_format) && k.latent_scores != nullptr &&
-                           k.bf16_min_tokens > 0 && c.num_attention_heads >= k.bf16_min_tokens &&
-                           LatentShapeOk(c.kv_cache_dim(), c.kv_lora_rank, c.num_attention_heads);
+  const LatentAttentionShape shape{.heads = c.num_attention_heads, .latent_dim = c.kv_lora_rank,
+                                   .rope_dim = c.qk_rope_head_dim, .gemm_scores = false};
+  const bool bf16_products = peaks.bf16 && LatentRowsInBf16(*loaded.kernels, loaded.kv_cache.kv_format, shape);
   const double peak = bf16_products ? peaks.bf16->all_threads_flops : peaks.fp32.all_threads_flops;
   const double memory_s = bytes / peaks.read_bandwidth;
   const double compute_s = (score_flops + sum_flops) / peak;

@@ -6,12 +6,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <limits>
 #include <numeric>
 #include <vector>
 
+#include "cli/best_seconds.h"
 #include "kernels/latent_attention.h"
 #include "kvcache/kv_storage.h"
 #include "model/mla_decode_attention.h"
@@ -19,24 +19,11 @@
 namespace mlaserve::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 constexpr int kLatent = 512, kRope = 64, kRowDim = kLatent + kRope;
 constexpr int kContext = 4096, kPageSize = 16;
 // Layers of the cache, each attended once per round in turn: 37 MB of bf16 rows, more than the
 // last-level cache, so that rows come from memory as a model's do.
 constexpr int kLayers = 8;
-
-template <class Fn>
-double BestOf(int repeats, Fn&& fn) {
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = Clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
-}
 
 // kLayers layers of kContext random rows in `format`, pages in order.
 struct Cache {
@@ -110,7 +97,7 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
                              scratch[size_t(thread)].view(), split_o.data() + size_t(split) * heads * kLatent,
                              split_stats.data() + size_t(split) * heads * 2);
           };
-          const double s = BestOf(3, [&] {
+          const double s = BestSeconds(3, [&] {
             for (int layer = 0; layer < kLayers; ++layer) {
               if (all_threads) {
                 std::atomic<int> next{0};
@@ -133,7 +120,7 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
             }
           }) / kLayers;
           const double score_flops = 2.0 * heads * kContext * kRowDim, sum_flops = 2.0 * heads * kContext * kLatent;
-          const FmaPeak& peak = LatentRowsInBf16(*k, rows, shape) && bf16 ? *bf16 : fma;
+          const FmaPeak& peak = LatentRowsInBf16(*k, format, shape) && bf16 ? *bf16 : fma;
           auto flops = [&](const FmaPeak& p) { return all_threads ? p.all_threads_flops : p.one_thread_flops; };
           const double bound_s = (score_flops + sum_flops) / flops(peak);
           std::printf("%-16s %-11s %6d %8d %9.3f %9.1f %9.2f %7.0f%%\n", k->name, KvFormatName(format), heads,
@@ -160,14 +147,14 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
   std::vector<uint32_t> q_pack(size_t(LatentQueryWords(kHeads, kRowDim)));
   std::vector<float> run_max(kHp), run_sum(kHp), corr(kHp, 1.0f), saved(scores.size());
   k.latent_pack_query(q.data(), kHeads, kRowDim, q_pack.data());
-  const double pack_s = BestOf(5, [&] {
+  const double pack_s = BestSeconds(5, [&] {
     for (int i = 0; i < kCalls; ++i) k.latent_pack_query(q.data(), kHeads, kRowDim, q_pack.data());
   }) / kCalls;
-  const double scores_s = BestOf(5, [&] {
+  const double scores_s = BestSeconds(5, [&] {
     for (int i = 0; i < kCalls; ++i) k.latent_scores(q_pack.data(), kHp, row_ptrs.data(), kKvTileRows, kRowDim, scores.data());
   }) / kCalls;
   saved = scores;
-  const double softmax_s = BestOf(5, [&] {
+  const double softmax_s = BestSeconds(5, [&] {
     for (int i = 0; i < kCalls; ++i) {
       std::fill(run_max.begin(), run_max.end(), -std::numeric_limits<float>::infinity());
       std::fill(run_sum.begin(), run_sum.end(), 0.0f);
@@ -176,7 +163,7 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
     }
   }) / kCalls;
   std::fill(corr.begin(), corr.end(), 1.0f);
-  const double sum_s = BestOf(5, [&] {
+  const double sum_s = BestSeconds(5, [&] {
     for (int i = 0; i < kCalls; ++i) k.latent_sum(scores.data(), kHp, kHeads, corr.data(), row_ptrs.data(), kKvTileRows, kLatent, o.data(), {});
   }) / kCalls;
   const double score_flops = 2.0 * kHeads * kKvTileRows * kRowDim, sum_flops = 2.0 * kHeads * kKvTileRows * kLatent;

@@ -5,7 +5,6 @@
 // per cache format, scalar against SIMD. The figures the kernel notes in docs/benchmarks.md
 // quote come from here.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "cli/bench_decode_attention.h"
+#include "cli/best_seconds.h"
 #include "cli/commands.h"
 #include "cli/fma_peak.h"
 #include "cli/read_bandwidth.h"
@@ -28,8 +28,6 @@
 
 namespace mlaserve::cli {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 enum class Format { kBf16, kFp8Block, kInt4G32 };
 constexpr Format kFormats[] = {Format::kBf16, Format::kFp8Block, Format::kInt4G32};
@@ -94,18 +92,6 @@ PackedMatrix RandomPacked(Format f, int64_t rows, int64_t cols, std::mt19937& rn
   auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(m.packed_bytes.data()) + 63) & ~uintptr_t(63));
   m.packed = PackPanels(w, aligned, pool);
   return m;
-}
-
-// Best of `repeats` timings of fn(), in seconds.
-template <class Fn>
-double BestSeconds(int repeats, Fn&& fn) {
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = Clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
 }
 
 // The KV row codecs, one thread, DeepSeek's 512 + 64 row: a cache of kKvRows rows (a few MB, as

@@ -145,7 +145,6 @@ inline bool SharePackedActivations(const WeightMatrix& a, const WeightMatrix& b)
   return a.format == b.format && a.dtype == b.dtype && Bf16DotMultiplies(a) == Bf16DotMultiplies(b);
 }
 
-
 // Packed activations: column blocks of kGemmColumns (the activations' [n, kGemmColumns] block
 // stays in L2 while every output row passes), each holding the token tiles of kGemmTileTokens
 // column-major: xp[((block * tiles + tile) * kGemmColumns + column in block) * kGemmTileTokens +

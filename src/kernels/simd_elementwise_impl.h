@@ -116,7 +116,7 @@ inline float ExpSum(float* x, int64_t n, float shift) {
   return V::Sum(acc);
 }
 
-// KernelSet::scale_max: four vectors of running maxima, the tail in scalar code.
+// KernelSet::scale_max: two vectors of running maxima, the tail in scalar code.
 template <class V>
 inline float ScaleMax(float* x, int64_t n, float scale) {
   const typename V::Reg sc = V::Broadcast(scale), lowest = V::Broadcast(-std::numeric_limits<float>::infinity());

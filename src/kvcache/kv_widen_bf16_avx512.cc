@@ -5,17 +5,13 @@
 // block's power-of-two scale 2^k adds k to the exponent field of every nonzero value.
 #include <immintrin.h>
 
-#include <algorithm>
 #include <bit>
-#include <cstring>
 
-#include "core/check.h"
 #include "kvcache/kv_widen_bf16.h"
+#include "kvcache/kv_widen_bf16_rows.h"
 
 namespace mlaserve::avx512 {
 namespace {
-
-constexpr float kMinDsMlaScale = 0x1p-100f;  // as the reference
 
 // bf16 of M * 2^-9, M < 8 (the rest of the 32-entry table is never indexed).
 inline __m512i SubnormalTable() {
@@ -54,42 +50,19 @@ void E4M3ToBf16(const uint8_t* codes, int count, int exponent_add, uint16_t* out
   }
 }
 
+// A scale 2^k adds k to every nonzero value's exponent field (its exponent field minus the bias).
+struct Avx512Parts {
+  static void E4M3(const uint8_t* codes, int count, float scale, uint16_t* out) {
+    if (scale == 1.0f) return E4M3ToBf16<false>(codes, count, 0, out);
+    E4M3ToBf16<true>(codes, count, int(std::bit_cast<uint32_t>(scale) >> 23) - 127, out);
+  }
+};
+
 }  // namespace
 
 void WidenKvRowsBf16(KvFormat format, const std::byte* src, int num_rows, size_t row_stride_bytes, int latent_dim,
                      int rope_dim, uint16_t* out) {
-  MLA_CHECK(KvRowsWidenToBf16(format));
-  const KvRowLayout layout = KvRowLayoutFor(format, latent_dim, rope_dim);
-  const int row_dim = latent_dim + rope_dim;
-  for (int r = 0; r < num_rows; ++r) {
-    const auto* bytes = reinterpret_cast<const uint8_t*>(src + size_t(r) * row_stride_bytes);
-    uint16_t* row = out + size_t(r) * size_t(row_dim);
-    switch (format) {
-      case KvFormat::kBF16:
-        std::memcpy(row, bytes, size_t(row_dim) * 2);
-        break;
-      case KvFormat::kFP8E4M3:
-        E4M3ToBf16<false>(bytes, row_dim, 0, row);
-        break;
-      case KvFormat::kFP8DsMla:
-        for (int block = 0; block < layout.num_latent_scales; ++block) {
-          float scale;
-          std::memcpy(&scale, bytes + layout.scales_offset + 4 * size_t(block), sizeof scale);
-          const int start = block * layout.block_values;
-          const int count = std::min(start + layout.block_values, latent_dim) - start;
-          if (scale >= kMinDsMlaScale) {
-            // A power of two: its exponent field minus the bias is k.
-            E4M3ToBf16<true>(bytes + start, count, int(std::bit_cast<uint32_t>(scale) >> 23) - 127, row + start);
-          } else {
-            for (int i = start; i < start + count; ++i) row[i] = uint16_t(bytes[i] & 0x80u) << 8;
-          }
-        }
-        std::memcpy(row + latent_dim, bytes + layout.rope_offset, size_t(rope_dim) * 2);
-        break;
-      default:
-        MLA_CHECK(false);
-    }
-  }
+  kv_widen::WidenRowsWith<Avx512Parts>(format, src, num_rows, row_stride_bytes, latent_dim, rope_dim, out);
 }
 
 }  // namespace mlaserve::avx512

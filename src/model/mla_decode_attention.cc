@@ -47,7 +47,8 @@ void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::sp
   // Where a tile's rows are stored, for this tile and the next (which latent_sum fetches into L2
   // as it computes), and the bf16 rows the kernels read: the stored ones, or the tile's.
   const uint16_t* stored[2][kKvTileRows];
-  const uint16_t* rows[kKvTileRows];
+  const uint16_t* tile_rows[kKvTileRows];
+  for (int r = 0; r < kKvTileRows; ++r) tile_rows[r] = tile + int64_t(r) * row_dim;
   const int64_t row_bytes = int64_t(kv.row_bytes());
   auto point = [&](int p0, const uint16_t** out) {
     const int n = std::min(kKvTileRows, end - p0);
@@ -64,17 +65,15 @@ void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::sp
   for (int p0 = begin, t = 0; p0 < end; t ^= 1) {
     // Tiles as AttendLatentRows's: kKvTileRows positions from a multiple of it.
     const int next_n = p0 + n < end ? point(p0 + n, stored[t ^ 1]) : 0;
-    if (in_place) {
-      std::copy(stored[t], stored[t] + n, rows);
-    } else {
+    if (!in_place) {
       for (int r = 0, count = 0; r < n; r += count) {  // page by page
         const int p = p0 + r;
         count = std::min(n - r, (p / kv.page_size() + 1) * kv.page_size() - p);
         WidenKvRowsBf16(kv.format(), reinterpret_cast<const std::byte*>(stored[t][r]), count, kv.row_bytes(), L,
                         shape.rope_dim, tile + int64_t(r) * row_dim);
       }
-      for (int r = 0; r < n; ++r) rows[r] = tile + int64_t(r) * row_dim;
     }
+    const uint16_t* const* rows = in_place ? stored[t] : tile_rows;
     k.latent_scores(q_pack, hp, rows, n, row_dim, scratch.scores);
     k.softmax_columns(scratch.scores, n, hp, scale * value_scale, run_max, run_sum, corr);
     k.latent_sum(scratch.scores, hp, heads, corr, rows, n, L, o,
@@ -93,16 +92,16 @@ void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::sp
 
 }  // namespace
 
-bool LatentRowsInBf16(const KernelSet& k, const KvHostRows& kv, const LatentAttentionShape& shape) {
+bool LatentRowsInBf16(const KernelSet& k, KvFormat format, const LatentAttentionShape& shape) {
   const int heads = shape.model_heads > 0 ? shape.model_heads : shape.heads;
   return k.latent_scores != nullptr && k.bf16_min_tokens > 0 && heads >= k.bf16_min_tokens &&
-         KvRowsWidenToBf16(kv.format()) && LatentShapeOk(shape.row_dim(), shape.latent_dim, heads);
+         KvRowsWidenToBf16(format) && LatentShapeOk(shape.row_dim(), shape.latent_dim, heads);
 }
 
 void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages,
                       int begin, int end, const LatentAttentionShape& shape, const float* q_lat, float scale,
                       const LatentScratch& scratch, float* o, float* max_sum) {
-  if (LatentRowsInBf16(k, kv, shape)) {
+  if (LatentRowsInBf16(k, kv.format(), shape)) {
     return AttendBf16Rows(k, kv, layer, pages, begin, end, shape, q_lat, scale, scratch, o, max_sum);
   }
   const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();

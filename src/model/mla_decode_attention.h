@@ -50,12 +50,13 @@ struct LatentScratch {
   float* stats;   // [3, ScoreColumns(heads)] bf16 rows: running max, running sum, correction
 };
 
-// Whether AttendLatentRows multiplies `kv`'s rows as bf16 through the table's heads-in-lanes
-// kernels (KernelSet::latent_*: the query and the probabilities rounded to bf16, bf16 x bf16
-// products, fp32 sums; kernels/latent_attention.h): rows whose values are bf16 numbers (bf16 as stored; fp8_e4m3 and fp8_ds_mla widened exactly,
-// kvcache/kv_widen_bf16.h) and a table that multiplies the model's heads in bf16. Else rows are
+// Whether AttendLatentRows multiplies rows stored in `format` as bf16 through the table's
+// heads-in-lanes kernels (KernelSet::latent_*: the query and the probabilities rounded to bf16,
+// bf16 x bf16 products, fp32 sums; kernels/latent_attention.h): rows whose values are bf16
+// numbers (bf16 as stored; fp8_e4m3 and fp8_ds_mla widened exactly, kvcache/kv_widen_bf16.h), a
+// shape the kernels take, and a table that multiplies the model's heads in bf16. Else rows are
 // dequantized to an fp32 tile and multiplied in fp32 (gemm_f32).
-bool LatentRowsInBf16(const KernelSet& k, const KvHostRows& kv, const LatentAttentionShape& shape);
+bool LatentRowsInBf16(const KernelSet& k, KvFormat format, const LatentAttentionShape& shape);
 
 // One token's partial attention over cache rows [begin, end) of `layer`, every head at once:
 // rows are dequantized a tile at a time (kKvTileRows positions, read page by page) and each tile

@@ -115,7 +115,7 @@ TEST_P(KvSplits, MergeToTheUnsplitSoftmax) {
                        " context " + std::to_string(context));
           const RandomCache cache = FillCache(format, page_size, context, shape, rng);
           const KvHostRows rows = cache.storage->HostRows();
-          const bool bf16_queries = LatentRowsInBf16(*k, rows, shape);
+          const bool bf16_queries = LatentRowsInBf16(*k, format, shape);
           const std::vector<double> expected =
               ReferenceAttention(rows, cache.pages, context, shape, bf16_queries ? q_bf16 : q_lat, scale);
           // The bf16 kernels also round each probability to bf16 (relative error <= 2^-9), so an
