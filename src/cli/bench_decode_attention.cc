@@ -14,6 +14,7 @@
 #include "cli/best_seconds.h"
 #include "kernels/latent_attention.h"
 #include "kvcache/kv_storage.h"
+#include "kvcache/kv_widen_bf16.h"
 #include "model/mla_decode_attention.h"
 
 namespace mlaserve::cli {
@@ -172,6 +173,26 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
               "bf16 dot-product peak)\n",
               k.name, kHeads, kKvTileRows, pack_s * 1e6, scores_s * 1e6, 100.0 * score_flops / scores_s / bf16->one_thread_flops,
               softmax_s * 1e6, sum_s * 1e6, 100.0 * sum_flops / sum_s / bf16->one_thread_flops);
+
+  // The widening of a 64-row tile into bf16 (WidenKvRowsBf16, what fp8 pages cost before the
+  // kernels above), per format, rows in cache.
+  std::printf("WidenKvRowsBf16, one %d-row tile in cache:", kKvTileRows);
+  std::vector<float> values(kRowDim);
+  for (KvFormat format : {KvFormat::kBF16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla}) {
+    const size_t row_bytes = KvRowBytes(format, kLatent, kRope);
+    std::vector<std::byte> rows(row_bytes * kKvTileRows);
+    for (int r = 0; r < kKvTileRows; ++r) {
+      for (float& x : values) x = normal(rng);
+      QuantizeKvRow(format, values.data(), kLatent, kRope, 1.0f, rows.data() + size_t(r) * row_bytes);
+    }
+    const double widen_s = BestSeconds(5, [&] {
+      for (int i = 0; i < kCalls; ++i) {
+        WidenKvRowsBf16(format, rows.data(), kKvTileRows, row_bytes, kLatent, kRope, tile.data());
+      }
+    }) / kCalls;
+    std::printf(" %s %.2f us;", KvFormatName(format), widen_s * 1e6);
+  }
+  std::printf("\n");
 }
 
 }  // namespace mlaserve::cli
