@@ -219,6 +219,11 @@ int RunBenchKernels(Args& args) {
       if (args.WasGiven(other)) args.Reject(std::string("--") + other + " has no effect with --choice-only");
     }
   }
+  if (attention_only) {
+    for (const char* other : {"stream-mb", "choice-only"}) {
+      if (args.WasGiven(other)) args.Reject(std::string("--") + other + " has no effect with --attention-only");
+    }
+  }
   if (auto exit_code = args.Finish()) return *exit_code;
   if (choice_only) {
     PrintKernelChoice();

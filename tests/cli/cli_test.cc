@@ -214,6 +214,20 @@ TEST(Cli, BenchKernelsTimesEveryWeightFormat) {
     }
     EXPECT_NE(r.out.find("chosen from these: avx512"), std::string::npos) << r.out;
   }
+  // The decode attention table: a row per KV format it times, and the bf16 kernels alone.
+  const size_t attention = r.out.find("decode attention: one token over");
+  ASSERT_NE(attention, std::string::npos) << r.out;
+  for (const char* format : {"bf16", "fp8_ds_mla", "fp8_e4m3"}) {
+    EXPECT_NE(r.out.find(std::string(" ") + format + " ", attention), std::string::npos) << format << "\n" << r.out;
+  }
+  if (CpuSupportsBf16Dot()) {
+    EXPECT_NE(r.out.find("kernels alone, 16 heads", attention), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("WidenKvRowsBf16, one 64-row tile in cache: bf16 ", attention), std::string::npos) << r.out;
+  }
+  // --attention-only times that table alone: a flag of the others is refused, not ignored.
+  r = RunMlaserve("bench-kernels --attention-only --stream-mb 8");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--stream-mb has no effect with --attention-only"), std::string::npos) << r.err;
   // --choice-only times only the choice: the flags of the other tables are refused, not ignored.
   r = RunMlaserve("bench-kernels --choice-only --stream-mb 8");
   EXPECT_EQ(r.exit_code, 2);
