@@ -217,7 +217,7 @@ void PrintAttentionBound(const ForwardTimings& timings, int steps, int sequences
   const double memory_s = bytes / peaks.read_bandwidth;
   const double compute_s = (score_flops + sum_flops) / peak;
   const double bound_s = std::max(memory_s, compute_s);
-  std::printf("decode attention over the KV cache: %.2f ms/step; bound max(%.2f ms reading %.1f MB at %.2f GB/s, "
+  std::printf("decode attention over the KV cache: %.3g ms/step; bound max(%.2f ms reading %.1f MB at %.2f GB/s, "
               "%.2f ms computing %.2f GFLOP at the %s peak) = %.2f ms; %.3g%% of it\n",
               1000.0 * step_s, 1000.0 * memory_s, bytes / 1e6, peaks.read_bandwidth / 1e9, 1000.0 * compute_s,
               (score_flops + sum_flops) / 1e9, bf16_products ? "bf16 dot-product" : "FMA", 1000.0 * bound_s,

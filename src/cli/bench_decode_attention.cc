@@ -1,6 +1,6 @@
 // bench-kernels' decode attention table: one query token's absorbed attention over a layer's long
-// context (AttendLatentRows over every split of it, as the model runs it), per kernel table, KV
-// format and head count, on one thread and on the pool, against the compute bound of its products
+// context (its splits in work items as the model makes them: AttendLatentSplits), per kernel
+// table, KV format and head count, on one thread and on the pool, against the compute bound of its products
 // at the threads' peak; then each heads-in-lanes kernel alone on one tile that stays in L1/L2.
 #include "cli/bench_decode_attention.h"
 
@@ -51,7 +51,7 @@ Cache RandomCache(KvFormat format, std::mt19937& rng) {
   return cache;
 }
 
-// The per-thread scratch AttendLatentRows takes (workspace.cc's sizes for `heads`).
+// The per-thread scratch AttendLatentSplits takes (workspace.cc's sizes for `heads`).
 struct Scratch {
   explicit Scratch(int heads)
       : tile(size_t(kKvTileRows) * kRowDim),
@@ -71,8 +71,8 @@ struct Scratch {
 void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, ThreadPool& pool, const FmaPeak& fma,
                                const std::optional<FmaPeak>& bf16, std::mt19937& rng) {
   std::printf("\ndecode attention: one token over a %d-position context of a layer (%d + %d values a row, %d-row "
-              "pages; %d layers in turn, from memory), its %d-position splits taken by the threads as the model "
-              "takes them, then the merge; per layer: GFLOP/s, share of the bound at the threads' peak of the "
+              "pages; %d layers in turn, from memory), its %d-position splits in work items of "
+              "SplitsPerItem splits taken by the threads as the model takes them, then the merge; per layer: GFLOP/s, share of the bound at the threads' peak of the "
               "products taken (bf16 dot products, else FMA)\n",
               kContext, kLatent, kRope, kPageSize, kLayers, kKvSplitRows);
   std::printf("%-16s %-11s %6s %8s %9s %9s %9s %8s\n", "kernels", "kv format", "heads", "threads", "ms", "GFLOP/s",
@@ -92,18 +92,22 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
       std::vector<float> out(size_t(heads) * kLatent);
       for (const KernelSet* k : tables) {
         for (bool all_threads : {false, true}) {
-          auto attend = [&](int layer, int split, int thread) {
-            AttendLatentRows(*k, rows, layer, cache.pages, split * kKvSplitRows,
-                             std::min(kContext, (split + 1) * kKvSplitRows), shape, q.data(), 0.07f,
-                             scratch[size_t(thread)].view(), split_o.data() + size_t(split) * heads * kLatent,
-                             split_stats.data() + size_t(split) * heads * 2);
+          // Items of `group` splits (the last one fewer), as the model makes them.
+          const int group = SplitsPerItem(splits, all_threads ? pool.num_threads() : 1);
+          const int items = (splits + group - 1) / group;
+          auto attend = [&](int layer, int item, int thread) {
+            const int first = item * group;
+            AttendLatentSplits(*k, rows, layer, cache.pages, kContext, first, std::min(group, splits - first), shape,
+                               q.data(), 0.07f, scratch[size_t(thread)].view(),
+                               split_o.data() + size_t(first) * heads * kLatent,
+                               split_stats.data() + size_t(first) * heads * 2);
           };
           const double s = BestSeconds(3, [&] {
             for (int layer = 0; layer < kLayers; ++layer) {
               if (all_threads) {
                 std::atomic<int> next{0};
                 pool.RunOnAll([&](int thread) {
-                  for (int i = next.fetch_add(1); i < splits; i = next.fetch_add(1)) attend(layer, i, thread);
+                  for (int i = next.fetch_add(1); i < items; i = next.fetch_add(1)) attend(layer, i, thread);
                 });
                 pool.ParallelFor(heads, 1, [&](int64_t begin, int64_t end) {
                   for (int64_t h = begin; h < end; ++h) {
@@ -112,7 +116,7 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
                   }
                 });
               } else {
-                for (int sp = 0; sp < splits; ++sp) attend(layer, sp, 0);
+                for (int i = 0; i < items; ++i) attend(layer, i, 0);
                 for (int h = 0; h < heads; ++h) {
                   MergeLatentSplits(*k, shape, h, splits, split_o.data(), split_stats.data(),
                                     out.data() + size_t(h) * kLatent);

@@ -11,7 +11,7 @@
 
 namespace mlaserve::cli {
 
-// AttendLatentRows over a 4K context of a layer per table in `tables`, KV format (bf16,
+// AttendLatentSplits over a 4K context of a layer per table in `tables`, KV format (bf16,
 // fp8_ds_mla, fp8_e4m3) and head count (16, 128), on one thread and on the pool, against the
 // bound at the peaks fma and bf16 (none where the CPU lacks AVX512-BF16); then the
 // heads-in-lanes kernels alone on one tile, where a table in `tables` has them.

@@ -262,24 +262,33 @@ int RunBenchKernels(Args& args) {
   }
   PrintKernelChoice();
 
-  // Decode: one token through enough 2048 x 2048 matrices that nothing stays cached.
+  // Decode: a few tokens through enough 2048 x 2048 matrices that nothing stays cached. One token
+  // is batch-1 decode; 3 and 6 are what a routed expert of the reference shape (64 experts, top-6)
+  // gets on average at 32 and 64 requests decoding together (k N / E).
   constexpr int64_t kSide = 2048;
   const int num_matrices = std::max(1, int((int64_t(stream_mb) << 20) / (kSide * kSide * 2)));
-  std::printf("\none token, %d matrices of %lld x %lld streamed from memory, all threads:\n", num_matrices,
-              static_cast<long long>(kSide), static_cast<long long>(kSide));
-  std::printf("%-10s %10s %10s %10s %8s\n", "format", "MB", "ms", "GB/s", "of peak");
+  const int stream_tokens[] = {1, 3, 6};
+  std::printf("\n1, 3 and 6 tokens, %d matrices of %lld x %lld streamed from memory, all threads (%s): GB/s of "
+              "weights, share of the read bandwidth\n", num_matrices, static_cast<long long>(kSide),
+              static_cast<long long>(kSide), (*kernels)->name);
+  std::printf("%-10s %8s", "format", "MB");
+  for (int n : stream_tokens) std::printf(" %15s", ("n=" + std::to_string(n)).c_str());
+  std::printf("\n");
   {
-    std::vector<float> x(kSide, 0.01f), y(kSide);
+    std::vector<float> x(kSide * 6, 0.01f), y(kSide * 6);
     for (Format f : kFormats) {
       std::vector<PackedMatrix> ms;
       for (int i = 0; i < num_matrices; ++i) ms.push_back(RandomPacked(f, kSide, kSide, rng, pool));
       size_t bytes = 0;
       for (const PackedMatrix& m : ms) bytes += m.packed.stored_bytes();
-      const double s = BestSeconds(8, [&] {
-        for (const PackedMatrix& m : ms) MatMul(ctx, x.data(), 1, m.packed, y.data());
-      });
-      std::printf("%-10s %10.1f %10.3f %10.2f %7.0f%%\n", FormatName(f), double(bytes) / 1e6, s * 1e3,
-                  double(bytes) / s / 1e9, 100.0 * double(bytes) / s / peak);
+      std::printf("%-10s %8.1f", FormatName(f), double(bytes) / 1e6);
+      for (int n : stream_tokens) {
+        const double s = BestSeconds(8, [&] {
+          for (const PackedMatrix& m : ms) MatMul(ctx, x.data(), n, m.packed, y.data());
+        });
+        std::printf(" %8.2f %5.0f%%", double(bytes) / s / 1e9, 100.0 * double(bytes) / s / peak);
+      }
+      std::printf("\n");
     }
   }
 

@@ -27,8 +27,14 @@ static_assert(kKvTileRows <= kLatentSumMaxRows, "latent_sum takes a tile at a ti
 // are read where they are stored; fp8 ones are widened exactly into the tile first (a tile in
 // cache, never the context), their tensor scale applied to the scores and the output instead.
 // The queries are rounded to bf16 once per call.
+//
+// Rows [begin, end) as consecutive partials of at most `part_rows` positions each (a multiple of
+// kKvTileRows, counted from `begin`): partial j's softmax starts afresh, its output goes to
+// o + j * heads * L and its statistics to max_sum + j * heads * 2, exactly as a call over its rows
+// alone would give them. One tile pipeline runs through all of them: while a tile is summed, the
+// next one's rows (the next partial's first ones too) are fetched.
 void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages, int begin,
-                    int end, const LatentAttentionShape& shape, const float* q_lat, float scale,
+                    int end, int part_rows, const LatentAttentionShape& shape, const float* q_lat, float scale,
                     const LatentScratch& scratch, float* o, float* max_sum) {
   const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
   const int64_t hp = LatentHeadsPadded(heads);
@@ -41,18 +47,22 @@ void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::sp
   float* run_max = scratch.stats;
   float* run_sum = scratch.stats + hp;
   float* corr = scratch.stats + 2 * hp;
-  std::fill(run_max, run_max + hp, -std::numeric_limits<float>::infinity());
-  std::fill(run_sum, run_sum + hp, 0.0f);
-  std::fill(o, o + int64_t(heads) * L, 0.0f);
   // Where a tile's rows are stored, for this tile and the next (which latent_sum fetches into L2
   // as it computes), and the bf16 rows the kernels read: the stored ones, or the tile's.
   const uint16_t* stored[2][kKvTileRows];
   const uint16_t* tile_rows[kKvTileRows];
   for (int r = 0; r < kKvTileRows; ++r) tile_rows[r] = tile + int64_t(r) * row_dim;
   const int64_t row_bytes = int64_t(kv.row_bytes());
-  auto point = [&](int p0, const uint16_t** out) {
+  const int page_size = kv.page_size();
+  auto point = [&](int p0, const uint16_t** out) {  // page by page: one division a page, not a row
     const int n = std::min(kKvTileRows, end - p0);
-    for (int r = 0; r < n; ++r) out[r] = reinterpret_cast<const uint16_t*>(kv.Row(layer, pages, p0 + r));
+    for (int r = 0; r < n;) {
+      const std::byte* row = kv.Row(layer, pages, p0 + r);
+      for (const int page_end = std::min(n, r + page_size - (p0 + r) % page_size); r < page_end; ++r) {
+        out[r] = reinterpret_cast<const uint16_t*>(row);
+        row += row_bytes;
+      }
+    }
     return n;
   };
   int n = point(begin, stored[0]);
@@ -62,7 +72,22 @@ void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::sp
     for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b, 0, 2);  // into L2
   }
   k.latent_pack_query(q_lat, heads, row_dim, q_pack);
+  float* part_o = o;
+  float* part_max_sum = max_sum;
+  if (begin >= end) {  // no rows: one empty partial
+    std::fill(o, o + int64_t(heads) * L, 0.0f);
+    for (int h = 0; h < heads; ++h) {
+      max_sum[2 * h] = -std::numeric_limits<float>::infinity();
+      max_sum[2 * h + 1] = 0.0f;
+    }
+    return;
+  }
   for (int p0 = begin, t = 0; p0 < end; t ^= 1) {
+    if ((p0 - begin) % part_rows == 0) {  // a partial starts
+      std::fill(run_max, run_max + hp, -std::numeric_limits<float>::infinity());
+      std::fill(run_sum, run_sum + hp, 0.0f);
+      std::fill(part_o, part_o + int64_t(heads) * L, 0.0f);
+    }
     // Tiles as AttendLatentRows's: kKvTileRows positions from a multiple of it.
     const int next_n = p0 + n < end ? point(p0 + n, stored[t ^ 1]) : 0;
     if (!in_place) {
@@ -76,34 +101,29 @@ void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::sp
     const uint16_t* const* rows = in_place ? stored[t] : tile_rows;
     k.latent_scores(q_pack, hp, rows, n, row_dim, scratch.scores);
     k.softmax_columns(scratch.scores, n, hp, scale * value_scale, run_max, run_sum, corr);
-    k.latent_sum(scratch.scores, hp, heads, corr, rows, n, L, o,
+    k.latent_sum(scratch.scores, hp, heads, corr, rows, n, L, part_o,
                  {.rows = stored[t ^ 1], .count = next_n, .bytes = row_bytes});
     p0 += n;
     n = next_n;
-  }
-  if (value_scale != 1.0f) {
-    for (int64_t i = 0; i < int64_t(heads) * L; ++i) o[i] *= value_scale;
-  }
-  for (int h = 0; h < heads; ++h) {
-    max_sum[2 * h] = run_max[h];
-    max_sum[2 * h + 1] = run_sum[h];
+    if (p0 == end || (p0 - begin) % part_rows == 0) {  // a partial ends
+      if (value_scale != 1.0f) {
+        for (int64_t i = 0; i < int64_t(heads) * L; ++i) part_o[i] *= value_scale;
+      }
+      for (int h = 0; h < heads; ++h) {
+        part_max_sum[2 * h] = run_max[h];
+        part_max_sum[2 * h + 1] = run_sum[h];
+      }
+      part_o += int64_t(heads) * L;
+      part_max_sum += int64_t(heads) * 2;
+    }
   }
 }
 
-}  // namespace
-
-bool LatentRowsInBf16(const KernelSet& k, KvFormat format, const LatentAttentionShape& shape) {
-  const int heads = shape.model_heads > 0 ? shape.model_heads : shape.heads;
-  return k.latent_scores != nullptr && k.bf16_min_tokens > 0 && heads >= k.bf16_min_tokens &&
-         KvRowsWidenToBf16(format) && LatentShapeOk(shape.row_dim(), shape.latent_dim, heads);
-}
-
-void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages,
-                      int begin, int end, const LatentAttentionShape& shape, const float* q_lat, float scale,
-                      const LatentScratch& scratch, float* o, float* max_sum) {
-  if (LatentRowsInBf16(k, kv.format(), shape)) {
-    return AttendBf16Rows(k, kv, layer, pages, begin, end, shape, q_lat, scale, scratch, o, max_sum);
-  }
+// The fp32 path: rows dequantized to an fp32 tile, scores by gemm_f32 (or a dot product per row
+// and head), sums by gemm_f32.
+void AttendF32Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages, int begin,
+                   int end, const LatentAttentionShape& shape, const float* q_lat, float scale,
+                   const LatentScratch& scratch, float* o, float* max_sum) {
   const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
   // Score columns: the heads, padded with zero queries to whole vectors for the product (a
   // tensor-parallel rank's 8 heads still run as one vector, as 16 do on one rank).
@@ -156,6 +176,43 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
       running_max = new_max;
     }
     k.gemm_f32(scratch.probs, kKvTileRows, scratch.tile, row_dim, o, L, heads, rows, L, true);
+  }
+}
+
+}  // namespace
+
+bool LatentRowsInBf16(const KernelSet& k, KvFormat format, const LatentAttentionShape& shape) {
+  const int heads = shape.model_heads > 0 ? shape.model_heads : shape.heads;
+  return k.latent_scores != nullptr && k.bf16_min_tokens > 0 && heads >= k.bf16_min_tokens &&
+         KvRowsWidenToBf16(format) && LatentShapeOk(shape.row_dim(), shape.latent_dim, heads);
+}
+
+void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages,
+                      int begin, int end, const LatentAttentionShape& shape, const float* q_lat, float scale,
+                      const LatentScratch& scratch, float* o, float* max_sum) {
+  if (LatentRowsInBf16(k, kv.format(), shape)) {
+    return AttendBf16Rows(k, kv, layer, pages, begin, end, std::max(1, end - begin), shape, q_lat, scale, scratch, o,
+                          max_sum);
+  }
+  AttendF32Rows(k, kv, layer, pages, begin, end, shape, q_lat, scale, scratch, o, max_sum);
+}
+
+void AttendLatentSplits(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages,
+                        int context, int first_split, int num_splits, const LatentAttentionShape& shape,
+                        const float* q_lat, float scale, const LatentScratch& scratch, float* o_splits,
+                        float* max_sum_splits) {
+  const int begin = first_split * kKvSplitRows;
+  const int end = std::min(context, (first_split + num_splits) * kKvSplitRows);
+  MLA_CHECK(num_splits >= 1 && begin < end);
+  if (LatentRowsInBf16(k, kv.format(), shape)) {
+    return AttendBf16Rows(k, kv, layer, pages, begin, end, kKvSplitRows, shape, q_lat, scale, scratch, o_splits,
+                          max_sum_splits);
+  }
+  for (int s = 0; s < num_splits; ++s) {
+    const int split_begin = begin + s * kKvSplitRows;
+    AttendF32Rows(k, kv, layer, pages, split_begin, std::min(end, split_begin + kKvSplitRows), shape, q_lat, scale,
+                  scratch, o_splits + int64_t(s) * shape.heads * shape.latent_dim,
+                  max_sum_splits + int64_t(s) * shape.heads * 2);
   }
 }
 
@@ -221,19 +278,27 @@ void Model::AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int laye
   const float scale = float(c.SoftmaxScale());
   // Waves of whole tokens whose splits fit the partials' scratch (capacity >= one token's splits).
   for (size_t first = 0; first < tokens.size();) {
-    int num_items = 0;
+    int num_splits = 0;
     size_t last = first;
     for (; last < tokens.size(); ++last) {
       const int splits = NumKvSplits(token_positions_[size_t(tokens[last])] + 1);
-      if (num_items + splits > ws.kv_split_capacity) break;
-      for (int s = 0; s < splits; ++s) {
-        ws.kv_split_items[size_t(num_items)] = {.token = int32_t(last - first), .split = s};
-        ++num_items;
-      }
+      if (num_splits + splits > ws.kv_split_capacity) break;
+      ws.kv_split_first[last - first] = int32_t(num_splits);  // a token's partials follow the previous ones'
+      num_splits += splits;
     }
     MLA_CHECK(last > first);  // the capacity holds one token's splits at max_context
     const std::span<const int32_t> wave = tokens.subspan(first, last - first);
-    // One work item per (token, split); threads take the next item as they finish.
+    // Work items of `group` consecutive splits of a token (the last one fewer).
+    const int group = SplitsPerItem(num_splits, pool_.num_threads());
+    int num_items = 0;
+    for (size_t j = 0; j < wave.size(); ++j) {
+      const int splits = NumKvSplits(token_positions_[size_t(wave[j])] + 1);
+      for (int s = 0; s < splits; s += group) {
+        ws.kv_split_items[size_t(num_items++)] = {.token = int32_t(j), .split = s,
+                                                  .count = std::min(group, splits - s)};
+      }
+    }
+    // Threads take the next item as they finish.
     std::atomic<int> next_item{0};
     pool_.RunOnAll([&](int thread) {
       const LatentScratch scratch{.tile = ws.kv_tile.data() + int64_t(thread) * kKvTileRows * row_dim,
@@ -245,26 +310,21 @@ void Model::AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int laye
            i = next_item.fetch_add(1, std::memory_order_relaxed)) {
         const KvSplitItem item = ws.kv_split_items[size_t(i)];
         const int t = wave[size_t(item.token)];
-        const int context = token_positions_[size_t(t)] + 1;
-        const int begin = item.split * kKvSplitRows, end = std::min(context, begin + kKvSplitRows);
-        AttendLatentRows(k, kv, layer, segments[size_t(token_segments_[size_t(t)])].pages, begin, end, shape,
-                         ws.q_lat.data() + int64_t(t) * heads * row_dim, scale, scratch,
-                         ws.split_o.data() + int64_t(i) * heads * L, ws.split_max_sum.data() + int64_t(i) * heads * 2);
+        const int64_t partial = ws.kv_split_first[size_t(item.token)] + item.split;
+        AttendLatentSplits(k, kv, layer, segments[size_t(token_segments_[size_t(t)])].pages,
+                           token_positions_[size_t(t)] + 1, item.split, item.count, shape,
+                           ws.q_lat.data() + int64_t(t) * heads * row_dim, scale, scratch,
+                           ws.split_o.data() + partial * heads * L, ws.split_max_sum.data() + partial * heads * 2);
       }
     });
-    // Merge each (token, head) over its splits, in split order, into o_lat. A token's items are
-    // consecutive, in split order, starting at the sum of the previous tokens' splits.
-    for (size_t j = 0, item = 0; j < wave.size(); ++j) {
-      ws.kv_split_first[j] = int32_t(item);
-      item += size_t(NumKvSplits(token_positions_[size_t(wave[j])] + 1));
-    }
+    // Merge each (token, head) over its splits, in split order, into o_lat.
     pool_.ParallelFor(int64_t(wave.size()) * heads, 1, [&](int64_t begin, int64_t end) {
       for (int64_t w = begin; w < end; ++w) {
         const size_t j = size_t(w / heads);
-        const int h = int(w % heads), t = wave[j], first_item = ws.kv_split_first[j];
+        const int h = int(w % heads), t = wave[j], first_partial = ws.kv_split_first[j];
         MergeLatentSplits(k, shape, h, NumKvSplits(token_positions_[size_t(t)] + 1),
-                          ws.split_o.data() + int64_t(first_item) * heads * L,
-                          ws.split_max_sum.data() + int64_t(first_item) * heads * 2,
+                          ws.split_o.data() + int64_t(first_partial) * heads * L,
+                          ws.split_max_sum.data() + int64_t(first_partial) * heads * 2,
                           ws.o_lat.data() + (int64_t(h) * ws.max_tokens + t) * L);
       }
     });

@@ -7,6 +7,7 @@
 // threads ran it: this path is deterministic in every mode.
 #pragma once
 
+#include <algorithm>
 #include <span>
 
 #include "core/types.h"
@@ -22,6 +23,16 @@ inline constexpr int kKvSplitRows = 256;
 static_assert(kKvSplitRows % kKvTileRows == 0);
 
 inline int NumKvSplits(int context) { return (context + kKvSplitRows - 1) / kKvSplitRows; }
+
+// Splits per work item when `num_splits` splits (every token's of a step) share `threads`
+// threads: few enough items that each split's first rows arrive while the previous split of the
+// item computes (AttendLatentSplits runs an item as one tile pipeline), enough (4 a thread) that
+// the threads finish together. It changes no result: a split's partial is the same whichever item
+// holds it.
+inline constexpr int kMaxSplitsPerItem = 8;
+inline int SplitsPerItem(int num_splits, int threads) {
+  return std::clamp(num_splits / (4 * std::max(1, threads)), 1, kMaxSplitsPerItem);
+}
 
 struct LatentAttentionShape {
   int heads;
@@ -68,6 +79,16 @@ bool LatentRowsInBf16(const KernelSet& k, KvFormat format, const LatentAttention
 void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages,
                       int begin, int end, const LatentAttentionShape& shape, const float* q_lat, float scale,
                       const LatentScratch& scratch, float* o, float* max_sum);
+
+// Splits [first_split, first_split + num_splits) of a token's context [0, context), in order, on
+// the calling thread: split s's partial in o_splits[s - first_split] ([heads, L]) and
+// max_sum_splits[s - first_split] ([heads, 2]), bit for bit what AttendLatentRows gives over the
+// split's rows alone. The bf16 path runs one tile pipeline through them (the query packed once;
+// the next split's first rows fetched while the previous split's last tile computes).
+void AttendLatentSplits(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages,
+                        int context, int first_split, int num_splits, const LatentAttentionShape& shape,
+                        const float* q_lat, float scale, const LatentScratch& scratch, float* o_splits,
+                        float* max_sum_splits);
 
 // out[L] = head `head`'s softmax-weighted latent over num_splits partials, merged in split order:
 // m = max_s m_s; out = (sum_s exp(m_s - m) * o_s) / (sum_s exp(m_s - m) * sum_s).

@@ -20,10 +20,12 @@ inline constexpr int kKvTileRows = 64;
 inline constexpr int kMhaKvRows = 64;
 inline constexpr int kMhaQueryRows = 32;
 
-// One work item of the split (flash-decoding) attention: a token of the wave and one KV split.
+// One work item of the split (flash-decoding) attention: a token of the wave and `count`
+// consecutive KV splits of its context, run by one thread (AttendLatentSplits).
 struct KvSplitItem {
   int32_t token;  // index into the wave's tokens
-  int32_t split;  // rows [split * kKvSplitRows, ...) of its context
+  int32_t split;  // the first: rows [split * kKvSplitRows, ...) of its context
+  int32_t count;  // splits (SplitsPerItem)
 };
 
 // The MoE runs its routed experts over blocks of at most B tokens (the per-slot buffers hold B
@@ -112,9 +114,9 @@ struct Workspace {
   // work items per wave: at least max_tokens, one token's splits at max_context, 4 per thread.
   std::vector<int32_t> absorbed_tokens;    // [N] tokens of the step in the absorbed form
   int kv_split_capacity;
-  std::vector<KvSplitItem> kv_split_items;  // [S] the wave's (token, split), token-major
-  std::vector<int32_t> kv_split_first;     // [N] a wave token's first item
-  std::vector<float> split_o;              // [S, heads, L] unnormalized partial o_lat
+  std::vector<KvSplitItem> kv_split_items;  // [<= S] the wave's work items, token-major
+  std::vector<int32_t> kv_split_first;     // [N] a wave token's first partial
+  std::vector<float> split_o;              // [S, heads, L] unnormalized partial o_lat, token-major
   std::vector<float> split_max_sum;        // [S, heads, 2] partial max score and exp-sum
 
   // MHA-form prefill of one segment (mla_prefill_attention.cc). C = kMhaKvRows, B = kMhaQueryRows.

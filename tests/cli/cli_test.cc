@@ -199,6 +199,10 @@ TEST(Cli, BenchKernelsTimesEveryWeightFormat) {
     EXPECT_EQ(rows, CpuSupportsBf16Dot() ? 4u : 3u) << format << "\n" << r.out;
   }
   EXPECT_NE(matmul_tables.find("in registers / over packed activations"), std::string::npos) << r.out;
+  // The streaming table times 1, 3 and 6 tokens (batch-1 decode, a routed expert's share at 32
+  // and 64 requests): a column each.
+  EXPECT_NE(matmul_tables.find("1, 3 and 6 tokens"), std::string::npos) << r.out;
+  EXPECT_NE(matmul_tables.find("n=3"), std::string::npos) << r.out;
   // The KV codec table: a row per cache format, timing the portable codec at least.
   EXPECT_NE(kv_rows.find("portable"), std::string::npos) << r.out;
   for (KvFormat format : kAllKvFormats) {

@@ -84,6 +84,7 @@ double MaxAbsDiff(std::span<const float> a, std::span<const double> b) {
 // The split computation the model runs (fixed spans of kKvSplitRows, merged in order) and one
 // unsplit pass over the same rows agree with the double reference, for quantized formats and
 // page sizes down to one row; a context within one split gives the unsplit pass's bits exactly.
+// Splits run several to a call (AttendLatentSplits) give each split's partial bit for bit.
 // 4 heads take a dot product per score, 16 one product per tile; bf16 and fp8 pages with a bf16
 // table take the heads-in-lanes kernels (LatentRowsInBf16), whose reference has the query in
 // bf16 and whose tolerance covers probabilities rounded to bf16.
@@ -156,6 +157,18 @@ TEST_P(KvSplits, MergeToTheUnsplitSoftmax) {
           EXPECT_LT(MaxAbsDiff(merged, expected), tolerance);
           if (splits == 1) {
             EXPECT_EQ(merged, unsplit);
+          }
+          // Several splits by one call (the model's work items): each split's partial bit for bit,
+          // whichever call holds it (all at once; the first alone, then the rest).
+          for (int first_count : {splits, 1}) {
+            std::vector<float> grouped_o(split_o.size(), -1.0f), grouped_stats(split_stats.size(), -1.0f);
+            for (int s0 = 0, count = first_count; s0 < splits; s0 += count, count = splits - s0) {
+              AttendLatentSplits(*k, rows, 0, cache.pages, context, s0, count, shape, q_lat.data(), scale, scratch,
+                                 grouped_o.data() + size_t(s0) * heads * L,
+                                 grouped_stats.data() + size_t(s0) * heads * 2);
+            }
+            EXPECT_EQ(grouped_o, split_o);
+            EXPECT_EQ(grouped_stats, split_stats);
           }
         }
       }
