@@ -106,19 +106,36 @@ double AttentionFlopsPerPosition(const ModelConfig& c) {
   return double(c.num_hidden_layers) * c.num_attention_heads * (2.0 * c.kv_cache_dim() + 2.0 * c.kv_lora_rank);
 }
 
-// FLOPs of one prefill of `prompt_len` tokens from an empty cache, counting 2 per multiply-add:
+// FLOPs of one prefill of `prompt_len` tokens from an empty cache, in chunks of max_batch_tokens,
+// counting 2 per multiply-add:
 //   2 x (per-token weight elements + top-k routed experts' elements) x prompt_len
 //   + 2 x lm_head elements x prompt chunks (logits only for each chunk's last token)
-//   + layers x heads x (2 (kv_lora_rank + rope_dim) + 2 kv_lora_rank) x prompt_len (prompt_len + 1) / 2,
-// the last term being the absorbed MLA attention: each query scores every cached position with
-// the latent and rope parts, and sums the latent values, over the causal prompt (query i attends
-// i + 1 positions). kv_b counts once per token: the absorbed form applies W_UK and W_UV per query.
+//   + each chunk's attention in the form the model runs it (Model::UseMhaPrefill), over its
+//     query-key pairs n (cached + (n + 1) / 2) for n new tokens after `cached` positions:
+//     absorbed: layers x heads x (2 (kv_lora_rank + rope_dim) + 2 kv_lora_rank) a pair (the
+//     absorption by kv_b counts in the weights term, once per token);
+//     MHA: layers x heads x 2 (qk_head_dim + v_head_dim) a pair, plus each prefix row's keys and
+//     values decompressed by kv_b (2 (nope + v) kv_lora_rank per row and head), minus the
+//     per-token absorption the weights term counted.
 // Softmax, norms, RoPE and routing are not counted.
 double PrefillFlops(const Model& model, int prompt_len) {
-  const int chunks = (prompt_len + model.max_batch_tokens() - 1) / model.max_batch_tokens();
-  const double attended = double(prompt_len) * (prompt_len + 1) / 2.0;
-  return WeightFlopsPerToken(model) * prompt_len + 2.0 * double(Params(model.weights().lm_head)) * chunks +
-         AttentionFlopsPerPosition(model.config()) * attended;
+  const ModelConfig& c = model.config();
+  const int chunk = model.max_batch_tokens();
+  const double layers_heads = double(c.num_hidden_layers) * c.num_attention_heads;
+  const double kv_b_per_head = 2.0 * double(c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank;
+  double attention = 0;
+  int chunks = 0;
+  for (int cached = 0; cached < prompt_len; cached += chunk, ++chunks) {
+    const int n = std::min(chunk, prompt_len - cached);
+    const double pairs = double(n) * cached + double(n) * (n + 1) / 2.0;
+    if (model.UseMhaPrefill(ForwardSegment{.num_computed_tokens = cached, .num_tokens = n})) {
+      attention += layers_heads * (pairs * 2.0 * (c.qk_head_dim() + c.v_head_dim) +
+                                   double(cached + n) * kv_b_per_head - double(n) * kv_b_per_head);
+    } else {
+      attention += pairs * AttentionFlopsPerPosition(c);
+    }
+  }
+  return WeightFlopsPerToken(model) * prompt_len + 2.0 * double(Params(model.weights().lm_head)) * chunks + attention;
 }
 
 const char* WeightsName(const ModelConfig& c) {

@@ -78,6 +78,10 @@ struct ForwardTimings {
 
 class Model {
  public:
+  // Whether a segment's attention runs in the MHA form (mla_prefill_attention.cc) rather than the
+  // absorbed one: never in deterministic mode, else when the segment has enough new tokens that
+  // the MHA form does fewer multiply-adds (reads only the segment's two token counts).
+  bool UseMhaPrefill(const ForwardSegment& seg) const;
   // Per-token work (embedding, norms, routing, the MoE combine) is split over the pool when a
   // Forward call has at least parallel_tokens() tokens: kParallelFloats / hidden_size, about
   // 30 us of norm work, twice a fork-join of the pool (measured on a busy 2-vCPU host: 15 us per
@@ -183,9 +187,7 @@ class Model {
   void AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const int32_t> tokens,
                          std::span<const ForwardSegment> segments);
   // mla_prefill_attention.cc: the MHA form for one segment whose tokens start at first_token;
-  // writes their attn_out rows. UseMhaPrefill: never in deterministic mode, else when the
-  // segment has enough new tokens that the MHA form does fewer multiply-adds.
-  bool UseMhaPrefill(const ForwardSegment& seg) const;
+  // writes their attn_out rows (UseMhaPrefill says when).
   void MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, const KvHostRows& kv, int layer,
                            int first_token, const ForwardSegment& seg);
   void DenseMlp(const ComputeContext& ctx, const MlpWeights& w, int num_tokens, float* out);
