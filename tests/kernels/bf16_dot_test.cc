@@ -185,7 +185,7 @@ TEST_F(Bf16Dot, QuantizedPanelsMatchTheReferenceAndAreBatchInvariant) {
         testing::RandomQuantWeights(sh.format, sh.rows, sh.cols, sh.block_rows, sh.block_cols, rng);
     const testing::PackedWeights w = testing::Packed(q.matrix, pool);
     ASSERT_TRUE(Bf16DotMultiplies(w.matrix));
-    for (int64_t n : {1, 5, 13, 49}) {
+    for (int64_t n : {1, 5, 6, 7, 13, 49}) {
       SCOPED_TRACE((sh.format == WeightFormat::kFp8Block ? "fp8 " : "int4 ") + std::to_string(sh.block_rows) + "x" +
                    std::to_string(sh.block_cols) + " rows=" + std::to_string(sh.rows) +
                    " cols=" + std::to_string(sh.cols) + " n=" + std::to_string(n));
