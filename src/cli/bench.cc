@@ -551,6 +551,8 @@ int BenchBatch(const ModelFlags& model_flags, const BenchSettings& settings) {
     PrintAttentionShare(timings, decode_s);
     PrintAttentionBound(timings, decode_tokens, n_seqs, mean_context, *loaded, peaks);
     PrintComputePeaks(peaks, *loaded->kernels);
+    // (Approximate: each prompt counted as chunked from its start; the batch's prefill packs
+    // prompts back to back into forward calls, so a prompt's chunks can fall elsewhere.)
     PrintPrefillCompute(n_seqs * PrefillFlops(model, prompt_len), prefill_s,
                         PeakFor(peaks, *loaded->kernels, c, std::min(n_seqs * prompt_len, model.max_batch_tokens())));
   }

@@ -33,8 +33,8 @@ Result<std::unique_ptr<HostKvStorage>> HostKvStorage::Create(const KvStorageShap
   MLA_RETURN_IF_ERROR(ValidatePageGeometry(s.page_size, s.num_pages));
   MLA_RETURN_IF_ERROR(ValidateKvFormatDims(s.format, s.latent_dim, s.rope_dim));
   std::unique_ptr<HostKvStorage> storage(new HostKvStorage(s, KvRowBytes(s.format, s.latent_dim, s.rope_dim)));
-  // One anonymous mapping: pages are backed by memory as they are first written, and the
-  // budget is fixed here, once.
+  // One anonymous mapping: pages are backed by memory as they are first written (with 2 MB pages
+  // where the kernel gives them, 2 MB at a time), and the budget is fixed here, once.
   void* p = ::mmap(nullptr, storage->total_bytes_, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {

@@ -28,8 +28,9 @@ static_assert(kKvTileRows <= kLatentSumMaxRows, "latent_sum takes a tile at a ti
 // cache, never the context), their tensor scale applied to the scores and the output instead.
 // The queries are rounded to bf16 once per call.
 //
-// Rows [begin, end) as consecutive partials of at most `part_rows` positions each (a multiple of
-// kKvTileRows, counted from `begin`): partial j's softmax starts afresh, its output goes to
+// Rows [begin, end) (begin a multiple of kKvTileRows) as consecutive partials of at most
+// `part_rows` positions each (a multiple of kKvTileRows, counted from `begin`; or at least
+// end - begin: one partial): partial j's softmax starts afresh, its output goes to
 // o + j * heads * L and its statistics to max_sum + j * heads * 2, exactly as a call over its rows
 // alone would give them. One tile pipeline runs through all of them: while a tile is summed, the
 // next one's rows (the next partial's first ones too) are fetched.
@@ -74,6 +75,7 @@ void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::sp
   k.latent_pack_query(q_lat, heads, row_dim, q_pack);
   float* part_o = o;
   float* part_max_sum = max_sum;
+  MLA_CHECK(begin % kKvTileRows == 0 && (part_rows % kKvTileRows == 0 || part_rows >= end - begin));
   if (begin >= end) {  // no rows: one empty partial
     std::fill(o, o + int64_t(heads) * L, 0.0f);
     for (int h = 0; h < heads; ++h) {
@@ -208,7 +210,7 @@ void AttendLatentSplits(const KernelSet& k, const KvHostRows& kv, int layer, std
     return AttendBf16Rows(k, kv, layer, pages, begin, end, kKvSplitRows, shape, q_lat, scale, scratch, o_splits,
                           max_sum_splits);
   }
-  for (int s = 0; s < num_splits; ++s) {
+  for (int s = 0; s < num_splits && begin + s * kKvSplitRows < end; ++s) {  // the splits the context has
     const int split_begin = begin + s * kKvSplitRows;
     AttendF32Rows(k, kv, layer, pages, split_begin, std::min(end, split_begin + kKvSplitRows), shape, q_lat, scale,
                   scratch, o_splits + int64_t(s) * shape.heads * shape.latent_dim,

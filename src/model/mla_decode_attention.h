@@ -24,7 +24,7 @@ static_assert(kKvSplitRows % kKvTileRows == 0);
 
 inline int NumKvSplits(int context) { return (context + kKvSplitRows - 1) / kKvSplitRows; }
 
-// Splits per work item when `num_splits` splits (every token's of a step) share `threads`
+// Splits per work item when `num_splits` splits (every token's of a wave) share `threads`
 // threads: few enough items that each split's first rows arrive while the previous split of the
 // item computes (AttendLatentSplits runs an item as one tile pipeline), enough (4 a thread) that
 // the threads finish together. It changes no result: a split's partial is the same whichever item
@@ -51,7 +51,7 @@ struct LatentAttentionShape {
 // and scores hold this many columns).
 inline int ScoreColumns(int heads) { return (heads + 15) / 16 * 16; }
 
-// Per-thread buffers of AttendLatentRows.
+// Per-thread buffers of AttendLatentRows and AttendLatentSplits.
 struct LatentScratch {
   float* tile;    // [kKvTileRows, L + R] dequantized cache rows (bf16 kernels: widened bf16 rows)
   float* q_t;     // [L + R, ScoreColumns(heads)] the query, transposed (gemm_scores; else [L + R, heads]);
@@ -81,7 +81,7 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
                       const LatentScratch& scratch, float* o, float* max_sum);
 
 // Splits [first_split, first_split + num_splits) of a token's context [0, context), in order, on
-// the calling thread: split s's partial in o_splits[s - first_split] ([heads, L]) and
+// the calling thread (those the context has: splits past it are not written): split s's partial in o_splits[s - first_split] ([heads, L]) and
 // max_sum_splits[s - first_split] ([heads, 2]), bit for bit what AttendLatentRows gives over the
 // split's rows alone. The bf16 path runs one tile pipeline through them (the query packed once;
 // the next split's first rows fetched while the previous split's last tile computes).

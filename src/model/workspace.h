@@ -114,7 +114,8 @@ struct Workspace {
   std::vector<float> tile_stats;    // [threads, 3, ScoreColumns(heads)] running max, running sum, correction
 
   // Absorbed attention split along the KV length (mla_decode_attention.h). S = kv_split_capacity
-  // work items per wave: at least max_tokens, one token's splits at max_context, 4 per thread.
+  // splits (partials) per wave, at least max_tokens, one token's splits at max_context, 4 per
+  // thread; a wave's work items (runs of a token's splits) are at most S.
   std::vector<int32_t> absorbed_tokens;    // [N] tokens of the step in the absorbed form
   int kv_split_capacity;
   std::vector<KvSplitItem> kv_split_items;  // [<= S] the wave's work items, token-major
