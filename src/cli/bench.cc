@@ -114,9 +114,9 @@ double AttentionFlopsPerPosition(const ModelConfig& c) {
 //     query-key pairs n (cached + (n + 1) / 2) for n new tokens after `cached` positions:
 //     absorbed: layers x heads x (2 (kv_lora_rank + rope_dim) + 2 kv_lora_rank) a pair (the
 //     absorption by kv_b counts in the weights term, once per token);
-//     MHA: layers x heads x 2 (qk_head_dim + v_head_dim) a pair, plus each prefix row's keys and
-//     values decompressed by kv_b (2 (nope + v) kv_lora_rank per row and head), minus the
-//     per-token absorption the weights term counted.
+//     MHA: layers x heads x 2 (qk_head_dim + v_head_dim) a pair, plus the keys and values of
+//     every prefix row (cached + n) decompressed by kv_b (2 (nope + v) kv_lora_rank a row and
+//     head), less the n new tokens' absorption the weights term counted: cached rows' worth.
 // Softmax, norms, RoPE and routing are not counted.
 double PrefillFlops(const Model& model, int prompt_len) {
   const ModelConfig& c = model.config();
@@ -129,8 +129,7 @@ double PrefillFlops(const Model& model, int prompt_len) {
     const int n = std::min(chunk, prompt_len - cached);
     const double pairs = double(n) * cached + double(n) * (n + 1) / 2.0;
     if (model.UseMhaPrefill(ForwardSegment{.num_computed_tokens = cached, .num_tokens = n})) {
-      attention += layers_heads * (pairs * 2.0 * (c.qk_head_dim() + c.v_head_dim) +
-                                   double(cached + n) * kv_b_per_head - double(n) * kv_b_per_head);
+      attention += layers_heads * (pairs * 2.0 * (c.qk_head_dim() + c.v_head_dim) + double(cached) * kv_b_per_head);
     } else {
       attention += pairs * AttentionFlopsPerPosition(c);
     }

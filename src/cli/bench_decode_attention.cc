@@ -1,7 +1,7 @@
 // bench-kernels' decode attention table: one query token's absorbed attention over a layer's long
 // context (its splits in work items as the model makes them: AttendLatentSplits), per kernel
-// table, KV format and head count, on one thread and on the pool, against the compute bound of its products
-// at the threads' peak; then each heads-in-lanes kernel alone on one tile that stays in L1/L2.
+// table, KV format and head count, on one thread and on the pool, against the compute bound of
+// its products at the threads' peak; then each heads-in-lanes kernel alone on one tile that stays in L1/L2.
 #include "cli/bench_decode_attention.h"
 
 #include <algorithm>
@@ -72,8 +72,9 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
                                const std::optional<FmaPeak>& bf16, std::mt19937& rng) {
   std::printf("\ndecode attention: one token over a %d-position context of a layer (%d + %d values a row, %d-row "
               "pages; %d layers in turn, from memory), its %d-position splits in work items of "
-              "SplitsPerItem splits taken by the threads as the model takes them, then the merge; per layer: GFLOP/s, share of the bound at the threads' peak of the "
-              "products taken (bf16 dot products, else FMA)\n",
+              "SplitsPerItem splits taken by the threads as the model takes them, then the merge; per "
+              "layer: GFLOP/s, share of the bound at the threads' peak of the products taken (bf16 dot "
+              "products, else FMA)\n",
               kContext, kLatent, kRope, kPageSize, kLayers, kKvSplitRows);
   std::printf("%-16s %-11s %6s %8s %9s %9s %9s %8s\n", "kernels", "kv format", "heads", "threads", "ms", "GFLOP/s",
               "KV GB/s", "of bound");

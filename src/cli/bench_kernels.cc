@@ -267,7 +267,8 @@ int RunBenchKernels(Args& args) {
   // gets on average at 32 and 64 requests decoding together (k N / E).
   constexpr int64_t kSide = 2048;
   const int num_matrices = std::max(1, int((int64_t(stream_mb) << 20) / (kSide * kSide * 2)));
-  const int stream_tokens[] = {1, 3, 6};
+  constexpr int stream_tokens[] = {1, 3, 6};
+  constexpr int kMaxStreamTokens = stream_tokens[std::size(stream_tokens) - 1];
   std::printf("\n1, 3 and 6 tokens, %d matrices of %lld x %lld streamed from memory, all threads (%s): GB/s of "
               "weights, share of the read bandwidth\n", num_matrices, static_cast<long long>(kSide),
               static_cast<long long>(kSide), (*kernels)->name);
@@ -275,7 +276,7 @@ int RunBenchKernels(Args& args) {
   for (int n : stream_tokens) std::printf(" %15s", ("n=" + std::to_string(n)).c_str());
   std::printf("\n");
   {
-    std::vector<float> x(kSide * 6, 0.01f), y(kSide * 6);
+    std::vector<float> x(kSide * kMaxStreamTokens, 0.01f), y(kSide * kMaxStreamTokens);
     for (Format f : kFormats) {
       std::vector<PackedMatrix> ms;
       for (int i = 0; i < num_matrices; ++i) ms.push_back(RandomPacked(f, kSide, kSide, rng, pool));

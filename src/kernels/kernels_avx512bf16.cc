@@ -584,7 +584,7 @@ inline void QuantDotBlock(PairLayout<kPairStride, kTokenStride> x, const QuantWi
 
 // The same products for a few tokens (at most kDirectTokens), the codes converted in registers
 // pair by pair instead of widened into a block first (which a few tokens cannot repay): the same
-// pairs, groups and order, so the same results bit for bit. 6 (4 x 6 accumulators, 30 of the 32
+// pairs, groups and order, so the same results bit for bit. 6 (4 x 6 accumulators: 24 of the 32
 // registers): fp8 weights streamed to 6 tokens at 31 GB/s instead of 22 through the widened
 // block (docs/benchmarks.md); a routed expert gets ~6 tokens at 64 requests.
 constexpr int kDirectTokens = 6;

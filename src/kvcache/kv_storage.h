@@ -127,8 +127,7 @@ class KvStorage {
 
 // Every page in host memory: one anonymous mapping of [num_layers][num_pages][page_size]
 // [row_bytes], reserved once (pages are backed as they are first written, 2 MB at a time where
-// transparent huge pages are granted), plus the per-layer
-// tensor scales of the format.
+// transparent huge pages are granted), plus the per-layer tensor scales of the format.
 class HostKvStorage final : public KvStorage {
  public:
   // Errors (one line): non-positive layers or dims, dims the format cannot hold, a page size

@@ -28,16 +28,25 @@ static_assert(kKvTileRows <= kLatentSumMaxRows, "latent_sum takes a tile at a ti
 // cache, never the context), their tensor scale applied to the scores and the output instead.
 // The queries are rounded to bf16 once per call.
 //
-// Rows [begin, end) (begin a multiple of kKvTileRows) as consecutive partials of at most
-// `part_rows` positions each (a multiple of kKvTileRows, counted from `begin`; or at least
-// end - begin: one partial): partial j's softmax starts afresh, its output goes to
-// o + j * heads * L and its statistics to max_sum + j * heads * 2, exactly as a call over its rows
-// alone would give them. One tile pipeline runs through all of them: while a tile is summed, the
-// next one's rows (the next partial's first ones too) are fetched.
+// Rows [begin, end) (begin a multiple of kKvTileRows) as consecutive partials of `part_rows`
+// positions each (a multiple of kKvTileRows; the last one fewer): partial j's softmax starts
+// afresh, its output goes to o + j * heads * L and its statistics to max_sum + j * heads * 2,
+// exactly as a call over its rows alone would give them. One tile pipeline runs through all of
+// them: while a tile is summed, the next one's rows (the next partial's first ones too) are
+// fetched. No rows: one empty partial.
 void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages, int begin,
                     int end, int part_rows, const LatentAttentionShape& shape, const float* q_lat, float scale,
                     const LatentScratch& scratch, float* o, float* max_sum) {
   const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
+  MLA_CHECK(begin % kKvTileRows == 0 && part_rows > 0 && part_rows % kKvTileRows == 0);
+  if (begin >= end) {
+    std::fill(o, o + int64_t(heads) * L, 0.0f);
+    for (int h = 0; h < heads; ++h) {
+      max_sum[2 * h] = -std::numeric_limits<float>::infinity();
+      max_sum[2 * h + 1] = 0.0f;
+    }
+    return;
+  }
   const int64_t hp = LatentHeadsPadded(heads);
   const bool in_place = kv.format() == KvFormat::kBF16;
   const float value_scale = KvWidenedScale(kv.format(), kv.tensor_scale(layer));
@@ -73,50 +82,37 @@ void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::sp
     for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b, 0, 2);  // into L2
   }
   k.latent_pack_query(q_lat, heads, row_dim, q_pack);
-  float* part_o = o;
-  float* part_max_sum = max_sum;
-  MLA_CHECK(begin % kKvTileRows == 0 && (part_rows % kKvTileRows == 0 || part_rows >= end - begin));
-  if (begin >= end) {  // no rows: one empty partial
+  int t = 0;  // which of `stored` holds this tile
+  for (int part_begin = begin; part_begin < end;
+       part_begin += part_rows, o += int64_t(heads) * L, max_sum += int64_t(heads) * 2) {
+    std::fill(run_max, run_max + hp, -std::numeric_limits<float>::infinity());
+    std::fill(run_sum, run_sum + hp, 0.0f);
     std::fill(o, o + int64_t(heads) * L, 0.0f);
+    // Tiles as AttendF32Rows's: kKvTileRows positions from a multiple of it.
+    for (int p0 = part_begin, part_end = std::min(end, part_begin + part_rows); p0 < part_end; t ^= 1) {
+      const int next_n = p0 + n < end ? point(p0 + n, stored[t ^ 1]) : 0;
+      if (!in_place) {
+        for (int r = 0, count = 0; r < n; r += count) {  // page by page
+          const int p = p0 + r;
+          count = std::min(n - r, (p / page_size + 1) * page_size - p);
+          WidenKvRowsBf16(kv.format(), reinterpret_cast<const std::byte*>(stored[t][r]), count, kv.row_bytes(), L,
+                          shape.rope_dim, tile + int64_t(r) * row_dim);
+        }
+      }
+      const uint16_t* const* rows = in_place ? stored[t] : tile_rows;
+      k.latent_scores(q_pack, hp, rows, n, row_dim, scratch.scores);
+      k.softmax_columns(scratch.scores, n, hp, scale * value_scale, run_max, run_sum, corr);
+      k.latent_sum(scratch.scores, hp, heads, corr, rows, n, L, o,
+                   {.rows = stored[t ^ 1], .count = next_n, .bytes = row_bytes});
+      p0 += n;
+      n = next_n;
+    }
+    if (value_scale != 1.0f) {
+      for (int64_t i = 0; i < int64_t(heads) * L; ++i) o[i] *= value_scale;
+    }
     for (int h = 0; h < heads; ++h) {
-      max_sum[2 * h] = -std::numeric_limits<float>::infinity();
-      max_sum[2 * h + 1] = 0.0f;
-    }
-    return;
-  }
-  for (int p0 = begin, t = 0; p0 < end; t ^= 1) {
-    if ((p0 - begin) % part_rows == 0) {  // a partial starts
-      std::fill(run_max, run_max + hp, -std::numeric_limits<float>::infinity());
-      std::fill(run_sum, run_sum + hp, 0.0f);
-      std::fill(part_o, part_o + int64_t(heads) * L, 0.0f);
-    }
-    // Tiles as AttendLatentRows's: kKvTileRows positions from a multiple of it.
-    const int next_n = p0 + n < end ? point(p0 + n, stored[t ^ 1]) : 0;
-    if (!in_place) {
-      for (int r = 0, count = 0; r < n; r += count) {  // page by page
-        const int p = p0 + r;
-        count = std::min(n - r, (p / kv.page_size() + 1) * kv.page_size() - p);
-        WidenKvRowsBf16(kv.format(), reinterpret_cast<const std::byte*>(stored[t][r]), count, kv.row_bytes(), L,
-                        shape.rope_dim, tile + int64_t(r) * row_dim);
-      }
-    }
-    const uint16_t* const* rows = in_place ? stored[t] : tile_rows;
-    k.latent_scores(q_pack, hp, rows, n, row_dim, scratch.scores);
-    k.softmax_columns(scratch.scores, n, hp, scale * value_scale, run_max, run_sum, corr);
-    k.latent_sum(scratch.scores, hp, heads, corr, rows, n, L, part_o,
-                 {.rows = stored[t ^ 1], .count = next_n, .bytes = row_bytes});
-    p0 += n;
-    n = next_n;
-    if (p0 == end || (p0 - begin) % part_rows == 0) {  // a partial ends
-      if (value_scale != 1.0f) {
-        for (int64_t i = 0; i < int64_t(heads) * L; ++i) part_o[i] *= value_scale;
-      }
-      for (int h = 0; h < heads; ++h) {
-        part_max_sum[2 * h] = run_max[h];
-        part_max_sum[2 * h + 1] = run_sum[h];
-      }
-      part_o += int64_t(heads) * L;
-      part_max_sum += int64_t(heads) * 2;
+      max_sum[2 * h] = run_max[h];
+      max_sum[2 * h + 1] = run_sum[h];
     }
   }
 }
@@ -192,9 +188,9 @@ bool LatentRowsInBf16(const KernelSet& k, KvFormat format, const LatentAttention
 void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages,
                       int begin, int end, const LatentAttentionShape& shape, const float* q_lat, float scale,
                       const LatentScratch& scratch, float* o, float* max_sum) {
-  if (LatentRowsInBf16(k, kv.format(), shape)) {
-    return AttendBf16Rows(k, kv, layer, pages, begin, end, std::max(1, end - begin), shape, q_lat, scale, scratch, o,
-                          max_sum);
+  if (LatentRowsInBf16(k, kv.format(), shape)) {  // one partial: all the rows
+    const int part_rows = std::max(kKvTileRows, (end - begin + kKvTileRows - 1) / kKvTileRows * kKvTileRows);
+    return AttendBf16Rows(k, kv, layer, pages, begin, end, part_rows, shape, q_lat, scale, scratch, o, max_sum);
   }
   AttendF32Rows(k, kv, layer, pages, begin, end, shape, q_lat, scale, scratch, o, max_sum);
 }

@@ -81,9 +81,9 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
                       const LatentScratch& scratch, float* o, float* max_sum);
 
 // Splits [first_split, first_split + num_splits) of a token's context [0, context), in order, on
-// the calling thread (those the context has: splits past it are not written): split s's partial in o_splits[s - first_split] ([heads, L]) and
-// max_sum_splits[s - first_split] ([heads, 2]), bit for bit what AttendLatentRows gives over the
-// split's rows alone. The bf16 path runs one tile pipeline through them (the query packed once;
+// the calling thread (only those the context has; none past it is written): split s's partial
+// in o_splits[s - first_split] ([heads, L]) and max_sum_splits[s - first_split] ([heads, 2]),
+// bit for bit what AttendLatentRows gives over the split's rows alone. The bf16 path runs one tile pipeline through them (the query packed once;
 // the next split's first rows fetched while the previous split's last tile computes).
 void AttendLatentSplits(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages,
                         int context, int first_split, int num_splits, const LatentAttentionShape& shape,
