@@ -22,19 +22,22 @@ EngineOptions Clamped(EngineOptions options, int max_batch_tokens) {
 
 }  // namespace
 
-Engine::Engine(ModelRunner& runner, PageAllocator& allocator, const EngineOptions& options, const Tokenizer* tokenizer)
+Engine::Engine(ModelRunner& runner, PageAllocator& allocator, const EngineOptions& options, const Tokenizer* tokenizer,
+               const Clock& clock)
     : runner_(runner),
       allocator_(allocator),
+      clock_(clock),
       options_(Clamped(options, runner.info().max_batch_tokens)),
-      scheduler_(allocator, options_, runner.info().max_batch_tokens),
-      output_(runner.info(), tokenizer) {
+      scheduler_(allocator, options_, runner.info().max_batch_tokens, clock),
+      output_(runner.info(), tokenizer, clock),
+      last_decode_log_(clock.Now()) {
   // A row per decode (plus its drafts: at most max_batch_tokens rows in all) and one prompt-
   // logprob segment.
   const int base_rows = options_.max_running_requests + kLogprobChunkTokens;
   const int draft_rows = options_.speculative() ? options_.max_running_requests * options_.num_draft_tokens : 0;
   runner_.ReserveLogitsRows(std::min(base_rows + draft_rows, std::max(base_rows, runner.info().max_batch_tokens)));
   stats_.max_total_num_tokens = allocator_.capacity_tokens();
-  release_after_observe_.reserve(size_t(runner.info().max_batch_tokens));  // a plan's sequences, at most
+  finished_in_step_.reserve(size_t(runner.info().max_batch_tokens));  // a plan's sequences, at most
   if (options_.speculative() && options_.tune_draft_steps) {
     step_tuner_.emplace(options_.num_draft_tokens, options_.tune_window_steps, options_.tune_hold_steps);
     scheduler_.set_draft_cap(step_tuner_->cap());
@@ -112,7 +115,7 @@ Status Engine::Submit(GenerateRequest request, OutputCallback callback) {
     r->next_drafts.reserve(size_t(options_.num_draft_tokens));
   }
   MLA_RETURN_IF_ERROR(output_.Prepare(*r));
-  r->submit_time = Clock::now();
+  r->submit_time = clock_.Now();
   {
     std::lock_guard<std::mutex> lock(intake_mutex_);
     if (stopped_) return Status::Error("the server is shutting down");
@@ -214,45 +217,14 @@ bool Engine::Step() {
     return outcome == Scheduler::Outcome::kRetracted;
   }
   // Speculative step tuning times decode-only steps (a prefill chunk's cost is not the drafts').
-  const Clock::time_point step_start = Clock::now();
+  const Clock::time_point step_start = clock_.Now();
   const bool decode_only =
       step_tuner_ && std::all_of(scheduler_.planned_requests().begin(), scheduler_.planned_requests().end(),
                                  [](const Request* r) { return r->decoding(); });
   const Result<ModelRunnerOutput> out = runner_.Execute(scheduler_.plan());
   if (out.ok()) {
-    scheduler_.RecordComputed();
-    // A drafter that observes the step (a draft model) still writes its cache rows for the
-    // positions of requests that finish in it, whose full pages then go to the prefix cache:
-    // their KV is released after Observe.
-    const DrafterInput input = options_.speculative() ? options_.drafter->input() : DrafterInput::kNone;
-    // (Step tuning at cap 0 decodes plainly: the draft model does not run, so its rows of these
-    // positions stay unwritten, which only lowers later drafts' acceptance.)
-    const bool observe = input != DrafterInput::kNone && (!step_tuner_ || step_tuner_->cap() > 0);
-    release_after_observe_.clear();
-    const int sampled = output_.Process(scheduler_.plan(), scheduler_.planned_requests(), out->logits,
-                                        out->captured_hidden_states, [this, observe](Request& r, FinishReason reason) {
-                                          Finish(r, reason, "", /*release_kv=*/!observe);
-                                          if (observe) release_after_observe_.push_back(&r);
-                                        });
-    scheduler_.DropRejectedDrafts();
-    if (input != DrafterInput::kNone && !observe) {
-      for (Request* r : scheduler_.planned_requests()) r->next_drafts.clear();  // (none stale when drafting resumes)
-    }
-    if (observe) {
-      const Status drafted = options_.drafter->Observe(
-          scheduler_.plan(), scheduler_.planned_requests(),
-          input == DrafterInput::kFinalHidden ? out->hidden_states : out->captured_hidden_states);
-      if (!drafted.ok()) ++draft_errors_;
-      if (!drafted.ok() && !draft_error_logged_) {
-        Log(LogLevel::kWarning, "[mlaserve] drafting failed, going on without drafts: %s", drafted.message().c_str());
-        draft_error_logged_ = true;
-      }
-      for (Request* r : release_after_observe_) scheduler_.ReleaseKv(*r, /*cache_prefix=*/true);
-      release_after_observe_.clear();
-    }
-    generation_tokens_total_ += sampled;
-    tokens_since_log_ += sampled;
-    if (decode_only) TuneDraftSteps(sampled, Clock::now() - step_start);
+    const int sampled = ApplyStepResults(*out);
+    if (decode_only) TuneDraftSteps(sampled, clock_.Now() - step_start);
   } else {
     // Inputs were validated at Submit; a failure here is a bug, but never take the server down:
     // fail the batch's requests with the reason.
@@ -266,6 +238,49 @@ bool Engine::Step() {
   scheduler_.SweepFinished();
   PublishStats();
   return true;
+}
+
+int Engine::ApplyStepResults(const ModelRunnerOutput& out) {
+  const BatchPlan& plan = scheduler_.plan();
+  const std::span<Request* const> requests = scheduler_.planned_requests();
+  const DrafterInput input = options_.speculative() ? options_.drafter->input() : DrafterInput::kNone;
+  // (Step tuning at cap 0 decodes plainly: the draft model does not run, so its rows of these
+  // positions stay unwritten, which only lowers later drafts' acceptance.)
+  const bool observe = input != DrafterInput::kNone && (!step_tuner_ || step_tuner_->cap() > 0);
+  // 1. The plan's new positions have KV rows.
+  scheduler_.RecordComputed();
+  // 2. Logits become tokens: prompt logprobs, sampling or verification, finish checks, text, one
+  //    chunk per request. A request that finishes is delivered its last chunk now; its KV stays.
+  finished_in_step_.clear();
+  const int sampled = output_.Process(plan, requests, out.logits, out.captured_hidden_states,
+                                      [this](Request& r, FinishReason reason) {
+                                        Finish(r, reason, "", /*release_kv=*/false);
+                                        finished_in_step_.push_back(&r);
+                                      });
+  // 3. Rows of rejected drafts are dropped (each verified request's KV ends at its history).
+  scheduler_.DropRejectedDrafts();
+  // 4. The drafter observes the step: it writes its own rows of every position the step made
+  //    final, the finished requests' included (their KV is still held).
+  if (input != DrafterInput::kNone && !observe) {
+    for (Request* r : requests) r->next_drafts.clear();  // (none stale when drafting resumes)
+  }
+  if (observe) {
+    const Status drafted = options_.drafter->Observe(
+        plan, requests, input == DrafterInput::kFinalHidden ? out.hidden_states : out.captured_hidden_states);
+    if (!drafted.ok()) ++draft_errors_;
+    if (!drafted.ok() && !draft_error_logged_) {
+      Log(LogLevel::kWarning, "[mlaserve] drafting failed, going on without drafts: %s", drafted.message().c_str());
+      draft_error_logged_ = true;
+    }
+  }
+  // 5. The finished requests' KV goes back: full pages to the prefix cache, the rest to the pool.
+  for (Request* r : finished_in_step_) scheduler_.ReleaseKv(*r, /*cache_prefix=*/true);
+  finished_in_step_.clear();
+  // 6. Counters (the decode interval, the sweep of finished requests and the published stats
+  //    follow in Step, for batches that failed too).
+  generation_tokens_total_ += sampled;
+  tokens_since_log_ += sampled;
+  return sampled;
 }
 
 void Engine::TuneDraftSteps(int appended_tokens, Clock::duration elapsed) {
@@ -308,7 +323,7 @@ void Engine::LogPrefill(const PlanSummary& planned) {
 }
 
 void Engine::EndDecodeInterval() {
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = clock_.Now();
   const double elapsed = ElapsedSeconds(last_decode_log_, now);
   last_gen_throughput_ = elapsed > 0 ? double(tokens_since_log_) / elapsed : 0.0;
   last_decode_log_ = now;

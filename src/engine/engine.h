@@ -38,7 +38,9 @@ class Engine {
   // runner and allocator must outlive the engine; the allocator's page ids index the runner's
   // KV storage (same page_size and num_pages), and its capacity is the KV budget. tokenizer (optional, must outlive the engine)
   // enables text output and stop strings.
-  Engine(ModelRunner& runner, PageAllocator& allocator, const EngineOptions& options, const Tokenizer* tokenizer = nullptr);
+  // clock: where every timestamp comes from (engine/clock.h); must outlive the engine.
+  Engine(ModelRunner& runner, PageAllocator& allocator, const EngineOptions& options, const Tokenizer* tokenizer = nullptr,
+         const Clock& clock = Clock::Real());
   ~Engine();  // stops the loop; unfinished requests are aborted (their callbacks see kAbort)
 
   void Start();  // starts the engine thread
@@ -81,10 +83,15 @@ class Engine {
 
   // Ends a request: its text flushed, its KV released (full pages to the prefix cache), its id
   // free again, its last chunk delivered. The request must be out of the queues or swept later.
-  // release_kv false: the caller releases r's KV later (Step, after the drafter's Observe).
+  // release_kv false: the caller releases r's KV later (ApplyStepResults, after the drafter's
+  // Observe).
   void Finish(Request& r, FinishReason reason, const std::string& error = "", bool release_kv = true);
   // After a decode-only step (speculative step tuning): records it, logs a finished measurement
   // round, and passes the tuner's cap to the scheduler.
+  // A step's results, applied here and nowhere else, in the order stated in its body: KV rows
+  // recorded, tokens sampled and delivered, rejected drafts dropped, the drafter's observation,
+  // finished requests' KV released, counters. Returns the tokens appended.
+  int ApplyStepResults(const ModelRunnerOutput& out);
   void TuneDraftSteps(int appended_tokens, Clock::duration elapsed);
   void LogPrefill(const PlanSummary& planned);
   // Every decode_log_interval decode steps: gen_throughput and retractions over the interval
@@ -94,6 +101,7 @@ class Engine {
 
   ModelRunner& runner_;
   PageAllocator& allocator_;
+  const Clock& clock_;
   EngineOptions options_;
   Scheduler scheduler_;      // engine-thread state: the queues, the prefix cache, each step's plan
   OutputProcessor output_;   // engine-thread state: sampling, detokenization, delivery
@@ -106,8 +114,8 @@ class Engine {
   int64_t tuning_rounds_ = 0;                 // its measurement rounds completed
   // Requests that finished in this step, their KV kept until the drafter has observed the step
   // (an MTP drafter writes its cache rows for their last positions); capacity reserved.
-  std::vector<Request*> release_after_observe_;
-  Clock::time_point last_decode_log_ = Clock::now();
+  std::vector<Request*> finished_in_step_;
+  Clock::time_point last_decode_log_;
   uint64_t next_seed_ = 0x5eed;
 
   // Intake, shared with Submit/Abort.

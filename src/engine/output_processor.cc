@@ -5,11 +5,12 @@
 
 namespace mlaserve {
 
-OutputProcessor::OutputProcessor(const ModelRunnerInfo& model, const Tokenizer* tokenizer)
+OutputProcessor::OutputProcessor(const ModelRunnerInfo& model, const Tokenizer* tokenizer, const Clock& clock)
     : vocab_size_(model.vocab_size),
       max_context_(model.max_context),
       captured_width_(model.captured_width),
       tokenizer_(tokenizer),
+      clock_(clock),
       sampler_(model.vocab_size) {
   if (model.eos_token_id >= 0) eos_token_ids_.push_back(model.eos_token_id);
   if (tokenizer_ && tokenizer_->eos_id() &&
@@ -123,7 +124,7 @@ bool OutputProcessor::AfterToken(Request& r, TokenId token, LogprobResult* logpr
   const SamplingParams& p = r.spec.sampling;
   r.tokens.push_back(token);
   r.penalties.Add(token);
-  if (!r.first_token_time) r.first_token_time = Clock::now();
+  if (!r.first_token_time) r.first_token_time = clock_.Now();
   if (logprob != nullptr) {
     r.pending_logprobs.push_back(logprob->chosen.logprob);
     if (p.top_logprobs_num > 0) r.pending_top_logprobs.push_back(std::move(logprob->top));
@@ -188,7 +189,7 @@ void OutputProcessor::Deliver(Request& r, bool finished, std::string_view error)
   out.prompt_tokens = int(prompt_len);
   out.completion_tokens = r.num_output_tokens();
   out.cached_tokens = r.cached_tokens;
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = clock_.Now();
   if (r.first_scheduled_time) out.queue_time_s = ElapsedSeconds(r.submit_time, *r.first_scheduled_time);
   if (r.first_token_time) out.ttft_s = ElapsedSeconds(r.submit_time, *r.first_token_time);
   out.e2e_latency_s = ElapsedSeconds(r.submit_time, now);

@@ -26,7 +26,8 @@ class OutputProcessor {
   using FinishFn = FunctionRef<void(Request&, FinishReason)>;
 
   // tokenizer (optional) must outlive the processor: it enables text output and stop strings.
-  OutputProcessor(const ModelRunnerInfo& model, const Tokenizer* tokenizer);
+  // clock (first-token and delivery times) must outlive it too.
+  OutputProcessor(const ModelRunnerInfo& model, const Tokenizer* tokenizer, const Clock& clock = Clock::Real());
 
   // At Submit: the request's output state (detokenizer, stop matcher, prompt-logprob slots).
   // An error when the request asks for what cannot be done (stop strings without a tokenizer).
@@ -79,6 +80,7 @@ class OutputProcessor {
   int max_context_;
   int captured_width_;
   const Tokenizer* tokenizer_;
+  const Clock& clock_;
   std::vector<TokenId> eos_token_ids_;  // the model's and the tokenizer's
   Sampler sampler_;
   SpecCounters spec_;

@@ -4,11 +4,11 @@
 // logprobs and text: the buffers each delivered OutputView points into, reused chunk after chunk).
 #pragma once
 
-#include <chrono>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "engine/clock.h"
 #include "engine/engine_types.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
@@ -17,12 +17,6 @@
 #include "kvcache/sequence_kv.h"
 
 namespace mlaserve {
-
-using Clock = std::chrono::steady_clock;
-
-inline double ElapsedSeconds(Clock::time_point from, Clock::time_point to) {
-  return std::chrono::duration<double>(to - from).count();
-}
 
 struct Request {
   GenerateRequest spec;

@@ -18,8 +18,8 @@ constexpr int kRetractDecodeSteps = 20;
 
 }  // namespace
 
-Scheduler::Scheduler(PageAllocator& allocator, const EngineOptions& options, int max_batch_tokens)
-    : allocator_(allocator), options_(options), max_batch_tokens_(max_batch_tokens) {
+Scheduler::Scheduler(PageAllocator& allocator, const EngineOptions& options, int max_batch_tokens, const Clock& clock)
+    : allocator_(allocator), clock_(clock), options_(options), max_batch_tokens_(max_batch_tokens) {
   planned_.reserve(size_t(options_.max_running_requests));
   plan_.sequences.reserve(size_t(options_.max_running_requests));
   plan_.tokens.reserve(size_t(max_batch_tokens_));
@@ -133,7 +133,9 @@ void Scheduler::RetractUntil(FunctionRef<bool()> fits) {
   const double old_ratio = new_token_ratio_;
   int retracted = 0;
   for (Request* victim : order) {
-    if (running_.size() <= 1 || fits()) break;
+    // fits() first: it evicts the prefix cache, which the last victim's pages may just have
+    // joined (with one request left, breaking before it would leave them unevicted).
+    if (fits() || running_.size() <= 1) break;
     ReleaseKv(*victim, /*cache_prefix=*/true);
     ++retracted;
     auto it = std::find_if(running_.begin(), running_.end(), [&](auto& p) { return p.get() == victim; });
@@ -245,7 +247,7 @@ void Scheduler::AdmitWaiting(int token_budget, bool& logprob_segment_used, std::
       counters_.prompt_tokens_total += int64_t(r.spec.input_ids.size());
       counters_.cached_tokens_total += r.cached_tokens;
     }
-    if (!r.first_scheduled_time) r.first_scheduled_time = Clock::now();
+    if (!r.first_scheduled_time) r.first_scheduled_time = clock_.Now();
     available -= need;
     token_budget -= chunk;
     prefill_tokens += extend;

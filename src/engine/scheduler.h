@@ -57,8 +57,10 @@ class Scheduler {
     kBatch,      // plan() holds this step's work
   };
 
-  // allocator (page ids, the KV budget) must outlive the scheduler. max_batch_tokens: the most tokens one plan may hold.
-  Scheduler(PageAllocator& allocator, const EngineOptions& options, int max_batch_tokens);
+  // allocator (page ids, the KV budget) and clock (admission times) must outlive the scheduler.
+  // max_batch_tokens: the most tokens one plan may hold.
+  Scheduler(PageAllocator& allocator, const EngineOptions& options, int max_batch_tokens,
+            const Clock& clock = Clock::Real());
 
   // The queue's tail. The request's kv must be an empty sequence on the scheduler's allocator.
   void Enqueue(std::unique_ptr<Request> r);
@@ -136,6 +138,7 @@ class Scheduler {
   void AddToPlan(Request* r, int num_new_tokens);
 
   PageAllocator& allocator_;
+  const Clock& clock_;
   EngineOptions options_;
   int max_batch_tokens_;
   std::unique_ptr<RadixCache> radix_;  // null with disable_radix_cache

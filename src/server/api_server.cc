@@ -17,7 +17,7 @@ namespace {
 using nlohmann::json;
 using api::SendError;
 using api::SendJson;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 int64_t UnixTime() { return int64_t(std::time(nullptr)); }
 
@@ -189,21 +189,21 @@ Status ApiServer::Drive(std::vector<GenerateRequest> requests, HttpResponseWrite
       return requests.size() > 1 ? Status::Error("request " + std::to_string(index) + ": " + s.message()) : s;
     }
   }
-  std::vector<std::optional<Clock::time_point>> last_token(requests.size());
-  Clock::time_point next_client_check = Clock::now();
+  std::vector<std::optional<SteadyClock::time_point>> last_token(requests.size());
+  SteadyClock::time_point next_client_check = SteadyClock::now();
   OutputChannel::Item item;  // swapped with the channel's slots: its buffers circulate, reused
   while (num_finished < requests.size()) {
     const bool popped = channel->Pop(item, std::chrono::milliseconds(50));
     // Poll the client every 50 ms whether or not outputs keep coming (fast steps would
     // otherwise never leave time to notice a client that left a non-streaming request).
-    if (!aborted && Clock::now() >= next_client_check) {
-      next_client_check = Clock::now() + std::chrono::milliseconds(50);
+    if (!aborted && SteadyClock::now() >= next_client_check) {
+      next_client_check = SteadyClock::now() + std::chrono::milliseconds(50);
       if (w.ClientGone()) abort_all();  // free the KV now; keep reading until the last chunks
     }
     if (!popped) continue;
     const RequestOutput& o = item.output;
     if (!o.new_token_ids.empty()) {
-      const Clock::time_point now = Clock::now();
+      const SteadyClock::time_point now = SteadyClock::now();
       auto& last = last_token[item.index];
       if (last && !internal) metrics_.ObserveInterTokenLatency(std::chrono::duration<double>(now - *last).count());
       last = now;

@@ -19,17 +19,17 @@
 namespace mlaserve {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // poll() that restarts after EINTR with what is left of timeout_ms (< 0: forever).
 int PollWithDeadline(pollfd* fds, nfds_t num_fds, int timeout_ms) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms);
+  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms);
   int wait_ms = timeout_ms;
   for (;;) {
     int rc = ::poll(fds, num_fds, wait_ms);
     if (rc >= 0 || errno != EINTR) return rc;
     if (timeout_ms >= 0) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
       wait_ms = left.count() > 0 ? static_cast<int>(left.count()) : 0;
     }
   }

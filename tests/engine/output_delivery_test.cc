@@ -67,7 +67,7 @@ Request DecodingRequest(OutputChannel& channel) {
   r.tokens = r.spec.input_ids;
   r.tokens.reserve(r.spec.input_ids.size() + kMaxNewTokens);
   r.callback = [&channel](const OutputView& o) { channel.Push(0, o); };
-  r.submit_time = Clock::now();
+  r.submit_time = Clock::Real().Now();
   return r;
 }
 
