@@ -15,6 +15,7 @@ int RunInitRandom(Args& args);
 int RunKvEval(Args& args);
 int RunKvCalibrate(Args& args);
 int RunPlan(Args& args);
+int RunSimulate(Args& args);
 int RunBenchOffline(Args& args);
 int RunBenchServing(Args& args);
 int RunBatch(Args& args);
@@ -41,6 +42,8 @@ inline constexpr Command kCommands[] = {
     {"kv-eval", "quality cost of each KV cache format against the bf16 cache", RunKvEval},
     {"kv-calibrate", "per-layer KV maxima, for --kv-scales (plain fp8, nvfp4)", RunKvCalibrate},
     {"plan", "KV bytes per token per format, tokens that fit, requests decoding at once", RunPlan},
+    {"simulate", "the real scheduler on a virtual clock: throughput, latencies and concurrency on a hardware profile",
+     RunSimulate},
     {"bench-offline", "offline throughput of the continuous-batching engine (SGLang's flags)", RunBenchOffline},
     {"bench-serving", "TTFT, TPOT, ITL and throughput of a running server (SGLang's bench_serving)",
      RunBenchServing},

@@ -17,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "cli/json_file.h"
+#include "cli/weight_source.h"
 #include "kvcache/kv_budget.h"
 #include "kvcache/kv_format.h"
 #include "model/config.h"
@@ -29,46 +30,6 @@
 
 namespace mlaserve::cli {
 namespace {
-
-// The stored tensors to split: the checkpoint's when the directory has them, else what the
-// config's tensors take in the format its quantization_config stores them in
-// (model/weight_bytes.h).
-struct WeightSource {
-  std::vector<StoredTensor> tensors;
-  double total_bytes = 0;  // every stored tensor, loaded or not
-  std::string description;
-  bool from_checkpoint = false;  // tensors read from the checkpoint (else estimated from the config)
-};
-
-WeightSource ReadWeightSource(const std::string& path, const ModelConfig& config) {
-  WeightSource out;
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    auto ckpt = Checkpoint::Open(path);
-    if (ckpt.ok()) {
-      out.tensors = StoredTensorsOf(**ckpt);
-      out.total_bytes = double((*ckpt)->total_tensor_bytes());
-      out.description = "read from the checkpoint";
-      out.from_checkpoint = true;
-      return out;
-    }
-  }
-  out.tensors = EstimateStoredTensors(config);
-  const WeightBytes w = EstimateWeightBytes(config);
-  out.total_bytes = w.total_bytes;
-  switch (config.quant.method) {
-    case WeightQuantMethod::kNone: out.description = "estimated from the config, bf16"; break;
-    case WeightQuantMethod::kFp8Block:
-      out.description = "estimated from the config: fp8 block-scaled linears (" +
-                        std::to_string(w.quantized_tensors) + " matrices), the rest bf16";
-      break;
-    case WeightQuantMethod::kInt4Pack:
-      out.description = "estimated from the config: int4 group-" + std::to_string(config.quant.group_size) + " (" +
-                        std::to_string(w.quantized_tensors) + " matrices), the rest bf16";
-      break;
-  }
-  return out;
-}
 
 // A speculative-decoding setting's share of the memory (the engine's ReadEngineFlags /
 // LoadModel): NEXTN loads the first MTP layer (its stored tensors, the V3-style embed and head

@@ -1,5 +1,8 @@
 #include "core/cpu_features.h"
 
+#include <fstream>
+#include <string>
+
 namespace mlaserve {
 
 const CpuFeatures& GetCpuFeatures() {
@@ -17,6 +20,18 @@ const CpuFeatures& GetCpuFeatures() {
     return f;
   }();
   return features;
+}
+
+std::string CpuModelName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      return colon == std::string::npos ? line : line.substr(colon + 2);
+    }
+  }
+  return "unknown";
 }
 
 }  // namespace mlaserve

@@ -1,6 +1,8 @@
 // What the CPU this process runs on can execute, read once.
 #pragma once
 
+#include <string>
+
 namespace mlaserve {
 
 struct CpuFeatures {
@@ -10,5 +12,8 @@ struct CpuFeatures {
 };
 
 const CpuFeatures& GetCpuFeatures();
+
+// The "model name" line of /proc/cpuinfo ("unknown" when there is none).
+std::string CpuModelName();
 
 }  // namespace mlaserve

@@ -67,18 +67,6 @@ double SecondsOf(const std::function<void()>& fn) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-std::string CpuModelName() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      return colon == std::string::npos ? line : line.substr(colon + 2);
-    }
-  }
-  return "unknown";
-}
-
 // What the cached rates are valid for: this CPU model and features, and this build of the
 // library (the time this file was compiled: every binary linking the same build, mlaserve and the
 // test binary alike, reads the same figures; a rebuild that recompiles this file measures again,
