@@ -4,6 +4,7 @@
 set -euo pipefail
 pkgs=(cmake g++ ninja-build pkg-config ccache libpcre2-dev nlohmann-json3-dev libgtest-dev libsqlite3-dev
       libopenmpi-dev openmpi-bin
+      jq  # scripts/validate-simulate.sh
       clang libclang-rt-14-dev)  # clang's libFuzzer and sanitizer runtimes: scripts/fuzz.sh
 missing=()
 for p in "${pkgs[@]}"; do

@@ -71,7 +71,8 @@ Result<VirtualRunResult> RunOnVirtualClock(Engine& engine, VirtualClock& clock, 
     // Nothing to run: the next arrival (or, at the concurrency limit, a free slot: impossible
     // while idle) moves the clock.
     if (next < n && in_flight < limit) {
-      clock.AdvanceTo(Clock::time_point(std::chrono::duration_cast<Clock::duration>(
+      // (Rounded up to the clock's tick, so that the arrival is then not in the future.)
+      clock.AdvanceTo(Clock::time_point(std::chrono::ceil<Clock::duration>(
           std::chrono::duration<double>(workload[next].arrival_s))));
       continue;
     }

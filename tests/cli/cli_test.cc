@@ -243,7 +243,7 @@ TEST(Cli, BenchKernelsTimesEveryWeightFormat) {
 
 TEST(Cli, HelpListsEachCommandsFlagsAndExitsZero) {
   for (const char* command : {"serve", "generate", "score", "bench", "bench-kernels", "init-random", "kv-eval",
-                              "kv-calibrate", "plan", "bench-offline", "bench-serving", "batch"}) {
+                              "kv-calibrate", "plan", "simulate", "bench-offline", "bench-serving", "batch"}) {
     for (const char* help : {"--help", "-h"}) {
       auto r = RunMlaserve(std::string(command) + " " + help);
       EXPECT_EQ(r.exit_code, 0) << command << " " << help << " -> " << r.err;
