@@ -3,8 +3,9 @@
 // kernel table runs: vdpbf16ps where it multiplies in bf16, else its fp32 FMA); the efficiencies
 // and overheads are fitted (sim/fit_profile.h) to the wall time of real engine steps on
 // --model-path's weights: a calibration workload of single-request decode, batched decode,
-// chunked prefill and batched decode at ~800 tokens of context, run by the real engine with
-// the real runner, each step's work counted by the same cost model the simulation uses.
+// prefill of several prompts and of one long one, and batched decode at ~800 tokens of
+// context, run by the real engine with the real runner, each step's work counted by the same
+// cost model the simulation uses.
 #pragma once
 
 #include <string>

@@ -180,7 +180,7 @@ int RunSimulate(Args& args) {
   std::fprintf(stderr, "simulate: %s on %d x %s (%s), kv_cache_dtype=%s, %s; %d requests\n", c.model_type.c_str(),
                model_flags.tp_size, profile.name.c_str(), profile.description.c_str(), KvFormatName(*format),
                budget->log_line.c_str(), int(workload.size()));
-  auto run = RunOnVirtualClock(engine, clock, workload, f.max_concurrency);
+  auto run = RunOnVirtualClock(engine, clock, workload, f.max_concurrency, profile.request_latency_us * 1e-6);
   if (!run.ok()) return Fail("simulate", run.error());
 
   std::vector<bench_serving::RequestResult> results;

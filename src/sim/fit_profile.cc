@@ -51,13 +51,15 @@ struct Features {
   double w, k, f, q, rows;  // seconds at efficiency 1: weights, KV, products, attention; logits rows
 };
 
-double Predict(const Features& s, const Vec& x) {
-  return std::max(s.w * x[0], s.f * x[1]) + std::max(s.k * x[0], s.q * x[2]) + x[3] + s.rows * x[4];
+double Predict(const Features& s, const Vec& x, CostCombine combine) {
+  const auto c = [&](double memory, double compute) {
+    return combine == CostCombine::kMax ? std::max(memory, compute) : memory + compute;
+  };
+  return c(s.w * x[0], s.f * x[1]) + c(s.k * x[0], s.q * x[2]) + x[3] + s.rows * x[4];
 }
 
-}  // namespace
-
-ProfileFit FitProfile(std::span<const MeasuredStep> steps, const HardwareProfile& rates, const StepCostModel& cost) {
+ProfileFit FitWith(std::span<const MeasuredStep> steps, const HardwareProfile& rates, const StepCostModel& cost,
+                   CostCombine combine) {
   HardwareProfile unit = rates;
   unit.efficiency = {};
   unit.combine = CostCombine::kMax;
@@ -77,11 +79,12 @@ ProfileFit FitProfile(std::span<const MeasuredStep> steps, const HardwareProfile
       const Features& s = features[i];
       const double t = steps[i].seconds;
       if (!(t > 0)) continue;
-      const bool weights_side = s.w * x[0] >= s.f * x[1];
-      const bool kv_side = s.k * x[0] >= s.q * x[2];
-      // Relative error: each row scaled by 1 / measured.
-      const Vec row = {((weights_side ? s.w : 0) + (kv_side ? s.k : 0)) / t, (weights_side ? 0 : s.f) / t,
-                       (kv_side ? 0 : s.q) / t, 1.0 / t, s.rows / t};
+      // Relative error: each row scaled by 1 / measured. With max, only each phase's bound side.
+      const bool sum = combine == CostCombine::kSum;
+      const bool weights = sum || s.w * x[0] >= s.f * x[1], products = sum || !weights;
+      const bool kv = sum || s.k * x[0] >= s.q * x[2], attention = sum || !kv;
+      const Vec row = {((weights ? s.w : 0) + (kv ? s.k : 0)) / t, (products ? s.f : 0) / t, (attention ? s.q : 0) / t,
+                       1.0 / t, s.rows / t};
       for (int r = 0; r < kParams; ++r) {
         b[size_t(r)] += row[size_t(r)];
         for (int c = 0; c < kParams; ++c) a[size_t(r)][size_t(c)] += row[size_t(r)] * row[size_t(c)];
@@ -111,7 +114,7 @@ ProfileFit FitProfile(std::span<const MeasuredStep> steps, const HardwareProfile
   }
   ProfileFit fit;
   fit.profile = rates;
-  fit.profile.combine = CostCombine::kMax;
+  fit.profile.combine = combine;
   fit.profile.efficiency.weights = fit.profile.efficiency.kv = 1.0 / x[0];
   fit.profile.efficiency.linear = 1.0 / x[1];
   fit.profile.efficiency.attention = 1.0 / x[2];
@@ -122,7 +125,7 @@ ProfileFit FitProfile(std::span<const MeasuredStep> steps, const HardwareProfile
   int counted = 0;
   for (size_t i = 0; i < features.size(); ++i) {
     if (!(steps[i].seconds > 0)) continue;
-    const double p = Predict(features[i], x);
+    const double p = Predict(features[i], x, combine);
     predicted_sum += p;
     measured_sum += steps[i].seconds;
     abs_rel += std::abs(p - steps[i].seconds) / steps[i].seconds;
@@ -131,6 +134,14 @@ ProfileFit FitProfile(std::span<const MeasuredStep> steps, const HardwareProfile
   fit.mean_abs_rel_error = counted > 0 ? abs_rel / counted : 0;
   fit.total_rel_error = measured_sum > 0 ? (predicted_sum - measured_sum) / measured_sum : 0;
   return fit;
+}
+
+}  // namespace
+
+ProfileFit FitProfile(std::span<const MeasuredStep> steps, const HardwareProfile& rates, const StepCostModel& cost) {
+  ProfileFit overlapped = FitWith(steps, rates, cost, CostCombine::kMax);
+  ProfileFit added = FitWith(steps, rates, cost, CostCombine::kSum);
+  return added.mean_abs_rel_error < overlapped.mean_abs_rel_error ? added : overlapped;
 }
 
 }  // namespace mlaserve

@@ -5,9 +5,11 @@
 // relative error:
 //   1 / e_memory (one efficiency for weights and KV reads), 1 / e_linear, 1 / e_attention,
 //   step_overhead, per_logits_row.
-// The model is piecewise linear (a max per phase): the fit alternates choosing each step's
-// bound side with the current numbers and a least-squares solve on those sides, clamping each
-// efficiency to (0, 1.5] and the overheads to >= 0. A number no step depends on keeps its start.
+// Both ways of combining a phase's memory and arithmetic time are fitted and the one with the
+// smaller mean relative error is kept (`combine` of the result): with sum the model is linear in
+// the five numbers; with max it is piecewise linear, and the fit alternates choosing each step's
+// bound side with the current numbers and a least-squares solve on those sides. Each efficiency
+// is clamped to (0, 1.5] and the overheads to >= 0; a number no step depends on keeps its start.
 #pragma once
 
 #include <span>
@@ -28,7 +30,7 @@ struct ProfileFit {
   double total_rel_error = 0;    // (sum predicted - sum measured) / sum measured
 };
 
-// `rates`: a profile with the measured rates (combine kMax); its efficiencies are the start.
+// `rates`: a profile with the measured rates; its efficiencies are the start.
 ProfileFit FitProfile(std::span<const MeasuredStep> steps, const HardwareProfile& rates, const StepCostModel& cost);
 
 }  // namespace mlaserve

@@ -41,7 +41,7 @@ Result<HardwareProfile> ParseHardwareProfile(const json& j, const std::string& w
   MLA_RETURN_IF_ERROR(RefuseUnknown(j, {"name", "description", "memory_gb", "memory_bandwidth_gbs", "bf16_tflops",
                                         "fp8_tflops", "interconnect_gbs", "collective_latency_us", "combine",
                                         "efficiency", "step_overhead_us", "per_token_us", "per_logits_row_us",
-                                        "sources"},
+                                        "request_latency_us", "sources"},
                                     where));
   HardwareProfile p;
   if (!j.contains("name") || !j["name"].is_string()) return Status::Error(where + ": \"name\" (a string) is required");
@@ -65,6 +65,7 @@ Result<HardwareProfile> ParseHardwareProfile(const json& j, const std::string& w
   MLA_NUMBER(step_overhead_us, false, 0, false);
   MLA_NUMBER(per_token_us, false, 0, false);
   MLA_NUMBER(per_logits_row_us, false, 0, false);
+  MLA_NUMBER(request_latency_us, false, 0, false);
 #undef MLA_NUMBER
   const std::string combine = j.value("combine", std::string("max"));
   if (combine == "max") p.combine = CostCombine::kMax;
@@ -122,6 +123,7 @@ json HardwareProfileJson(const HardwareProfile& p) {
   j["step_overhead_us"] = p.step_overhead_us;
   j["per_token_us"] = p.per_token_us;
   j["per_logits_row_us"] = p.per_logits_row_us;
+  j["request_latency_us"] = p.request_latency_us;
   j["sources"] = p.sources;
   return j;
 }

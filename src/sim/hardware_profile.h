@@ -40,6 +40,9 @@ struct HardwareProfile {
   double step_overhead_us = 0;        // per forward step (launches, scheduling, host work)
   double per_token_us = 0;            // per token a step runs (norms, rope, routing: the small ops)
   double per_logits_row_us = 0;       // per logits row (lm_head's softmax, sampling, detokenizing)
+  // Latency from a client's send to the engine's intake (connection, HTTP parsing, validation):
+  // added to every request's time to first token, not to any step.
+  double request_latency_us = 0;
   std::vector<std::string> sources;   // where the numbers come from, one line each
 };
 

@@ -6,7 +6,7 @@
 namespace mlaserve {
 
 Result<VirtualRunResult> RunOnVirtualClock(Engine& engine, VirtualClock& clock, std::span<const TimedRequest> workload,
-                                           int max_concurrency) {
+                                           int max_concurrency, double request_latency_s) {
   VirtualRunResult out;
   out.requests.resize(workload.size());
   const size_t n = workload.size();
@@ -17,12 +17,13 @@ Result<VirtualRunResult> RunOnVirtualClock(Engine& engine, VirtualClock& clock, 
   double first_send_s = std::numeric_limits<double>::infinity(), last_end_s = 0, weighted_running = 0;
   double slot_freed_s = 0;  // when the concurrency limit last let one more in
   while (done < n) {
-    // Everything that has arrived and has a slot goes in now.
-    while (next < n && workload[next].arrival_s <= clock.seconds() && in_flight < limit) {
+    // Everything sent by now (at its arrival or when a slot freed) and past the request latency
+    // goes in (a step may have run past either).
+    auto sent_s = [&](size_t i) { return std::max(workload[i].arrival_s, slot_freed_s); };
+    while (next < n && in_flight < limit && sent_s(next) + request_latency_s <= clock.seconds()) {
       const size_t i = next++;
       VirtualRequestResult& r = out.requests[i];
-      // Sent at its arrival, or when a slot freed (a step may have run past either).
-      r.send_s = std::max(workload[i].arrival_s, slot_freed_s);
+      r.send_s = sent_s(i);
       r.prompt_len = int(workload[i].prompt.size());
       first_send_s = std::min(first_send_s, r.send_s);
       GenerateRequest request;
@@ -73,7 +74,7 @@ Result<VirtualRunResult> RunOnVirtualClock(Engine& engine, VirtualClock& clock, 
     if (next < n && in_flight < limit) {
       // (Rounded up to the clock's tick, so that the arrival is then not in the future.)
       clock.AdvanceTo(Clock::time_point(std::chrono::ceil<Clock::duration>(
-          std::chrono::duration<double>(workload[next].arrival_s))));
+          std::chrono::duration<double>(sent_s(next) + request_latency_s))));
       continue;
     }
     if (done < n) return Status::Error("the engine stopped with " + std::to_string(n - done) + " requests unfinished");

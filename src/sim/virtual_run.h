@@ -1,6 +1,6 @@
 // Drives a real Engine on a VirtualClock through a timed workload, as bench-serving drives a
-// server: request i is submitted at its arrival time (or when one of max_concurrency slots
-// frees), the engine steps (its runner advances the clock by each step's predicted time), and
+// server: request i is sent at its arrival time (or when one of max_concurrency slots frees)
+// and reaches the engine request_latency_s later, the engine steps (its runner advances the clock by each step's predicted time), and
 // when nothing runs the clock jumps to the next arrival. Records per request what bench-serving
 // records (send, first token, inter-token gaps, end, token counts) and, after every step, the
 // running and queued requests and the token usage.
@@ -49,6 +49,6 @@ struct VirtualRunResult {
 // The engine must be built on `clock` (Engine's clock argument) with a runner that advances it.
 // An error when a request is refused at Submit (it names the request) or the engine stalls.
 Result<VirtualRunResult> RunOnVirtualClock(Engine& engine, VirtualClock& clock, std::span<const TimedRequest> workload,
-                                           int max_concurrency);
+                                           int max_concurrency, double request_latency_s = 0);
 
 }  // namespace mlaserve
