@@ -55,6 +55,12 @@ int RunBenchServing(Args& args) {
     auto loaded = bench_serving::JsonlDataset(f);
     if (!loaded.ok()) return Fail("bench-serving", loaded.error());
     requests = std::move(loaded).value();
+  } else if (f.dataset_name == "sharegpt") {
+    auto tokenizer = Tokenizer::FromDirectory(f.tokenizer);
+    if (!tokenizer.ok()) return Fail("bench-serving", "--tokenizer: " + tokenizer.error());
+    auto loaded = bench_serving::ShareGptDataset(f, *tokenizer);
+    if (!loaded.ok()) return Fail("bench-serving", loaded.error());
+    requests = std::move(loaded).value();
   } else {
     requests = bench_serving::RandomDataset(f);
   }

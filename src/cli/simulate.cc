@@ -21,6 +21,9 @@
 #include "core/log.h"
 #include "engine/engine.h"
 #include "kvcache/kv_budget.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "sim/batch_workload.h"
 #include "sim/builtin_profiles.h"
 #include "sim/simulated_runner.h"
 #include "sim/step_cost.h"
@@ -44,15 +47,15 @@ Result<HardwareProfile> ResolveProfile(const std::string& hardware) {
                        ", this-host) nor a profile file");
 }
 
-// The workload as bench-serving's random dataset builds it for the same flags and seed (lengths
-// and arrival times), with prompt ids below the simulated vocabulary.
-std::vector<TimedRequest> RandomWorkload(const bench_serving::ServingFlags& f) {
-  const std::vector<bench_serving::BenchRequest> requests = bench_serving::RandomDataset(f);
+// bench-serving's requests (the same lengths for the same flags and seed) at its arrival times,
+// prompt ids folded below the simulated vocabulary.
+std::vector<TimedRequest> TimedWorkload(const std::vector<bench_serving::BenchRequest>& requests,
+                                        const bench_serving::ServingFlags& f) {
   const std::vector<double> arrivals = bench_serving::ArrivalTimes(int(requests.size()), f.request_rate, f.seed);
   std::vector<TimedRequest> out;
   for (size_t i = 0; i < requests.size(); ++i) {
     TimedRequest t{.output_len = requests[i].output_len, .arrival_s = arrivals[i]};
-    for (int64_t id : requests[i].input_ids) t.prompt.push_back(TokenId(id));
+    for (int64_t id : requests[i].input_ids) t.prompt.push_back(TokenId(id % kSimulatedVocab));
     out.push_back(std::move(t));
   }
   return out;
@@ -100,7 +103,13 @@ int RunSimulate(Args& args) {
   // The workload: bench-serving's flags.
   bench_serving::ServingFlags f;
   f.backend_name = "simulate";
-  f.dataset_name = args.Str("dataset-name", "random", "where prompts come from", {.choices = {"random"}});
+  f.dataset_name = args.Str("dataset-name", "random", "where prompts come from (bench-serving's)",
+                            {.choices = {"random", "sharegpt"}});
+  f.dataset_path = args.Str("dataset-path", "", "sharegpt: ShareGPT's JSON array", {.value_name = "FILE"});
+  f.sharegpt_output_len = args.Int("sharegpt-output-len", 0, "sharegpt: output tokens per request",
+                                   {.shown_default = "the conversation's answer length", .min = 0});
+  f.sharegpt_context_len = args.Int("sharegpt-context-len", 0, "sharegpt: skip pairs whose prompt + output exceed it",
+                                    {.shown_default = "no limit", .min = 0});
   f.num_prompts = args.Int("num-prompts", 64, "requests", {.min = 1});
   f.random_input_len = args.Int("random-input-len", 256, "prompt tokens per request, at most", {.min = 1});
   f.random_output_len = args.Int("random-output-len", 256, "output tokens per request, at most", {.min = 1});
@@ -108,8 +117,23 @@ int RunSimulate(Args& args) {
                                      {.min = 0, .max = 1});
   f.request_rate = args.Double("request-rate", std::numeric_limits<double>::infinity(),
                                "requests per second, Poisson arrivals; inf: all at once", {.above = 0});
-  f.max_concurrency = args.Int("max-concurrency", 0, "requests in flight at most; 0: no limit", {.min = 0});
+  const std::optional<int> max_concurrency = args.OptInt(
+      "max-concurrency", "requests in flight at most (with --workload: conversations, batch's --concurrency); 0: no "
+      "limit", {.shown_default = "no limit; with --workload 8, batch's default", .min = 0});
   f.seed = uint64_t(args.Int64("seed", 1, "seed of the random lengths, prompts and arrivals"));
+  // Or the workload of a `mlaserve batch` run.
+  BatchWorkloadOptions batch_workload;
+  batch_workload.input_path = args.Str("workload", "", "simulate `mlaserve batch` on this input: every record's "
+                                       "assistant turns regenerated in order", {.value_name = "BATCH_INPUT.jsonl"});
+  batch_workload.lengths_from_path = args.Str("lengths-from", "", "--workload: take each turn's lengths from this "
+                                              "batch output", {.value_name = "BATCH_OUTPUT.jsonl",
+                                              .shown_default = "the input's own answers"});
+  batch_workload.max_new_tokens = args.Int("max-new-tokens", 256, "--workload: tokens per answer at most (batch's)",
+                                           {.min = 1});
+  const std::string tokenizer_path = args.Str("tokenizer-path", "", "sharegpt and --workload: the tokenizer that "
+                                              "counts tokens", {.value_name = "DIR", .shown_default = "the model's"});
+  const std::string chat_template = args.Str("chat-template", "", "--workload: a Jinja chat template file",
+                                             {.value_name = "FILE", .shown_default = "the model's"});
   const std::string plot = args.Str("plot", "", "draw running requests, queue and token usage over time",
                                     {.value_name = "FILE.svg"});
   const std::string output_file = args.Str("output-file", "", "append the results as one JSON line",
@@ -130,6 +154,16 @@ int RunSimulate(Args& args) {
   if (model_flags.model_path.empty()) args.Reject("--model-path (a model directory or config.json) is required");
   if (hardware.empty()) args.Reject("--hardware (h100, h200, b200, mi300x, a profile file, or this-host) is required");
   if (!write_profile.empty() && hardware != "this-host") args.Reject("--write-profile is for --hardware this-host");
+  const bool batch_run = !batch_workload.input_path.empty();
+  if (f.dataset_name == "sharegpt" && f.dataset_path.empty()) args.Reject("--dataset-name sharegpt needs --dataset-path");
+  if (f.dataset_name != "sharegpt" && !f.dataset_path.empty()) args.Reject("--dataset-path needs --dataset-name sharegpt");
+  for (const char* flag : {"dataset-name", "num-prompts", "request-rate", "random-input-len", "random-output-len"}) {
+    if (batch_run && args.WasGiven(flag)) {
+      args.Reject("--" + std::string(flag) + ": --workload is the whole workload (batch sends every record at once)");
+    }
+  }
+  if (!batch_workload.lengths_from_path.empty() && !batch_run) args.Reject("--lengths-from needs --workload");
+  f.max_concurrency = max_concurrency.value_or(batch_run ? 8 : 0);
   if (auto exit_code = args.Finish()) return *exit_code;
   f.vocab_size = kSimulatedVocab;  // prompts as ids below the simulated vocabulary
 
@@ -176,7 +210,36 @@ int RunSimulate(Args& args) {
   SimulatedRunner runner(*cost, profile, clock, info);
   Engine engine(runner, **pool, options, nullptr, clock);
 
-  const std::vector<TimedRequest> workload = RandomWorkload(f);
+  std::vector<TimedRequest> workload;
+  if (batch_run || f.dataset_name == "sharegpt") {
+    const std::string model_dir = std::filesystem::is_directory(model_flags.model_path)
+                                      ? model_flags.model_path
+                                      : std::filesystem::path(model_flags.model_path).parent_path().string();
+    const std::string tokenizer_dir = tokenizer_path.empty() ? model_dir : tokenizer_path;
+    auto tokenizer = Tokenizer::FromDirectory(tokenizer_dir);
+    if (!tokenizer.ok()) {
+      return Fail("simulate", "counting tokens needs the model's tokenizer (--tokenizer-path DIR): " + tokenizer.error());
+    }
+    if (batch_run) {
+      auto ct = ChatTemplate::ForModel(tokenizer_dir, chat_template, *tokenizer, c.model_type);
+      if (!ct.ok()) return Fail("simulate", ct.error());
+      batch_workload.vocab_size = kSimulatedVocab;
+      auto read = ReadBatchWorkload(batch_workload, *tokenizer, *ct);
+      if (!read.ok()) return Fail("simulate", read.error());
+      std::fprintf(stderr, "simulate: --workload %s: %lld records, %zu turns, %lld turns' lengths from --lengths-from, "
+                   "%lld lines skipped%s%s; concurrency %d\n", batch_workload.input_path.c_str(),
+                   (long long)read->records, read->requests.size(), (long long)read->turns_with_lengths,
+                   (long long)read->skipped_lines, read->skipped_lines > 0 ? " (first: " : "",
+                   read->skipped_lines > 0 ? (read->first_skipped + ")").c_str() : "", f.max_concurrency);
+      workload = std::move(read->requests);
+    } else {
+      auto sampled = bench_serving::ShareGptDataset(f, *tokenizer);
+      if (!sampled.ok()) return Fail("simulate", sampled.error());
+      workload = TimedWorkload(*sampled, f);
+    }
+  } else {
+    workload = TimedWorkload(bench_serving::RandomDataset(f), f);
+  }
   std::fprintf(stderr, "simulate: %s on %d x %s (%s), kv_cache_dtype=%s, %s; %d requests\n", c.model_type.c_str(),
                model_flags.tp_size, profile.name.c_str(), profile.description.c_str(), KvFormatName(*format),
                budget->log_line.c_str(), int(workload.size()));

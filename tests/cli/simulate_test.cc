@@ -98,6 +98,9 @@ TEST(Simulate, RefusesWhatItDoesNotModelByName) {
       {"--hardware h200 --write-profile x.json", "--write-profile is for --hardware this-host"},
       {"--num-prompts 4", "--hardware"},
       {"--hardware h200 --threads 2", "--threads"},
+      {"--hardware h200 --dataset-name sharegpt", "--dataset-name sharegpt needs --dataset-path"},
+      {"--hardware h200 --lengths-from out.jsonl", "--lengths-from needs --workload"},
+      {"--hardware h200 --workload in.jsonl --num-prompts 4", "--num-prompts: --workload is the whole workload"},
   };
   for (const Case& c : cases) {
     auto r = RunMlaserve(base + c.args);
@@ -144,6 +147,80 @@ TEST(Simulate, PredictsTheBundledModelsServerRun) {
   auto again = RunMlaserve("simulate --model-path " + ShellQuote(testing::BundledModelPath()) + " --hardware " +
                            ShellQuote(dir.path() + "/this-host.json") + " --max-total-tokens 8192" + workload);
   EXPECT_EQ(again.exit_code, 0) << again.err;
+}
+
+// Two ShareGPT conversations (a third has one turn and is skipped), simulated and sent for real by
+// bench-serving with the same seed: the same requests, the same token counts.
+TEST(Simulate, ShareGptIsSampledAsBenchServingSamplesIt) {
+  testing::TempDir dir;
+  const std::string data = dir.path() + "/sharegpt.json", sim = dir.path() + "/sim.jsonl",
+                    real = dir.path() + "/real.jsonl";
+  std::ofstream(data) << R"([
+    {"id": "x", "conversations": [{"from": "human", "value": "Tell me of Rome, of Caesar and the senate."},
+                                  {"from": "gpt", "value": "Friends, Romans, countrymen, lend me your ears."}]},
+    {"id": "y", "conversations": [{"from": "human", "value": "Hi"}]},
+    {"id": "z", "conversations": [{"from": "human", "value": "What is love? Tell me all of it."},
+                                  {"from": "gpt", "value": "Love looks not with the eyes, but with the mind."}]}])";
+  const std::string workload = " --dataset-name sharegpt --dataset-path " + ShellQuote(data) + " --num-prompts 5";
+  auto simulated = RunMlaserve("simulate --model-path " + ShellQuote(testing::BundledModelPath()) +
+                               " --hardware h200 --max-total-tokens 8192" + workload + " --output-file " + ShellQuote(sim));
+  ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
+  testing::ServerProcess server;
+  auto measured = RunMlaserve("bench-serving --port " + std::to_string(server.port()) + workload + " --tokenizer " +
+                              ShellQuote(testing::BundledModelPath()) + " --disable-progress --output-file " +
+                              ShellQuote(real));
+  ASSERT_EQ(measured.exit_code, 0) << measured.err;
+  const nlohmann::json s = LastJsonLine(sim), m = LastJsonLine(real);
+  EXPECT_EQ(s["completed"], 2);
+  EXPECT_EQ(m["completed"], 2);
+  EXPECT_EQ(s["total_input_tokens"], m["total_input_tokens"]);
+  EXPECT_EQ(s["total_output_tokens"], m["total_output_tokens"]);
+  EXPECT_GT(s["total_output_tokens"].get<int>(), 10) << "the answers' own lengths";
+  auto without = RunMlaserve("bench-serving --port " + std::to_string(server.port()) +
+                             " --dataset-name sharegpt --dataset-path " + ShellQuote(data));
+  EXPECT_NE(without.exit_code, 0);
+  EXPECT_NE(without.err.find("--tokenizer DIR"), std::string::npos) << without.err;
+}
+
+// A batch run on the bundled model, then its workload simulated with the run's own lengths: every
+// turn is a request (a later turn after its earlier one), and the token counts are the run's.
+TEST(Simulate, ABatchWorkloadTakesItsLengthsFromTheRunsOutput) {
+  testing::TempDir dir;
+  const std::string input = dir.path() + "/in.jsonl", output = dir.path() + "/out.jsonl",
+                    sim = dir.path() + "/sim.jsonl";
+  std::ofstream(input) << R"({"id": "a", "messages": [{"role": "system", "content": "You are a poet."}, {"role": "user", "content": "Speak of the king."}, {"role": "assistant", "content": "The king is dead."}, {"role": "user", "content": "And the queen?"}]}
+{"id": "b", "conversations": [{"from": "human", "value": "What light through yonder window breaks?"}, {"from": "gpt", "value": "It is the east."}]}
+{"id": "c", "prompt": "To be or not to be"}
+not a record
+)";
+  const std::string model = ShellQuote(testing::BundledModelPath());
+  auto run = RunMlaserve("batch --model-path " + model + " --input " + ShellQuote(input) + " --output " +
+                         ShellQuote(output) + " --max-new-tokens 12");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  int64_t prompt_tokens = 0, completion_tokens = 0, turns = 0;
+  {
+    std::ifstream in(output);
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json record = nlohmann::json::parse(line);
+      for (const auto& t : record["turns"]) {
+        prompt_tokens += t["prompt_tokens"].get<int64_t>();
+        completion_tokens += t["completion_tokens"].get<int64_t>();
+        ++turns;
+      }
+    }
+  }
+  ASSERT_EQ(turns, 4);
+  auto simulated = RunMlaserve("simulate --model-path " + model + " --hardware h200 --max-total-tokens 8192 "
+                               "--workload " + ShellQuote(input) + " --lengths-from " + ShellQuote(output) +
+                               " --max-new-tokens 12 --output-file " + ShellQuote(sim));
+  ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
+  EXPECT_NE(simulated.err.find("3 records, 4 turns, 4 turns' lengths from --lengths-from, 1 lines skipped"),
+            std::string::npos) << simulated.err;
+  const nlohmann::json s = LastJsonLine(sim);
+  EXPECT_EQ(s["completed"], 4);
+  EXPECT_EQ(s["total_input_tokens"], prompt_tokens);
+  EXPECT_EQ(s["total_output_tokens"], completion_tokens);
+  EXPECT_EQ(s["max_concurrency"], 8) << "batch's --concurrency default";
 }
 
 }  // namespace

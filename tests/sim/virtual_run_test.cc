@@ -41,6 +41,7 @@ class Sim {
   Result<VirtualRunResult> Run(const std::vector<TimedRequest>& w, int max_concurrency = 0) {
     return RunOnVirtualClock(*engine_, clock_, w, max_concurrency);
   }
+  const Engine& engine() const { return *engine_; }
 
  private:
   ModelConfig config_;
@@ -108,6 +109,35 @@ TEST(VirtualRun, TheConcurrencyLimitHoldsRequestsBack) {
   ASSERT_TRUE(together.ok());
   EXPECT_EQ(together->max_running, 3);
   EXPECT_LT(together->duration_s, run->duration_s / 2);
+}
+
+// A conversation's second turn is sent when the first ends, in its slot, with the first turn's
+// prompt and answer before its own tokens; the prefix cache holds them, so its prefill is short.
+TEST(VirtualRun, ALaterTurnFollowsItsEarlierTurnInItsSlot) {
+  Sim sim;
+  const std::vector<TimedRequest> w = {
+      {.prompt = Prompt(256, 1), .output_len = 32, .arrival_s = 0},                 // conversation A, turn 1
+      {.prompt = Prompt(256, 2), .output_len = 8, .arrival_s = 0},                  // conversation B
+      {.prompt = Prompt(20, 3), .output_len = 4, .arrival_s = 0, .follows = 0},     // A, turn 2
+  };
+  auto run = sim.Run(w, /*max_concurrency=*/1);
+  ASSERT_TRUE(run.ok()) << run.error();
+  const VirtualRequestResult &a1 = run->requests[0], &b = run->requests[1], &a2 = run->requests[2];
+  ASSERT_TRUE(a1.success && b.success && a2.success);
+  EXPECT_EQ(a2.prompt_len, 256 + 32 + 20);
+  EXPECT_NEAR(a2.send_s, a1.end_s, 1e-9) << "sent when turn 1 ended";
+  EXPECT_NEAR(b.send_s, a2.end_s, 1e-9) << "B waits for A's slot until A's last turn ends";
+  const int64_t cached = sim.engine().stats().cached_tokens_total;
+  EXPECT_GE(cached, 256 + 32 - 16) << "the earlier turn's prompt and answer, to a page";
+  EXPECT_NEAR(a2.first_token_s, sim.StepSeconds({{int(cached), 256 + 32 + 20 - int(cached)}}), 1e-9);
+  EXPECT_EQ(run->max_running, 1);
+  // A follows that is not an earlier request, or a shared one, is refused.
+  Sim bad;
+  EXPECT_FALSE(bad.Run({{.prompt = Prompt(8, 1), .output_len = 2, .follows = 0}}).ok());
+  EXPECT_FALSE(bad.Run({{.prompt = Prompt(8, 1), .output_len = 2},
+                        {.prompt = Prompt(8, 2), .output_len = 2, .follows = 0},
+                        {.prompt = Prompt(8, 3), .output_len = 2, .follows = 0}})
+                   .ok());
 }
 
 }  // namespace

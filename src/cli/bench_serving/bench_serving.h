@@ -14,6 +14,7 @@
 #include "cli/args.h"
 #include "core/status.h"
 #include "server/http_client.h"
+#include "tokenizer/tokenizer.h"
 
 namespace mlaserve::cli::bench_serving {
 
@@ -51,6 +52,9 @@ struct ServingFlags {
   int random_output_len = 0;
   double random_range_ratio = 0;
   int vocab_size = 0;  // 0: ask the server; unknown: send words instead of ids
+  std::string tokenizer;          // sharegpt: the directory of the model's tokenizer
+  int sharegpt_output_len = 0;   // 0: the completion's own length
+  int sharegpt_context_len = 0;  // 0: no limit on prompt + output
   double request_rate = 0;  // requests/s; inf: all at once
   int max_concurrency = 0;  // 0: not set
   int warmup_requests = 0;
@@ -67,6 +71,13 @@ ServingFlags ReadServingFlags(Args& args);
 std::vector<BenchRequest> RandomDataset(const ServingFlags& f);
 // JSONL, one {"prompt": TEXT, "output_len"?: N} per line; the first num_prompts lines are used.
 Result<std::vector<BenchRequest>> JsonlDataset(const ServingFlags& f);
+// SGLang's ShareGPT sampling: a JSON array of {"conversations": [{"from", "value"}...]} (or
+// "conversation"); those with at least two turns give (first turn: the prompt, second: the
+// completion), taken in an order shuffled by the seed until num_prompts are kept; a pair is
+// skipped when the prompt or the output counts fewer than 2 tokens, or prompt + output exceed
+// sharegpt_context_len. output_len: the completion's token count, or sharegpt_output_len.
+// Each request carries the prompt's text and its token ids (with the tokenizer's BOS).
+Result<std::vector<BenchRequest>> ShareGptDataset(const ServingFlags& f, const Tokenizer& tokenizer);
 // Seconds after the start at which each request is sent: exponential gaps (a Poisson process)
 // drawn from the seed, or all zero for an infinite rate.
 std::vector<double> ArrivalTimes(int num_requests, double request_rate, uint64_t seed);

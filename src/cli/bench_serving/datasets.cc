@@ -1,6 +1,6 @@
 // bench-serving's prompts, all from the seed: SGLang's random dataset (lengths uniform in
 // [len * range_ratio, len], token ids when the vocabulary is known, else common words), a JSONL
-// file of prompts, and the Poisson arrival times.
+// file of prompts, ShareGPT conversations, and the Poisson arrival times.
 #include <algorithm>
 #include <cmath>
 
@@ -107,6 +107,53 @@ Result<std::vector<BenchRequest>> JsonlDataset(const ServingFlags& f) {
     out.push_back(std::move(r));
   }
   if (out.empty()) return Status::Error(f.dataset_path + ": no prompts");
+  return out;
+}
+
+Result<std::vector<BenchRequest>> ShareGptDataset(const ServingFlags& f, const Tokenizer& tokenizer) {
+  auto file = ReadWholeFile(f.dataset_path);
+  if (!file.ok()) return file.status();
+  const json all = json::parse(*file, nullptr, false);
+  if (all.is_discarded() || !all.is_array()) {
+    return Status::Error(f.dataset_path + ": not a JSON array (want ShareGPT: [{\"conversations\": [...]}, ...])");
+  }
+  // (prompt, completion) of every conversation with two turns or more.
+  std::vector<std::pair<const std::string*, const std::string*>> pairs;
+  for (const json& record : all) {
+    if (!record.is_object()) continue;
+    const auto list = record.contains("conversations") ? record.find("conversations") : record.find("conversation");
+    if (list == record.end() || !list->is_array() || list->size() < 2) continue;
+    const json &first = (*list)[0], &second = (*list)[1];
+    if (!first.is_object() || !second.is_object() || !first.contains("value") || !second.contains("value") ||
+        !first["value"].is_string() || !second["value"].is_string()) {
+      continue;
+    }
+    pairs.emplace_back(first["value"].get_ptr<const std::string*>(), second["value"].get_ptr<const std::string*>());
+  }
+  // Fisher-Yates from the seed.
+  for (size_t i = pairs.size(); i > 1; --i) {
+    const size_t j = std::min(i - 1, size_t(CounterUniform(f.seed ^ 0x5bd1e995ULL, uint64_t(i)) * double(i)));
+    std::swap(pairs[i - 1], pairs[j]);
+  }
+  std::vector<BenchRequest> out;
+  for (const auto& [prompt, completion] : pairs) {
+    if (int(out.size()) >= f.num_prompts) break;
+    auto prompt_ids = tokenizer.Encode(*prompt, /*add_bos=*/true);
+    if (!prompt_ids.ok()) return prompt_ids.status();
+    int output_len = f.sharegpt_output_len;
+    if (output_len == 0) {
+      auto completion_ids = tokenizer.Encode(*completion, /*add_bos=*/false);
+      if (!completion_ids.ok()) return completion_ids.status();
+      output_len = int(completion_ids->size());
+    }
+    const int prompt_len = int(prompt_ids->size());
+    if (prompt_len < 2 || output_len < 2) continue;
+    if (f.sharegpt_context_len > 0 && prompt_len + output_len > f.sharegpt_context_len) continue;
+    BenchRequest r{.text = *prompt, .prompt_len_estimate = prompt_len, .output_len = output_len};
+    r.input_ids.assign(prompt_ids->begin(), prompt_ids->end());
+    out.push_back(std::move(r));
+  }
+  if (out.empty()) return Status::Error(f.dataset_path + ": no ShareGPT conversation with two turns fits");
   return out;
 }
 

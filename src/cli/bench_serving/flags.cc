@@ -18,10 +18,17 @@ ServingFlags ReadServingFlags(Args& args) {
   const std::string host = args.Str("host", "127.0.0.1", "the server's host, without --base-url");
   const int port = args.Int("port", 30000, "the server's port, without --base-url", {.min = 1, .max = 65535});
   f.model = args.Str("model", "", "the model name sent", {.shown_default = "the first of /v1/models"});
-  f.dataset_path = args.Str("dataset-path", "", "JSONL of {\"prompt\", \"output_len\"}", {.value_name = "JSONL"});
+  f.dataset_path = args.Str("dataset-path", "", "jsonl: {\"prompt\", \"output_len\"} per line; sharegpt: "
+                            "ShareGPT's JSON array", {.value_name = "FILE"});
   f.dataset_name = args.Str("dataset-name", f.dataset_path.empty() ? "random" : "jsonl", "where prompts come from",
                             {.shown_default = "jsonl with --dataset-path, else random",
-                             .choices = {"random", "jsonl"}});
+                             .choices = {"random", "jsonl", "sharegpt"}});
+  f.tokenizer = args.Str("tokenizer", "", "sharegpt: the model's tokenizer directory, to count tokens",
+                         {.value_name = "DIR"});
+  f.sharegpt_output_len = args.Int("sharegpt-output-len", 0, "sharegpt: output tokens per request",
+                                   {.shown_default = "the conversation's answer length", .min = 0});
+  f.sharegpt_context_len = args.Int("sharegpt-context-len", 0, "sharegpt: skip pairs whose prompt + output exceed it",
+                                    {.shown_default = "no limit", .min = 0});
   f.num_prompts = args.Int("num-prompts", 64, "requests", {.min = 1});
   f.random_input_len = args.Int("random-input-len", 256, "prompt tokens per request, at most", {.min = 1});
   f.random_output_len = args.Int("random-output-len", 256, "output tokens per request, at most", {.min = 1});
@@ -45,6 +52,9 @@ ServingFlags ReadServingFlags(Args& args) {
     args.Reject("--dataset-name jsonl needs --dataset-path FILE");
   }
   if (f.dataset_name == "random" && !f.dataset_path.empty()) args.Reject("--dataset-path needs --dataset-name jsonl");
+  if (f.dataset_name == "sharegpt" && (f.dataset_path.empty() || f.tokenizer.empty())) {
+    args.Reject("--dataset-name sharegpt needs --dataset-path FILE.json and --tokenizer DIR (to count tokens)");
+  }
   f.base_url = base_url ? *base_url : "http://" + host + ":" + std::to_string(port);
   while (!f.base_url.empty() && f.base_url.back() == '/') f.base_url.pop_back();
   if (auto parsed = HttpClient::ParseUrl(f.base_url); !parsed.ok()) args.Reject(parsed.error());
