@@ -107,7 +107,7 @@ Result<ServerCost> MeasureServerCost(const ModelFlags& flags, const StepCostMode
   struct Timing {
     double real_tpot_s = 0, predicted_tpot_s = 0, real_ttft_s = 0, predicted_ttft_s = 0;
   };
-  auto measure = [&](int n, int concurrency, Timing& t) -> Status {
+  auto measure = [&](int n, int concurrency, double request_rate, Timing& t) -> Status {
     bench_serving::ServingFlags f;
     f.backend_name = "sglang";
     f.backend = bench_serving::Backend::kSglang;
@@ -118,7 +118,7 @@ Result<ServerCost> MeasureServerCost(const ModelFlags& flags, const StepCostMode
     f.random_output_len = 96;
     f.random_range_ratio = 1.0;
     f.vocab_size = config->vocab_size;
-    f.request_rate = std::numeric_limits<double>::infinity();
+    f.request_rate = request_rate;
     f.seed = 7 + uint64_t(n);
     f.max_concurrency = concurrency;
     f.disable_progress = true;
@@ -147,8 +147,9 @@ Result<ServerCost> MeasureServerCost(const ModelFlags& flags, const StepCostMode
     o.log_batches = false;
     Engine engine(runner, **pool, o, nullptr, clock);
     std::vector<TimedRequest> workload;
+    const std::vector<double> arrivals = bench_serving::ArrivalTimes(n, request_rate, f.seed);
     for (const auto& r : requests) {
-      TimedRequest timed{.output_len = r.output_len};
+      TimedRequest timed{.output_len = r.output_len, .arrival_s = arrivals[workload.size()]};
       for (int64_t id : r.input_ids) timed.prompt.push_back(TokenId(id % kSimulatedVocab));
       workload.push_back(std::move(timed));
     }
@@ -167,8 +168,11 @@ Result<ServerCost> MeasureServerCost(const ModelFlags& flags, const StepCostMode
   };
   ServerCost out;
   Timing one, many;
-  MLA_RETURN_IF_ERROR(measure(8, 1, one));  // 8 in turn
-  MLA_RETURN_IF_ERROR(measure(kServerCostRequests, 0, many));
+  // One at a time, at 2 requests/s: a small model's request takes milliseconds, so its server
+  // idles between them as under a light load (its first steps after idling are slower, and a
+  // server at a low request rate pays that on every request); a large model's run back to back.
+  MLA_RETURN_IF_ERROR(measure(8, 1, 2.0, one));
+  MLA_RETURN_IF_ERROR(measure(kServerCostRequests, 0, std::numeric_limits<double>::infinity(), many));
   out.real_tpot_one_s = one.real_tpot_s;
   out.predicted_tpot_one_s = one.predicted_tpot_s;
   out.real_tpot_many_s = many.real_tpot_s;

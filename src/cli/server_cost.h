@@ -1,7 +1,8 @@
 // Part of `simulate --hardware this-host` (cli/calibrate_host.h): what serving over HTTP adds to
 // a decode step beyond what the in-process calibration times. The real server (this binary's
 // `serve`, a child process on the same weights and cache flags) decodes 8 streaming requests one
-// at a time, then kServerCostRequests at once, timed by bench-serving's client (medians); the same
+// at a time (sent at 2 per second, so that a small model's server idles between them as under a
+// light load), then kServerCostRequests at once, timed by bench-serving's client (medians); the same
 // workloads are simulated on the in-process profile; the extra TPOT at the two batch sizes
 // gives a cost per step (the handoff between the engine thread and the handler threads) and a
 // cost per streamed chunk (the copies, the JSON and the socket writes of the handler threads,
