@@ -207,6 +207,58 @@ def batch_input():
     write("batch_input_fuzzer", "crlf", json.dumps(lines[0]) + "\r\n" + json.dumps(lines[2]) + "\r\n")
 
 
+def gguf_file(metadata, tensors):
+    """GGUF v3: metadata [(key, type, value)], tensors [(name, ne, ggml_type, bytes)]."""
+    def string(x):
+        b = x.encode("utf-8")
+        return struct.pack("<Q", len(b)) + b
+
+    def value(t, v):
+        if t == 4:
+            return struct.pack("<I", v)
+        if t == 6:
+            return struct.pack("<f", v)
+        if t == 7:
+            return struct.pack("<B", v)
+        if t == 8:
+            return string(v)
+        elem, items = v  # an array
+        return struct.pack("<IQ", elem, len(items)) + b"".join(value(elem, i) for i in items)
+
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(metadata))
+    for key, t, v in metadata:
+        out += string(key) + struct.pack("<I", t) + value(t, v)
+    offset, data = 0, b""
+    for name, ne, ggml_type, raw in tensors:
+        out += string(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
+        out += struct.pack("<IQ", ggml_type, offset)
+        data += raw + b"\0" * (-len(raw) % 32)
+        offset = len(data)
+    return out + b"\0" * (-len(out) % 32) + data
+
+
+def gguf():
+    a = "deepseek2."
+    tokens = ["a", "b", "ab", "Ġ", "<s>", "</s>"]
+    metadata = [
+        ("general.architecture", 8, "deepseek2"), (a + "block_count", 4, 1), (a + "context_length", 4, 64),
+        (a + "embedding_length", 4, 8), (a + "feed_forward_length", 4, 16), (a + "attention.head_count", 4, 2),
+        (a + "attention.kv_lora_rank", 4, 8), (a + "rope.dimension_count", 4, 4), (a + "attention.key_length", 4, 8),
+        (a + "attention.value_length", 4, 4), (a + "vocab_size", 4, 6), (a + "rope.freq_base", 6, 10000.0),
+        ("tokenizer.ggml.model", 8, "gpt2"), ("tokenizer.ggml.pre", 8, "gpt-2"),
+        ("tokenizer.ggml.tokens", 9, (8, tokens)), ("tokenizer.ggml.token_type", 9, (4, [1, 1, 1, 1, 3, 3])),
+        ("tokenizer.ggml.merges", 9, (8, ["a b"])), ("tokenizer.ggml.bos_token_id", 4, 4),
+        ("tokenizer.ggml.add_bos_token", 7, 1),
+    ]
+    f32 = lambda n: struct.pack("<%df" % n, *[0.01 * i for i in range(n)])
+    tensors = [
+        ("token_embd.weight", [8, 6], 0, f32(48)), ("output_norm.weight", [8], 0, f32(8)),
+        ("blk.0.attn_kv_b.weight", [8, 16], 30, b"\1\2" * 128), ("blk.0.attn_k_b.weight", [4, 8, 2], 0, f32(64)),
+        ("blk.0.ffn_up_exps.weight", [8, 4, 2], 1, b"\3\4" * 64), ("blk.0.ffn_gate.weight", [32, 1], 8, b"\5" * 34),
+    ]
+    write("gguf_fuzzer", "tiny_deepseek2", gguf_file(metadata, tensors))
+
+
 def main():
     http_request()
     json_bodies()
@@ -216,6 +268,7 @@ def main():
     jinja()
     sse()
     batch_input()
+    gguf()
     return 0
 
 

@@ -563,7 +563,7 @@ int RunBatch(Args& args) {
     engine->Start();
     tokenizer = &*loaded->tokenizer;
     model_type = c.model_type;
-    auto ct = ChatTemplate::ForModel(model_flags.model_path, f.chat_template, *tokenizer, model_type);
+    auto ct = ChatTemplate::ForModel(TokenizerPath(model_flags), f.chat_template, *tokenizer, model_type);
     if (!ct.ok()) return Fail("batch", ct.error(), 2);
     chat_template = std::move(ct).value();
     if (f.runner.output.model.empty()) f.runner.output.model = model_flags.model_path;

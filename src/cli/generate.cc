@@ -37,7 +37,7 @@ int RunGenerate(Args& args) {
   bool add_bos = tokenizer.add_bos();
   if (chat) {
     auto chat_template =
-        ChatTemplate::ForModel(model_flags.model_path, chat_template_file, tokenizer, model.config().model_type);
+        ChatTemplate::ForModel(TokenizerPath(model_flags), chat_template_file, tokenizer, model.config().model_type);
     if (!chat_template.ok()) return Fail("generate", chat_template.error());
     const ChatMessage message{"user", *prompt};
     auto formatted = chat_template->Render(std::span(&message, 1), /*add_generation_prompt=*/true);

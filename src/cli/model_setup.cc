@@ -16,8 +16,11 @@ namespace mlaserve::cli {
 
 ModelFlags ReadModelFlags(Args& args, ForwardSize forward_size) {
   ModelFlags f;
-  f.model_path = args.Str("model-path", "", "model directory: config.json, *.safetensors, tokenizer",
-                          {.value_name = "DIR"});
+  f.model_path = args.Str("model-path", "", "model directory (config.json, *.safetensors, tokenizer) or a GGUF file",
+                          {.value_name = "DIR|FILE.gguf"});
+  f.tokenizer_path = args.Str("tokenizer-path", "", "the tokenizer's directory (tokenizer.json or tiktoken.model, "
+                              "tokenizer_config.json, its chat template), or a GGUF file",
+                              {.value_name = "DIR", .shown_default = "--model-path"});
   f.trust_remote_code = args.Switch(
       "trust-remote-code", "accepted for SGLang command lines; no effect (mlaserve runs no code from the checkpoint)");
   f.kernels = args.Str("kernels", "auto",
@@ -205,7 +208,7 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
   if (group != nullptr && group->rank() != 0) ServeForwardCalls(*loaded.model, *group);  // does not return
   if (group != nullptr) group->WorkersListening();
   if (need_tokenizer) {
-    auto tokenizer = Tokenizer::FromDirectory(flags.model_path);
+    auto tokenizer = Tokenizer::FromDirectory(TokenizerPath(flags));
     if (!tokenizer.ok()) return tokenizer.status();
     loaded.tokenizer.emplace(std::move(tokenizer).value());
     if (auto warning = UnicodeVersionWarning(TokenizerUnicodeVersion())) {

@@ -18,6 +18,7 @@ namespace mlaserve::cli {
 
 struct ModelFlags {
   std::string model_path;
+  std::string tokenizer_path;  // --tokenizer-path; empty: model_path's
   bool trust_remote_code = false;  // accepted for SGLang command lines; nothing to trust here
   std::string kernels = "auto";
   std::string kv_cache_dtype = "auto";
@@ -35,12 +36,17 @@ struct ModelFlags {
   ModelOptions options;
 };
 
+// Where the tokenizer and the chat template are read: --tokenizer-path, else --model-path.
+inline const std::string& TokenizerPath(const ModelFlags& f) {
+  return f.tokenizer_path.empty() ? f.model_path : f.tokenizer_path;
+}
+
 // How a command sizes the model's forward calls: the sequence commands chunk prompts to
 // --max-batch-tokens (512 by default); the engine commands size them for one engine step
 // (ReadEngineFlags).
 enum class ForwardSize { kFixed, kEngineStep };
 
-// Reads --model-path, --trust-remote-code, --threads, --kernels, --enable-deterministic-inference, --context-length,
+// Reads --model-path, --tokenizer-path, --trust-remote-code, --threads, --kernels, --enable-deterministic-inference, --context-length,
 // --max-batch-tokens, --kv-cache-dtype, --kv-scales, --page-size, --device-memory,
 // --mem-fraction-static, --max-total-tokens, and --log-level, which it applies to the process's
 // logger (core/log.h) at once. Bad values are reported through args.Finish().

@@ -1,9 +1,10 @@
 // mlaserve quantize: converts a bf16/f16/f32 checkpoint into the fp8 block-scaled layout
-// (DeepSeek-V3, Kimi-K2) or compressed-tensors int4 experts (Kimi-K2-Thinking); see
-// model/quantize.h.
+// (DeepSeek-V3, Kimi-K2) or compressed-tensors int4 experts (Kimi-K2-Thinking), see
+// model/quantize.h; or writes it as a deepseek2 GGUF file (model/gguf_export.h).
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "model/gguf_export.h"
 #include "model/quantize.h"
 
 namespace mlaserve::cli {
@@ -11,16 +12,43 @@ namespace mlaserve::cli {
 int RunQuantize(Args& args) {
   const std::string in_dir = args.Str("model-path", "", "the dense checkpoint directory to read (required)",
                                       {.value_name = "DIR"});
-  const std::string out_dir = args.Str("out", "", "directory to write the quantized checkpoint to (required)",
-                                       {.value_name = "DIR"});
-  const std::string weights = args.Str("weights", "fp8-block",
-                                       "fp8-block: every decoder Linear as E4M3 with 128x128 block scales; "
-                                       "int4-g32: routed experts as int4, group 32 (compressed-tensors)",
-                                       {.choices = {"fp8-block", "int4-g32"}});
+  const std::string out_dir = args.Str("out", "", "directory (safetensors) or file (gguf) to write (required)",
+                                       {.value_name = "DIR|FILE"});
+  const std::string out_format = args.Str("out-format", "safetensors", "safetensors: a Hugging Face checkpoint "
+                                          "directory; gguf: one llama.cpp deepseek2 file (docs/gguf.md)",
+                                          {.choices = {"safetensors", "gguf"}});
+  const std::string weights = args.Str("weights", "", "safetensors: fp8-block (every decoder Linear as E4M3 with "
+                                       "128x128 block scales) or int4-g32 (routed experts as int4, group 32, "
+                                       "compressed-tensors); gguf: bf16, f16 or f32 (the matrices' type)",
+                                       {.shown_default = "fp8-block; gguf: bf16",
+                                        .choices = {"fp8-block", "int4-g32", "bf16", "f16", "f32"}});
+  const std::string gguf_kv_layout = args.Str("gguf-kv-layout", "combined", "gguf: kv_b_proj as one attn_kv_b "
+                                              "(older files) or split into attn_k_b and attn_v_b (newer files)",
+                                              {.choices = {"combined", "split"}});
   if (in_dir.empty()) args.Reject("--model-path DIR is required");
-  if (out_dir.empty()) args.Reject("--out DIR is required");
+  if (out_dir.empty()) args.Reject("--out DIR|FILE is required");
+  const bool gguf = out_format == "gguf";
+  if (gguf && (weights == "fp8-block" || weights == "int4-g32")) {
+    args.Reject("--weights " + weights + " is for --out-format safetensors (gguf: bf16, f16, f32)");
+  }
+  if (!gguf && (weights == "bf16" || weights == "f16" || weights == "f32")) {
+    args.Reject("--weights " + weights + " is for --out-format gguf");
+  }
+  if (!gguf && args.WasGiven("gguf-kv-layout")) args.Reject("--gguf-kv-layout is for --out-format gguf");
   if (auto exit_code = args.Finish()) return *exit_code;
-  const QuantScheme scheme = weights == "int4-g32" ? QuantScheme::kInt4G32 : QuantScheme::kFp8Block;
+  if (gguf) {
+    const GgufExportOptions options{.matrix_type = weights == "f32"   ? GgmlType::kF32
+                                                   : weights == "f16" ? GgmlType::kF16
+                                                                      : GgmlType::kBF16,
+                                    .split_kv_b = gguf_kv_layout == "split"};
+    auto report = WriteGgufCheckpoint(in_dir, out_dir, options);
+    if (!report.ok()) return Fail("quantize", report.error());
+    std::printf("wrote %s (GGUF, %s matrices, kv_b %s): %zu tensors, %.1f MB\n", out_dir.c_str(),
+                weights.empty() ? "bf16" : weights.c_str(), gguf_kv_layout.c_str(), report->num_tensors,
+                double(report->output_bytes) / 1e6);
+    return 0;
+  }
+  const QuantScheme scheme = weights == "int4-g32" ? QuantScheme::kInt4G32 : QuantScheme::kFp8Block;  // "": fp8-block
   auto report = QuantizeCheckpoint(in_dir, out_dir, scheme);
   if (!report.ok()) return Fail("quantize", report.error());
   std::printf("wrote %s (%s): %zu matrices quantized, %zu tensors copied, %.1f MB -> %.1f MB\n", out_dir.c_str(),

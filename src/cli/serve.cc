@@ -108,7 +108,7 @@ int RunServe(Args& args) {
   // Reported absolute (/get_model_info, /get_server_info): a client in another directory reads it.
   const std::string model_dir = std::filesystem::absolute(model_flags.model_path).lexically_normal().string();
 
-  auto chat_template = ChatTemplate::ForModel(model_flags.model_path, chat_template_file, *loaded->tokenizer, c.model_type);
+  auto chat_template = ChatTemplate::ForModel(TokenizerPath(model_flags), chat_template_file, *loaded->tokenizer, c.model_type);
   if (!chat_template.ok()) return Fail("serve", chat_template.error());
   Log(LogLevel::kInfo, "[mlaserve] chat template: %s", chat_template->origin().c_str());
   Log(LogLevel::kInfo, "[mlaserve] tokenizer: Unicode %s (libpcre2 %s; tested with %s)",
@@ -178,6 +178,9 @@ int RunServe(Args& args) {
   ApiServer api(engine, *loaded->tokenizer, model,
                 ApiServerOptions{.served_model_name = served_name,
                                  .model_path = model_dir,
+                                 .tokenizer_path = std::filesystem::absolute(TokenizerPath(model_flags))
+                                                       .lexically_normal()
+                                                       .string(),
                                  .api_key = api_key,
                                  .enable_metrics = enable_metrics,
                                  .server_info = info,

@@ -1,14 +1,71 @@
 #include "cli/weight_source.h"
 
+#include <cstdio>
 #include <filesystem>
+#include <map>
+#include <optional>
 
+#include "model/gguf_model.h"
 #include "model/safetensors.h"
 
 namespace mlaserve::cli {
 
+namespace {
+
+// A GGUF file's tensors under their Hugging Face names (a stacked expert tensor as one tensor
+// per expert, the split kv_b pair as kv_b_proj), bytes as stored whatever their type: `plan`
+// counts a Q4_K file's bytes even though mlaserve does not compute Q4_K yet.
+std::optional<WeightSource> GgufWeightSource(const std::string& path, const ModelConfig& config) {
+  auto f = ReadGgufFile(path);
+  if (!f.ok()) return std::nullopt;
+  WeightSource out;
+  std::map<std::string, double> bytes_by_type;
+  std::map<int, size_t> kv_b_entry;  // layer -> index in out.tensors
+  for (const GgufTensorInfo& t : f->tensors) {
+    const double bytes = double(t.num_bytes);
+    bytes_by_type[GgmlTraits(t.type).name] += bytes;
+    out.total_bytes += bytes;
+    const std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());
+    const std::optional<HfTensorName> hf = HfNameOfGgufTensor(t.name);
+    if (!hf) {
+      out.tensors.push_back({t.name, shape, bytes});
+    } else if (!hf->name.empty()) {
+      out.tensors.push_back({hf->name, shape, bytes});
+    } else if (!hf->kv_part.empty()) {
+      auto [it, added] = kv_b_entry.emplace(hf->layer, out.tensors.size());
+      if (added) {
+        out.tensors.push_back({"model.layers." + std::to_string(hf->layer) + ".self_attn.kv_b_proj.weight",
+                               {int64_t(config.num_attention_heads) * (config.qk_nope_head_dim + config.v_head_dim),
+                                config.kv_lora_rank},
+                               0.0});
+      }
+      out.tensors[it->second].bytes += bytes;
+    } else if (t.ne.size() == 3) {
+      for (int64_t e = 0; e < t.ne[2]; ++e) {
+        out.tensors.push_back({"model.layers." + std::to_string(hf->layer) + ".mlp.experts." + std::to_string(e) + "." +
+                                   hf->expert_projection + ".weight",
+                               {t.ne[1], t.ne[0]}, bytes / double(t.ne[2])});
+      }
+    }
+  }
+  out.description = "read from the GGUF file:";
+  for (const auto& [type, bytes] : bytes_by_type) {
+    char part[64];
+    std::snprintf(part, sizeof part, " %s %.2f GB", type.c_str(), bytes / 1e9);
+    out.description += part;
+  }
+  out.from_checkpoint = true;
+  return out;
+}
+
+}  // namespace
+
 WeightSource ReadWeightSource(const std::string& path, const ModelConfig& config) {
   WeightSource out;
   std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec) && IsGgufFile(path)) {
+    if (auto gguf = GgufWeightSource(path, config)) return std::move(gguf).value();
+  }
   if (std::filesystem::is_directory(path, ec)) {
     auto ckpt = Checkpoint::Open(path);
     if (ckpt.ok()) {

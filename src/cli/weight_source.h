@@ -1,6 +1,7 @@
 // Where a command that needs no weights (plan, simulate) takes the weights' tensors from: the
-// checkpoint's own when --model-path is a directory that has one, else the config's tensors in
-// the format its quantization_config stores them in (model/weight_bytes.h).
+// checkpoint's own when --model-path is a directory that has one or a GGUF file (each tensor's
+// bytes in its stored type, counted per type), else the config's tensors in the format its
+// quantization_config stores them in (model/weight_bytes.h).
 #pragma once
 
 #include <string>

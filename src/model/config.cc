@@ -2,6 +2,7 @@
 
 #include "core/read_file.h"
 #include "model/config_fields.h"
+#include "model/gguf_model.h"
 
 #include <cmath>
 #include <filesystem>
@@ -347,6 +348,11 @@ Result<ModelConfig> ParseModelConfig(std::string_view json_text, const std::stri
 Result<ModelConfig> LoadModelConfig(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (fs::is_regular_file(path, ec) && IsGgufFile(path)) {
+    auto f = ReadGgufFile(path);
+    if (!f.ok()) return f.status();
+    return ModelConfigFromGguf(*f, path);
+  }
   fs::path file = fs::is_directory(path, ec) ? fs::path(path) / "config.json" : fs::path(path);
   auto text = ReadWholeFile(file.string());
   if (!text.ok()) return Status::Error(text.error() + " (is --model-path a model directory?)");

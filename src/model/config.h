@@ -108,7 +108,8 @@ double YarnGetMscale(double factor, double mscale);
 
 // Parses config.json text. `source` names the file in error messages.
 Result<ModelConfig> ParseModelConfig(std::string_view json_text, const std::string& source);
-// Reads DIR/config.json, or the file itself when `path` is a file.
+// Reads DIR/config.json, or the file itself when `path` is a file; a GGUF file's deepseek2
+// metadata (model/gguf_model.h) when it is one.
 Result<ModelConfig> LoadModelConfig(const std::string& path);
 
 }  // namespace mlaserve

@@ -1,5 +1,7 @@
 #include "model/safetensors.h"
 
+#include "model/gguf_model.h"
+
 #include "core/json_quote.h"
 #include "core/read_file.h"
 
@@ -49,6 +51,17 @@ Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
     file->data_ = static_cast<const std::byte*>(p);
   }
   ::close(fd);
+  return file;
+}
+
+Result<std::unique_ptr<MappedFile>> MappedFile::SharedAnonymous(size_t size) {
+  std::unique_ptr<MappedFile> file(new MappedFile());
+  file->size_ = size;
+  if (size > 0) {
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return Status::Error("cannot map " + std::to_string(size) + " bytes: " + std::strerror(errno));
+    file->data_ = static_cast<const std::byte*>(p);
+  }
   return file;
 }
 
@@ -229,7 +242,7 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& path) {
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {
     if (!fs::exists(path, ec)) return Status::Error(path + ": no such file or directory");
-    MLA_RETURN_IF_ERROR(ckpt->AddFile(path, nullptr));
+    MLA_RETURN_IF_ERROR(IsGgufFile(path) ? ckpt->AddGgufFile(path) : ckpt->AddFile(path, nullptr));
     return ckpt;
   }
   const fs::path dir(path);

@@ -58,10 +58,15 @@ struct SafetensorsHeader {
 Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view bytes, uint64_t file_size,
                                                  const std::string& source = "safetensors");
 
-// One mmapped file.
+// One mmapped file, or shared anonymous memory that a checkpoint fills at load (a GGUF file's
+// tensors rearranged). Dropping pages of either (Checkpoint::ReleaseMappedPages) keeps their
+// contents: file pages are read again, shared anonymous pages stay in their shmem object.
 class MappedFile {
  public:
   static Result<std::unique_ptr<MappedFile>> Open(const std::string& path);
+  // Writable through `mutable_data` until handed to a Checkpoint; zero-filled.
+  static Result<std::unique_ptr<MappedFile>> SharedAnonymous(size_t size);
+  std::byte* mutable_data() const { return const_cast<std::byte*>(data_); }
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -76,7 +81,8 @@ class MappedFile {
 
 class Checkpoint {
  public:
-  // `path` is a model directory or a single .safetensors file.
+  // `path` is a model directory, a single .safetensors file, or a GGUF file (llama.cpp's
+  // deepseek2; its tensors under their Hugging Face names, model/gguf_model.h).
   static Result<std::unique_ptr<Checkpoint>> Open(const std::string& path);
 
   // nullptr when absent.
@@ -95,6 +101,7 @@ class Checkpoint {
 
  private:
   Status AddFile(const std::string& path, const std::vector<std::string>* expected_names);
+  Status AddGgufFile(const std::string& path);  // model/gguf_checkpoint.cc
 
   std::vector<std::unique_ptr<MappedFile>> files_;
   std::map<std::string, TensorView> tensors_;

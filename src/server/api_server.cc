@@ -1,5 +1,8 @@
 #include "server/api_server.h"
 
+#include "model/gguf_model.h"
+#include "tokenizer/gguf_tokenizer.h"
+
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -67,7 +70,7 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponseWriter& w) {
   }
   if (p == "/get_model_info") {
     return SendJson(w, 200, {{"model_path", options_.model_path},
-                             {"tokenizer_path", options_.model_path},
+                             {"tokenizer_path", options_.tokenizer_path},
                              {"is_generation", true},
                              {"served_model_name", options_.served_model_name},
                              {"model_type", model_.config().model_type},
@@ -85,9 +88,17 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponseWriter& w) {
       return w.Send(200, "application/octet-stream", chat_template_.source());
     }
     const auto& names = Tokenizer::kFileNames;
-    auto bytes = std::find(names.begin(), names.end(), name) != names.end()
-                     ? ReadWholeFile(options_.model_path + "/" + name)
-                     : Result<std::string>(Status::Error("not a tokenizer file"));
+    Result<std::string> bytes = Status::Error("not a tokenizer file");
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      // (not one of the names)
+    } else if (IsGgufFile(options_.tokenizer_path)) {
+      // A GGUF file's tokenizer, as the Hugging Face files it stands for.
+      if (auto files = ReadGgufTokenizer(options_.tokenizer_path); files.ok() && name != "tiktoken.model") {
+        bytes = name == "tokenizer.json" ? files->tokenizer_json : files->tokenizer_config_json;
+      }
+    } else {
+      bytes = ReadWholeFile(options_.tokenizer_path + "/" + name);
+    }
     if (!bytes.ok()) return SendError(w, 404, "no tokenizer file " + name + " here", "not_found_error");
     return w.Send(200, "application/octet-stream", *bytes);
   }

@@ -31,6 +31,7 @@ namespace mlaserve {
 struct ApiServerOptions {
   std::string served_model_name;
   std::string model_path;
+  std::string tokenizer_path;   // a directory or a GGUF file (--tokenizer-path, else model_path)
   std::string api_key;          // empty: no authentication
   bool enable_metrics = false;
   nlohmann::json server_info;   // what /get_server_info reports (the effective flags)

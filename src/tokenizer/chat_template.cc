@@ -3,6 +3,9 @@
 // then the caller's kwargs), and falls back to the built-in formats.
 #include "tokenizer/chat_template.h"
 
+#include "model/gguf_model.h"
+#include "tokenizer/gguf_tokenizer.h"
+
 #include <filesystem>
 
 #include "core/read_file.h"
@@ -87,8 +90,13 @@ Result<ChatTemplate> ChatTemplate::FromJinja(std::string_view source, std::strin
 Result<ChatTemplate> ChatTemplate::ForModel(const std::string& model_dir, const std::string& override_file,
                                             const Tokenizer& tokenizer, std::string_view model_type) {
   nlohmann::json config = nlohmann::json::object();
-  const std::string config_path = model_dir + "/tokenizer_config.json";
-  if (!model_dir.empty() && std::filesystem::exists(config_path)) {
+  const bool gguf = !model_dir.empty() && IsGgufFile(model_dir);
+  const std::string config_path = gguf ? model_dir + " (tokenizer.chat_template)" : model_dir + "/tokenizer_config.json";
+  if (gguf) {
+    auto files = ReadGgufTokenizer(model_dir);
+    if (!files.ok()) return files.status();
+    config = nlohmann::json::parse(files->tokenizer_config_json);
+  } else if (!model_dir.empty() && std::filesystem::exists(config_path)) {
     auto text = ReadTextFile(config_path, kMaxTokenizerConfigBytes);
     if (!text.ok()) return text.status();
     auto parsed = ParseJsonText(*text, config_path);
@@ -102,7 +110,7 @@ Result<ChatTemplate> ChatTemplate::ForModel(const std::string& model_dir, const 
     return FromJinja(*text, override_file, std::move(tokens));
   }
   const std::string jinja_path = model_dir + "/chat_template.jinja";
-  if (!model_dir.empty() && std::filesystem::exists(jinja_path)) {
+  if (!gguf && !model_dir.empty() && std::filesystem::exists(jinja_path)) {
     auto text = ReadTextFile(jinja_path, kMaxTemplateFileBytes);
     if (!text.ok()) return text.status();
     return FromJinja(*text, jinja_path, std::move(tokens));

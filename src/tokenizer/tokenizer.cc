@@ -2,6 +2,9 @@
 // (added tokens -> pre-tokenizer -> BPE per piece) and decode over a loaded TokenizerModel.
 #include "tokenizer/tokenizer.h"
 
+#include "model/gguf_model.h"
+#include "tokenizer/gguf_tokenizer.h"
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -79,6 +82,11 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Result<Tokenizer> Tokenizer::FromDirectory(const std::string& model_dir) {
+  if (IsGgufFile(model_dir)) {
+    auto files = ReadGgufTokenizer(model_dir);
+    if (!files.ok()) return files.status();
+    return FromJsonText(files->tokenizer_json, files->tokenizer_config_json);
+  }
   Result<std::unique_ptr<TokenizerModel>> model = LoadModel(model_dir);
   if (!model.ok()) return model.status();
   return Tokenizer(std::move(model).value());

@@ -25,7 +25,8 @@ struct TokenizerModel;  // tokenizer/tokenizer_model.h
 class Tokenizer {
  public:
   // Loads model_dir/tokenizer.json, or else model_dir/tiktoken.model (Kimi-K2), and, when
-  // present, model_dir/tokenizer_config.json. Errors are one line naming the file and problem.
+  // present, model_dir/tokenizer_config.json; or, when model_dir is a GGUF file, its
+  // tokenizer.ggml.* (tokenizer/gguf_tokenizer.h). Errors are one line naming the file and problem.
   static Result<Tokenizer> FromDirectory(const std::string& model_dir);
   // The files FromDirectory may read: what a copy of the tokenizer elsewhere needs.
   static constexpr std::array<std::string_view, 3> kFileNames = {"tokenizer.json", "tiktoken.model",

@@ -1,0 +1,255 @@
+#include "model/gguf_export.h"
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "core/float16.h"
+#include "core/read_file.h"
+#include "model/config.h"
+#include "model/gguf_model.h"
+#include "model/gguf_writer.h"
+#include "model/safetensors.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/gguf_tokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace mlaserve {
+namespace {
+
+using json = nlohmann::json;
+
+// Owns converted tensor bytes until the writer has written them.
+class Buffers {
+ public:
+  std::vector<std::byte>& New(size_t bytes) {
+    owned_.push_back(std::make_unique<std::vector<std::byte>>(bytes));
+    return *owned_.back();
+  }
+
+ private:
+  std::vector<std::unique_ptr<std::vector<std::byte>>> owned_;
+};
+
+int GgmlBytes(GgmlType t) { return GgmlTraits(uint32_t(t)).block_bytes; }
+
+// `count` values of `from` at `src`, stored as `to` at `dst`.
+void Convert(DType from, const std::byte* src, GgmlType to, std::byte* dst, size_t count) {
+  const size_t in = size_t(DTypeBytes(from)), out = size_t(GgmlBytes(to));
+  for (size_t i = 0; i < count; ++i) {
+    const float v = LoadAsF32(from, src + i * in);
+    if (to == GgmlType::kF32) {
+      std::memcpy(dst + i * out, &v, 4);
+    } else {
+      const uint16_t bits = to == GgmlType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
+      std::memcpy(dst + i * out, &bits, 2);
+    }
+  }
+}
+
+bool Same(DType d, GgmlType g) {
+  return (d == DType::kF32 && g == GgmlType::kF32) || (d == DType::kBF16 && g == GgmlType::kBF16) ||
+         (d == DType::kF16 && g == GgmlType::kF16);
+}
+
+// The tensor's bytes as `type`: a view of the checkpoint when they already are, else converted.
+std::span<const std::byte> AsType(const TensorView& t, GgmlType type, Buffers& buffers) {
+  if (Same(t.dtype, type)) return {t.data, t.num_bytes};
+  std::vector<std::byte>& out = buffers.New(size_t(t.numel()) * size_t(GgmlBytes(type)));
+  Convert(t.dtype, t.data, type, out.data(), size_t(t.numel()));
+  return out;
+}
+
+Status WriteModelMetadata(const ModelConfig& c, bool split_kv_b, GgufWriter& w) {
+  if (c.moe_layer_freq != 1) return Status::Error("moe_layer_freq " + std::to_string(c.moe_layer_freq) + " has no GGUF key");
+  const std::string a = "deepseek2.";
+  w.SetString("general.architecture", "deepseek2");
+  w.SetString("general.name", c.model_type);
+  w.SetU32(a + "block_count", uint32_t(c.num_hidden_layers));
+  w.SetU32(a + "context_length", uint32_t(c.max_position_embeddings));
+  w.SetU32(a + "embedding_length", uint32_t(c.hidden_size));
+  w.SetU32(a + "feed_forward_length", uint32_t(c.intermediate_size));
+  w.SetU32(a + "attention.head_count", uint32_t(c.num_attention_heads));
+  w.SetU32(a + "attention.head_count_kv", split_kv_b ? 1u : uint32_t(c.num_attention_heads));
+  w.SetF32(a + "rope.freq_base", float(c.rope_theta));
+  w.SetF32(a + "attention.layer_norm_rms_epsilon", float(c.rms_norm_eps));
+  w.SetU32(a + "vocab_size", uint32_t(c.vocab_size));
+  if (c.q_lora_rank > 0) w.SetU32(a + "attention.q_lora_rank", uint32_t(c.q_lora_rank));
+  w.SetU32(a + "attention.kv_lora_rank", uint32_t(c.kv_lora_rank));
+  if (split_kv_b) {  // newer files: the latent's sizes, and the decompressed heads' in *_mla
+    w.SetU32(a + "attention.key_length", uint32_t(c.kv_cache_dim()));
+    w.SetU32(a + "attention.value_length", uint32_t(c.kv_lora_rank));
+    w.SetU32(a + "attention.key_length_mla", uint32_t(c.qk_head_dim()));
+    w.SetU32(a + "attention.value_length_mla", uint32_t(c.v_head_dim));
+  } else {
+    w.SetU32(a + "attention.key_length", uint32_t(c.qk_head_dim()));
+    w.SetU32(a + "attention.value_length", uint32_t(c.v_head_dim));
+  }
+  w.SetU32(a + "rope.dimension_count", uint32_t(c.qk_rope_head_dim));
+  if (c.n_routed_experts > 0) {
+    w.SetU32(a + "leading_dense_block_count", uint32_t(c.first_k_dense_replace));
+    w.SetU32(a + "expert_feed_forward_length", uint32_t(c.moe_intermediate_size));
+    w.SetU32(a + "expert_count", uint32_t(c.n_routed_experts));
+    w.SetU32(a + "expert_shared_count", uint32_t(c.n_shared_experts));
+    w.SetU32(a + "expert_used_count", uint32_t(c.num_experts_per_tok));
+    w.SetF32(a + "expert_weights_scale", float(c.routed_scaling_factor));
+    w.SetBool(a + "expert_weights_norm", c.norm_topk_prob);
+    w.SetU32(a + "expert_gating_func", c.scoring_func == ScoringFunc::kSigmoid ? 2u : 1u);
+    if (c.n_group > 1) {
+      w.SetU32(a + "expert_group_count", uint32_t(c.n_group));
+      w.SetU32(a + "expert_group_used_count", uint32_t(c.topk_group));
+    }
+  }
+  if (c.yarn.enabled) {
+    w.SetString(a + "rope.scaling.type", "yarn");
+    w.SetF32(a + "rope.scaling.factor", float(c.yarn.factor));
+    w.SetU32(a + "rope.scaling.original_context_length", uint32_t(c.yarn.original_max_position_embeddings));
+    w.SetF32(a + "rope.scaling.yarn_log_multiplier", float(0.1 * c.yarn.mscale_all_dim));
+    w.SetF32(a + "rope.scaling.yarn_beta_fast", float(c.yarn.beta_fast));
+    w.SetF32(a + "rope.scaling.yarn_beta_slow", float(c.yarn.beta_slow));
+  }
+  return Status::Ok();
+}
+
+// tokenizer.ggml.* from the model directory's tokenizer.json (byte-level BPE) and its config.
+Status WriteTokenizerMetadata(const std::string& model_dir, const ModelConfig& c, GgufWriter& w) {
+  auto text = ReadWholeFile(model_dir + "/tokenizer.json");
+  if (!text.ok()) return text.status();
+  const json t = json::parse(*text, nullptr, false);
+  if (t.is_discarded() || !t.contains("model") || t["model"].value("type", "") != "BPE") {
+    return Status::Error(model_dir + "/tokenizer.json: not a BPE tokenizer.json");
+  }
+  auto pre = GgufPreTokenizerName(t.value("pre_tokenizer", json()));
+  if (!pre) return Status::Error(model_dir + "/tokenizer.json: its pre_tokenizer has no GGUF name (gpt-2, deepseek-v3)");
+  auto tokenizer = Tokenizer::FromDirectory(model_dir);
+  if (!tokenizer.ok()) return tokenizer.status();
+  std::vector<std::string> tokens(size_t(c.vocab_size));
+  std::vector<int32_t> types(size_t(c.vocab_size), 5);  // 5: unused (padding past the vocabulary)
+  for (size_t id = 0; id < tokens.size(); ++id) tokens[id] = "[PAD" + std::to_string(id) + "]";
+  for (const auto& [token, id] : t["model"]["vocab"].items()) {
+    if (id.get<int64_t>() >= 0 && id.get<int64_t>() < c.vocab_size) {
+      tokens[size_t(id.get<int64_t>())] = token;
+      types[size_t(id.get<int64_t>())] = 1;
+    }
+  }
+  for (const json& added : t.value("added_tokens", json::array())) {
+    const int64_t id = added.value("id", int64_t(-1));
+    if (id < 0 || id >= c.vocab_size) continue;
+    tokens[size_t(id)] = added.value("content", "");
+    types[size_t(id)] = added.value("special", false) ? 3 : 4;
+  }
+  std::vector<std::string> merges;
+  for (const json& m : t["model"].value("merges", json::array())) {
+    merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
+  }
+  w.SetString("tokenizer.ggml.model", "gpt2");
+  w.SetString("tokenizer.ggml.pre", *pre);
+  w.SetStrings("tokenizer.ggml.tokens", tokens);
+  w.SetI32s("tokenizer.ggml.token_type", types);
+  w.SetStrings("tokenizer.ggml.merges", merges);
+  if (auto bos = tokenizer->bos_id()) w.SetU32("tokenizer.ggml.bos_token_id", uint32_t(*bos));
+  if (auto eos = tokenizer->eos_id()) w.SetU32("tokenizer.ggml.eos_token_id", uint32_t(*eos));
+  w.SetBool("tokenizer.ggml.add_bos_token", tokenizer->add_bos());
+  auto chat_template = ChatTemplate::ForModel(model_dir, "", *tokenizer, c.model_type);
+  if (!chat_template.ok()) return chat_template.status();
+  if (chat_template->is_jinja()) w.SetString("tokenizer.chat_template", chat_template->source());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const std::string& out_path,
+                                             const GgufExportOptions& options) {
+  const GgmlType mt = options.matrix_type;
+  if (mt != GgmlType::kF32 && mt != GgmlType::kF16 && mt != GgmlType::kBF16) {
+    return Status::Error("GGUF export writes F32, F16 or BF16 matrices");
+  }
+  auto config = LoadModelConfig(model_dir);
+  if (!config.ok()) return config.status();
+  const ModelConfig& c = *config;
+  if (c.quant.method != WeightQuantMethod::kNone || !c.tensor_prefix.empty()) {
+    return Status::Error(model_dir + ": GGUF export reads a dense DeepSeek checkpoint (no quantization_config, no "
+                         "multimodal wrapper)");
+  }
+  auto checkpoint = Checkpoint::Open(model_dir);
+  if (!checkpoint.ok()) return checkpoint.status();
+  GgufWriter w;
+  MLA_RETURN_IF_ERROR(WriteModelMetadata(c, options.split_kv_b, w));
+  MLA_RETURN_IF_ERROR(WriteTokenizerMetadata(model_dir, c, w));
+
+  Buffers buffers;
+  GgufExportReport report;
+  auto add = [&](const std::string& name, std::vector<int64_t> ne, GgmlType type, std::span<const std::byte> bytes) {
+    ++report.num_tensors;
+    report.output_bytes += bytes.size();
+    return w.AddTensor(name, std::move(ne), type, bytes);
+  };
+  // Whole tensors, in name order; experts and the split kv_b below.
+  for (const auto& [name, t] : (*checkpoint)->tensors()) {
+    const std::string layers = "model.layers.";
+    if (name.rfind(layers, 0) == 0 && std::stoi(name.substr(layers.size())) >= c.num_hidden_layers) continue;  // MTP
+    if (name.find(".mlp.experts.") != std::string::npos) continue;
+    if (options.split_kv_b && name.ends_with("kv_b_proj.weight")) continue;
+    const auto gguf = GgufNameOfHfTensor(name);
+    if (!gguf) return Status::Error(model_dir + ": tensor " + name + " has no GGUF name");
+    const GgmlType type = t.shape.size() == 1 ? GgmlType::kF32 : mt;
+    std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
+    MLA_RETURN_IF_ERROR(add(*gguf, std::move(ne), type, AsType(t, type, buffers)));
+  }
+  const size_t el = size_t(GgmlBytes(mt));
+  for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
+    const std::string p = "model.layers." + std::to_string(layer) + ".";
+    const std::string blk = "blk." + std::to_string(layer) + ".";
+    if (c.IsMoeLayer(layer)) {
+      for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+        const int64_t rows = std::string(proj) == "down_proj" ? c.hidden_size : c.moe_intermediate_size;
+        const int64_t cols = std::string(proj) == "down_proj" ? c.moe_intermediate_size : c.hidden_size;
+        const size_t expert_bytes = size_t(rows * cols) * el;
+        std::vector<std::byte>& stacked = buffers.New(expert_bytes * size_t(c.n_routed_experts));
+        for (int e = 0; e < c.n_routed_experts; ++e) {
+          const std::string name = p + "mlp.experts." + std::to_string(e) + "." + proj + ".weight";
+          const TensorView* t = (*checkpoint)->Find(name);
+          if (t == nullptr || t->shape != std::vector<int64_t>{rows, cols}) {
+            return Status::Error(model_dir + ": tensor " + name + " is missing or not " + std::to_string(rows) + " x " +
+                                 std::to_string(cols));
+          }
+          const std::span<const std::byte> bytes = AsType(*t, mt, buffers);
+          std::memcpy(stacked.data() + size_t(e) * expert_bytes, bytes.data(), expert_bytes);
+        }
+        const std::string gguf = blk + (std::string(proj) == "gate_proj" ? "ffn_gate_exps" : std::string(proj) == "up_proj"
+                                                                                             ? "ffn_up_exps"
+                                                                                             : "ffn_down_exps") +
+                                 ".weight";
+        MLA_RETURN_IF_ERROR(add(gguf, {cols, rows, c.n_routed_experts}, mt, stacked));
+      }
+    }
+    if (options.split_kv_b) {
+      const TensorView* kv_b = (*checkpoint)->Find(p + "self_attn.kv_b_proj.weight");
+      const int64_t heads = c.num_attention_heads, nope = c.qk_nope_head_dim, v = c.v_head_dim, lora = c.kv_lora_rank;
+      if (kv_b == nullptr || kv_b->shape != std::vector<int64_t>{heads * (nope + v), lora}) {
+        return Status::Error(model_dir + ": layer " + std::to_string(layer) + "'s kv_b_proj is missing or misshapen");
+      }
+      const std::span<const std::byte> src = AsType(*kv_b, mt, buffers);
+      std::vector<std::byte>& k_b = buffers.New(size_t(heads * lora * nope) * el);  // [heads][lora][nope]
+      std::vector<std::byte>& v_b = buffers.New(size_t(heads * v * lora) * el);     // [heads][v][lora]
+      for (int64_t h = 0; h < heads; ++h) {
+        for (int64_t j = 0; j < nope; ++j) {
+          for (int64_t col = 0; col < lora; ++col) {
+            std::memcpy(k_b.data() + size_t((h * lora + col) * nope + j) * el,
+                        src.data() + size_t((h * (nope + v) + j) * lora + col) * el, el);
+          }
+        }
+        std::memcpy(v_b.data() + size_t(h * v * lora) * el, src.data() + size_t((h * (nope + v) + nope) * lora) * el,
+                    size_t(v * lora) * el);
+      }
+      MLA_RETURN_IF_ERROR(add(blk + "attn_k_b.weight", {nope, lora, heads}, mt, k_b));
+      MLA_RETURN_IF_ERROR(add(blk + "attn_v_b.weight", {lora, v, heads}, mt, v_b));
+    }
+  }
+  MLA_RETURN_IF_ERROR(w.Write(out_path));
+  return report;
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,34 @@
+// Writes a dense Hugging Face DeepSeek checkpoint (config.json, safetensors, tokenizer.json)
+// as a deepseek2 GGUF file, as llama.cpp's converter lays it out (model/gguf_model.h has the
+// names and keys): `mlaserve quantize --out-format gguf`. Tests make their GGUF files with it
+// from the bundled model; users can compare mlaserve's GGUF path with its safetensors path.
+// Matrices are written in `matrix_type` (F32, F16 or BF16), vectors (norms, the router's
+// correction bias) in F32, routed experts stacked per layer and projection. The MTP layers
+// (past num_hidden_layers) are not written. kv_b_proj is written whole (attn_kv_b, older files)
+// or split (attn_k_b / attn_v_b with the *_mla head sizes, newer files).
+// The whole output is assembled in memory before it is written: for small checkpoints (tests,
+// the bundled and reference models), not for a 700 GB one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "model/gguf.h"
+
+namespace mlaserve {
+
+struct GgufExportOptions {
+  GgmlType matrix_type = GgmlType::kBF16;  // kF32, kF16 or kBF16
+  bool split_kv_b = false;
+};
+
+struct GgufExportReport {
+  size_t num_tensors = 0;
+  uint64_t output_bytes = 0;
+};
+
+Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const std::string& out_path,
+                                             const GgufExportOptions& options);
+
+}  // namespace mlaserve

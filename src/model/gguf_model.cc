@@ -1,0 +1,216 @@
+#include "model/gguf_model.h"
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+
+#include "model/safetensors.h"
+
+namespace mlaserve {
+namespace {
+
+using json = nlohmann::json;
+
+// llama.cpp's per-layer names and Hugging Face's, for whole tensors.
+constexpr std::array<std::pair<const char*, const char*>, 18> kLayerNames = {{
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"attn_q_a.weight", "self_attn.q_a_proj.weight"},
+    {"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight"},
+    {"attn_q_b.weight", "self_attn.q_b_proj.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight"},
+    {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight"},
+    {"attn_kv_b.weight", "self_attn.kv_b_proj.weight"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+    {"ffn_gate_inp.weight", "mlp.gate.weight"},
+    {"exp_probs_b.bias", "mlp.gate.e_score_correction_bias"},
+    {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight"},
+    {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight"},
+    {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight"},
+}};
+constexpr std::array<std::pair<const char*, const char*>, 3> kGlobalNames = {{
+    {"token_embd.weight", "model.embed_tokens.weight"},
+    {"output_norm.weight", "model.norm.weight"},
+    {"output.weight", "lm_head.weight"},
+}};
+constexpr std::array<std::pair<const char*, const char*>, 3> kExpertNames = {{
+    {"ffn_gate_exps.weight", "gate_proj"}, {"ffn_up_exps.weight", "up_proj"}, {"ffn_down_exps.weight", "down_proj"}}};
+
+Result<int64_t> Key(const GgufFile& f, const std::string& arch, const char* key, const std::string& source) {
+  auto v = f.Integer(arch + "." + key);
+  if (!v.ok()) return Status::Error(source + ": " + v.error());
+  return *v;
+}
+
+}  // namespace
+
+std::optional<HfTensorName> HfNameOfGgufTensor(const std::string& gguf_name) {
+  for (const auto& [g, h] : kGlobalNames) {
+    if (gguf_name == g) return HfTensorName{.name = h};
+  }
+  if (gguf_name.rfind("blk.", 0) != 0) return std::nullopt;
+  const size_t dot = gguf_name.find('.', 4);
+  if (dot == std::string::npos || dot == 4 || dot - 4 > 6) return std::nullopt;
+  int layer = 0;
+  for (size_t i = 4; i < dot; ++i) {
+    if (gguf_name[i] < '0' || gguf_name[i] > '9') return std::nullopt;
+    layer = layer * 10 + (gguf_name[i] - '0');
+  }
+  const std::string rest = gguf_name.substr(dot + 1);
+  const std::string prefix = "model.layers." + std::to_string(layer) + ".";
+  for (const auto& [g, h] : kLayerNames) {
+    if (rest == g) return HfTensorName{.name = prefix + h, .layer = layer};
+  }
+  for (const auto& [g, proj] : kExpertNames) {
+    if (rest == g) return HfTensorName{.layer = layer, .expert_projection = proj};
+  }
+  if (rest == "attn_k_b.weight") return HfTensorName{.layer = layer, .kv_part = "k_b"};
+  if (rest == "attn_v_b.weight") return HfTensorName{.layer = layer, .kv_part = "v_b"};
+  return std::nullopt;
+}
+
+std::optional<std::string> GgufNameOfHfTensor(const std::string& hf_name) {
+  for (const auto& [g, h] : kGlobalNames) {
+    if (hf_name == h) return std::string(g);
+  }
+  const std::string layers = "model.layers.";
+  if (hf_name.rfind(layers, 0) != 0) return std::nullopt;
+  const size_t dot = hf_name.find('.', layers.size());
+  if (dot == std::string::npos) return std::nullopt;
+  const std::string index = hf_name.substr(layers.size(), dot - layers.size());
+  const std::string rest = hf_name.substr(dot + 1);
+  for (const auto& [g, h] : kLayerNames) {
+    if (rest == h) return "blk." + index + "." + g;
+  }
+  return std::nullopt;
+}
+
+Result<json> HfConfigFromGguf(const GgufFile& f, const std::string& source) {
+  auto arch = f.Text("general.architecture");
+  if (!arch.ok()) return Status::Error(source + ": " + arch.error());
+  if (*arch != "deepseek2") {
+    return Status::Error(source + ": architecture '" + *arch + "' is not supported (supported: deepseek2, i.e. "
+                         "DeepSeek-V2/V3/R1 and Kimi-K2 as llama.cpp names them)");
+  }
+  const std::string a = *arch;
+  json c;
+  auto get = [&](const char* key, const char* field) -> Status {
+    auto v = Key(f, a, key, source);
+    if (!v.ok()) return v.status();
+    c[field] = *v;
+    return Status::Ok();
+  };
+  MLA_RETURN_IF_ERROR(get("embedding_length", "hidden_size"));
+  MLA_RETURN_IF_ERROR(get("feed_forward_length", "intermediate_size"));
+  MLA_RETURN_IF_ERROR(get("attention.head_count", "num_attention_heads"));
+  MLA_RETURN_IF_ERROR(get("attention.kv_lora_rank", "kv_lora_rank"));
+  MLA_RETURN_IF_ERROR(get("rope.dimension_count", "qk_rope_head_dim"));
+  MLA_RETURN_IF_ERROR(get("context_length", "max_position_embeddings"));
+  auto layers = Key(f, a, "block_count", source);
+  if (!layers.ok()) return layers.status();
+  const int64_t nextn = f.OptionalInteger(a + ".nextn_predict_layers").value_or(0);
+  if (nextn < 0 || nextn >= *layers) return Status::Error(source + ": " + a + ".nextn_predict_layers is out of range");
+  c["num_hidden_layers"] = *layers - nextn;
+  c["num_nextn_predict_layers"] = nextn;
+  c["num_key_value_heads"] = c["num_attention_heads"];
+  c["q_lora_rank"] = f.OptionalInteger(a + ".attention.q_lora_rank").value_or(0);
+  // key_length_mla / value_length_mla: the per-head dims of the decompressed form (newer files,
+  // whose key_length / value_length are the latent's 576 / 512); older files give them directly.
+  const auto key_length = f.OptionalInteger(a + ".attention.key_length_mla")
+                              ? f.OptionalInteger(a + ".attention.key_length_mla")
+                              : f.OptionalInteger(a + ".attention.key_length");
+  const auto value_length = f.OptionalInteger(a + ".attention.value_length_mla")
+                                ? f.OptionalInteger(a + ".attention.value_length_mla")
+                                : f.OptionalInteger(a + ".attention.value_length");
+  if (!key_length || !value_length) {
+    return Status::Error(source + ": " + a + ".attention.key_length(_mla) and value_length(_mla) are required");
+  }
+  c["qk_nope_head_dim"] = *key_length - c["qk_rope_head_dim"].get<int64_t>();
+  c["v_head_dim"] = *value_length;
+  if (auto n = f.OptionalInteger(a + ".vocab_size")) {
+    c["vocab_size"] = *n;
+  } else if (const GgufValue* tokens = f.Find("tokenizer.ggml.tokens")) {
+    c["vocab_size"] = tokens->length;
+  } else {
+    for (const GgufTensorInfo& t : f.tensors) {
+      if (t.name == "token_embd.weight" && t.ne.size() == 2) c["vocab_size"] = t.ne[1];
+    }
+  }
+  if (!c.contains("vocab_size")) return Status::Error(source + ": the vocabulary size is not given");
+  const int64_t experts = f.OptionalInteger(a + ".expert_count").value_or(0);
+  c["n_routed_experts"] = experts;
+  if (experts > 0) {
+    MLA_RETURN_IF_ERROR(get("expert_feed_forward_length", "moe_intermediate_size"));
+    MLA_RETURN_IF_ERROR(get("expert_used_count", "num_experts_per_tok"));
+    c["n_shared_experts"] = f.OptionalInteger(a + ".expert_shared_count").value_or(0);
+    c["first_k_dense_replace"] = f.OptionalInteger(a + ".leading_dense_block_count").value_or(0);
+    c["routed_scaling_factor"] = f.OptionalReal(a + ".expert_weights_scale").value_or(1.0);
+    c["norm_topk_prob"] = f.OptionalInteger(a + ".expert_weights_norm").value_or(0) != 0;
+    c["n_group"] = f.OptionalInteger(a + ".expert_group_count").value_or(1);
+    c["topk_group"] = f.OptionalInteger(a + ".expert_group_used_count").value_or(1);
+    // expert_gating_func: 1 softmax, 2 sigmoid (absent: softmax, DeepSeek-V2's).
+    const int64_t gating = f.OptionalInteger(a + ".expert_gating_func").value_or(1);
+    if (gating != 1 && gating != 2) {
+      return Status::Error(source + ": " + a + ".expert_gating_func " + std::to_string(gating) +
+                           " is not supported (1 softmax, 2 sigmoid)");
+    }
+    c["scoring_func"] = gating == 2 ? "sigmoid" : "softmax";
+    bool correction_bias = false;
+    for (const GgufTensorInfo& t : f.tensors) correction_bias |= t.name.ends_with(".exp_probs_b.bias");
+    c["topk_method"] = correction_bias ? "noaux_tc" : c["n_group"].get<int64_t>() > 1 ? "group_limited_greedy" : "greedy";
+  }
+  const bool v3 = experts > 0 && c["scoring_func"] == "sigmoid";
+  c["model_type"] = v3 ? "deepseek_v3" : "deepseek_v2";
+  c["architectures"] = {v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM"};
+  c["rope_theta"] = f.OptionalReal(a + ".rope.freq_base").value_or(10000.0);
+  c["rms_norm_eps"] = f.OptionalReal(a + ".attention.layer_norm_rms_epsilon").value_or(1e-6);
+  c["torch_dtype"] = "bfloat16";
+  bool has_output = false;
+  for (const GgufTensorInfo& t : f.tensors) has_output |= t.name == "output.weight";
+  c["tie_word_embeddings"] = !has_output;
+  if (auto bos = f.OptionalInteger("tokenizer.ggml.bos_token_id")) c["bos_token_id"] = *bos;
+  if (auto eos = f.OptionalInteger("tokenizer.ggml.eos_token_id")) c["eos_token_id"] = *eos;
+  if (const GgufValue* type = f.Find(a + ".rope.scaling.type")) {
+    if (type->type != GgufValueType::kString) return Status::Error(source + ": " + a + ".rope.scaling.type is not a string");
+    if (type->text == "yarn") {
+      // yarn_log_multiplier is 0.1 x mscale_all_dim (llama.cpp's conversion); mscale equals it
+      // in the DeepSeek and Kimi configs.
+      const double mscale_all_dim = f.OptionalReal(a + ".rope.scaling.yarn_log_multiplier").value_or(0.0) / 0.1;
+      json rs = {{"type", "yarn"},
+                 {"factor", f.OptionalReal(a + ".rope.scaling.factor").value_or(1.0)},
+                 {"original_max_position_embeddings",
+                  f.OptionalInteger(a + ".rope.scaling.original_context_length").value_or(4096)},
+                 {"beta_fast", f.OptionalReal(a + ".rope.scaling.yarn_beta_fast").value_or(32.0)},
+                 {"beta_slow", f.OptionalReal(a + ".rope.scaling.yarn_beta_slow").value_or(1.0)}};
+      if (mscale_all_dim != 0.0) rs["mscale"] = rs["mscale_all_dim"] = mscale_all_dim;
+      c["rope_scaling"] = rs;
+    } else if (type->text != "none") {
+      return Status::Error(source + ": rope scaling '" + type->text + "' is not supported (yarn, none)");
+    }
+  }
+  return c;
+}
+
+Result<ModelConfig> ModelConfigFromGguf(const GgufFile& f, const std::string& source) {
+  auto c = HfConfigFromGguf(f, source);
+  if (!c.ok()) return c.status();
+  return ParseModelConfig(c->dump(), source + " (its deepseek2 metadata)");
+}
+
+Result<GgufFile> ReadGgufFile(const std::string& path) {
+  auto mapped = MappedFile::Open(path);
+  if (!mapped.ok()) return mapped.status();
+  return ParseGguf(std::string_view(reinterpret_cast<const char*>((*mapped)->data()), (*mapped)->size()), path);
+}
+
+bool IsGgufFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && magic[0] == 'G' && magic[1] == 'G' && magic[2] == 'U' && magic[3] == 'F';
+}
+
+}  // namespace mlaserve

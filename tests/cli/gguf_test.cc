@@ -1,0 +1,138 @@
+// GGUF checkpoints end to end, the real binary: the bundled model written as a deepseek2 GGUF
+// (`quantize --out-format gguf`, both kv_b layouts) scores and generates as its safetensors
+// original, with the tokenizer and chat template read from the file; a tensor type mlaserve does
+// not compute is refused with its name and the tensor's.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "support/run_binary.h"
+#include "support/server_process.h"
+
+namespace mlaserve {
+namespace {
+
+using testing::RunMlaserve;
+using testing::ShellQuote;
+
+const std::string kText = "'ROMEO: But soft, what light through yonder window breaks? It is the east.'";
+
+std::vector<double> Logprobs(const std::string& model) {
+  auto r = RunMlaserve("score --model-path " + ShellQuote(model) + " --kv-cache-dtype fp32 --text " + kText);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  std::vector<double> out;
+  if (j.is_discarded()) return out;
+  for (const auto& lp : j["token_logprobs"]) out.push_back(lp.is_number() ? lp.get<double>() : 0.0);
+  return out;
+}
+
+class GgufCli : public ::testing::Test {
+ protected:
+  std::string Write(const std::string& name, const std::string& flags) {
+    const std::string path = dir_.path() + "/" + name;
+    auto r = RunMlaserve("quantize --model-path " + ShellQuote(testing::BundledModelPath()) + " --out-format gguf --out " +
+                         ShellQuote(path) + " " + flags);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("wrote " + path + " (GGUF"), std::string::npos) << r.out;
+    return path;
+  }
+  testing::TempDir dir_;
+};
+
+TEST_F(GgufCli, ABf16GgufScoresAsItsSafetensorsOriginalInBothKvLayouts) {
+  const std::vector<double> original = Logprobs(testing::BundledModelPath());
+  ASSERT_GT(original.size(), 10u);
+  for (const char* layout : {"combined", "split"}) {
+    const std::string gguf = Write(std::string("bundled-") + layout + ".gguf", std::string("--gguf-kv-layout ") + layout);
+    const std::vector<double> scored = Logprobs(gguf);
+    ASSERT_EQ(scored.size(), original.size()) << layout << ": the GGUF's tokenizer encodes the text the same";
+    for (size_t i = 0; i < scored.size(); ++i) EXPECT_NEAR(scored[i], original[i], 1e-4) << layout << " token " << i;
+  }
+}
+
+TEST_F(GgufCli, GeneratesAsTheOriginalWithTheFilesChatTemplate) {
+  const std::string gguf = Write("bundled.gguf", "--weights f32");
+  const std::string flags = " --prompt 'JULIET:' --max-new-tokens 24 --temperature 0";
+  auto original = RunMlaserve("generate --model-path " + ShellQuote(testing::BundledModelPath()) + flags);
+  auto from_gguf = RunMlaserve("generate --model-path " + ShellQuote(gguf) + flags);
+  ASSERT_EQ(original.exit_code, 0) << original.err;
+  ASSERT_EQ(from_gguf.exit_code, 0) << from_gguf.err;
+  EXPECT_EQ(from_gguf.out, original.out);
+  // --chat: the prompt through the chat template, the GGUF's from tokenizer.chat_template.
+  auto chat_original = RunMlaserve("generate --chat --model-path " + ShellQuote(testing::BundledModelPath()) + flags);
+  auto chat_gguf = RunMlaserve("generate --chat --model-path " + ShellQuote(gguf) + flags);
+  ASSERT_EQ(chat_original.exit_code, 0) << chat_original.err;
+  ASSERT_EQ(chat_gguf.exit_code, 0) << chat_gguf.err;
+  EXPECT_EQ(chat_gguf.out, chat_original.out);
+  EXPECT_NE(chat_gguf.out, from_gguf.out) << "the template changed the prompt";
+}
+
+// A server on the GGUF file hands its tokenizer to a batch client (GET /tokenizer_file/...), which
+// then writes what an in-process run on the safetensors original writes.
+TEST_F(GgufCli, ABatchClientOfAGgufServerWritesWhatTheOriginalWrites) {
+  const std::string gguf = Write("bundled.gguf", "");
+  const std::string input = dir_.path() + "/in.jsonl";
+  std::ofstream(input) << R"({"id": "a", "messages": [{"role": "user", "content": "Speak of the king."}]})" "\n"
+                       << R"({"id": "b", "prompt": "To be or not to be"})" "\n";
+  const std::string common = " --input " + ShellQuote(input) + " --max-new-tokens 16";
+  auto local = RunMlaserve("batch --model-path " + ShellQuote(testing::BundledModelPath()) + common + " --output " +
+                           ShellQuote(dir_.path() + "/local.jsonl"));
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  testing::ServerLaunch launch;
+  launch.model_path = gguf;
+  testing::ServerProcess server(launch, {});
+  auto remote = RunMlaserve("batch --endpoint http://127.0.0.1:" + std::to_string(server.port()) + common +
+                            " --output " + ShellQuote(dir_.path() + "/remote.jsonl"));
+  ASSERT_EQ(remote.exit_code, 0) << remote.err;
+  auto answers = [](const std::string& path) {
+    std::vector<std::string> out;
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      out.push_back(j.contains("completion") ? j["completion"].dump() : j["messages"].back().dump());
+    }
+    return out;
+  };
+  const std::vector<std::string> expected = answers(dir_.path() + "/local.jsonl");
+  ASSERT_EQ(expected.size(), 2u);
+  EXPECT_EQ(answers(dir_.path() + "/remote.jsonl"), expected);
+}
+
+TEST_F(GgufCli, AnUncomputedTensorTypeIsRefusedByName) {
+  const std::string gguf = Write("bundled.gguf", "");
+  std::string bytes;
+  {
+    std::ifstream in(gguf, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    bytes = s.str();
+  }
+  // blk.0.attn_q_a.weight's info: name, n_dims (2), ne[2], then its type: BF16 (30) -> Q8_0 (8),
+  // whose blocks take fewer bytes, so the file stays well-formed.
+  const std::string name = "blk.0.attn_q_a.weight";
+  const size_t at = bytes.find(name);
+  ASSERT_NE(at, std::string::npos);
+  const size_t type_at = at + name.size() + 4 + 2 * 8;
+  uint32_t type = 0;
+  std::memcpy(&type, bytes.data() + type_at, 4);
+  ASSERT_EQ(type, 30u);
+  type = 8;
+  std::memcpy(bytes.data() + type_at, &type, 4);
+  const std::string patched = dir_.path() + "/q8.gguf";
+  std::ofstream(patched, std::ios::binary) << bytes;
+  auto r = RunMlaserve("generate --model-path " + ShellQuote(patched) + " --prompt hi --max-new-tokens 2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("Q8_0 (1 tensors: blk.0.attn_q_a.weight)"), std::string::npos) << r.err;
+  // A file that is not GGUF nor safetensors.
+  std::ofstream(dir_.path() + "/junk.gguf") << "GGUF but not really";
+  auto junk = RunMlaserve("generate --model-path " + ShellQuote(dir_.path() + "/junk.gguf") + " --prompt hi");
+  EXPECT_NE(junk.exit_code, 0);
+  EXPECT_NE(junk.err.find("junk.gguf"), std::string::npos) << junk.err;
+}
+
+}  // namespace
+}  // namespace mlaserve

@@ -1,0 +1,155 @@
+// The GGUF reader and writer (model/gguf.h, model/gguf_writer.h): what the writer writes reads
+// back value for value and byte for byte; every prefix of a valid file and each kind of bad
+// header is refused with a line naming the problem (never a crash); llama.cpp's deepseek2 names
+// map to Hugging Face's and back.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "model/gguf.h"
+#include "model/gguf_model.h"
+#include "model/gguf_writer.h"
+#include "support/run_binary.h"
+
+namespace mlaserve {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<std::byte> Bytes(size_t n, int seed) {
+  std::vector<std::byte> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = std::byte((i * 31 + size_t(seed) * 7) & 0xff);
+  return out;
+}
+
+// A small file with one value of every kind and three tensors of different types.
+std::string WriteSample(const std::string& path) {
+  GgufWriter w;
+  w.SetString("general.architecture", "deepseek2");
+  w.SetU32("deepseek2.block_count", 3);
+  w.SetI32("an.int", -5);
+  w.SetU64("a.u64", uint64_t(1) << 40);
+  w.SetF32("a.float", 0.25f);
+  w.SetBool("a.bool", true);
+  w.SetStrings("some.strings", {"a", "", "ccc"});
+  w.SetI32s("some.ints", {1, -2, 3});
+  w.SetF32s("some.floats", {0.5f, 1.5f});
+  static const std::vector<std::byte> a = Bytes(4 * 6, 1), b = Bytes(2 * 64, 2), q = Bytes(34 * 2, 3);
+  EXPECT_TRUE(w.AddTensor("t.f32", {3, 2}, GgmlType::kF32, a).ok());
+  EXPECT_TRUE(w.AddTensor("t.bf16", {64}, GgmlType::kBF16, b).ok());
+  EXPECT_TRUE(w.AddTensor("t.q8_0", {32, 2}, GgmlType::kQ8_0, q).ok());
+  EXPECT_TRUE(w.Write(path).ok());
+  return ReadAll(path);
+}
+
+TEST(Gguf, WhatTheWriterWritesReadsBack) {
+  testing::TempDir dir;
+  const std::string bytes = WriteSample(dir.path() + "/x.gguf");
+  auto f = ParseGguf(bytes, "x.gguf");
+  ASSERT_TRUE(f.ok()) << f.error();
+  EXPECT_EQ(f->version, 3u);
+  EXPECT_EQ(*f->Text("general.architecture"), "deepseek2");
+  EXPECT_EQ(*f->Integer("deepseek2.block_count"), 3);
+  EXPECT_EQ(*f->Integer("an.int"), -5);
+  EXPECT_EQ(*f->Integer("a.u64"), int64_t(1) << 40);
+  EXPECT_EQ(*f->Real("a.float"), 0.25);
+  EXPECT_EQ(*f->Integer("a.bool"), 1);
+  EXPECT_EQ(f->Find("some.strings")->strings, (std::vector<std::string>{"a", "", "ccc"}));
+  EXPECT_EQ(f->Find("some.ints")->integers, (std::vector<int64_t>{1, -2, 3}));
+  EXPECT_EQ(f->Find("some.floats")->reals, (std::vector<double>{0.5, 1.5}));
+  EXPECT_FALSE(f->Integer("general.architecture").ok()) << "a string is not an integer";
+  EXPECT_NE(f->Integer("absent").error().find("absent is missing"), std::string::npos);
+  ASSERT_EQ(f->tensors.size(), 3u);
+  EXPECT_EQ(f->data_offset % 32, 0u);
+  const std::vector<std::vector<std::byte>> expected = {Bytes(4 * 6, 1), Bytes(2 * 64, 2), Bytes(34 * 2, 3)};
+  for (size_t i = 0; i < 3; ++i) {
+    const GgufTensorInfo& t = f->tensors[i];
+    EXPECT_EQ(t.offset % 32, 0u) << t.name;
+    ASSERT_EQ(t.num_bytes, expected[i].size()) << t.name;
+    EXPECT_EQ(std::memcmp(bytes.data() + f->data_offset + t.offset, expected[i].data(), t.num_bytes), 0) << t.name;
+  }
+  EXPECT_EQ(f->tensors[0].ne, (std::vector<int64_t>{3, 2}));
+  EXPECT_STREQ(GgmlTraits(f->tensors[2].type).name, "Q8_0");
+}
+
+TEST(Gguf, EveryTruncationIsRefusedWithALine) {
+  testing::TempDir dir;
+  const std::string bytes = WriteSample(dir.path() + "/x.gguf");
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    auto f = ParseGguf(std::string_view(bytes).substr(0, n), "cut.gguf");
+    ASSERT_FALSE(f.ok()) << n << " of " << bytes.size() << " bytes";
+    EXPECT_EQ(f.error().rfind("cut.gguf: ", 0), 0u) << f.error();
+    EXPECT_EQ(f.error().find('\n'), std::string::npos);
+  }
+}
+
+// Overwrites the little-endian integer of `size` bytes at `at`.
+std::string Patched(std::string bytes, size_t at, uint64_t value, size_t size) {
+  std::memcpy(bytes.data() + at, &value, size);
+  return bytes;
+}
+
+TEST(Gguf, BadHeadersNameTheirProblem) {
+  testing::TempDir dir;
+  const std::string good = WriteSample(dir.path() + "/x.gguf");
+  auto f = ParseGguf(good);
+  ASSERT_TRUE(f.ok());
+  // The first tensor info follows the metadata: find its name to locate the fields after it.
+  const size_t info = good.find("t.f32") - 8;
+  const size_t t0_type = info + 8 + 5 + 4 + 2 * 8, t0_offset = t0_type + 4;
+  struct Case {
+    std::string bytes, message;
+  } cases[] = {
+      {"GGML" + good.substr(4), "not a GGUF file"},
+      {Patched(good, 4, 1, 4), "version 1"},
+      {Patched(good, 4, 0x03000000, 4), "GGUF version 50331648"},
+      {Patched(good, 8, uint64_t(1) << 60, 8), "tensors cannot fit"},
+      {Patched(good, 16, uint64_t(1) << 60, 8), "metadata entries cannot fit"},
+      {Patched(good, info + 8 + 5, 5, 4), "has 5 dimensions"},
+      {Patched(good, t0_type, 31, 4), "unknown ggml type 31"},
+      {Patched(good, t0_offset, 8, 8), "is not a multiple of the alignment"},
+      {Patched(good, t0_offset, 1 << 20, 8), "runs past the end of the file"},
+      {Patched(good, t0_offset, 128, 8), "overlap"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseGguf(c.bytes, "bad.gguf");
+    ASSERT_FALSE(r.ok()) << c.message;
+    EXPECT_NE(r.error().find(c.message), std::string::npos) << r.error();
+  }
+  // A Q8_0 row that is not whole blocks.
+  GgufWriter w;
+  const std::vector<std::byte> q(34);
+  EXPECT_FALSE(w.AddTensor("q", {16, 2}, GgmlType::kQ8_0, q).ok());
+}
+
+TEST(Gguf, Deepseek2NamesMapToHuggingFacesAndBack) {
+  for (const char* layer_name :
+       {"attn_norm.weight", "ffn_norm.weight", "attn_q_a.weight", "attn_q_a_norm.weight", "attn_q_b.weight",
+        "attn_q.weight", "attn_kv_a_mqa.weight", "attn_kv_a_norm.weight", "attn_kv_b.weight", "attn_output.weight",
+        "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "ffn_gate_inp.weight", "exp_probs_b.bias",
+        "ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight"}) {
+    const std::string gguf = "blk.17." + std::string(layer_name);
+    auto hf = HfNameOfGgufTensor(gguf);
+    ASSERT_TRUE(hf.has_value()) << gguf;
+    EXPECT_EQ(hf->name.rfind("model.layers.17.", 0), 0u) << hf->name;
+    EXPECT_EQ(GgufNameOfHfTensor(hf->name), gguf);
+  }
+  EXPECT_EQ(HfNameOfGgufTensor("blk.3.attn_kv_b.weight")->name, "model.layers.3.self_attn.kv_b_proj.weight");
+  EXPECT_EQ(HfNameOfGgufTensor("blk.3.exp_probs_b.bias")->name, "model.layers.3.mlp.gate.e_score_correction_bias");
+  EXPECT_EQ(HfNameOfGgufTensor("token_embd.weight")->name, "model.embed_tokens.weight");
+  EXPECT_EQ(HfNameOfGgufTensor("output.weight")->name, "lm_head.weight");
+  EXPECT_EQ(HfNameOfGgufTensor("blk.2.ffn_down_exps.weight")->expert_projection, "down_proj");
+  EXPECT_EQ(HfNameOfGgufTensor("blk.2.attn_k_b.weight")->kv_part, "k_b");
+  EXPECT_FALSE(HfNameOfGgufTensor("blk.x.attn_norm.weight").has_value());
+  EXPECT_FALSE(HfNameOfGgufTensor("blk.1.nextn.eh_proj.weight").has_value());
+}
+
+}  // namespace
+}  // namespace mlaserve
