@@ -34,6 +34,7 @@ bool EndpointPool::Probe(size_t index) {
     const json j = json::parse(r->body, nullptr, false);
     if (j.is_object()) {
       fresh.model_path = j.value("model_path", "");
+      fresh.tokenizer_path = j.value("tokenizer_path", "");
       fresh.model_type = j.value("model_type", "");
       fresh.served_model_name = j.value("served_model_name", "");
     }

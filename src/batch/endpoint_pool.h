@@ -29,6 +29,7 @@ struct EndpointInfo {
   // Resume continues a record bit-identically only on a deterministic server.
   std::optional<bool> deterministic;
   std::string model_path;         // /get_model_info's; empty if not reported
+  std::string tokenizer_path;     // /get_model_info's; empty if not reported
   std::string model_type;
   std::string served_model_name;
 };

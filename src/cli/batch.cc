@@ -290,8 +290,9 @@ Result<BatchTokenizer> LoadBatchTokenizer(const std::string& flag_dir, const bat
     if (fetched.ok()) {
       return BatchTokenizer{.tokenizer = std::move(fetched->tokenizer), .chat_template = std::move(fetched->chat_template)};
     }
-    std::fprintf(stderr, "batch: %s; reading the tokenizer from the model_path it reports\n", fetched.error().c_str());
-    dir = info.model_path;
+    std::fprintf(stderr, "batch: %s; reading the tokenizer from the tokenizer_path (else model_path) it reports\n",
+                 fetched.error().c_str());
+    dir = !info.tokenizer_path.empty() ? info.tokenizer_path : info.model_path;
   }
   if (dir.empty()) return Status::Error("the server does not report its model_path: give --tokenizer DIR");
   auto t = Tokenizer::FromDirectory(dir);

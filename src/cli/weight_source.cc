@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "model/gguf_model.h"
 #include "model/safetensors.h"
@@ -21,6 +22,11 @@ std::optional<WeightSource> GgufWeightSource(const std::string& path, const Mode
   WeightSource out;
   std::map<std::string, double> bytes_by_type;
   std::map<int, size_t> kv_b_entry;  // layer -> index in out.tensors
+  std::set<int> combined_kv_b;       // layers with attn_kv_b: their split pair is not read (as the checkpoint)
+  for (const GgufTensorInfo& t : f->tensors) {
+    const std::optional<HfTensorName> hf = HfNameOfGgufTensor(t.name);
+    if (hf && hf->name.ends_with(".self_attn.kv_b_proj.weight")) combined_kv_b.insert(hf->layer);
+  }
   for (const GgufTensorInfo& t : f->tensors) {
     const double bytes = double(t.num_bytes);
     bytes_by_type[GgmlTraits(t.type).name] += bytes;
@@ -32,6 +38,10 @@ std::optional<WeightSource> GgufWeightSource(const std::string& path, const Mode
     } else if (!hf->name.empty()) {
       out.tensors.push_back({hf->name, shape, bytes});
     } else if (!hf->kv_part.empty()) {
+      if (combined_kv_b.count(hf->layer)) {
+        out.tensors.push_back({t.name, shape, bytes});  // stored, not loaded
+        continue;
+      }
       auto [it, added] = kv_b_entry.emplace(hf->layer, out.tensors.size());
       if (added) {
         out.tensors.push_back({"model.layers." + std::to_string(hf->layer) + ".self_attn.kv_b_proj.weight",

@@ -10,9 +10,11 @@ namespace {
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian uint32
 constexpr int kMaxDims = 4;              // GGML_MAX_DIMS
 constexpr int kMaxArrayDepth = 2;        // arrays of arrays are skipped, deeper ones refused
-// Longer arrays keep only their length (a tokenizer's are ~100-200K): a value in memory can take
-// 8x its bytes in the file (int64 per uint8), so a long array of small values is not expanded.
+// Array elements kept in memory, per array and for the whole file (a tokenizer's arrays are
+// ~100-200K each): a value in memory takes up to 8x its bytes in the file (int64 per uint8), so
+// what is kept is capped by count; past a cap an array keeps only its length.
 constexpr uint64_t kMaxKeptArray = uint64_t(1) << 24;
+constexpr uint64_t kMaxKeptElements = uint64_t(1) << 26;
 
 // A cursor over the file's bytes; every read checks what is left first.
 class Reader {
@@ -72,7 +74,7 @@ int ScalarBytes(GgufValueType t) {
 bool KnownValueType(uint32_t t) { return t <= uint32_t(GgufValueType::kF64); }
 
 // Reads one scalar of type t into v's integer / real / text.
-Status ReadScalar(Reader& r, GgufValueType t, GgufValue& v, const std::string& key, const std::string& source) {
+Status ReadScalar(Reader& r, GgufValueType t, GgufValue& v, const std::string& key) {
   auto as_int = [&](auto x) -> Status {
     MLA_RETURN_IF_ERROR(r.Read(x, key.c_str()));
     v.integer = int64_t(x);
@@ -89,17 +91,16 @@ Status ReadScalar(Reader& r, GgufValueType t, GgufValue& v, const std::string& k
     case GgufValueType::kU64: {
       uint64_t x = 0;
       MLA_RETURN_IF_ERROR(r.Read(x, key.c_str()));
-      if (x > uint64_t(std::numeric_limits<int64_t>::max())) {
-        return Status::Error(source + ": metadata " + key + ": " + std::to_string(x) + " does not fit a signed 64-bit integer");
-      }
-      v.integer = int64_t(x);
+      // Above INT64_MAX: kept as a real only (a key nothing reads must not refuse the file).
+      v.out_of_range = x > uint64_t(std::numeric_limits<int64_t>::max());
+      v.integer = v.out_of_range ? 0 : int64_t(x);
+      v.real = double(x);
       return Status::Ok();
     }
     case GgufValueType::kBool: {
       uint8_t x = 0;
       MLA_RETURN_IF_ERROR(r.Read(x, key.c_str()));
-      if (x > 1) return Status::Error(source + ": metadata " + key + ": a bool of value " + std::to_string(x));
-      v.integer = x;
+      v.integer = x != 0;
       return Status::Ok();
     }
     case GgufValueType::kF32: {
@@ -112,12 +113,14 @@ Status ReadScalar(Reader& r, GgufValueType t, GgufValue& v, const std::string& k
     case GgufValueType::kString: return r.ReadString(v.text, key.c_str());
     case GgufValueType::kArray: break;
   }
-  return Status::Error(source + ": metadata " + key + ": not a scalar type");
+  return Status::Error("metadata " + key + ": not a scalar type");
 }
 
-Status ReadValue(Reader& r, GgufValueType t, GgufValue& v, const std::string& key, const std::string& source, int depth) {
+// `kept`: array elements kept so far in the file (kMaxKeptElements).
+Status ReadValue(Reader& r, GgufValueType t, GgufValue& v, const std::string& key, const std::string& source, int depth,
+                 uint64_t& kept) {
   v.type = t;
-  if (t != GgufValueType::kArray) return ReadScalar(r, t, v, key, source);
+  if (t != GgufValueType::kArray) return ReadScalar(r, t, v, key);
   if (depth >= kMaxArrayDepth) return Status::Error(source + ": metadata " + key + ": arrays nested too deep");
   uint32_t element = 0;
   MLA_RETURN_IF_ERROR(r.Read(element, key.c_str()));
@@ -132,13 +135,15 @@ Status ReadValue(Reader& r, GgufValueType t, GgufValue& v, const std::string& ke
     return Status::Error(source + ": metadata " + key + ": an array of " + std::to_string(v.length) +
                          " elements runs past the end of the file");
   }
-  const bool keep = v.length <= kMaxKeptArray && v.element_type != GgufValueType::kArray;
+  const bool keep = v.length <= kMaxKeptArray && v.length <= kMaxKeptElements - kept &&
+                    v.element_type != GgufValueType::kArray && depth == 0;
+  if (keep) kept += v.length;
   if (!keep && v.element_type != GgufValueType::kString && v.element_type != GgufValueType::kArray) {
     return r.Skip(v.length * uint64_t(ScalarBytes(v.element_type)), key.c_str());
   }
-  GgufValue element_value;
   for (uint64_t i = 0; i < v.length; ++i) {
-    MLA_RETURN_IF_ERROR(ReadValue(r, v.element_type, element_value, key, source, depth + 1));
+    GgufValue element_value;  // (an inner array, depth 1, keeps nothing)
+    MLA_RETURN_IF_ERROR(ReadValue(r, v.element_type, element_value, key, source, depth + 1, kept));
     if (!keep) continue;
     switch (v.element_type) {
       case GgufValueType::kString: v.strings.push_back(std::move(element_value.text)); break;
@@ -212,6 +217,7 @@ const char* GgufValueTypeName(GgufValueType t) {
 }
 
 bool GgufValue::is_integer() const {
+  if (out_of_range) return false;
   switch (type) {
     case GgufValueType::kU8: case GgufValueType::kI8: case GgufValueType::kU16: case GgufValueType::kI16:
     case GgufValueType::kU32: case GgufValueType::kI32: case GgufValueType::kU64: case GgufValueType::kI64:
@@ -285,6 +291,7 @@ Result<GgufFile> ParseGguf(std::string_view bytes, const std::string& source) {
   if (num_tensors > r.left() / 33) {
     return Status::Error(source + ": " + std::to_string(num_tensors) + " tensors cannot fit in the file");
   }
+  uint64_t kept_elements = 0;
   for (uint64_t i = 0; i < num_metadata; ++i) {
     std::string key;
     MLA_RETURN_IF_ERROR(r.ReadString(key, "a metadata key"));
@@ -292,7 +299,7 @@ Result<GgufFile> ParseGguf(std::string_view bytes, const std::string& source) {
     MLA_RETURN_IF_ERROR(r.Read(type, "a metadata type"));
     if (!KnownValueType(type)) return Status::Error(source + ": metadata " + key + ": unknown value type " + std::to_string(type));
     GgufValue v;
-    MLA_RETURN_IF_ERROR(ReadValue(r, GgufValueType(type), v, key, source, 0));
+    MLA_RETURN_IF_ERROR(ReadValue(r, GgufValueType(type), v, key, source, 0, kept_elements));
     if (!f.metadata.emplace(key, std::move(v)).second) return Status::Error(source + ": metadata " + key + " appears twice");
   }
   if (const GgufValue* a = f.Find("general.alignment")) {

@@ -46,11 +46,13 @@ const char* GgufValueTypeName(GgufValueType t);
 
 // One metadata value. Scalars: integers (and bools) in `integer`, floats in `real`, strings in
 // `text`. Arrays: elements of `element_type` in `integers`, `reals` or `strings`; an array of
-// arrays, or of more than 2^24 elements, keeps only its length (nothing mlaserve reads has one).
+// arrays, or of more than 2^24 elements (or past 2^26 elements kept in the whole file), keeps only
+// its length (nothing mlaserve reads is one).
 struct GgufValue {
   GgufValueType type = GgufValueType::kU8;
-  int64_t integer = 0;   // u64 values above INT64_MAX are refused at parse
+  int64_t integer = 0;
   double real = 0;
+  bool out_of_range = false;  // a u64 above INT64_MAX: not an integer, its value in `real`
   std::string text;
   GgufValueType element_type = GgufValueType::kU8;
   uint64_t length = 0;   // arrays: element count
@@ -59,7 +61,7 @@ struct GgufValue {
   std::vector<std::string> strings;
 
   bool is_integer() const;  // any integer type or bool
-  bool is_real() const { return type == GgufValueType::kF32 || type == GgufValueType::kF64; }
+  bool is_real() const { return type == GgufValueType::kF32 || type == GgufValueType::kF64 || out_of_range; }
 };
 
 struct GgufTensorInfo {

@@ -194,6 +194,8 @@ Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const
     if (options.split_kv_b && name.ends_with("kv_b_proj.weight")) continue;
     const auto gguf = GgufNameOfHfTensor(name);
     if (!gguf) return Status::Error(model_dir + ": tensor " + name + " has no GGUF name");
+    // Vectors in F32, as llama.cpp's converter stores them. (It stores the router in F32 too; here
+    // it stays in the matrix type, so that a bf16 file's router runs the original's kernels.)
     const GgmlType type = t.shape.size() == 1 ? GgmlType::kF32 : mt;
     std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
     MLA_RETURN_IF_ERROR(add(*gguf, std::move(ne), type, AsType(t, type, buffers)));

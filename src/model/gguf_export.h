@@ -3,8 +3,9 @@
 // names and keys): `mlaserve quantize --out-format gguf`. Tests make their GGUF files with it
 // from the bundled model; users can compare mlaserve's GGUF path with its safetensors path.
 // Matrices are written in `matrix_type` (F32, F16 or BF16), vectors (norms, the router's
-// correction bias) in F32, routed experts stacked per layer and projection. The MTP layers
-// (past num_hidden_layers) are not written. kv_b_proj is written whole (attn_kv_b, older files)
+// correction bias) in F32; the router stays in the matrix type (llama.cpp's converter writes it
+// in F32), so that a bf16 file computes exactly as its original. Routed experts are stacked per
+// layer and projection. The MTP layers (past num_hidden_layers) are not written. kv_b_proj is written whole (attn_kv_b, older files)
 // or split (attn_k_b / attn_v_b with the *_mla head sizes, newer files).
 // The whole output is assembled in memory before it is written: for small checkpoints (tests,
 // the bundled and reference models), not for a 700 GB one.

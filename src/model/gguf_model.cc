@@ -1,5 +1,6 @@
 #include "model/gguf_model.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -39,6 +40,20 @@ constexpr std::array<std::pair<const char*, const char*>, 3> kGlobalNames = {{
 }};
 constexpr std::array<std::pair<const char*, const char*>, 3> kExpertNames = {{
     {"ffn_gate_exps.weight", "gate_proj"}, {"ffn_up_exps.weight", "up_proj"}, {"ffn_down_exps.weight", "down_proj"}}};
+
+// The deepseek2 keys this mapping reads or knows to be harmless. Any other changes the math in
+// ways it does not model (e.g. Mistral-Large-3's attention.temperature_scale, filed under
+// deepseek2 by llama.cpp) and is refused by name.
+constexpr std::array<const char*, 34> kKnownKeys = {
+    "context_length", "embedding_length", "block_count", "feed_forward_length", "attention.head_count",
+    "attention.head_count_kv", "rope.freq_base", "attention.layer_norm_rms_epsilon", "expert_used_count",
+    "leading_dense_block_count", "vocab_size", "attention.q_lora_rank", "attention.kv_lora_rank",
+    "attention.key_length", "attention.value_length", "attention.key_length_mla", "attention.value_length_mla",
+    "expert_feed_forward_length", "expert_count", "expert_shared_count", "expert_weights_scale",
+    "expert_weights_norm", "expert_gating_func", "expert_group_count", "expert_group_used_count",
+    "rope.dimension_count", "rope.scaling.type", "rope.scaling.factor", "rope.scaling.original_context_length",
+    "rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow",
+    "rope.scaling.finetuned", "nextn_predict_layers"};
 
 Result<int64_t> Key(const GgufFile& f, const std::string& arch, const char* key, const std::string& source) {
   auto v = f.Integer(arch + "." + key);
@@ -96,7 +111,20 @@ Result<json> HfConfigFromGguf(const GgufFile& f, const std::string& source) {
     return Status::Error(source + ": architecture '" + *arch + "' is not supported (supported: deepseek2, i.e. "
                          "DeepSeek-V2/V3/R1 and Kimi-K2 as llama.cpp names them)");
   }
+  if (auto split = f.OptionalInteger("split.count"); split && *split > 1) {
+    return Status::Error(source + ": one shard of " + std::to_string(*split) + " (split.count); sharded GGUF is not "
+                         "read yet: merge the shards into one file (llama.cpp's llama-gguf-split --merge)");
+  }
   const std::string a = *arch;
+  for (const auto& [key, value] : f.metadata) {
+    if (key.rfind(a + ".", 0) != 0) continue;
+    const std::string field = key.substr(a.size() + 1);
+    if (std::find_if(kKnownKeys.begin(), kKnownKeys.end(), [&](const char* k) { return field == k; }) ==
+        kKnownKeys.end()) {
+      return Status::Error(source + ": metadata " + key + " is not supported (a deepseek2 variant mlaserve does "
+                           "not model)");
+    }
+  }
   json c;
   auto get = [&](const char* key, const char* field) -> Status {
     auto v = Key(f, a, key, source);
@@ -129,6 +157,10 @@ Result<json> HfConfigFromGguf(const GgufFile& f, const std::string& source) {
   if (!key_length || !value_length) {
     return Status::Error(source + ": " + a + ".attention.key_length(_mla) and value_length(_mla) are required");
   }
+  // (Range-checked before the subtraction; ParseModelConfig checks the results.)
+  for (int64_t v : {*key_length, *value_length, c["qk_rope_head_dim"].get<int64_t>()}) {
+    if (v < 1 || v > 65536) return Status::Error(source + ": " + a + ": an attention head size of " + std::to_string(v));
+  }
   c["qk_nope_head_dim"] = *key_length - c["qk_rope_head_dim"].get<int64_t>();
   c["v_head_dim"] = *value_length;
   if (auto n = f.OptionalInteger(a + ".vocab_size")) {
@@ -152,8 +184,9 @@ Result<json> HfConfigFromGguf(const GgufFile& f, const std::string& source) {
     c["norm_topk_prob"] = f.OptionalInteger(a + ".expert_weights_norm").value_or(0) != 0;
     c["n_group"] = f.OptionalInteger(a + ".expert_group_count").value_or(1);
     c["topk_group"] = f.OptionalInteger(a + ".expert_group_used_count").value_or(1);
-    // expert_gating_func: 1 softmax, 2 sigmoid (absent: softmax, DeepSeek-V2's).
-    const int64_t gating = f.OptionalInteger(a + ".expert_gating_func").value_or(1);
+    // expert_gating_func: 1 softmax, 2 sigmoid (absent or 0, llama.cpp's "none": softmax, DeepSeek-V2's).
+    int64_t gating = f.OptionalInteger(a + ".expert_gating_func").value_or(1);
+    if (gating == 0) gating = 1;
     if (gating != 1 && gating != 2) {
       return Status::Error(source + ": " + a + ".expert_gating_func " + std::to_string(gating) +
                            " is not supported (1 softmax, 2 sigmoid)");

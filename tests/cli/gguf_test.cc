@@ -20,8 +20,10 @@ using testing::ShellQuote;
 
 const std::string kText = "'ROMEO: But soft, what light through yonder window breaks? It is the east.'";
 
-std::vector<double> Logprobs(const std::string& model) {
-  auto r = RunMlaserve("score --model-path " + ShellQuote(model) + " --kv-cache-dtype fp32 --text " + kText);
+// `score`'s logprobs of kText; tp_ranks > 1: the same as a tensor-parallel job.
+std::vector<double> Logprobs(const std::string& model, int tp_ranks = 1) {
+  const std::string args = "score --model-path " + ShellQuote(model) + " --kv-cache-dtype fp32 --text " + kText;
+  auto r = tp_ranks > 1 ? testing::RunCommand(testing::MpirunMlaserve(tp_ranks, args)) : RunMlaserve(args);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
   std::vector<double> out;
@@ -52,6 +54,10 @@ TEST_F(GgufCli, ABf16GgufScoresAsItsSafetensorsOriginalInBothKvLayouts) {
     ASSERT_EQ(scored.size(), original.size()) << layout << ": the GGUF's tokenizer encodes the text the same";
     for (size_t i = 0; i < scored.size(); ++i) EXPECT_NEAR(scored[i], original[i], 1e-4) << layout << " token " << i;
   }
+  // Sharded over two tensor-parallel ranks (the split layout's recombined kv_b cut by heads).
+  const std::vector<double> sharded = Logprobs(dir_.path() + "/bundled-split.gguf", 2);
+  ASSERT_EQ(sharded.size(), original.size());
+  for (size_t i = 0; i < sharded.size(); ++i) EXPECT_NEAR(sharded[i], original[i], 1e-4) << "tp 2, token " << i;
 }
 
 TEST_F(GgufCli, GeneratesAsTheOriginalWithTheFilesChatTemplate) {

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "model/gguf.h"
@@ -149,6 +150,85 @@ TEST(Gguf, Deepseek2NamesMapToHuggingFacesAndBack) {
   EXPECT_EQ(HfNameOfGgufTensor("blk.2.attn_k_b.weight")->kv_part, "k_b");
   EXPECT_FALSE(HfNameOfGgufTensor("blk.x.attn_norm.weight").has_value());
   EXPECT_FALSE(HfNameOfGgufTensor("blk.1.nextn.eh_proj.weight").has_value());
+}
+
+// A tiny deepseek2 header (no tensors) plus `extra`, parsed into a config.
+Result<ModelConfig> ConfigOf(const std::string& dir, const std::function<void(GgufWriter&)>& extra) {
+  GgufWriter w;
+  const std::string a = "deepseek2.";
+  w.SetString("general.architecture", "deepseek2");
+  w.SetU32(a + "block_count", 2);
+  w.SetU32(a + "context_length", 128);
+  w.SetU32(a + "embedding_length", 64);
+  w.SetU32(a + "feed_forward_length", 96);
+  w.SetU32(a + "attention.head_count", 4);
+  w.SetU32(a + "attention.kv_lora_rank", 32);
+  w.SetU32(a + "rope.dimension_count", 16);
+  w.SetU32(a + "attention.key_length", 48);
+  w.SetU32(a + "attention.value_length", 32);
+  w.SetU32(a + "vocab_size", 100);
+  w.SetU32(a + "expert_count", 4);
+  w.SetU32(a + "expert_used_count", 2);
+  w.SetU32(a + "expert_feed_forward_length", 32);
+  w.SetU32(a + "leading_dense_block_count", 1);
+  extra(w);
+  const std::string path = dir + "/c.gguf";
+  EXPECT_TRUE(w.Write(path).ok());
+  auto f = ParseGguf(ReadAll(path), path);
+  if (!f.ok()) return f.status();
+  return ModelConfigFromGguf(*f, path);
+}
+
+TEST(Gguf, Deepseek2KeysBecomeTheConfigAndUnknownOnesAreRefused) {
+  testing::TempDir dir;
+  auto plain = ConfigOf(dir.path(), [](GgufWriter&) {});
+  ASSERT_TRUE(plain.ok()) << plain.error();
+  EXPECT_EQ(plain->qk_nope_head_dim, 32);
+  EXPECT_EQ(plain->qk_rope_head_dim, 16);
+  EXPECT_EQ(plain->v_head_dim, 32);
+  EXPECT_EQ(plain->first_k_dense_replace, 1);
+  EXPECT_EQ(plain->scoring_func, ScoringFunc::kSoftmax);
+  EXPECT_EQ(plain->topk_method, TopkMethod::kGreedy);
+  EXPECT_EQ(plain->family, ModelFamily::kDeepSeekV2);
+  // Newer files: the latent's sizes in key_length / value_length, the heads' in *_mla; sigmoid
+  // gating, groups, YaRN.
+  auto v3 = ConfigOf(dir.path(), [](GgufWriter& w) {
+    w.SetU32("deepseek2.attention.key_length_mla", 48);
+    w.SetU32("deepseek2.attention.value_length_mla", 32);
+    w.SetU32("deepseek2.expert_gating_func", 2);
+    w.SetU32("deepseek2.expert_group_count", 2);
+    w.SetU32("deepseek2.expert_group_used_count", 1);
+    w.SetString("deepseek2.rope.scaling.type", "yarn");
+    w.SetF32("deepseek2.rope.scaling.factor", 40.0f);
+    w.SetU32("deepseek2.rope.scaling.original_context_length", 64);
+    w.SetF32("deepseek2.rope.scaling.yarn_log_multiplier", 0.1f);
+  });
+  ASSERT_TRUE(v3.ok()) << v3.error();
+  EXPECT_EQ(v3->qk_nope_head_dim, 32);
+  EXPECT_EQ(v3->scoring_func, ScoringFunc::kSigmoid);
+  EXPECT_EQ(v3->topk_method, TopkMethod::kGroupLimitedGreedy);
+  EXPECT_EQ(v3->n_group, 2);
+  EXPECT_TRUE(v3->yarn.enabled);
+  EXPECT_NEAR(v3->yarn.mscale_all_dim, 1.0, 1e-6);
+  EXPECT_EQ(v3->yarn.original_max_position_embeddings, 64);
+  auto gating_none = ConfigOf(dir.path(), [](GgufWriter& w) { w.SetU32("deepseek2.expert_gating_func", 0); });
+  ASSERT_TRUE(gating_none.ok()) << gating_none.error();
+  EXPECT_EQ(gating_none->scoring_func, ScoringFunc::kSoftmax);
+  struct Case {
+    std::function<void(GgufWriter&)> extra;
+    std::string message;
+  } cases[] = {
+      {[](GgufWriter& w) { w.SetF32("deepseek2.attention.temperature_scale", 0.1f); },
+       "metadata deepseek2.attention.temperature_scale is not supported"},
+      {[](GgufWriter& w) { w.SetU32("split.count", 3); }, "sharded GGUF is not read yet"},
+      {[](GgufWriter& w) { w.SetU32("deepseek2.expert_gating_func", 7); }, "expert_gating_func 7"},
+      {[](GgufWriter& w) { w.SetString("deepseek2.rope.scaling.type", "linear"); }, "rope scaling 'linear'"},
+  };
+  for (const Case& c : cases) {
+    auto r = ConfigOf(dir.path(), c.extra);
+    ASSERT_FALSE(r.ok()) << c.message;
+    EXPECT_NE(r.error().find(c.message), std::string::npos) << r.error();
+  }
 }
 
 }  // namespace
