@@ -19,9 +19,9 @@ int RunQuantize(Args& args) {
                                           {.choices = {"safetensors", "gguf"}});
   const std::string weights = args.Str("weights", "", "safetensors: fp8-block (every decoder Linear as E4M3 with "
                                        "128x128 block scales) or int4-g32 (routed experts as int4, group 32, "
-                                       "compressed-tensors); gguf: bf16, f16 or f32 (the matrices' type)",
+                                       "compressed-tensors); gguf: bf16, f16, f32 or q8_0 (the matrices' type)",
                                        {.shown_default = "fp8-block; gguf: bf16",
-                                        .choices = {"fp8-block", "int4-g32", "bf16", "f16", "f32"}});
+                                        .choices = {"fp8-block", "int4-g32", "bf16", "f16", "f32", "q8_0"}});
   const std::string gguf_kv_layout = args.Str("gguf-kv-layout", "combined", "gguf: kv_b_proj as one attn_kv_b "
                                               "(older files) or split into attn_k_b and attn_v_b (newer files)",
                                               {.choices = {"combined", "split"}});
@@ -29,17 +29,18 @@ int RunQuantize(Args& args) {
   if (out_dir.empty()) args.Reject("--out DIR|FILE is required");
   const bool gguf = out_format == "gguf";
   if (gguf && (weights == "fp8-block" || weights == "int4-g32")) {
-    args.Reject("--weights " + weights + " is for --out-format safetensors (gguf: bf16, f16, f32)");
+    args.Reject("--weights " + weights + " is for --out-format safetensors (gguf: bf16, f16, f32, q8_0)");
   }
-  if (!gguf && (weights == "bf16" || weights == "f16" || weights == "f32")) {
+  if (!gguf && (weights == "bf16" || weights == "f16" || weights == "f32" || weights == "q8_0")) {
     args.Reject("--weights " + weights + " is for --out-format gguf");
   }
   if (!gguf && args.WasGiven("gguf-kv-layout")) args.Reject("--gguf-kv-layout is for --out-format gguf");
   if (auto exit_code = args.Finish()) return *exit_code;
   if (gguf) {
-    const GgufExportOptions options{.matrix_type = weights == "f32"   ? GgmlType::kF32
-                                                   : weights == "f16" ? GgmlType::kF16
-                                                                      : GgmlType::kBF16,
+    const GgufExportOptions options{.matrix_type = weights == "f32"    ? GgmlType::kF32
+                                                   : weights == "f16"  ? GgmlType::kF16
+                                                   : weights == "q8_0" ? GgmlType::kQ8_0
+                                                                       : GgmlType::kBF16,
                                     .split_kv_b = gguf_kv_layout == "split"};
     auto report = WriteGgufCheckpoint(in_dir, out_dir, options);
     if (!report.ok()) return Fail("quantize", report.error());

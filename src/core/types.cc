@@ -10,6 +10,7 @@ const char* DTypeName(DType t) {
     case DType::kI32: return "I32";
     case DType::kI64: return "I64";
     case DType::kBool: return "BOOL";
+    case DType::kI8: return "I8";
     case DType::kF8E4M3: return "F8_E4M3";
   }
   return "?";

@@ -10,7 +10,7 @@ using TokenId = int32_t;
 // Element types of checkpoint tensors the kernels read directly.
 // kF8E4M3 is safetensors' F8_E4M3 (OCP E4M3FN), read only as block-scaled fp8 weights.
 // kBool is safetensors' BOOL (one byte, 0 or 1: EAGLE-3's t2d map).
-enum class DType { kF32, kBF16, kF16, kI32, kI64, kF8E4M3, kBool };
+enum class DType { kF32, kBF16, kF16, kI32, kI64, kF8E4M3, kBool, kI8 };
 
 inline int DTypeBytes(DType t) {
   switch (t) {
@@ -21,6 +21,7 @@ inline int DTypeBytes(DType t) {
     case DType::kI64: return 8;
     case DType::kF8E4M3: return 1;
     case DType::kBool: return 1;
+    case DType::kI8: return 1;
   }
   return 0;
 }

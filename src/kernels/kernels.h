@@ -136,6 +136,7 @@ inline bool Bf16DotMultiplies(const WeightMatrix& w) {
     case WeightFormat::kDense: return w.dtype == DType::kBF16;
     case WeightFormat::kFp8Block: return w.block_cols % 2 == 0 && w.block_rows > 0;
     case WeightFormat::kInt4Group: return w.block_cols % 2 == 0;
+    case WeightFormat::kInt8Group: return false;  // the fp32 kernels (no bf16 path written yet)
   }
   return false;
 }

@@ -43,6 +43,9 @@ struct Avx2 {
     const __m128i bytes = _mm_unpacklo_epi8(_mm_and_si128(b, mask), _mm_and_si128(_mm_srli_epi16(b, 4), mask));
     return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(bytes), _mm256_set1_epi32(8)));
   }
+  static Reg LoadInt8(const std::byte* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
   // Panel lanes' bytes at p (8): low nibbles are one column, high nibbles the next, each - 8.
   static void LoadInt4Columns(const std::byte* p, Reg& low, Reg& high) {
     const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));

@@ -47,6 +47,9 @@ struct Avx512 {
     const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
     return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(bytes), table);
   }
+  static Reg LoadInt8(const std::byte* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
   // Panel lanes' bytes at p (16): low nibbles are one column, high nibbles the next, each - 8.
   static void LoadInt4Columns(const std::byte* p, Reg& low, Reg& high) {
     const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));

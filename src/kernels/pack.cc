@@ -13,10 +13,15 @@ size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 size_t PackedValueBytes(const WeightMatrix& src) { return size_t(src.num_panels()) * src.panel_bytes(); }
 
-// Packed scale bytes: fp8 keeps its block grid; int4 gets [panel][group][16] BF16.
+// Bytes of one scale of a grouped format (int4: BF16, int8: F32); 0 for the others.
+size_t GroupScaleBytes(const WeightMatrix& src) {
+  return src.format == WeightFormat::kInt4Group ? 2 : src.format == WeightFormat::kInt8Group ? 4 : 0;
+}
+
+// Packed scale bytes: fp8 keeps its block grid; grouped formats get [panel][group][16].
 size_t PackedScaleBytes(const WeightMatrix& src) {
-  if (src.format == WeightFormat::kInt4Group) {
-    return size_t(src.num_panels()) * size_t(src.scale_cols()) * kPanelRows * 2;
+  if (GroupScaleBytes(src) > 0) {
+    return size_t(src.num_panels()) * size_t(src.scale_cols()) * kPanelRows * GroupScaleBytes(src);
   }
   return src.scale_bytes();
 }
@@ -50,13 +55,13 @@ WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& poo
       const int64_t rows = std::min<int64_t>(kPanelRows, src.rows - p * kPanelRows);
       for (int64_t i = 0; i < rows; ++i) {
         PackRowValues(src, p * kPanelRows + i, panel, i);
-        if (src.format == WeightFormat::kInt4Group) {
+        if (const size_t sb = GroupScaleBytes(src); sb > 0) {
           // Row scales [scale_row0 + r][g] -> [p][g][i].
           const auto* row_scales = static_cast<const std::byte*>(src.scales) +
-                                   size_t(src.scale_row0 + p * kPanelRows + i) * size_t(src.scale_cols()) * 2;
+                                   size_t(src.scale_row0 + p * kPanelRows + i) * size_t(src.scale_cols()) * sb;
           for (int64_t g = 0; g < src.scale_cols(); ++g) {
-            std::memcpy(scales + ((size_t(p) * size_t(src.scale_cols()) + size_t(g)) * kPanelRows + size_t(i)) * 2,
-                        row_scales + size_t(g) * 2, 2);
+            std::memcpy(scales + ((size_t(p) * size_t(src.scale_cols()) + size_t(g)) * kPanelRows + size_t(i)) * sb,
+                        row_scales + size_t(g) * sb, sb);
           }
         }
       }

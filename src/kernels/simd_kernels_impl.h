@@ -8,7 +8,8 @@
 //
 // V provides: kLanes; type Reg; Zero(); LoadF32(const float*); LoadW<DType>(const std::byte*)
 // (kLanes weights -> fp32); LoadFp8(p) (kLanes E4M3 codes -> value / 256); LoadInt4(p) (kLanes
-// nibbles, lane 2j low in byte j -> nibble - 8); LoadFp8Columns(p, first, second) (two fp8
+// nibbles, lane 2j low in byte j -> nibble - 8); LoadInt8(p) (kLanes int8 codes -> fp32);
+// LoadFp8Columns(p, first, second) (two fp8
 // panel columns, codes at p and p + 16); LoadInt4Columns(p, low, high) (kLanes bytes of a paired
 // int4 panel -> its two columns, each nibble - 8); Mul; Fma(a, b, acc) = a*b+acc; Sum(Reg);
 // StoreF32(float*, Reg). kPanelTokens: tokens a panel tile keeps in registers.
@@ -148,12 +149,13 @@ inline constexpr float kFp8LoadScale = 256.0f;
 template <class V, WeightFormat F>
 inline typename V::Reg LoadCodes(const std::byte* p) {
   if constexpr (F == WeightFormat::kFp8Block) return V::LoadFp8(p);
+  else if constexpr (F == WeightFormat::kInt8Group) return V::LoadInt8(p);
   else return V::LoadInt4(p);
 }
 
 // Bytes of kLanes consecutive codes of a row-major row.
 template <WeightFormat F>
-constexpr int64_t RowByteOffset(int64_t c) { return F == WeightFormat::kFp8Block ? c : c / 2; }
+constexpr int64_t RowByteOffset(int64_t c) { return F == WeightFormat::kInt4Group ? c / 2 : c; }
 
 // Row-major quantized rows (kv_b_proj, read by rows): vectors need whole groups of kLanes.
 template <class V, WeightFormat F>
@@ -206,6 +208,7 @@ void AxpyRowQuant(float a, const WeightMatrix& w, int64_t r, float* y) {
 template <class Fn>
 inline void WithQuantFormat(WeightFormat format, Fn&& fn) {
   if (format == WeightFormat::kFp8Block) return fn(std::integral_constant<WeightFormat, WeightFormat::kFp8Block>{});
+  if (format == WeightFormat::kInt8Group) return fn(std::integral_constant<WeightFormat, WeightFormat::kInt8Group>{});
   return fn(std::integral_constant<WeightFormat, WeightFormat::kInt4Group>{});
 }
 
@@ -377,14 +380,28 @@ struct DensePanels {
   }
 };
 
-// int4 panels: [cols / 2][16] bytes, byte k of column pair j holding lane k's nibble of column 2j
-// (low) and of column 2j + 1 (high), so one byte load per lane serves two columns; group scales
-// BF16 [panel][cols / group][16]. Each weight vector is widened, multiplied by its lanes' scales,
-// then used for every token. cols is a multiple of 8 and the group size even (config.cc refuses
-// others), so a column pair never straddles two groups.
-template <class V>
-struct Int4Panels {
+// Grouped panels, walked a column pair at a time. int4: [cols / 2][16] bytes, byte k of column
+// pair j holding lane k's nibble of column 2j (low) and of column 2j + 1 (high), so one byte load
+// per lane serves two columns; group scales BF16 [panel][cols / group][16]. int8: [cols][16]
+// codes, group scales F32 [panel][cols / group][16]. Each weight vector is widened, multiplied by
+// its lanes' scales, then used for every token. cols and the group size are even (config.cc and
+// the GGUF reader refuse others), so a column pair never straddles two groups.
+template <class V, WeightFormat F>
+struct GroupPanels {
+  static_assert(F == WeightFormat::kInt4Group || F == WeightFormat::kInt8Group);
   const WeightMatrix& w;
+
+  // Columns c and c + 1 of the panel lanes at p, widened (before their scale).
+  static void LoadPair(const std::byte* p, int64_t c, typename V::Reg& even, typename V::Reg& odd) {
+    if constexpr (F == WeightFormat::kInt4Group) {
+      V::LoadInt4Columns(p + (c / 2) * kPanelRows, even, odd);
+    } else {
+      even = V::LoadInt8(p + c * kPanelRows);
+      odd = V::LoadInt8(p + (c + 1) * kPanelRows);
+    }
+  }
+  // Bytes of a column pair in a panel.
+  static constexpr int64_t kPairBytes = F == WeightFormat::kInt4Group ? kPanelRows : 2 * kPanelRows;
 
   template <int T, int NV>
   void Run(const float* x, const PanelBlockRows<NV>& b, float* y, int64_t ldy) const {
@@ -411,7 +428,7 @@ struct Int4Panels {
       for (int64_t c = c0; c < c0 + len; c += 2) {
         if (c % w.block_cols == 0) s = Scale(b.row[v], c / w.block_cols);
         typename V::Reg even, odd;
-        V::LoadInt4Columns(p + (c / 2) * kPanelRows, even, odd);
+        LoadPair(p, c, even, odd);
         V::StoreF32(widened + ((c - c0) * NV + v) * V::kLanes, V::Mul(even, s));
         V::StoreF32(widened + ((c + 1 - c0) * NV + v) * V::kLanes, V::Mul(odd, s));
       }
@@ -447,8 +464,8 @@ struct Int4Panels {
       for (; c < group_end; c += 2) {
         typename V::Reg even[NV], odd[NV];
         for (int v = 0; v < NV; ++v) {
-          PrefetchAhead(p[v] + (c / 2) * kPanelRows, kPanelRows / 2);
-          V::LoadInt4Columns(p[v] + (c / 2) * kPanelRows, even[v], odd[v]);
+          PrefetchAhead(p[v] + (c / 2) * kPairBytes, kPairBytes / 2);
+          LoadPair(p[v], c, even[v], odd[v]);
           even[v] = V::Mul(even[v], s[v]);
           odd[v] = V::Mul(odd[v], s[v]);
         }
@@ -460,9 +477,10 @@ struct Int4Panels {
 
   // The scales of rows row.. (a multiple of kLanes) in column group g.
   typename V::Reg Scale(int64_t row, int64_t g) const {
-    const auto* s = static_cast<const std::byte*>(w.scales) +
-                    size_t(((row / kPanelRows) * w.scale_cols() + g) * kPanelRows + row % kPanelRows) * 2;
-    return V::template LoadW<DType::kBF16>(s);
+    const size_t index = size_t(((row / kPanelRows) * w.scale_cols() + g) * kPanelRows + row % kPanelRows);
+    const auto* s = static_cast<const std::byte*>(w.scales);
+    if constexpr (F == WeightFormat::kInt4Group) return V::template LoadW<DType::kBF16>(s + index * 2);
+    else return V::template LoadW<DType::kF32>(s + index * 4);
   }
 };
 // fp8 panels: the block scale is folded into the activations instead of the weights. Each vector
@@ -687,7 +705,8 @@ void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t pane
     MatMulPanelBlocks<V>(k, x, n, panel_begin, panel_end, y, ldy);
   };
   if (w.format == WeightFormat::kFp8Block) return quantized(Fp8Panels<V>{w});
-  if (w.format == WeightFormat::kInt4Group) return quantized(Int4Panels<V>{w});
+  if (w.format == WeightFormat::kInt4Group) return quantized(GroupPanels<V, WeightFormat::kInt4Group>{w});
+  if (w.format == WeightFormat::kInt8Group) return quantized(GroupPanels<V, WeightFormat::kInt8Group>{w});
   WithWeightDType(w.dtype, [&](auto d) {
     MatMulPanelBlocks<V>(DensePanels<V, decltype(d)::value>{w}, x, n, panel_begin, panel_end, y, ldy);
   });
@@ -805,7 +824,12 @@ void MatMulPanelsPacked(const float* x, const float* xp, float* scratch, int64_t
     return MatMulPanelBlocksPacked<V>(Fp8Panels<V>{w}, xp, scratch, n, panel_begin, panel_end, y, ldy);
   }
   if (w.format == WeightFormat::kInt4Group) {
-    return MatMulPanelBlocksPacked<V>(Int4Panels<V>{w}, xp, scratch, n, panel_begin, panel_end, y, ldy);
+    return MatMulPanelBlocksPacked<V>(GroupPanels<V, WeightFormat::kInt4Group>{w}, xp, scratch, n, panel_begin,
+                                      panel_end, y, ldy);
+  }
+  if (w.format == WeightFormat::kInt8Group) {
+    return MatMulPanelBlocksPacked<V>(GroupPanels<V, WeightFormat::kInt8Group>{w}, xp, scratch, n, panel_begin,
+                                      panel_end, y, ldy);
   }
   WithWeightDType(w.dtype, [&](auto d) {
     MatMulPanelBlocksPacked<V>(DensePanels<V, decltype(d)::value>{w}, xp, scratch, n, panel_begin, panel_end, y,

@@ -17,6 +17,10 @@
 //              [rows][cols / group_cols]. Packed: [cols / 2][16] bytes, byte k of column pair j
 //              holding lane k's nibbles of columns 2j (low) and 2j + 1 (high); scales BF16
 //              [panel][cols / group_cols][16].
+//   kInt8Group int8 codes (1 byte each); real = code * scale of its group of `group_cols`
+//              columns. Row-major: row r is cols bytes, scales F32 [rows][cols / group_cols].
+//              Packed: [cols][16] bytes (as fp8), scales F32 [panel][cols / group_cols][16].
+//              (GGUF's Q8_0: groups of 32, its fp16 scales widened exactly.)
 #pragma once
 
 #include <cstddef>
@@ -28,10 +32,10 @@ namespace mlaserve {
 
 inline constexpr int kPanelRows = 16;
 
-enum class WeightFormat { kDense, kFp8Block, kInt4Group };
+enum class WeightFormat { kDense, kFp8Block, kInt4Group, kInt8Group };
 
 struct WeightMatrix {
-  DType dtype = DType::kBF16;  // kDense: F32/BF16/F16; kFp8Block: F8_E4M3; kInt4Group: I32
+  DType dtype = DType::kBF16;  // kDense: F32/BF16/F16; kFp8Block: F8_E4M3; kInt4Group: I32; kInt8Group: I8
   int64_t rows = 0;
   int64_t cols = 0;
   const void* data = nullptr;
@@ -39,7 +43,7 @@ struct WeightMatrix {
   WeightFormat format = WeightFormat::kDense;
   const void* scales = nullptr;  // quantized formats only (see above); may be unaligned
   int block_rows = 1;            // kFp8Block: rows per scale block
-  int block_cols = 1;            // kFp8Block: columns per scale block; kInt4Group: group size
+  int block_cols = 1;            // kFp8Block: columns per scale block; kInt4Group, kInt8Group: group size
   int64_t scale_row0 = 0;        // row-major: the first row's index in the scale grid
 
   bool quantized() const { return format != WeightFormat::kDense; }
@@ -60,6 +64,7 @@ struct WeightMatrix {
       return size_t((rows + block_rows - 1) / block_rows) * size_t(scale_cols()) * 4;
     }
     if (format == WeightFormat::kInt4Group) return size_t(rows) * size_t(scale_cols()) * 2;
+    if (format == WeightFormat::kInt8Group) return size_t(rows) * size_t(scale_cols()) * 4;
     return 0;
   }
   // Bytes a full read of the matrix touches: values plus scales.

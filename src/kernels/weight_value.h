@@ -31,10 +31,10 @@ inline float WeightScaleAt(const WeightMatrix& w, int64_t r, int64_t c) {
     const int64_t block_row = (w.packed ? r : w.scale_row0 + r) / w.block_rows;
     return LoadF32Unaligned(w.scales, size_t(block_row * w.scale_cols() + group));
   }
-  if (w.packed) {
-    return LoadBf16Unaligned(w.scales, size_t(((r / kPanelRows) * w.scale_cols() + group) * kPanelRows + r % kPanelRows));
-  }
-  return LoadBf16Unaligned(w.scales, size_t((w.scale_row0 + r) * w.scale_cols() + group));
+  // Grouped formats: int4's scales are BF16, int8's F32.
+  const size_t index = w.packed ? size_t(((r / kPanelRows) * w.scale_cols() + group) * kPanelRows + r % kPanelRows)
+                                 : size_t((w.scale_row0 + r) * w.scale_cols() + group);
+  return w.format == WeightFormat::kInt8Group ? LoadF32Unaligned(w.scales, index) : LoadBf16Unaligned(w.scales, index);
 }
 
 // The quantized code of weight (r, c) widened to fp32 (before its scale).
@@ -51,6 +51,7 @@ inline float WeightCodeAt(const WeightMatrix& w, int64_t r, int64_t c) {
       const uint8_t byte = uint8_t(base[byte_index]);
       return float(int((c % 2 == 0) ? (byte & 0x0f) : (byte >> 4)) - 8);
     }
+    case WeightFormat::kInt8Group: return float(int8_t(base[index]));
   }
   return 0.0f;
 }

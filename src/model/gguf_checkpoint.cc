@@ -1,12 +1,19 @@
 // Checkpoint::AddGgufFile: a deepseek2 GGUF file's tensors as the Hugging Face checkpoint's
-// (model/gguf_model.h has the names). Tensors are views into the mapped file, in their stored
-// bytes: a GGUF shape is the reverse of the torch shape, with the same row-major bytes. A stacked
-// expert tensor [experts][rows][cols] becomes one view per expert. Only the split kv_b layout
-// (attn_k_b, attn_v_b) is rearranged at load, into kv_b_proj's rows, in shared anonymous memory
-// the checkpoint owns (a few MB per layer). A tensor type mlaserve does not compute is refused,
+// (model/gguf_model.h has the names). F32 / F16 / BF16 tensors are views into the mapped file, in
+// their stored bytes: a GGUF shape is the reverse of the torch shape, with the same row-major
+// bytes. Q8_0 tensors (blocks of an fp16 scale and 32 int8 codes) are split once at load into
+// their codes (`X.weight`, I8) and their scales widened exactly (`X.weight_scale`, F32
+// [rows, cols / 32]): the grouped int8 format the kernels compute (kernels/weight_matrix.h),
+// in shared anonymous memory the checkpoint owns, never dequantized. A stacked expert tensor
+// [experts][rows][cols] becomes one view per expert. The split kv_b layout (attn_k_b, attn_v_b)
+// is rearranged into kv_b_proj's rows (a few MB per layer); Q8_0 ones are dequantized to F32 for
+// it (their blocks run across kv_b's rows). A tensor type mlaserve does not compute is refused,
 // naming the type and the tensors that use it.
 #include <cstring>
 #include <map>
+#include <vector>
+
+#include "core/float16.h"
 
 #include "model/gguf.h"
 #include "model/gguf_model.h"
@@ -20,8 +27,41 @@ std::optional<DType> DTypeOfGgml(uint32_t type) {
     case GgmlType::kF32: return DType::kF32;
     case GgmlType::kF16: return DType::kF16;
     case GgmlType::kBF16: return DType::kBF16;
+    case GgmlType::kQ8_0: return DType::kI8;  // split into codes and scales below
     default: return std::nullopt;
   }
+}
+
+constexpr int kQ8Block = 32, kQ8BlockBytes = 34;  // fp16 scale, then 32 int8 codes
+
+// A Q8_0 tensor of `elements` values as codes [elements] and F32 scales [elements / 32].
+void SplitQ8_0(const std::byte* blocks, int64_t elements, int8_t* codes, float* scales) {
+  for (int64_t b = 0; b < elements / kQ8Block; ++b) {
+    const std::byte* block = blocks + b * kQ8BlockBytes;
+    uint16_t d;
+    std::memcpy(&d, block, 2);
+    scales[b] = F16ToF32(d);
+    std::memcpy(codes + b * kQ8Block, block + 2, kQ8Block);
+  }
+}
+
+// One tensor's values as F32 (the split kv_b layout's rearrangement of a Q8_0 pair).
+std::vector<float> ToF32(const GgufTensorInfo& t, const std::byte* bytes) {
+  int64_t elements = 1;
+  for (int64_t d : t.ne) elements *= d;
+  std::vector<float> out(static_cast<size_t>(elements));
+  if (GgmlType(t.type) == GgmlType::kQ8_0) {
+    for (int64_t i = 0; i < elements; ++i) {
+      const std::byte* block = bytes + (i / kQ8Block) * kQ8BlockBytes;
+      uint16_t d;
+      std::memcpy(&d, block, 2);
+      out[size_t(i)] = F16ToF32(d) * float(int8_t(block[2 + i % kQ8Block]));
+    }
+  } else {
+    const DType dtype = *DTypeOfGgml(t.type);
+    for (int64_t i = 0; i < elements; ++i) out[size_t(i)] = LoadAsF32(dtype, bytes + i * DTypeBytes(dtype));
+  }
+  return out;
 }
 
 std::vector<int64_t> TorchShape(const std::vector<int64_t>& ne) { return {ne.rbegin(), ne.rend()}; }
@@ -54,30 +94,58 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
       continue;
     }
     const std::optional<HfTensorName> hf = HfNameOfGgufTensor(t.name);
-    TensorView view{.name = t.name, .dtype = *dtype, .shape = TorchShape(t.ne), .data = data + t.offset,
-                    .num_bytes = size_t(t.num_bytes), .file = path};
-    if (!hf) {
-      MLA_RETURN_IF_ERROR(add(std::move(view)));  // kept under its own name (e.g. an MTP layer's)
-    } else if (!hf->name.empty()) {
-      view.name = hf->name;
-      MLA_RETURN_IF_ERROR(add(std::move(view)));
-    } else if (!hf->kv_part.empty()) {
+    if (hf && !hf->kv_part.empty()) {
       (hf->kv_part == "k_b" ? split_kv[hf->layer].k_b : split_kv[hf->layer].v_b) = &t;
+      continue;
+    }
+    // The values' bytes, and for Q8_0 the F32 scales: split out of the blocks into owned memory.
+    int64_t elements = 1;
+    for (int64_t d : t.ne) elements *= d;
+    const std::byte* values = data + t.offset;
+    const std::byte* scales = nullptr;
+    size_t value_bytes = size_t(t.num_bytes);
+    if (*dtype == DType::kI8) {
+      const size_t codes_bytes = (size_t(elements) + 63) / 64 * 64;
+      auto owned = MappedFile::SharedAnonymous(codes_bytes + size_t(elements / kQ8Block) * 4);
+      if (!owned.ok()) return owned.status();
+      std::byte* out = (*owned)->mutable_data();
+      SplitQ8_0(values, elements, reinterpret_cast<int8_t*>(out), reinterpret_cast<float*>(out + codes_bytes));
+      values = out;
+      scales = out + codes_bytes;
+      value_bytes = size_t(elements);
+      files_.push_back(std::move(owned).value());
+    }
+    // One tensor (or one expert's slice): its values, and its scales under NAME_scale.
+    auto add_tensor = [&](std::string name, std::vector<int64_t> shape, int64_t first, int64_t count) -> Status {
+      const size_t bytes = value_bytes / size_t(elements) * size_t(count);
+      const size_t offset = value_bytes / size_t(elements) * size_t(first);
+      if (scales != nullptr) {
+        std::vector<int64_t> scale_shape = shape;
+        scale_shape.back() /= kQ8Block;
+        MLA_RETURN_IF_ERROR(add(TensorView{.name = name + "_scale", .dtype = DType::kF32, .shape = scale_shape,
+                                           .data = scales + size_t(first / kQ8Block) * 4,
+                                           .num_bytes = size_t(count / kQ8Block) * 4, .file = path}));
+      }
+      return add(TensorView{.name = std::move(name), .dtype = *dtype, .shape = std::move(shape),
+                            .data = values + offset, .num_bytes = bytes, .file = path});
+    };
+    if (!hf) {
+      MLA_RETURN_IF_ERROR(add_tensor(t.name, TorchShape(t.ne), 0, elements));  // its own name (e.g. an MTP layer's)
+    } else if (!hf->name.empty()) {
+      MLA_RETURN_IF_ERROR(add_tensor(hf->name, TorchShape(t.ne), 0, elements));
     } else {
       // [experts][rows][cols]: one view per expert.
       if (t.ne.size() != 3) return Status::Error(path + ": tensor " + t.name + " is not 3-D [experts, rows, cols]");
-      const size_t expert_bytes = size_t(t.num_bytes / uint64_t(t.ne[2]));
+      const int64_t per_expert = t.ne[0] * t.ne[1];
       for (int64_t e = 0; e < t.ne[2]; ++e) {
-        MLA_RETURN_IF_ERROR(add(TensorView{
-            .name = "model.layers." + std::to_string(hf->layer) + ".mlp.experts." + std::to_string(e) + "." +
-                    hf->expert_projection + ".weight",
-            .dtype = *dtype, .shape = {t.ne[1], t.ne[0]}, .data = data + t.offset + size_t(e) * expert_bytes,
-            .num_bytes = expert_bytes, .file = path}));
+        MLA_RETURN_IF_ERROR(add_tensor("model.layers." + std::to_string(hf->layer) + ".mlp.experts." +
+                                           std::to_string(e) + "." + hf->expert_projection + ".weight",
+                                       {t.ne[1], t.ne[0]}, e * per_expert, per_expert));
       }
     }
   }
   if (!unsupported.empty()) {
-    std::string message = path + ": tensor types mlaserve does not compute yet (supported: F32, F16, BF16):";
+    std::string message = path + ": tensor types mlaserve does not compute yet (supported: F32, F16, BF16, Q8_0):";
     for (const auto& [type, names] : unsupported) {
       message += " " + type + " (" + std::to_string(names.size()) + " tensors: " + names[0] +
                  (names.size() > 1 ? ", " + names[1] : "") + (names.size() > 2 ? ", ..." : "") + ")";
@@ -97,13 +165,21 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
                            ": attn_k_b and attn_v_b do not fit together as [heads, kv_lora, nope] and [heads, v, kv_lora]");
     }
     const int64_t nope = k.ne[0], lora = k.ne[1], heads = k.ne[2], vdim = v.ne[1];
-    const size_t elem = size_t(DTypeBytes(*DTypeOfGgml(k.type)));
+    // Q8_0 pairs are dequantized (exactly, to F32) first: their blocks run across kv_b's rows.
+    const bool q8 = GgmlType(k.type) == GgmlType::kQ8_0;
+    std::vector<float> k_f32, v_f32;
+    if (q8) {
+      k_f32 = ToF32(k, data + k.offset);
+      v_f32 = ToF32(v, data + v.offset);
+    }
+    const DType out_dtype = q8 ? DType::kF32 : *DTypeOfGgml(k.type);
+    const size_t elem = size_t(DTypeBytes(out_dtype));
     const size_t bytes = size_t(heads * (nope + vdim) * lora) * elem;
     auto owned = MappedFile::SharedAnonymous(bytes);
     if (!owned.ok()) return owned.status();
     std::byte* out = (*owned)->mutable_data();
-    const std::byte* kb = data + k.offset;
-    const std::byte* vb = data + v.offset;
+    const std::byte* kb = q8 ? reinterpret_cast<const std::byte*>(k_f32.data()) : data + k.offset;
+    const std::byte* vb = q8 ? reinterpret_cast<const std::byte*>(v_f32.data()) : data + v.offset;
     for (int64_t h = 0; h < heads; ++h) {
       for (int64_t j = 0; j < nope; ++j) {
         std::byte* row = out + size_t((h * (nope + vdim) + j) * lora) * elem;
@@ -114,7 +190,7 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
       std::memcpy(out + size_t((h * (nope + vdim) + nope) * lora) * elem, vb + size_t(h * vdim * lora) * elem,
                   size_t(vdim * lora) * elem);
     }
-    MLA_RETURN_IF_ERROR(add(TensorView{.name = name, .dtype = *DTypeOfGgml(k.type), .shape = {heads * (nope + vdim), lora},
+    MLA_RETURN_IF_ERROR(add(TensorView{.name = name, .dtype = out_dtype, .shape = {heads * (nope + vdim), lora},
                                        .data = out, .num_bytes = bytes, .file = path + " (attn_k_b + attn_v_b)"}));
     files_.push_back(std::move(owned).value());
   }

@@ -1,5 +1,7 @@
 #include "model/gguf_export.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -33,18 +35,41 @@ class Buffers {
   std::vector<std::unique_ptr<std::vector<std::byte>>> owned_;
 };
 
-int GgmlBytes(GgmlType t) { return GgmlTraits(uint32_t(t)).block_bytes; }
+// Bytes of `count` values stored as `type` (whole blocks).
+size_t StoredBytes(GgmlType type, size_t count) {
+  const GgmlTypeTraits traits = GgmlTraits(uint32_t(type));
+  return count / size_t(traits.block_elements) * size_t(traits.block_bytes);
+}
 
-// `count` values of `from` at `src`, stored as `to` at `dst`.
-void Convert(DType from, const std::byte* src, GgmlType to, std::byte* dst, size_t count) {
-  const size_t in = size_t(DTypeBytes(from)), out = size_t(GgmlBytes(to));
-  for (size_t i = 0; i < count; ++i) {
-    const float v = LoadAsF32(from, src + i * in);
-    if (to == GgmlType::kF32) {
-      std::memcpy(dst + i * out, &v, 4);
+std::vector<float> ValuesOf(const TensorView& t) {
+  std::vector<float> out(size_t(t.numel()));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = LoadAsF32(t.dtype, t.data + i * size_t(DTypeBytes(t.dtype)));
+  return out;
+}
+
+// Q8_0 as llama.cpp's reference quantizer writes it: per block of 32, d = max |x| / 127 (stored
+// as fp16), codes round(x / d) with the fp32 d.
+void EncodeQ8_0(std::span<const float> x, std::byte* dst) {
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::abs(x[b * 32 + size_t(i)]));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t h = F32ToF16(d);
+    std::byte* block = dst + b * 34;
+    std::memcpy(block, &h, 2);
+    for (int i = 0; i < 32; ++i) block[2 + i] = std::byte(int8_t(std::lround(x[b * 32 + size_t(i)] * id)));
+  }
+}
+
+// Values stored as `type` (rows of whole blocks) into dst, StoredBytes(type, x.size()) bytes.
+void Encode(std::span<const float> x, GgmlType type, std::byte* dst) {
+  if (type == GgmlType::kQ8_0) return EncodeQ8_0(x, dst);
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (type == GgmlType::kF32) {
+      std::memcpy(dst + i * 4, &x[i], 4);
     } else {
-      const uint16_t bits = to == GgmlType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
-      std::memcpy(dst + i * out, &bits, 2);
+      const uint16_t bits = type == GgmlType::kBF16 ? F32ToBf16(x[i]) : F32ToF16(x[i]);
+      std::memcpy(dst + i * 2, &bits, 2);
     }
   }
 }
@@ -54,12 +79,16 @@ bool Same(DType d, GgmlType g) {
          (d == DType::kF16 && g == GgmlType::kF16);
 }
 
+std::span<const std::byte> Encoded(std::span<const float> x, GgmlType type, Buffers& buffers) {
+  std::vector<std::byte>& out = buffers.New(StoredBytes(type, x.size()));
+  Encode(x, type, out.data());
+  return out;
+}
+
 // The tensor's bytes as `type`: a view of the checkpoint when they already are, else converted.
 std::span<const std::byte> AsType(const TensorView& t, GgmlType type, Buffers& buffers) {
   if (Same(t.dtype, type)) return {t.data, t.num_bytes};
-  std::vector<std::byte>& out = buffers.New(size_t(t.numel()) * size_t(GgmlBytes(type)));
-  Convert(t.dtype, t.data, type, out.data(), size_t(t.numel()));
-  return out;
+  return Encoded(ValuesOf(t), type, buffers);
 }
 
 Status WriteModelMetadata(const ModelConfig& c, bool split_kv_b, GgufWriter& w) {
@@ -163,8 +192,8 @@ Status WriteTokenizerMetadata(const std::string& model_dir, const ModelConfig& c
 Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const std::string& out_path,
                                              const GgufExportOptions& options) {
   const GgmlType mt = options.matrix_type;
-  if (mt != GgmlType::kF32 && mt != GgmlType::kF16 && mt != GgmlType::kBF16) {
-    return Status::Error("GGUF export writes F32, F16 or BF16 matrices");
+  if (mt != GgmlType::kF32 && mt != GgmlType::kF16 && mt != GgmlType::kBF16 && mt != GgmlType::kQ8_0) {
+    return Status::Error("GGUF export writes F32, F16, BF16 or Q8_0 matrices");
   }
   auto config = LoadModelConfig(model_dir);
   if (!config.ok()) return config.status();
@@ -195,12 +224,13 @@ Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const
     const auto gguf = GgufNameOfHfTensor(name);
     if (!gguf) return Status::Error(model_dir + ": tensor " + name + " has no GGUF name");
     // Vectors in F32, as llama.cpp's converter stores them. (It stores the router in F32 too; here
-    // it stays in the matrix type, so that a bf16 file's router runs the original's kernels.)
-    const GgmlType type = t.shape.size() == 1 ? GgmlType::kF32 : mt;
+    // it stays in a float matrix type, so that a bf16 file's router runs the original's kernels;
+    // with Q8_0 matrices it is F32, as llama.cpp's.)
+    const bool router = name.ends_with(".mlp.gate.weight");
+    const GgmlType type = t.shape.size() == 1 || (router && mt == GgmlType::kQ8_0) ? GgmlType::kF32 : mt;
     std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
     MLA_RETURN_IF_ERROR(add(*gguf, std::move(ne), type, AsType(t, type, buffers)));
   }
-  const size_t el = size_t(GgmlBytes(mt));
   for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
     const std::string p = "model.layers." + std::to_string(layer) + ".";
     const std::string blk = "blk." + std::to_string(layer) + ".";
@@ -208,7 +238,7 @@ Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const
       for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
         const int64_t rows = std::string(proj) == "down_proj" ? c.hidden_size : c.moe_intermediate_size;
         const int64_t cols = std::string(proj) == "down_proj" ? c.moe_intermediate_size : c.hidden_size;
-        const size_t expert_bytes = size_t(rows * cols) * el;
+        const size_t expert_bytes = StoredBytes(mt, size_t(rows * cols));
         std::vector<std::byte>& stacked = buffers.New(expert_bytes * size_t(c.n_routed_experts));
         for (int e = 0; e < c.n_routed_experts; ++e) {
           const std::string name = p + "mlp.experts." + std::to_string(e) + "." + proj + ".weight";
@@ -233,21 +263,18 @@ Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const
       if (kv_b == nullptr || kv_b->shape != std::vector<int64_t>{heads * (nope + v), lora}) {
         return Status::Error(model_dir + ": layer " + std::to_string(layer) + "'s kv_b_proj is missing or misshapen");
       }
-      const std::span<const std::byte> src = AsType(*kv_b, mt, buffers);
-      std::vector<std::byte>& k_b = buffers.New(size_t(heads * lora * nope) * el);  // [heads][lora][nope]
-      std::vector<std::byte>& v_b = buffers.New(size_t(heads * v * lora) * el);     // [heads][v][lora]
+      const std::vector<float> src = ValuesOf(*kv_b);
+      std::vector<float> k_b(size_t(heads * lora * nope)), v_b(size_t(heads * v * lora));  // [h][lora][nope], [h][v][lora]
       for (int64_t h = 0; h < heads; ++h) {
         for (int64_t j = 0; j < nope; ++j) {
           for (int64_t col = 0; col < lora; ++col) {
-            std::memcpy(k_b.data() + size_t((h * lora + col) * nope + j) * el,
-                        src.data() + size_t((h * (nope + v) + j) * lora + col) * el, el);
+            k_b[size_t((h * lora + col) * nope + j)] = src[size_t((h * (nope + v) + j) * lora + col)];
           }
         }
-        std::memcpy(v_b.data() + size_t(h * v * lora) * el, src.data() + size_t((h * (nope + v) + nope) * lora) * el,
-                    size_t(v * lora) * el);
+        std::copy_n(src.begin() + (h * (nope + v) + nope) * lora, v * lora, v_b.begin() + h * v * lora);
       }
-      MLA_RETURN_IF_ERROR(add(blk + "attn_k_b.weight", {nope, lora, heads}, mt, k_b));
-      MLA_RETURN_IF_ERROR(add(blk + "attn_v_b.weight", {lora, v, heads}, mt, v_b));
+      MLA_RETURN_IF_ERROR(add(blk + "attn_k_b.weight", {nope, lora, heads}, mt, Encoded(k_b, mt, buffers)));
+      MLA_RETURN_IF_ERROR(add(blk + "attn_v_b.weight", {lora, v, heads}, mt, Encoded(v_b, mt, buffers)));
     }
   }
   MLA_RETURN_IF_ERROR(w.Write(out_path));

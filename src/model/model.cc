@@ -143,10 +143,11 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
   MLA_RETURN_IF_ERROR(PackWeights(model->weights_, model->pool_, [](const WeightMatrix& source) {
     Checkpoint::ReleaseMappedPages(source.data, source.total_bytes());
     if (source.scales != nullptr) {
-      // A row slice of an int4 matrix (a tensor-parallel shard) indexes its parent's scale rows.
-      const size_t skipped = source.format == WeightFormat::kInt4Group
-                                 ? size_t(source.scale_row0) * size_t(source.scale_cols()) * 2
-                                 : 0;
+      // A row slice of a grouped matrix (a tensor-parallel shard) indexes its parent's scale rows.
+      const size_t scale_bytes = source.format == WeightFormat::kInt4Group   ? 2
+                                 : source.format == WeightFormat::kInt8Group ? 4
+                                                                             : 0;
+      const size_t skipped = size_t(source.scale_row0) * size_t(source.scale_cols()) * scale_bytes;
       Checkpoint::ReleaseMappedPages(static_cast<const std::byte*>(source.scales) + skipped, source.scale_bytes());
     }
   }));

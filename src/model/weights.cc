@@ -30,13 +30,16 @@ class Binder {
       : ckpt_(ckpt), prefix_(std::move(prefix)), quant_(std::move(quant)), listing_(listing) {}
   const Status& status() const { return status_; }
 
-  // A Linear weight `X.weight`: dense, fp8 (`X.weight` F8_E4M3 + `X.weight_scale_inv`), or int4
-  // (`X.weight_packed` + `X.weight_scale` + `X.weight_shape`), as the checkpoint stores it.
+  // A Linear weight `X.weight`: dense, fp8 (`X.weight` F8_E4M3 + `X.weight_scale_inv`), int4
+  // (`X.weight_packed` + `X.weight_scale` + `X.weight_shape`), or grouped int8 (`X.weight` I8 +
+  // `X.weight_scale` F32 [rows, groups]: a GGUF file's Q8_0, model/gguf_checkpoint.cc), as the
+  // checkpoint stores it.
   WeightMatrix Matrix(const std::string& own_name, int64_t rows, int64_t cols) {
     const std::string name = prefix_ + own_name;
     if (listing_ == nullptr && status_.ok()) {
       const TensorView* stored = ckpt_->Find(name);
       if (stored != nullptr && stored->dtype == DType::kF8E4M3) return Fp8Matrix(name, *stored, rows, cols);
+      if (stored != nullptr && stored->dtype == DType::kI8) return Int8Matrix(name, *stored, rows, cols);
       const std::string base = name.substr(0, name.size() - std::string_view(".weight").size());
       if (stored == nullptr && name.ends_with(".weight")) {
         if (const TensorView* packed = ckpt_->Find(base + ".weight_packed")) {
@@ -109,6 +112,26 @@ class Binder {
     return WeightMatrix{.dtype = DType::kF8E4M3, .rows = rows, .cols = cols, .data = t.data,
                         .format = WeightFormat::kFp8Block, .scales = scale->data, .block_rows = br,
                         .block_cols = bc};
+  }
+
+  WeightMatrix Int8Matrix(const std::string& name, const TensorView& t, int64_t rows, int64_t cols) {
+    if (t.shape != std::vector<int64_t>{rows, cols}) {
+      Fail(t.file + ": tensor '" + name + "' has shape " + t.ShapeString() + " but the config implies " +
+           Shape({rows, cols}));
+      return {};
+    }
+    const TensorView* scale = ckpt_->Find(name + "_scale");
+    // Groups of an even number of columns (the kernels walk column pairs) that divide the row.
+    const int64_t groups = scale != nullptr && scale->shape.size() == 2 ? scale->shape[1] : 0;
+    if (groups <= 0 || cols % groups != 0 || (cols / groups) % 2 != 0) {
+      Fail(t.file + ": tensor '" + name + "' is grouped int8 without an F32 '" + name +
+           "_scale' of [rows, groups] with an even group size");
+      return {};
+    }
+    if (Companion(name + "_scale", name, {DType::kF32}, {rows, groups}, "the config") == nullptr) return {};
+    return WeightMatrix{.dtype = DType::kI8, .rows = rows, .cols = cols, .data = t.data,
+                        .format = WeightFormat::kInt8Group, .scales = scale->data, .block_rows = 1,
+                        .block_cols = int(cols / groups)};
   }
 
   WeightMatrix Int4Matrix(const std::string& base, const TensorView& packed, int64_t rows, int64_t cols) {

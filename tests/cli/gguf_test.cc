@@ -4,6 +4,8 @@
 // not compute is refused with its name and the tensor's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -58,6 +60,28 @@ TEST_F(GgufCli, ABf16GgufScoresAsItsSafetensorsOriginalInBothKvLayouts) {
   const std::vector<double> sharded = Logprobs(dir_.path() + "/bundled-split.gguf", 2);
   ASSERT_EQ(sharded.size(), original.size());
   for (size_t i = 0; i < sharded.size(); ++i) EXPECT_NEAR(sharded[i], original[i], 1e-4) << "tp 2, token " << i;
+}
+
+// Q8_0 (written as llama.cpp's reference quantizer writes it, computed as int8 codes with their
+// block scales): close to the original on every token, not equal to it (the weights are
+// quantized), and the same in both kv layouts (the split pair is dequantized exactly at load).
+TEST_F(GgufCli, AQ8_0GgufScoresCloseToItsOriginal) {
+  const std::vector<double> original = Logprobs(testing::BundledModelPath());
+  const std::vector<double> combined = Logprobs(Write("q8-combined.gguf", "--weights q8_0"));
+  const std::vector<double> split = Logprobs(Write("q8-split.gguf", "--weights q8_0 --gguf-kv-layout split"));
+  ASSERT_EQ(combined.size(), original.size());
+  ASSERT_EQ(split.size(), original.size());
+  double sum = 0, largest = 0;
+  for (size_t i = 1; i < original.size(); ++i) {
+    const double d = std::abs(combined[i] - original[i]);
+    sum += d;
+    largest = std::max(largest, d);
+    EXPECT_NEAR(split[i], combined[i], 1e-3) << "token " << i;
+  }
+  const double mean = sum / double(original.size() - 1);
+  EXPECT_LT(largest, 0.05);
+  EXPECT_LT(mean, 0.02);
+  EXPECT_GT(mean, 0.0) << "Q8_0 weights are not the bf16 ones";
 }
 
 TEST_F(GgufCli, GeneratesAsTheOriginalWithTheFilesChatTemplate) {
@@ -117,8 +141,8 @@ TEST_F(GgufCli, AnUncomputedTensorTypeIsRefusedByName) {
     s << in.rdbuf();
     bytes = s.str();
   }
-  // blk.0.attn_q_a.weight's info: name, n_dims (2), ne[2], then its type: BF16 (30) -> Q8_0 (8),
-  // whose blocks take fewer bytes, so the file stays well-formed.
+  // blk.0.attn_q_a.weight's info: name, n_dims (2), ne[2], then its type: BF16 (30) -> Q4_K (12),
+  // whose blocks (256 values, 144 bytes) take fewer bytes, so the file stays well-formed.
   const std::string name = "blk.0.attn_q_a.weight";
   const size_t at = bytes.find(name);
   ASSERT_NE(at, std::string::npos);
@@ -126,13 +150,13 @@ TEST_F(GgufCli, AnUncomputedTensorTypeIsRefusedByName) {
   uint32_t type = 0;
   std::memcpy(&type, bytes.data() + type_at, 4);
   ASSERT_EQ(type, 30u);
-  type = 8;
+  type = 12;
   std::memcpy(bytes.data() + type_at, &type, 4);
-  const std::string patched = dir_.path() + "/q8.gguf";
+  const std::string patched = dir_.path() + "/q4k.gguf";
   std::ofstream(patched, std::ios::binary) << bytes;
   auto r = RunMlaserve("generate --model-path " + ShellQuote(patched) + " --prompt hi --max-new-tokens 2");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("Q8_0 (1 tensors: blk.0.attn_q_a.weight)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Q4_K (1 tensors: blk.0.attn_q_a.weight)"), std::string::npos) << r.err;
   // A file that is not GGUF nor safetensors.
   std::ofstream(dir_.path() + "/junk.gguf") << "GGUF but not really";
   auto junk = RunMlaserve("generate --model-path " + ShellQuote(dir_.path() + "/junk.gguf") + " --prompt hi");

@@ -30,9 +30,9 @@ using testing::Weights;
 // blocks (DeepSeek's), 32-row ones (a panel block of two vectors lies in one band of rows: one
 // buffer of scaled activations) and 16-row ones (AVX-512 blocks straddle bands: one buffer per
 // band, each vector reading its own).
-enum class Kind { kF32, kBF16, kF16, kFp8, kFp8Rows16, kFp8Rows128, kInt4 };
-constexpr Kind kAllKinds[] = {Kind::kF32,       Kind::kBF16,        Kind::kF16, Kind::kFp8,
-                              Kind::kFp8Rows16, Kind::kFp8Rows128, Kind::kInt4};
+enum class Kind { kF32, kBF16, kF16, kFp8, kFp8Rows16, kFp8Rows128, kInt4, kInt8 };
+constexpr Kind kAllKinds[] = {Kind::kF32,       Kind::kBF16,        Kind::kF16,  Kind::kFp8,
+                              Kind::kFp8Rows16, Kind::kFp8Rows128, Kind::kInt4, Kind::kInt8};
 
 struct AnyWeights {
   Weights dense;
@@ -53,13 +53,23 @@ std::optional<AnyWeights> MakeWeights(Kind kind, int64_t rows, int64_t cols, std
       if (cols % 8 != 0) return std::nullopt;
       w.quant = RandomQuantWeights(WeightFormat::kInt4Group, rows, cols, 1, cols % 32 == 0 ? 32 : 8, rng);
       break;
+    case Kind::kInt8: {
+      // GGUF's Q8_0 groups of 32, else the largest even group that divides cols.
+      int group = 0;
+      for (int g : {32, 8, 4, 2}) {
+        if (group == 0 && cols % g == 0) group = g;
+      }
+      if (group == 0) return std::nullopt;
+      w.quant = RandomQuantWeights(WeightFormat::kInt8Group, rows, cols, 1, group, rng);
+      break;
+    }
   }
   return w;
 }
 
 const char* KindName(Kind kind) {
   constexpr const char* kNames[] = {"F32",        "BF16", "F16", "fp8-block", "fp8-block rows 16", "fp8-block rows 128",
-                                    "int4-group"};
+                                    "int4-group", "int8-group"};
   return kNames[int(kind)];
 }
 
@@ -80,7 +90,8 @@ TEST(Kernels, QuantizedSimdMatchesPortable) {
                           {WeightFormat::kFp8Block, 128, 128, 300}, {WeightFormat::kFp8Block, 16, 48, 200},
                           {WeightFormat::kFp8Block, 32, 20, 61},    {WeightFormat::kInt4Group, 1, 32, 64},
                           {WeightFormat::kInt4Group, 1, 32, 224},   {WeightFormat::kInt4Group, 1, 8, 40},
-                          {WeightFormat::kInt4Group, 1, 2, 8}};
+                          {WeightFormat::kInt4Group, 1, 2, 8},      {WeightFormat::kInt8Group, 1, 32, 64},
+                          {WeightFormat::kInt8Group, 1, 32, 224},   {WeightFormat::kInt8Group, 1, 2, 6}};
   for (const Shape& shape : shapes) {
     for (int64_t n : {1, 2, 5, 13}) {
       const int64_t rows = 150;
@@ -189,7 +200,7 @@ TEST(Kernels, PackedPanelsMatchRowMajorAndAreBatchInvariant) {
   for (Kind kind : kAllKinds) {
     for (int64_t rows : {1, 15, 16, 17, 33, 64, 70, 150}) {
       for (int64_t n : {1, 2, 5, 13, 27, 40}) {  // 13+: quantized prefill widens fp8, 40: int4 too
-        const int64_t cols = kind == Kind::kInt4 ? 72 : 37;
+        const int64_t cols = kind == Kind::kInt4 || kind == Kind::kInt8 ? 72 : 37;
         const auto w = MakeWeights(kind, rows, cols, rng);
         ASSERT_TRUE(w.has_value());
         std::vector<std::byte> packed_bytes(PackedBytes(w->matrix()));
@@ -289,7 +300,7 @@ TEST(Kernels, RealShapesSimdMatchPortable) {
     int64_t rows, cols;
   };
   constexpr Shape kShapes[] = {{7168, 2048}, {2048, 7168}};  // [out, in]: down_proj, up_proj
-  constexpr Kind kKinds[] = {Kind::kBF16, Kind::kFp8Rows128, Kind::kInt4};  // int4: groups of 32
+  constexpr Kind kKinds[] = {Kind::kBF16, Kind::kFp8Rows128, Kind::kInt4, Kind::kInt8};  // int4, int8: groups of 32
   constexpr int64_t kBandRows = 128;
   for (const Shape& shape : kShapes) {
     for (Kind kind : kKinds) {

@@ -29,7 +29,9 @@ QuantWeights RandomQuantWeights(WeightFormat format, int64_t rows, int64_t cols,
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(0.001f, 0.05f);
   QuantWeights w;
-  w.matrix = WeightMatrix{.dtype = format == WeightFormat::kFp8Block ? DType::kF8E4M3 : DType::kI32,
+  w.matrix = WeightMatrix{.dtype = format == WeightFormat::kFp8Block   ? DType::kF8E4M3
+                                   : format == WeightFormat::kInt8Group ? DType::kI8
+                                                                        : DType::kI32,
                           .rows = rows, .cols = cols, .format = format, .block_rows = block_rows,
                           .block_cols = block_cols};
   w.codes.resize(w.matrix.total_bytes());
@@ -39,9 +41,10 @@ QuantWeights RandomQuantWeights(WeightFormat format, int64_t rows, int64_t cols,
     b = std::byte(v);
   }
   w.scales.resize(w.matrix.scale_bytes());
-  for (size_t i = 0; i < w.scales.size(); i += format == WeightFormat::kFp8Block ? 4 : 2) {
+  const bool f32_scales = format == WeightFormat::kFp8Block || format == WeightFormat::kInt8Group;
+  for (size_t i = 0; i < w.scales.size(); i += f32_scales ? 4 : 2) {
     const float s = scale(rng);
-    if (format == WeightFormat::kFp8Block) {
+    if (f32_scales) {
       std::memcpy(w.scales.data() + i, &s, 4);
     } else {
       const uint16_t h = F32ToBf16(s);

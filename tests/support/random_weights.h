@@ -19,8 +19,8 @@ struct Weights {
 };
 Weights RandomWeights(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng);
 
-// Random quantized weights: fp8 codes (every finite E4M3 code) with F32 block scales, or int4
-// nibbles with BF16 group scales. `matrix` views `codes` and `scales`.
+// Random quantized weights: fp8 codes (every finite E4M3 code) with F32 block scales, int4
+// nibbles with BF16 group scales, or int8 codes with F32 group scales. `matrix` views `codes` and `scales`.
 struct QuantWeights {
   std::vector<std::byte> codes;
   std::vector<std::byte> scales;
