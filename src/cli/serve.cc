@@ -15,8 +15,10 @@
 #include "engine/cpu_model_runner.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "model/gguf_model.h"
 #include "server/api_server.h"
 #include "server/http_server.h"
+#include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/unicode_version.h"
 
 namespace mlaserve::cli {
@@ -175,12 +177,21 @@ int RunServe(Args& args) {
                       {"tokenizer_unicode_version", TokenizerUnicodeVersion()},
                       {"host", http.host},
                       {"port", http.port}};
+  // A GGUF tokenizer is served (GET /tokenizer_file) as the Hugging Face files it stands for,
+  // built here once.
+  std::optional<HfTokenizerFiles> gguf_tokenizer_files;
+  if (IsGgufFile(TokenizerPath(model_flags))) {
+    auto files = ReadGgufTokenizer(TokenizerPath(model_flags));
+    if (!files.ok()) return Fail("serve", files.error());
+    gguf_tokenizer_files = std::move(files).value();
+  }
   ApiServer api(engine, *loaded->tokenizer, model,
                 ApiServerOptions{.served_model_name = served_name,
                                  .model_path = model_dir,
                                  .tokenizer_path = std::filesystem::absolute(TokenizerPath(model_flags))
                                                        .lexically_normal()
                                                        .string(),
+                                 .gguf_tokenizer_files = std::move(gguf_tokenizer_files),
                                  .api_key = api_key,
                                  .enable_metrics = enable_metrics,
                                  .server_info = info,

@@ -1,7 +1,5 @@
 #include "server/api_server.h"
 
-#include "model/gguf_model.h"
-#include "tokenizer/gguf_tokenizer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -91,11 +89,10 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponseWriter& w) {
     Result<std::string> bytes = Status::Error("not a tokenizer file");
     if (std::find(names.begin(), names.end(), name) == names.end()) {
       // (not one of the names)
-    } else if (IsGgufFile(options_.tokenizer_path)) {
-      // A GGUF file's tokenizer, as the Hugging Face files it stands for.
-      if (auto files = ReadGgufTokenizer(options_.tokenizer_path); files.ok() && name != "tiktoken.model") {
-        bytes = name == "tokenizer.json" ? files->tokenizer_json : files->tokenizer_config_json;
-      }
+    } else if (const auto& files = options_.gguf_tokenizer_files) {
+      // A GGUF file's tokenizer, as the Hugging Face files it stands for (no tiktoken.model).
+      if (name == "tokenizer.json") bytes = files->tokenizer_json;
+      if (name == "tokenizer_config.json") bytes = files->tokenizer_config_json;
     } else {
       bytes = ReadWholeFile(options_.tokenizer_path + "/" + name);
     }

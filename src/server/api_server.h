@@ -24,6 +24,7 @@
 #include "server/request_builder.h"
 #include "server/response_ids.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mlaserve {
@@ -32,6 +33,9 @@ struct ApiServerOptions {
   std::string served_model_name;
   std::string model_path;
   std::string tokenizer_path;   // a directory or a GGUF file (--tokenizer-path, else model_path)
+  // A GGUF file's tokenizer as the Hugging Face files /tokenizer_file serves, built once at
+  // start-up (unset: the files are read from the tokenizer_path directory).
+  std::optional<HfTokenizerFiles> gguf_tokenizer_files;
   std::string api_key;          // empty: no authentication
   bool enable_metrics = false;
   nlohmann::json server_info;   // what /get_server_info reports (the effective flags)

@@ -93,9 +93,11 @@ Result<ChatTemplate> ChatTemplate::ForModel(const std::string& model_dir, const 
   const bool gguf = !model_dir.empty() && IsGgufFile(model_dir);
   const std::string config_path = gguf ? model_dir + " (tokenizer.chat_template)" : model_dir + "/tokenizer_config.json";
   if (gguf) {
-    auto files = ReadGgufTokenizer(model_dir);
-    if (!files.ok()) return files.status();
-    config = nlohmann::json::parse(files->tokenizer_config_json);
+    auto f = ReadGgufFile(model_dir);
+    if (!f.ok()) return f.status();
+    auto text = HfTokenizerConfigFromGguf(*f, model_dir);
+    if (!text.ok()) return text.status();
+    config = nlohmann::json::parse(*text);
   } else if (!model_dir.empty() && std::filesystem::exists(config_path)) {
     auto text = ReadTextFile(config_path, kMaxTokenizerConfigBytes);
     if (!text.ok()) return text.status();

@@ -95,11 +95,19 @@ Result<HfTokenizerFiles> HfTokenizerFromGguf(const GgufFile& f, const std::strin
                                {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
                                {"fuse_unk", false}, {"byte_fallback", false}, {"vocab", vocab},
                                {"merges", merges->strings}}}};
+  auto config = HfTokenizerConfigFromGguf(f, source);
+  if (!config.ok()) return config.status();
+  return HfTokenizerFiles{.tokenizer_json = tokenizer.dump(), .tokenizer_config_json = std::move(config).value()};
+}
+
+Result<std::string> HfTokenizerConfigFromGguf(const GgufFile& f, const std::string& source) {
+  const GgufValue* tokens = f.Find("tokenizer.ggml.tokens");
   json config = json::object();
   auto token_of = [&](const char* key) -> std::optional<std::string> {
     const auto id = f.OptionalInteger(key);
-    if (!id || *id < 0 || size_t(*id) >= tokens->strings.size()) return std::nullopt;
-    return tokens->strings[size_t(*id)];
+    if (tokens == nullptr || !id || *id < 0 || size_t(*id) >= tokens->strings.size()) return std::nullopt;
+    const std::string& token = tokens->strings[size_t(*id)];
+    return IsValidUtf8(token) ? std::optional(token) : std::nullopt;
   };
   if (auto bos = token_of("tokenizer.ggml.bos_token_id")) config["bos_token"] = *bos;
   if (auto eos = token_of("tokenizer.ggml.eos_token_id")) config["eos_token"] = *eos;
@@ -107,10 +115,10 @@ Result<HfTokenizerFiles> HfTokenizerFromGguf(const GgufFile& f, const std::strin
   config["add_bos_token"] = f.OptionalInteger("tokenizer.ggml.add_bos_token").value_or(1) != 0;
   config["add_eos_token"] = f.OptionalInteger("tokenizer.ggml.add_eos_token").value_or(0) != 0;
   if (auto t = f.Text("tokenizer.chat_template"); t.ok()) {
-    if (!IsValidUtf8(*t)) return Status::Error(where + "tokenizer.chat_template is not valid UTF-8");
+    if (!IsValidUtf8(*t)) return Status::Error(source + ": tokenizer.chat_template is not valid UTF-8");
     config["chat_template"] = *t;
   }
-  return HfTokenizerFiles{.tokenizer_json = tokenizer.dump(), .tokenizer_config_json = config.dump()};
+  return config.dump();
 }
 
 Result<HfTokenizerFiles> ReadGgufTokenizer(const std::string& path) {

@@ -22,6 +22,9 @@ struct HfTokenizerFiles {
   std::string tokenizer_config_json;
 };
 Result<HfTokenizerFiles> HfTokenizerFromGguf(const GgufFile& f, const std::string& source);
+// tokenizer_config.json alone (special tokens, add_bos_token, the chat template): what a chat
+// template needs, without building the vocabulary.
+Result<std::string> HfTokenizerConfigFromGguf(const GgufFile& f, const std::string& source);
 // Reads the file at `path` first.
 Result<HfTokenizerFiles> ReadGgufTokenizer(const std::string& path);
 
