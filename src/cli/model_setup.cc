@@ -130,6 +130,9 @@ Status Agree(dist::MpiGroup* group, const Status& status) {
 }  // namespace
 
 Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
+  if (!need_tokenizer && !flags.tokenizer_path.empty()) {
+    return Status::Error("--tokenizer-path: this command reads no tokenizer");
+  }
   if (flags.model_path.empty()) return Status::Error("--model-path is required");
   if (flags.trust_remote_code) {
     Log(LogLevel::kWarning,

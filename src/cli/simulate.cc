@@ -157,10 +157,25 @@ int RunSimulate(Args& args) {
   const bool batch_run = !batch_workload.input_path.empty();
   if (f.dataset_name == "sharegpt" && f.dataset_path.empty()) args.Reject("--dataset-name sharegpt needs --dataset-path");
   if (f.dataset_name != "sharegpt" && !f.dataset_path.empty()) args.Reject("--dataset-path needs --dataset-name sharegpt");
-  for (const char* flag : {"dataset-name", "num-prompts", "request-rate", "random-input-len", "random-output-len"}) {
+  // Each workload's own flags, refused by name with another workload (never accepted and ignored).
+  const bool sharegpt = f.dataset_name == "sharegpt";
+  for (const char* flag : {"dataset-name", "dataset-path", "num-prompts", "request-rate", "seed", "random-input-len",
+                           "random-output-len", "random-range-ratio", "sharegpt-output-len", "sharegpt-context-len"}) {
     if (batch_run && args.WasGiven(flag)) {
       args.Reject("--" + std::string(flag) + ": --workload is the whole workload (batch sends every record at once)");
     }
+  }
+  for (const char* flag : {"max-new-tokens", "chat-template"}) {
+    if (!batch_run && args.WasGiven(flag)) args.Reject("--" + std::string(flag) + " is for --workload");
+  }
+  if (!batch_run && !sharegpt && args.WasGiven("tokenizer-path")) {
+    args.Reject("--tokenizer-path is for --dataset-name sharegpt and --workload (random prompts need no tokenizer)");
+  }
+  for (const char* flag : {"sharegpt-output-len", "sharegpt-context-len"}) {
+    if (!batch_run && !sharegpt && args.WasGiven(flag)) args.Reject("--" + std::string(flag) + " is for --dataset-name sharegpt");
+  }
+  for (const char* flag : {"random-input-len", "random-output-len", "random-range-ratio"}) {
+    if (sharegpt && args.WasGiven(flag)) args.Reject("--" + std::string(flag) + " is for --dataset-name random");
   }
   if (!batch_workload.lengths_from_path.empty() && !batch_run) args.Reject("--lengths-from needs --workload");
   f.max_concurrency = max_concurrency.value_or(batch_run ? 8 : 0);

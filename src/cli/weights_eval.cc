@@ -104,6 +104,7 @@ int RunWeightsEval(Args& args) {
     if (cand.runner != nullptr) continue;  // a kernel table's: the base model
     ModelFlags flags = model_flags;
     flags.model_path = cand.path;
+    flags.tokenizer_path.clear();  // the base model's tokenizer scores every candidate
     auto loaded = LoadModel(flags, /*need_tokenizer=*/false);
     if (!loaded.ok()) return Fail("weights-eval", cand.name + ": " + loaded.error());
     cand.loaded = std::make_unique<LoadedModel>(std::move(loaded).value());

@@ -84,6 +84,43 @@ TEST_F(GgufCli, AQ8_0GgufScoresCloseToItsOriginal) {
   EXPECT_GT(mean, 0.0) << "Q8_0 weights are not the bf16 ones";
 }
 
+// --tokenizer-path: a GGUF whose pre-tokenizer mlaserve does not know ("gpt-2" patched to
+// "gpt-9") is refused naming it, and loads with the model's tokenizer files given instead, scoring
+// as the original; a missing one, or one given to a command that reads no tokenizer, is an error.
+TEST_F(GgufCli, TokenizerPathStandsInForTheFilesTokenizer) {
+  const std::string gguf = Write("bundled.gguf", "");
+  std::string bytes;
+  {
+    std::ifstream in(gguf, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    bytes = s.str();
+  }
+  const size_t key = bytes.find("tokenizer.ggml.pre");
+  ASSERT_NE(key, std::string::npos);
+  const size_t value = bytes.find("gpt-2", key);
+  ASSERT_NE(value, std::string::npos);
+  bytes.replace(value, 5, "gpt-9");
+  const std::string patched = dir_.path() + "/pre.gguf";
+  std::ofstream(patched, std::ios::binary) << bytes;
+  const std::string args = " --kv-cache-dtype fp32 --text " + kText;
+  auto refused = RunMlaserve("score --model-path " + ShellQuote(patched) + args);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("pre-tokenizer 'gpt-9' is not supported"), std::string::npos) << refused.err;
+  auto original = RunMlaserve("score --model-path " + ShellQuote(testing::BundledModelPath()) + args);
+  auto with_path = RunMlaserve("score --model-path " + ShellQuote(patched) + " --tokenizer-path " +
+                               ShellQuote(testing::BundledModelPath()) + args);
+  ASSERT_EQ(with_path.exit_code, 0) << with_path.err;
+  EXPECT_EQ(with_path.out, original.out);
+  auto missing = RunMlaserve("score --model-path " + ShellQuote(gguf) + " --tokenizer-path /nonexistent-tokenizer" + args);
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("/nonexistent-tokenizer"), std::string::npos) << missing.err;
+  auto unused = RunMlaserve("bench --model-path " + ShellQuote(gguf) + " --tokenizer-path " +
+                            ShellQuote(testing::BundledModelPath()));
+  EXPECT_NE(unused.exit_code, 0);
+  EXPECT_NE(unused.err.find("--tokenizer-path: this command reads no tokenizer"), std::string::npos) << unused.err;
+}
+
 TEST_F(GgufCli, GeneratesAsTheOriginalWithTheFilesChatTemplate) {
   const std::string gguf = Write("bundled.gguf", "--weights f32");
   const std::string flags = " --prompt 'JULIET:' --max-new-tokens 24 --temperature 0";

@@ -101,6 +101,12 @@ TEST(Simulate, RefusesWhatItDoesNotModelByName) {
       {"--hardware h200 --dataset-name sharegpt", "--dataset-name sharegpt needs --dataset-path"},
       {"--hardware h200 --lengths-from out.jsonl", "--lengths-from needs --workload"},
       {"--hardware h200 --workload in.jsonl --num-prompts 4", "--num-prompts: --workload is the whole workload"},
+      {"--hardware h200 --workload in.jsonl --seed 3", "--seed: --workload is the whole workload"},
+      {"--hardware h200 --max-new-tokens 5", "--max-new-tokens is for --workload"},
+      {"--hardware h200 --tokenizer-path dir", "--tokenizer-path is for --dataset-name sharegpt and --workload"},
+      {"--hardware h200 --sharegpt-output-len 9", "--sharegpt-output-len is for --dataset-name sharegpt"},
+      {"--hardware h200 --dataset-name sharegpt --dataset-path x.json --random-input-len 5",
+       "--random-input-len is for --dataset-name random"},
   };
   for (const Case& c : cases) {
     auto r = RunMlaserve(base + c.args);

@@ -55,6 +55,13 @@ ServingFlags ReadServingFlags(Args& args) {
   if (f.dataset_name == "sharegpt" && (f.dataset_path.empty() || f.tokenizer.empty())) {
     args.Reject("--dataset-name sharegpt needs --dataset-path FILE.json and --tokenizer DIR (to count tokens)");
   }
+  // Each dataset's own flags, refused by name with another (never accepted and ignored).
+  for (const char* flag : {"tokenizer", "sharegpt-output-len", "sharegpt-context-len"}) {
+    if (f.dataset_name != "sharegpt" && args.WasGiven(flag)) args.Reject("--" + std::string(flag) + " is for --dataset-name sharegpt");
+  }
+  for (const char* flag : {"random-input-len", "random-output-len", "random-range-ratio"}) {
+    if (f.dataset_name == "sharegpt" && args.WasGiven(flag)) args.Reject("--" + std::string(flag) + " is not used by --dataset-name sharegpt");
+  }
   f.base_url = base_url ? *base_url : "http://" + host + ":" + std::to_string(port);
   while (!f.base_url.empty() && f.base_url.back() == '/') f.base_url.pop_back();
   if (auto parsed = HttpClient::ParseUrl(f.base_url); !parsed.ok()) args.Reject(parsed.error());
