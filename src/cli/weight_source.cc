@@ -52,9 +52,8 @@ std::optional<WeightSource> GgufWeightSource(const std::string& path, const Mode
       out.tensors[it->second].bytes += bytes;
     } else if (t.ne.size() == 3) {
       for (int64_t e = 0; e < t.ne[2]; ++e) {
-        out.tensors.push_back({"model.layers." + std::to_string(hf->layer) + ".mlp.experts." + std::to_string(e) + "." +
-                                   hf->expert_projection + ".weight",
-                               {t.ne[1], t.ne[0]}, bytes / double(t.ne[2])});
+        out.tensors.push_back({HfExpertTensorName(hf->layer, e, hf->expert_projection), {t.ne[1], t.ne[0]},
+                               bytes / double(t.ne[2])});
       }
     }
   }

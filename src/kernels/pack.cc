@@ -13,15 +13,10 @@ size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 size_t PackedValueBytes(const WeightMatrix& src) { return size_t(src.num_panels()) * src.panel_bytes(); }
 
-// Bytes of one scale of a grouped format (int4: BF16, int8: F32); 0 for the others.
-size_t GroupScaleBytes(const WeightMatrix& src) {
-  return src.format == WeightFormat::kInt4Group ? 2 : src.format == WeightFormat::kInt8Group ? 4 : 0;
-}
-
 // Packed scale bytes: fp8 keeps its block grid; grouped formats get [panel][group][16].
 size_t PackedScaleBytes(const WeightMatrix& src) {
-  if (GroupScaleBytes(src) > 0) {
-    return size_t(src.num_panels()) * size_t(src.scale_cols()) * kPanelRows * GroupScaleBytes(src);
+  if (size_t(src.group_scale_bytes()) > 0) {
+    return size_t(src.num_panels()) * size_t(src.scale_cols()) * kPanelRows * size_t(src.group_scale_bytes());
   }
   return src.scale_bytes();
 }
@@ -55,7 +50,7 @@ WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& poo
       const int64_t rows = std::min<int64_t>(kPanelRows, src.rows - p * kPanelRows);
       for (int64_t i = 0; i < rows; ++i) {
         PackRowValues(src, p * kPanelRows + i, panel, i);
-        if (const size_t sb = GroupScaleBytes(src); sb > 0) {
+        if (const size_t sb = size_t(src.group_scale_bytes()); sb > 0) {
           // Row scales [scale_row0 + r][g] -> [p][g][i].
           const auto* row_scales = static_cast<const std::byte*>(src.scales) +
                                    size_t(src.scale_row0 + p * kPanelRows + i) * size_t(src.scale_cols()) * sb;

@@ -415,7 +415,8 @@ struct GroupPanels {
   }
 
   // Prefill (see MatMulPanelBlocksWidened): columns c .. c + len (even, len even) of the block's
-  // vectors as fp32 (nibble - 8) * scale, exactly the products Run forms, into widened[len][NV].
+  // vectors as fp32 code * scale (int4: nibble - 8), exactly the products Run forms, into
+  // widened[len][NV].
   static constexpr int64_t kWidenColumns = 128;
   static constexpr int kWidenAfterTiles = 3;
   int64_t WidenLength(int64_t c) const { return std::min(kWidenColumns, w.cols - c); }

@@ -47,6 +47,10 @@ struct WeightMatrix {
   int64_t scale_row0 = 0;        // row-major: the first row's index in the scale grid
 
   bool quantized() const { return format != WeightFormat::kDense; }
+  // Bytes of one scale of a grouped format (int4: BF16, int8: F32); 0 for the others.
+  int group_scale_bytes() const {
+    return format == WeightFormat::kInt4Group ? 2 : format == WeightFormat::kInt8Group ? 4 : 0;
+  }
   int64_t num_panels() const { return (rows + kPanelRows - 1) / kPanelRows; }
   int64_t scale_cols() const { return (cols + block_cols - 1) / block_cols; }
   size_t panel_bytes() const { return size_t(kPanelRows) * row_bytes(); }
@@ -63,9 +67,7 @@ struct WeightMatrix {
     if (format == WeightFormat::kFp8Block) {
       return size_t((rows + block_rows - 1) / block_rows) * size_t(scale_cols()) * 4;
     }
-    if (format == WeightFormat::kInt4Group) return size_t(rows) * size_t(scale_cols()) * 2;
-    if (format == WeightFormat::kInt8Group) return size_t(rows) * size_t(scale_cols()) * 4;
-    return 0;
+    return size_t(rows) * size_t(scale_cols()) * size_t(group_scale_bytes());
   }
   // Bytes a full read of the matrix touches: values plus scales.
   size_t stored_bytes() const { return total_bytes() + scale_bytes(); }

@@ -167,7 +167,7 @@ GgmlTypeTraits GgmlTraits(uint32_t type) {
     case GgmlType::kQ4_1: return {"Q4_1", 32, 20};
     case GgmlType::kQ5_0: return {"Q5_0", 32, 22};
     case GgmlType::kQ5_1: return {"Q5_1", 32, 24};
-    case GgmlType::kQ8_0: return {"Q8_0", 32, 34};
+    case GgmlType::kQ8_0: return {"Q8_0", kQ8_0Values, kQ8_0Bytes};
     case GgmlType::kQ8_1: return {"Q8_1", 32, 36};
     case GgmlType::kQ2_K: return {"Q2_K", 256, 84};
     case GgmlType::kQ3_K: return {"Q3_K", 256, 110};

@@ -29,6 +29,9 @@ enum class GgmlType : uint32_t {
   kTQ1_0 = 34, kTQ2_0 = 35, kMXFP4 = 39,
 };
 
+// Q8_0's block: an fp16 scale, then 32 int8 codes (GgmlTraits(kQ8_0) says the same).
+inline constexpr int kQ8_0Values = 32, kQ8_0Bytes = 34;
+
 struct GgmlTypeTraits {
   const char* name = nullptr;  // "Q4_K"; nullptr: not a type this reader knows
   int block_elements = 0;      // elements per block along the innermost dimension

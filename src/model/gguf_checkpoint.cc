@@ -6,8 +6,9 @@
 // [rows, cols / 32]): the grouped int8 format the kernels compute (kernels/weight_matrix.h),
 // in shared anonymous memory the checkpoint owns, never dequantized. A stacked expert tensor
 // [experts][rows][cols] becomes one view per expert. The split kv_b layout (attn_k_b, attn_v_b)
-// is rearranged into kv_b_proj's rows (a few MB per layer); Q8_0 ones are dequantized to F32 for
-// it (their blocks run across kv_b's rows). A tensor type mlaserve does not compute is refused,
+// is rearranged into kv_b_proj's rows, in the pair's own type (F32/F16/BF16) or, for Q8_0, in F32
+// (their blocks run across kv_b's rows): it stays resident, as kv_b is read by rows; DeepSeek-V3's
+// (128 heads x 256 rows x 512) is 32 MiB a layer in BF16, 64 MiB in F32 (~4 GB over 61 layers). A tensor type mlaserve does not compute is refused,
 // naming the type and the tensors that use it.
 #include <cstring>
 #include <map>
@@ -32,39 +33,29 @@ std::optional<DType> DTypeOfGgml(uint32_t type) {
   }
 }
 
-constexpr int kQ8Block = 32, kQ8BlockBytes = 34;  // fp16 scale, then 32 int8 codes
+std::vector<int64_t> TorchShape(const std::vector<int64_t>& ne) { return {ne.rbegin(), ne.rend()}; }
 
 // A Q8_0 tensor of `elements` values as codes [elements] and F32 scales [elements / 32].
 void SplitQ8_0(const std::byte* blocks, int64_t elements, int8_t* codes, float* scales) {
-  for (int64_t b = 0; b < elements / kQ8Block; ++b) {
-    const std::byte* block = blocks + b * kQ8BlockBytes;
+  for (int64_t b = 0; b < elements / kQ8_0Values; ++b) {
+    const std::byte* block = blocks + b * kQ8_0Bytes;
     uint16_t d;
     std::memcpy(&d, block, 2);
     scales[b] = F16ToF32(d);
-    std::memcpy(codes + b * kQ8Block, block + 2, kQ8Block);
+    std::memcpy(codes + b * kQ8_0Values, block + 2, kQ8_0Values);
   }
 }
 
-// One tensor's values as F32 (the split kv_b layout's rearrangement of a Q8_0 pair).
-std::vector<float> ToF32(const GgufTensorInfo& t, const std::byte* bytes) {
+// A Q8_0 tensor's values as F32, exactly (code x its block's scale).
+std::vector<float> DequantizeQ8_0(const GgufTensorInfo& t, const std::byte* blocks) {
   int64_t elements = 1;
   for (int64_t d : t.ne) elements *= d;
-  std::vector<float> out(static_cast<size_t>(elements));
-  if (GgmlType(t.type) == GgmlType::kQ8_0) {
-    for (int64_t i = 0; i < elements; ++i) {
-      const std::byte* block = bytes + (i / kQ8Block) * kQ8BlockBytes;
-      uint16_t d;
-      std::memcpy(&d, block, 2);
-      out[size_t(i)] = F16ToF32(d) * float(int8_t(block[2 + i % kQ8Block]));
-    }
-  } else {
-    const DType dtype = *DTypeOfGgml(t.type);
-    for (int64_t i = 0; i < elements; ++i) out[size_t(i)] = LoadAsF32(dtype, bytes + i * DTypeBytes(dtype));
-  }
+  std::vector<int8_t> codes(static_cast<size_t>(elements));
+  std::vector<float> scales(static_cast<size_t>(elements / kQ8_0Values)), out(static_cast<size_t>(elements));
+  SplitQ8_0(blocks, elements, codes.data(), scales.data());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = float(codes[i]) * scales[i / kQ8_0Values];
   return out;
 }
-
-std::vector<int64_t> TorchShape(const std::vector<int64_t>& ne) { return {ne.rbegin(), ne.rend()}; }
 
 }  // namespace
 
@@ -106,7 +97,7 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
     size_t value_bytes = size_t(t.num_bytes);
     if (*dtype == DType::kI8) {
       const size_t codes_bytes = (size_t(elements) + 63) / 64 * 64;
-      auto owned = MappedFile::SharedAnonymous(codes_bytes + size_t(elements / kQ8Block) * 4);
+      auto owned = MappedFile::SharedAnonymous(codes_bytes + size_t(elements / kQ8_0Values) * 4);
       if (!owned.ok()) return owned.status();
       std::byte* out = (*owned)->mutable_data();
       SplitQ8_0(values, elements, reinterpret_cast<int8_t*>(out), reinterpret_cast<float*>(out + codes_bytes));
@@ -121,10 +112,10 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
       const size_t offset = value_bytes / size_t(elements) * size_t(first);
       if (scales != nullptr) {
         std::vector<int64_t> scale_shape = shape;
-        scale_shape.back() /= kQ8Block;
+        scale_shape.back() /= kQ8_0Values;
         MLA_RETURN_IF_ERROR(add(TensorView{.name = name + "_scale", .dtype = DType::kF32, .shape = scale_shape,
-                                           .data = scales + size_t(first / kQ8Block) * 4,
-                                           .num_bytes = size_t(count / kQ8Block) * 4, .file = path}));
+                                           .data = scales + size_t(first / kQ8_0Values) * 4,
+                                           .num_bytes = size_t(count / kQ8_0Values) * 4, .file = path}));
       }
       return add(TensorView{.name = std::move(name), .dtype = *dtype, .shape = std::move(shape),
                             .data = values + offset, .num_bytes = bytes, .file = path});
@@ -138,9 +129,8 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
       if (t.ne.size() != 3) return Status::Error(path + ": tensor " + t.name + " is not 3-D [experts, rows, cols]");
       const int64_t per_expert = t.ne[0] * t.ne[1];
       for (int64_t e = 0; e < t.ne[2]; ++e) {
-        MLA_RETURN_IF_ERROR(add_tensor("model.layers." + std::to_string(hf->layer) + ".mlp.experts." +
-                                           std::to_string(e) + "." + hf->expert_projection + ".weight",
-                                       {t.ne[1], t.ne[0]}, e * per_expert, per_expert));
+        MLA_RETURN_IF_ERROR(add_tensor(HfExpertTensorName(hf->layer, e, hf->expert_projection), {t.ne[1], t.ne[0]},
+                                       e * per_expert, per_expert));
       }
     }
   }
@@ -169,8 +159,8 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
     const bool q8 = GgmlType(k.type) == GgmlType::kQ8_0;
     std::vector<float> k_f32, v_f32;
     if (q8) {
-      k_f32 = ToF32(k, data + k.offset);
-      v_f32 = ToF32(v, data + v.offset);
+      k_f32 = DequantizeQ8_0(k, data + k.offset);
+      v_f32 = DequantizeQ8_0(v, data + v.offset);
     }
     const DType out_dtype = q8 ? DType::kF32 : *DTypeOfGgml(k.type);
     const size_t elem = size_t(DTypeBytes(out_dtype));

@@ -14,6 +14,7 @@
 #include "model/gguf_model.h"
 #include "model/gguf_writer.h"
 #include "model/safetensors.h"
+#include "model/weights.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -41,23 +42,20 @@ size_t StoredBytes(GgmlType type, size_t count) {
   return count / size_t(traits.block_elements) * size_t(traits.block_bytes);
 }
 
-std::vector<float> ValuesOf(const TensorView& t) {
-  std::vector<float> out(size_t(t.numel()));
-  for (size_t i = 0; i < out.size(); ++i) out[i] = LoadAsF32(t.dtype, t.data + i * size_t(DTypeBytes(t.dtype)));
-  return out;
-}
 
 // Q8_0 as llama.cpp's reference quantizer writes it: per block of 32, d = max |x| / 127 (stored
 // as fp16), codes round(x / d) with the fp32 d.
 void EncodeQ8_0(std::span<const float> x, std::byte* dst) {
-  for (size_t b = 0; b < x.size() / 32; ++b) {
+  constexpr size_t kValues = kQ8_0Values;
+  for (size_t b = 0; b < x.size() / kValues; ++b) {
+    const float* v = x.data() + b * kValues;
     float amax = 0.0f;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::abs(x[b * 32 + size_t(i)]));
+    for (size_t i = 0; i < kValues; ++i) amax = std::max(amax, std::abs(v[i]));
     const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     const uint16_t h = F32ToF16(d);
-    std::byte* block = dst + b * 34;
+    std::byte* block = dst + b * kQ8_0Bytes;
     std::memcpy(block, &h, 2);
-    for (int i = 0; i < 32; ++i) block[2 + i] = std::byte(int8_t(std::lround(x[b * 32 + size_t(i)] * id)));
+    for (size_t i = 0; i < kValues; ++i) block[2 + i] = std::byte(int8_t(std::lround(v[i] * id)));
   }
 }
 
@@ -88,7 +86,7 @@ std::span<const std::byte> Encoded(std::span<const float> x, GgmlType type, Buff
 // The tensor's bytes as `type`: a view of the checkpoint when they already are, else converted.
 std::span<const std::byte> AsType(const TensorView& t, GgmlType type, Buffers& buffers) {
   if (Same(t.dtype, type)) return {t.data, t.num_bytes};
-  return Encoded(ValuesOf(t), type, buffers);
+  return Encoded(TensorToF32(t), type, buffers);
 }
 
 Status WriteModelMetadata(const ModelConfig& c, bool split_kv_b, GgufWriter& w) {
@@ -241,20 +239,18 @@ Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const
         const size_t expert_bytes = StoredBytes(mt, size_t(rows * cols));
         std::vector<std::byte>& stacked = buffers.New(expert_bytes * size_t(c.n_routed_experts));
         for (int e = 0; e < c.n_routed_experts; ++e) {
-          const std::string name = p + "mlp.experts." + std::to_string(e) + "." + proj + ".weight";
+          const std::string name = HfExpertTensorName(layer, e, proj);
           const TensorView* t = (*checkpoint)->Find(name);
           if (t == nullptr || t->shape != std::vector<int64_t>{rows, cols}) {
             return Status::Error(model_dir + ": tensor " + name + " is missing or not " + std::to_string(rows) + " x " +
                                  std::to_string(cols));
           }
-          const std::span<const std::byte> bytes = AsType(*t, mt, buffers);
-          std::memcpy(stacked.data() + size_t(e) * expert_bytes, bytes.data(), expert_bytes);
+          // Straight into its slot of the stacked tensor (no second copy).
+          std::byte* slot = stacked.data() + size_t(e) * expert_bytes;
+          if (Same(t->dtype, mt)) std::memcpy(slot, t->data, expert_bytes);
+          else Encode(TensorToF32(*t), mt, slot);
         }
-        const std::string gguf = blk + (std::string(proj) == "gate_proj" ? "ffn_gate_exps" : std::string(proj) == "up_proj"
-                                                                                             ? "ffn_up_exps"
-                                                                                             : "ffn_down_exps") +
-                                 ".weight";
-        MLA_RETURN_IF_ERROR(add(gguf, {cols, rows, c.n_routed_experts}, mt, stacked));
+        MLA_RETURN_IF_ERROR(add(GgufExpertsTensorName(layer, proj), {cols, rows, c.n_routed_experts}, mt, stacked));
       }
     }
     if (options.split_kv_b) {
@@ -263,7 +259,7 @@ Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const
       if (kv_b == nullptr || kv_b->shape != std::vector<int64_t>{heads * (nope + v), lora}) {
         return Status::Error(model_dir + ": layer " + std::to_string(layer) + "'s kv_b_proj is missing or misshapen");
       }
-      const std::vector<float> src = ValuesOf(*kv_b);
+      const std::vector<float> src = TensorToF32(*kv_b);
       std::vector<float> k_b(size_t(heads * lora * nope)), v_b(size_t(heads * v * lora));  // [h][lora][nope], [h][v][lora]
       for (int64_t h = 0; h < heads; ++h) {
         for (int64_t j = 0; j < nope; ++j) {

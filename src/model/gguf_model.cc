@@ -88,6 +88,18 @@ std::optional<HfTensorName> HfNameOfGgufTensor(const std::string& gguf_name) {
   return std::nullopt;
 }
 
+std::string HfExpertTensorName(int layer, int64_t expert, const std::string& projection) {
+  return "model.layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(expert) + "." + projection +
+         ".weight";
+}
+
+std::string GgufExpertsTensorName(int layer, const std::string& projection) {
+  for (const auto& [g, proj] : kExpertNames) {
+    if (projection == proj) return "blk." + std::to_string(layer) + "." + g;
+  }
+  return {};
+}
+
 std::optional<std::string> GgufNameOfHfTensor(const std::string& hf_name) {
   for (const auto& [g, h] : kGlobalNames) {
     if (hf_name == h) return std::string(g);

@@ -43,6 +43,10 @@ struct HfTensorName {
 };
 // nullopt: not a deepseek2 tensor name mlaserve knows.
 std::optional<HfTensorName> HfNameOfGgufTensor(const std::string& gguf_name);
+// Routed expert `expert`'s Hugging Face name: "model.layers.N.mlp.experts.E.<projection>.weight".
+std::string HfExpertTensorName(int layer, int64_t expert, const std::string& projection);
+// The stacked tensor of a layer's experts for a projection ("gate_proj" -> "blk.N.ffn_gate_exps.weight").
+std::string GgufExpertsTensorName(int layer, const std::string& projection);
 // The inverse, for the writer: a Hugging Face name of a whole tensor (not an expert's) -> GGUF's.
 std::optional<std::string> GgufNameOfHfTensor(const std::string& hf_name);
 

@@ -144,10 +144,8 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
     Checkpoint::ReleaseMappedPages(source.data, source.total_bytes());
     if (source.scales != nullptr) {
       // A row slice of a grouped matrix (a tensor-parallel shard) indexes its parent's scale rows.
-      const size_t scale_bytes = source.format == WeightFormat::kInt4Group   ? 2
-                                 : source.format == WeightFormat::kInt8Group ? 4
-                                                                             : 0;
-      const size_t skipped = size_t(source.scale_row0) * size_t(source.scale_cols()) * scale_bytes;
+      const size_t skipped =
+          size_t(source.scale_row0) * size_t(source.scale_cols()) * size_t(source.group_scale_bytes());
       Checkpoint::ReleaseMappedPages(static_cast<const std::byte*>(source.scales) + skipped, source.scale_bytes());
     }
   }));
