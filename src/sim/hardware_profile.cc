@@ -97,7 +97,7 @@ Result<HardwareProfile> ParseHardwareProfile(const json& j, const std::string& w
 }
 
 Result<HardwareProfile> LoadHardwareProfile(const std::string& path) {
-  auto text = ReadWholeFile(path);
+  auto text = ReadTextFile(path, size_t(1) << 20);  // a profile is a few KB
   if (!text.ok()) return text.status();
   const json j = json::parse(*text, nullptr, false);
   if (j.is_discarded()) return Status::Error(path + ": not valid JSON");
