@@ -98,6 +98,8 @@ Result<ServerCost> MeasureServerCost(const ModelFlags& flags, const StepCostMode
   if (flags.options.max_context > 0) {
     args.insert(args.end(), {"--context-length", std::to_string(flags.options.max_context)});
   }
+  // (As given: both default to chunked-prefill-size + max-running-requests otherwise.)
+  if (flags.max_batch_tokens) args.insert(args.end(), {"--max-batch-tokens", std::to_string(*flags.max_batch_tokens)});
   MLA_RETURN_IF_ERROR(server.Start(args));
 
   const HttpClient client;
