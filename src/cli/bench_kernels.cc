@@ -1,5 +1,5 @@
 // mlaserve bench-kernels: the packed-panel matmul kernels alone, per weight format (bf16,
-// fp8-block 128x128, int4-g32), on random weights: the bandwidth one-token products reach
+// fp8-block 128x128, int4-g32, GGUF's q8_0), on random weights: the bandwidth one-token products reach
 // streaming from memory on every thread (decode), and the compute rate of one thread on a
 // matrix that fits in L2, for token counts from decode to prefill tiles; then the KV row codecs
 // per cache format, scalar against SIMD. The figures the kernel notes in docs/benchmarks.md
@@ -29,14 +29,15 @@
 namespace mlaserve::cli {
 namespace {
 
-enum class Format { kBf16, kFp8Block, kInt4G32 };
-constexpr Format kFormats[] = {Format::kBf16, Format::kFp8Block, Format::kInt4G32};
+enum class Format { kBf16, kFp8Block, kInt4G32, kQ8_0 };
+constexpr Format kFormats[] = {Format::kBf16, Format::kFp8Block, Format::kInt4G32, Format::kQ8_0};
 
 const char* FormatName(Format f) {
   switch (f) {
     case Format::kBf16: return "bf16";
     case Format::kFp8Block: return "fp8-block";
     case Format::kInt4G32: return "int4-g32";
+    case Format::kQ8_0: return "q8_0";
   }
   return "?";
 }
@@ -61,6 +62,10 @@ PackedMatrix RandomPacked(Format f, int64_t rows, int64_t cols, std::mt19937& rn
     w.dtype = DType::kI32;
     w.format = WeightFormat::kInt4Group;
     w.block_cols = 32;
+  } else if (f == Format::kQ8_0) {  // GGUF's Q8_0: int8 codes, an F32 scale per 32
+    w.dtype = DType::kI8;
+    w.format = WeightFormat::kInt8Group;
+    w.block_cols = 32;
   }
   std::vector<std::byte> values(w.total_bytes()), scales(w.scale_bytes());
   switch (f) {
@@ -82,6 +87,13 @@ PackedMatrix RandomPacked(Format f, int64_t rows, int64_t cols, std::mt19937& rn
       for (size_t i = 0; i < scales.size(); i += 2) {
         const uint16_t s = F32ToBf16(3e-3f);
         std::memcpy(&scales[i], &s, 2);
+      }
+      break;
+    case Format::kQ8_0:
+      for (std::byte& b : values) b = std::byte(int8_t(std::clamp(40.0f * normal(rng), -127.0f, 127.0f)));
+      for (size_t i = 0; i < scales.size(); i += 4) {
+        const float s = 5e-4f;
+        std::memcpy(&scales[i], &s, 4);
       }
       break;
   }
@@ -162,7 +174,7 @@ void PrintPrefillGemmTable(const KernelSet& kernels, double one_thread_flops, co
       std::vector<float> x(size_t(n * kCols)), y(size_t(n * kRows));
       std::normal_distribution<float> normal(0.0f, 1.0f);
       for (float& v : x) v = normal(rng);
-      std::vector<float> xp(size_t(PackedActivationFloats(n, kCols))), scratch(size_t(GemmThreadScratchFloats(n)));
+      std::vector<float> xp(size_t(PackedFloatsFor(kernels, n, m.packed))), scratch(size_t(GemmThreadScratchFloats(n)));
       const double in_registers = BestSeconds(5, [&] {
         kernels.matmul_panels(x.data(), n, m.packed, 0, m.packed.num_panels(), y.data(), kRows);
       });
@@ -189,6 +201,7 @@ void PrintKernelChoice() {
   }
   // Fresh figures for the table, whatever the cache held (measured only if the choice read them).
   const std::vector<ShapeClassRate> rates = choice->from_cache ? MeasureShapeClasses() : choice->rates;
+  const Int8Rates int8 = choice->from_cache ? MeasureInt8Rates() : choice->int8;
   std::printf("\nkernel choice (--kernels auto): one thread, bf16 weights (1 token: 4096 x 4096 from memory; more: "
               "512 x 2048 from cache), GFLOP/s\n");
   std::printf("%-8s %7s %10s %10s %8s\n", "class", "tokens", "fp32 FMA", "bf16 dot", "ratio");
@@ -196,15 +209,22 @@ void PrintKernelChoice() {
     std::printf("%-8s %7d %10.1f %10.1f %7.2fx\n", r.label, r.tokens, r.fp32_flops / 1e9, r.bf16_flops / 1e9,
                 r.bf16_flops / r.fp32_flops);
   }
+  if (int8.measured()) {
+    std::printf("Q8_0 weights, fp32 FMA / int8 dot (vpdpbusd): 1 token (4096 x 4096 from memory) %.1f / %.1f "
+                "(%.2fx), 32 tokens (512 x 2048 from cache) %.1f / %.1f (%.2fx)\n",
+                int8.fp32_one_flops / 1e9, int8.int8_one_flops / 1e9, int8.int8_one_flops / int8.fp32_one_flops,
+                int8.fp32_batch_flops / 1e9, int8.int8_batch_flops / 1e9, int8.int8_batch_flops / int8.fp32_batch_flops);
+  }
   std::printf("chosen from these: %s; deterministic inference: %s; start-up uses %s\n",
-              TableForRates(rates, false)->name, TableForRates(rates, true)->name, choice->Describe().c_str());
+              TableForRates(rates, false, int8)->name, TableForRates(rates, true, int8)->name,
+              choice->Describe().c_str());
 }
 
 }  // namespace
 
 int RunBenchKernels(Args& args) {
   const std::string kernels_name = args.Str("kernels", "auto", "the table the per-format figures time: auto (the "
-                                            "widest ISA, nothing measured), portable, avx2, avx512, avx512-bf16[:N]");
+                                            "widest ISA, nothing measured), portable, avx2, avx512, avx512-bf16[:N], either AVX-512 one +int8");
   const int threads = args.Int("threads", 0, "worker threads; 0: one per core", {.min = 0});
   const int stream_mb = args.Int("stream-mb", 512, "bf16 megabytes of 2048 x 2048 matrices streamed per format "
                                  "(quantized formats stream the same matrices, in fewer bytes)", {.value_name = "MB", .min = 8});

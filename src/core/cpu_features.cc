@@ -16,6 +16,7 @@ const CpuFeatures& GetCpuFeatures() {
     f.avx512 = f.avx2_fma_f16c && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
+    f.avx512_vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
 #endif
     return f;
   }();

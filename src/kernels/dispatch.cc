@@ -17,8 +17,21 @@ bool CpuSupports(KernelIsa isa) {
 }
 
 bool CpuSupportsBf16Dot() { return GetCpuFeatures().avx512_bf16 && CpuSupports(KernelIsa::kAvx512); }
+bool CpuSupportsInt8Dot() { return GetCpuFeatures().avx512_vnni && CpuSupports(KernelIsa::kAvx512); }
 
 Result<const KernelSet*> KernelsByName(std::string_view name) {
+  if (name.ends_with("+int8")) {
+    const std::string_view base_name = name.substr(0, name.size() - std::string_view("+int8").size());
+    if (base_name != "avx512" && !base_name.starts_with("avx512-bf16")) {
+      return Status::Error("kernels '" + std::string(name) + "': int8 products go only with avx512 or avx512-bf16[:N]");
+    }
+    auto base = KernelsByName(base_name);
+    if (!base.ok()) return base.status();
+    if (!CpuSupportsInt8Dot()) {
+      return Status::Error("kernels '" + std::string(name) + "': this CPU lacks AVX512-VNNI (vpdpbusd)");
+    }
+    return WithInt8Dot(*base);
+  }
   if (name == "auto") {
     if (CpuSupports(KernelIsa::kAvx512)) return Avx512Kernels();
     if (CpuSupports(KernelIsa::kAvx2)) return Avx2Kernels();
@@ -44,7 +57,8 @@ Result<const KernelSet*> KernelsByName(std::string_view name) {
     }
   }
   return Status::Error("unknown kernels '" + std::string(name) +
-                       "' (auto, portable, avx2, avx512, avx512-bf16, avx512-bf16:2, avx512-bf16:17, avx512-bf16:65)");
+                       "' (auto, portable, avx2, avx512, avx512-bf16, avx512-bf16:2, avx512-bf16:17, avx512-bf16:65; the AVX-512 ones "
+                       "with +int8)");
 }
 
 const KernelSet& DefaultKernels() {

@@ -1,5 +1,5 @@
 // Which kernel table a process computes with, chosen by measurement on this host (--kernels auto)
-// or named (--kernels NAME). The candidates differ in how they multiply packed BF16 weights (and,
+// or named (--kernels NAME). The bf16 candidates differ in how they multiply packed BF16 weights (and,
 // though only BF16 is timed, fp8-block and int4 codes: Bf16DotMultiplies): fp32
 // FMA after widening (the AVX-512 / AVX2 tables: exact in the weights, activations kept in fp32)
 // or bf16 dot products (vdpbf16ps: activations rounded to bf16, twice the multiply-adds per
@@ -44,9 +44,26 @@ struct ShapeClassRate {
   double bf16_flops = 0.0;    // FLOP/s of the all-bf16 table, one thread
 };
 
+// int8 products of int8-group weights (GGUF's Q8_0; kernels_avx512vnni.cc), where the CPU has
+// AVX512-VNNI: the fp32 table's Q8_0 product (codes widened to fp32) against its +int8 variant's
+// (activations quantized to int8, vpdpbusd), one thread: one token on a 4096 x 4096 Q8_0 matrix
+// from memory, 32 tokens on 512 x 2048 from cache. Taken where both measured at least
+// kInt8MinSpeedup faster (the int8 table serves every token count: batch-invariant).
+inline constexpr double kInt8MinSpeedup = 1.1;
+struct Int8Rates {
+  double fp32_one_flops = 0.0, int8_one_flops = 0.0;      // one token, from memory
+  double fp32_batch_flops = 0.0, int8_batch_flops = 0.0;  // 32 tokens, from cache
+  bool measured() const { return fp32_one_flops > 0.0 && fp32_batch_flops > 0.0; }
+  bool Chosen() const {
+    return measured() && int8_one_flops >= kInt8MinSpeedup * fp32_one_flops &&
+           int8_batch_flops >= kInt8MinSpeedup * fp32_batch_flops;
+  }
+};
+
 struct KernelChoice {
   const KernelSet* kernels = nullptr;
   std::vector<ShapeClassRate> rates;  // measured or read back; empty when named or not measured
+  Int8Rates int8;                     // likewise; zero where the CPU lacks AVX512-VNNI
   std::string cache_path;             // where the rates were read from or written to; "" if none
   bool from_cache = false;
   std::string why;                    // why nothing was measured (named, no AVX512-BF16), if so
@@ -59,12 +76,16 @@ struct KernelChoice {
 // for avx512-bf16:N with deterministic inference (not batch-invariant).
 [[nodiscard]] Result<KernelChoice> ChooseKernels(std::string_view flag, bool deterministic);
 
-// The measurement alone (no cache): every class's rates for the two candidates. Only where
-// CpuSupportsBf16Dot().
+// The measurement alone (no cache): every class's rates for the two candidates. Zero rates
+// where the CPU lacks AVX512-BF16.
 [[nodiscard]] std::vector<ShapeClassRate> MeasureShapeClasses();
+// The same for int8 products (Int8Rates); zero where the CPU lacks AVX512-VNNI.
+[[nodiscard]] Int8Rates MeasureInt8Rates();
 
-// The table the rates choose (see above).
-[[nodiscard]] const KernelSet* TableForRates(const std::vector<ShapeClassRate>& rates, bool deterministic);
+// The table the rates choose (see above): the bf16 decision's table, with int8 products
+// (WithInt8Dot) where int8.Chosen().
+[[nodiscard]] const KernelSet* TableForRates(const std::vector<ShapeClassRate>& rates, bool deterministic,
+                                             const Int8Rates& int8 = {});
 
 // The cache file: $MLASERVE_KERNEL_CACHE, else $XDG_CACHE_HOME/mlaserve/kernel-choice.json, else
 // $HOME/.cache/mlaserve/kernel-choice.json; "" when none of these is set.

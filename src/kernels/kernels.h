@@ -124,6 +124,12 @@ struct KernelSet {
   // from about four tiles; `mlaserve bench-kernels` times both, one thread, 2048 x 2048.)
   int64_t packed_min_tokens = 4 * kGemmTileTokens + 1;
   int64_t bf16_packed_min_tokens = 4 * kGemmTileTokens + 1;
+  // Products of packed int8-group weights (Int8DotMultiplies), at every token count, quantize the
+  // activations to int8 per group and multiply with integer dot products (kernels_avx512vnni.cc,
+  // WithInt8Dot): pack_activations writes the quantized activations
+  // (Int8PackedActivationFloats), matmul_panels_packed reads them, and matmul_panels quantizes
+  // them itself; every other product is the base table's.
+  bool int8_dot = false;
 };
 
 // The weights a bf16 table multiplies in bf16 (from bf16_min_tokens tokens): packed panels of
@@ -140,10 +146,14 @@ inline bool Bf16DotMultiplies(const WeightMatrix& w) {
   }
   return false;
 }
+// The weights an int8 table (KernelSet::int8_dot) multiplies in int8: packed int8 groups.
+inline bool Int8DotMultiplies(const WeightMatrix& w) { return w.packed && w.format == WeightFormat::kInt8Group; }
 // Whether one pack_activations serves products with both a and b (MatMulPair, an MLP's gate and
-// up): they must take the same layout, so the same stored format and the same bf16 decision.
+// up): they must take the same layout, so the same stored format, the same bf16 decision and, for
+// int8 groups (quantized per group), the same group size.
 inline bool SharePackedActivations(const WeightMatrix& a, const WeightMatrix& b) {
-  return a.format == b.format && a.dtype == b.dtype && Bf16DotMultiplies(a) == Bf16DotMultiplies(b);
+  return a.format == b.format && a.dtype == b.dtype && Bf16DotMultiplies(a) == Bf16DotMultiplies(b) &&
+         (a.format != WeightFormat::kInt8Group || a.block_cols == b.block_cols);
 }
 
 // Packed activations: column blocks of kGemmColumns (the activations' [n, kGemmColumns] block
@@ -158,6 +168,13 @@ inline constexpr int64_t PackedActivationFloats(int64_t n, int64_t cols) {
 // The same for a bf16 table's bf16 products (KernelSet::pack_activations): pairs of bf16, half.
 inline constexpr int64_t Bf16PackedActivationFloats(int64_t n, int64_t cols) {
   return PackedActivationFloats(n, cols) / 2;
+}
+// An int8 table's packed activations for n tokens of cols columns in groups of `group`: the
+// codes int8 [n][cols] (padded to 64 bytes), then per token and group {fp32 scale, int32
+// correction} [n][cols / group] (kernels_avx512vnni.cc). Never more than PackedActivationFloats.
+inline constexpr int64_t Int8ActivationCodeBytes(int64_t n, int64_t cols) { return (n * cols + 63) / 64 * 64; }
+inline constexpr int64_t Int8PackedActivationFloats(int64_t n, int64_t cols, int64_t group) {
+  return Int8ActivationCodeBytes(n, cols) / 4 + n * (cols / group) * 2;
 }
 // Floats of one thread's matmul_panels_packed scratch: one column block of xp.
 inline constexpr int64_t GemmThreadScratchFloats(int64_t n) {
@@ -178,6 +195,10 @@ const KernelSet* Avx512Kernels();  // nullptr when not compiled in
 // The AVX-512 table with bf16 dot products from min_tokens tokens (1, 2, 17 or 65: the shape
 // classes of kernel_choice.h; nullptr for any other). Only where the CPU has AVX512-BF16.
 const KernelSet* Avx512Bf16Kernels(int min_tokens);
+// `base` (the AVX-512 table or an AVX-512 bf16 one) with int8 products of int8-group weights
+// (KernelSet::int8_dot; named base's name + "+int8"); nullptr for another table or where the CPU
+// lacks AVX512-VNNI.
+const KernelSet* WithInt8Dot(const KernelSet* base);
 
 // The fastest table this CPU runs, unless MLASERVE_KERNELS names another.
 const KernelSet& DefaultKernels();
@@ -187,5 +208,7 @@ Result<const KernelSet*> KernelsByName(std::string_view name);
 bool CpuSupports(KernelIsa isa);
 // AVX512-BF16 and the AVX-512 table: the bf16 dot-product tables run.
 bool CpuSupportsBf16Dot();
+// AVX512-VNNI and the AVX-512 table: the int8 dot-product tables run.
+bool CpuSupportsInt8Dot();
 
 }  // namespace mlaserve

@@ -16,6 +16,11 @@ bool UsePackedProduct(const ComputeContext& ctx, int64_t n, const WeightMatrix& 
 }
 
 void PackInParallel(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w) {
+  if (GemmTiles(n) == 1) {
+    // One tile (an int8 table's decode product): packed here, without a round trip to the pool.
+    ctx.kernels->pack_activations(x, n, w, 0, 1, ctx.gemm_scratch.data());
+    return;
+  }
   ctx.pool->ParallelFor(GemmTiles(n), 1, [&](int64_t begin, int64_t end) {
     ctx.kernels->pack_activations(x, n, w, begin, end, ctx.gemm_scratch.data());
   });
@@ -73,15 +78,24 @@ namespace {
 bool Bf16Product(const KernelSet& k, int64_t n, const WeightMatrix& w) {
   return k.bf16_min_tokens > 0 && n >= k.bf16_min_tokens && Bf16DotMultiplies(w);
 }
+bool Int8Product(const KernelSet& k, const WeightMatrix& w) { return k.int8_dot && Int8DotMultiplies(w); }
 }  // namespace
 
 int64_t PackedFloatsFor(const KernelSet& k, int64_t n, const WeightMatrix& w) {
+  if (Int8Product(k, w)) return Int8PackedActivationFloats(n, w.cols, w.block_cols);
   return Bf16Product(k, n, w) ? Bf16PackedActivationFloats(n, w.cols) : PackedActivationFloats(n, w.cols);
 }
 
 bool PackedProductPays(const KernelSet& k, int64_t n, const WeightMatrix& w) {
   if (!w.packed) return false;
+  // int8: the activations are quantized once per product, not in every chunk of panels.
+  if (Int8Product(k, w)) return n >= 1;
   return n >= (Bf16Product(k, n, w) ? k.bf16_packed_min_tokens : k.packed_min_tokens);
+}
+
+bool PrefillGrain(const KernelSet& k, int64_t n, const WeightMatrix& w, bool packed_input) {
+  // An int8 product of a few tokens reads packed activations but streams its weights as decode.
+  return packed_input && (!Int8Product(k, w) || n > kGemmTileTokens);
 }
 
 void MatMul(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w, float* y) {
@@ -89,7 +103,7 @@ void MatMul(const ComputeContext& ctx, const float* x, int64_t n, const WeightMa
   if (w.packed) {
     const bool packed_input = UsePackedProduct(ctx, n, w);
     if (packed_input) PackInParallel(ctx, x, n, w);
-    const int64_t grain = PanelGrain(w, packed_input, ctx.pool->num_threads());
+    const int64_t grain = PanelGrain(w, PrefillGrain(k, n, w, packed_input), ctx.pool->num_threads());
     const int64_t chunks = (w.num_panels() + grain - 1) / grain;
     if (packed_input) {
       ForEachChunk(ctx, chunks, [&](int64_t c, int thread) { PanelChunk(ctx, x, n, w, grain, c, true, thread, y); });
@@ -115,7 +129,7 @@ void MatMulPair(const ComputeContext& ctx, const float* x, int64_t n, const Weig
     const bool packed_input = UsePackedProduct(ctx, n, w1) && UsePackedProduct(ctx, n, w2) &&
                               SharePackedActivations(w1, w2);
     if (packed_input) PackInParallel(ctx, x, n, w1);
-    const int64_t grain = PanelGrain(w1, packed_input, ctx.pool->num_threads());
+    const int64_t grain = PanelGrain(w1, PrefillGrain(k, n, w1, packed_input), ctx.pool->num_threads());
     const int64_t chunks1 = (w1.num_panels() + grain - 1) / grain;
     const int64_t chunks2 = (w2.num_panels() + grain - 1) / grain;
     const auto chunk = [&](int64_t c, int thread) {

@@ -36,6 +36,9 @@ int64_t PackedFloatsFor(const KernelSet& k, int64_t n, const WeightMatrix& w);
 // (pack_activations + matmul_panels_packed) than through matmul_panels, with this table
 // (KernelSet::packed_min_tokens).
 bool PackedProductPays(const KernelSet& k, int64_t n, const WeightMatrix& w);
+// Whether a product with packed_input chunks its panels as prefill does (PanelGrain): not an int8
+// table's product of one token tile, which streams its weights as decode.
+bool PrefillGrain(const KernelSet& k, int64_t n, const WeightMatrix& w, bool packed_input);
 
 // y[n, w.rows] = x[n, w.cols] @ W^T, split over the pool by output rows.
 void MatMul(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w, float* y);

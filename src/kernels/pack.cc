@@ -1,6 +1,7 @@
 #include "kernels/pack.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 
 #include "core/float16.h"
@@ -29,6 +30,13 @@ void PackRowValues(const WeightMatrix& src, int64_t r, std::byte* panel, int64_t
     for (int64_t j = 0; j < src.cols / 2; ++j) panel[size_t(j) * kPanelRows + size_t(lane)] = row[j];
     return;
   }
+  if (src.format == WeightFormat::kInt8Group) {
+    // Columns 4j .. 4j + 3 of the row are lane `lane`'s word of the panel's quad j (64 bytes).
+    for (int64_t j = 0; j < src.cols / 4; ++j) {
+      std::memcpy(panel + size_t(j) * 4 * kPanelRows + 4 * size_t(lane), row + 4 * j, 4);
+    }
+    return;
+  }
   const size_t value_bytes = size_t(DTypeBytes(src.dtype));
   for (int64_t c = 0; c < src.cols; ++c) {
     std::memcpy(panel + (size_t(c) * kPanelRows + size_t(lane)) * value_bytes, row + size_t(c) * value_bytes,
@@ -43,6 +51,8 @@ size_t PackedBytes(const WeightMatrix& src) {
 }
 
 WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& pool) {
+  // int8 panels hold columns in fours, and a group never splits a four (weight_matrix.h).
+  assert(src.format != WeightFormat::kInt8Group || (src.cols % 4 == 0 && src.block_cols % 4 == 0));
   std::byte* scales = dst + AlignUp(PackedValueBytes(src));
   pool.ParallelFor(src.num_panels(), 1, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {

@@ -9,7 +9,8 @@
 // V provides: kLanes; type Reg; Zero(); LoadF32(const float*); LoadW<DType>(const std::byte*)
 // (kLanes weights -> fp32); LoadFp8(p) (kLanes E4M3 codes -> value / 256); LoadInt4(p) (kLanes
 // nibbles, lane 2j low in byte j -> nibble - 8); LoadInt8(p) (kLanes int8 codes -> fp32);
-// LoadFp8Columns(p, first, second) (two fp8
+// LoadInt8Pair(p, high, even, odd) (kLanes 32-bit words of four int8 codes -> bytes 0 and 1, or
+// 2 and 3 when high, as fp32); LoadFp8Columns(p, first, second) (two fp8
 // panel columns, codes at p and p + 16); LoadInt4Columns(p, low, high) (kLanes bytes of a paired
 // int4 panel -> its two columns, each nibble - 8); Mul; Fma(a, b, acc) = a*b+acc; Sum(Reg);
 // StoreF32(float*, Reg). kPanelTokens: tokens a panel tile keeps in registers.
@@ -158,19 +159,31 @@ template <WeightFormat F>
 constexpr int64_t RowByteOffset(int64_t c) { return F == WeightFormat::kInt4Group ? c / 2 : c; }
 
 // Row-major quantized rows (kv_b_proj, read by rows): vectors need whole groups of kLanes.
+// A row's scales are consecutive in the grid (column block g at g), so a row's loop walks them
+// with a counter: a division per group (the block index of a column) cost the decode's absorbed
+// attention more than its multiply-adds.
+template <WeightFormat F>
+inline const std::byte* RowScales(const WeightMatrix& w, int64_t r) {
+  const int64_t grid_row = F == WeightFormat::kFp8Block ? (w.scale_row0 + r) / w.block_rows : w.scale_row0 + r;
+  return static_cast<const std::byte*>(w.scales) +
+         size_t(grid_row * w.scale_cols()) * (F == WeightFormat::kInt4Group ? 2 : 4);
+}
 template <class V, WeightFormat F>
-inline typename V::Reg RowScale(const WeightMatrix& w, int64_t r, int64_t c) {
-  return V::Broadcast(WeightScaleAt(w, r, c) * (F == WeightFormat::kFp8Block ? kFp8LoadScale : 1.0f));
+inline typename V::Reg RowScale(const std::byte* row_scales, int64_t g) {
+  if constexpr (F == WeightFormat::kInt4Group) return V::Broadcast(LoadBf16Unaligned(row_scales, size_t(g)));
+  else if constexpr (F == WeightFormat::kFp8Block) return V::Broadcast(LoadF32Unaligned(row_scales, size_t(g)) * kFp8LoadScale);
+  else return V::Broadcast(LoadF32Unaligned(row_scales, size_t(g)));
 }
 
 template <class V, WeightFormat F>
 float DotRowQuant(const float* x, const WeightMatrix& w, int64_t r) {
   const std::byte* row = w.row(r);
+  const std::byte* row_scales = RowScales<F>(w, r);
   typename V::Reg acc = V::Zero();
   int64_t c = 0;
-  while (c + V::kLanes <= w.cols) {
-    const typename V::Reg s = RowScale<V, F>(w, r, c);
-    const int64_t group_end = std::min<int64_t>(w.cols, (c / w.block_cols + 1) * w.block_cols);
+  for (int64_t g = 0; c + V::kLanes <= w.cols; ++g) {  // c = g * block_cols here
+    const typename V::Reg s = RowScale<V, F>(row_scales, g);
+    const int64_t group_end = std::min<int64_t>(w.cols, c + w.block_cols);
     for (; c + V::kLanes <= group_end; c += V::kLanes) {
       acc = V::Fma(V::LoadF32(x + c), V::Mul(LoadCodes<V, F>(row + RowByteOffset<F>(c)), s), acc);
     }
@@ -192,10 +205,11 @@ void MatMulRowsQuant(const float* x, int64_t n, const WeightMatrix& w, int64_t r
 template <class V, WeightFormat F>
 void AxpyRowQuant(float a, const WeightMatrix& w, int64_t r, float* y) {
   const std::byte* row = w.row(r);
+  const std::byte* row_scales = RowScales<F>(w, r);
   int64_t c = 0;
-  while (c + V::kLanes <= w.cols) {
-    const typename V::Reg s = V::Mul(V::Broadcast(a), RowScale<V, F>(w, r, c));
-    const int64_t group_end = std::min<int64_t>(w.cols, (c / w.block_cols + 1) * w.block_cols);
+  for (int64_t g = 0; c + V::kLanes <= w.cols; ++g) {  // c = g * block_cols here
+    const typename V::Reg s = V::Mul(V::Broadcast(a), RowScale<V, F>(row_scales, g));
+    const int64_t group_end = std::min<int64_t>(w.cols, c + w.block_cols);
     for (; c + V::kLanes <= group_end; c += V::kLanes) {
       V::StoreF32(y + c, V::Fma(s, LoadCodes<V, F>(row + RowByteOffset<F>(c)), V::LoadF32(y + c)));
     }
@@ -382,8 +396,9 @@ struct DensePanels {
 
 // Grouped panels, walked a column pair at a time. int4: [cols / 2][16] bytes, byte k of column
 // pair j holding lane k's nibble of column 2j (low) and of column 2j + 1 (high), so one byte load
-// per lane serves two columns; group scales BF16 [panel][cols / group][16]. int8: [cols][16]
-// codes, group scales F32 [panel][cols / group][16]. Each weight vector is widened, multiplied by
+// per lane serves two columns; group scales BF16 [panel][cols / group][16]. int8: [cols / 4][16][4]
+// codes (a 32-bit word per lane holds four columns), group scales F32 [panel][cols / group][16].
+// Each weight vector is widened, multiplied by
 // its lanes' scales, then used for every token. cols and the group size are even (config.cc and
 // the GGUF reader refuse others), so a column pair never straddles two groups.
 template <class V, WeightFormat F>
@@ -391,13 +406,16 @@ struct GroupPanels {
   static_assert(F == WeightFormat::kInt4Group || F == WeightFormat::kInt8Group);
   const WeightMatrix& w;
 
-  // Columns c and c + 1 of the panel lanes at p, widened (before their scale).
+  // Where the lanes of the vector starting at `row` begin in its panel.
+  const std::byte* LaneBase(int64_t row) const {
+    return w.panel(row / kPanelRows) + (row % kPanelRows) * (F == WeightFormat::kInt8Group ? 4 : 1);
+  }
+  // Columns c and c + 1 (c even) of the panel lanes at p (LaneBase), widened (before their scale).
   static void LoadPair(const std::byte* p, int64_t c, typename V::Reg& even, typename V::Reg& odd) {
     if constexpr (F == WeightFormat::kInt4Group) {
       V::LoadInt4Columns(p + (c / 2) * kPanelRows, even, odd);
     } else {
-      even = V::LoadInt8(p + c * kPanelRows);
-      odd = V::LoadInt8(p + (c + 1) * kPanelRows);
+      V::LoadInt8Pair(p + (c / 4) * 4 * kPanelRows, c % 4 != 0, even, odd);
     }
   }
   // Bytes of a column pair in a panel.
@@ -406,7 +424,7 @@ struct GroupPanels {
   template <int T, int NV>
   void Run(const float* x, const PanelBlockRows<NV>& b, float* y, int64_t ldy) const {
     const std::byte* p[NV];
-    for (int v = 0; v < NV; ++v) p[v] = w.panel(b.row[v] / kPanelRows) + b.row[v] % kPanelRows;
+    for (int v = 0; v < NV; ++v) p[v] = LaneBase(b.row[v]);
     typename V::Reg acc[T][NV];
     for (int t = 0; t < T; ++t)
       for (int v = 0; v < NV; ++v) acc[t][v] = V::Zero();
@@ -424,7 +442,7 @@ struct GroupPanels {
   template <int NV>
   void Widen(const PanelBlockRows<NV>& b, int64_t c0, int64_t len, float* widened) const {
     for (int v = 0; v < NV; ++v) {
-      const std::byte* p = w.panel(b.row[v] / kPanelRows) + b.row[v] % kPanelRows;
+      const std::byte* p = LaneBase(b.row[v]);
       typename V::Reg s = Scale(b.row[v], c0 / w.block_cols);
       for (int64_t c = c0; c < c0 + len; c += 2) {
         if (c % w.block_cols == 0) s = Scale(b.row[v], c / w.block_cols);

@@ -18,9 +18,12 @@
 //              holding lane k's nibbles of columns 2j (low) and 2j + 1 (high); scales BF16
 //              [panel][cols / group_cols][16].
 //   kInt8Group int8 codes (1 byte each); real = code * scale of its group of `group_cols`
-//              columns. Row-major: row r is cols bytes, scales F32 [rows][cols / group_cols].
-//              Packed: [cols][16] bytes (as fp8), scales F32 [panel][cols / group_cols][16].
-//              (GGUF's Q8_0: groups of 32, its fp16 scales widened exactly.)
+//              columns (a multiple of 4 when packed). Row-major: row r is cols bytes, scales F32
+//              [rows][cols / group_cols]. Packed: [cols / 4][16][4] bytes, lane i's codes of
+//              columns 4j .. 4j + 3 at bytes 64j + 4i .. 64j + 4i + 3 (one 32-bit word per lane:
+//              the order of the int8 dot-product instruction, vpdpbusd), scales F32
+//              [panel][cols / group_cols][16]. (GGUF's Q8_0: groups of 32, fp16 scales widened
+//              exactly.)
 #pragma once
 
 #include <cstddef>

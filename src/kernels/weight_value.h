@@ -51,7 +51,11 @@ inline float WeightCodeAt(const WeightMatrix& w, int64_t r, int64_t c) {
       const uint8_t byte = uint8_t(base[byte_index]);
       return float(int((c % 2 == 0) ? (byte & 0x0f) : (byte >> 4)) - 8);
     }
-    case WeightFormat::kInt8Group: return float(int8_t(base[index]));
+    case WeightFormat::kInt8Group: {
+      // Packed: byte c % 4 of lane r % 16's word in quad c / 4.
+      const int64_t byte_index = w.packed ? (c / 4) * 4 * kPanelRows + (r % kPanelRows) * 4 + c % 4 : c;
+      return float(int8_t(base[byte_index]));
+    }
   }
   return 0.0f;
 }

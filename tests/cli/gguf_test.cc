@@ -23,8 +23,8 @@ using testing::ShellQuote;
 const std::string kText = "'ROMEO: But soft, what light through yonder window breaks? It is the east.'";
 
 // `score`'s logprobs of kText; tp_ranks > 1: the same as a tensor-parallel job.
-std::vector<double> Logprobs(const std::string& model, int tp_ranks = 1) {
-  const std::string args = "score --model-path " + ShellQuote(model) + " --kv-cache-dtype fp32 --text " + kText;
+std::vector<double> Logprobs(const std::string& model, int tp_ranks = 1, const std::string& flags = "") {
+  const std::string args = "score --model-path " + ShellQuote(model) + " --kv-cache-dtype fp32 --text " + kText + " " + flags;
   auto r = tp_ranks > 1 ? testing::RunCommand(testing::MpirunMlaserve(tp_ranks, args)) : RunMlaserve(args);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
@@ -63,25 +63,32 @@ TEST_F(GgufCli, ABf16GgufScoresAsItsSafetensorsOriginalInBothKvLayouts) {
 }
 
 // Q8_0 (written as llama.cpp's reference quantizer writes it, computed as int8 codes with their
-// block scales): close to the original on every token, not equal to it (the weights are
-// quantized), and the same in both kv layouts (the split pair is dequantized exactly at load).
+// block scales): close to the original on every token in both kv layouts, not equal to it (the
+// weights are quantized), with the kernels --kernels auto takes on this host (int8 activations
+// where it measured them faster). With the exact fp32 reference kernels, the two layouts score
+// alike (the split pair is dequantized exactly at load); int8 activations amplify the layouts'
+// last-bit differences (a code rounds the other way), so only the quality bounds hold there.
 TEST_F(GgufCli, AQ8_0GgufScoresCloseToItsOriginal) {
   const std::vector<double> original = Logprobs(testing::BundledModelPath());
-  const std::vector<double> combined = Logprobs(Write("q8-combined.gguf", "--weights q8_0"));
-  const std::vector<double> split = Logprobs(Write("q8-split.gguf", "--weights q8_0 --gguf-kv-layout split"));
-  ASSERT_EQ(combined.size(), original.size());
-  ASSERT_EQ(split.size(), original.size());
-  double sum = 0, largest = 0;
-  for (size_t i = 1; i < original.size(); ++i) {
-    const double d = std::abs(combined[i] - original[i]);
-    sum += d;
-    largest = std::max(largest, d);
-    EXPECT_NEAR(split[i], combined[i], 1e-3) << "token " << i;
+  const std::string combined_file = Write("q8-combined.gguf", "--weights q8_0");
+  const std::string split_file = Write("q8-split.gguf", "--weights q8_0 --gguf-kv-layout split");
+  for (const std::vector<double>& scored : {Logprobs(combined_file), Logprobs(split_file)}) {
+    ASSERT_EQ(scored.size(), original.size());
+    double sum = 0, largest = 0;
+    for (size_t i = 1; i < original.size(); ++i) {
+      const double d = std::abs(scored[i] - original[i]);
+      sum += d;
+      largest = std::max(largest, d);
+    }
+    const double mean = sum / double(original.size() - 1);
+    EXPECT_LT(largest, 0.05);
+    EXPECT_LT(mean, 0.02);
+    EXPECT_GT(mean, 0.0) << "Q8_0 weights are not the bf16 ones";
   }
-  const double mean = sum / double(original.size() - 1);
-  EXPECT_LT(largest, 0.05);
-  EXPECT_LT(mean, 0.02);
-  EXPECT_GT(mean, 0.0) << "Q8_0 weights are not the bf16 ones";
+  const std::vector<double> combined = Logprobs(combined_file, 1, "--kernels portable");
+  const std::vector<double> split = Logprobs(split_file, 1, "--kernels portable");
+  ASSERT_EQ(split.size(), combined.size());
+  for (size_t i = 1; i < combined.size(); ++i) EXPECT_NEAR(split[i], combined[i], 1e-3) << "token " << i;
 }
 
 // --tokenizer-path: a GGUF whose pre-tokenizer mlaserve does not know ("gpt-2" patched to

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -45,6 +46,22 @@ TEST(KernelChoice, Bf16FromTheSmallestClassFromWhichEveryLargerOneGains) {
   EXPECT_EQ(TableForRates(Rates(2.0, 2.0, 2.0, 1.0), true)->name, fp32);
 }
 
+TEST(KernelChoice, Int8ProductsWhereBothShapesGainAtAnyBf16Choice) {
+  if (!CpuSupportsInt8Dot()) GTEST_SKIP() << "this CPU lacks AVX512-VNNI";
+  const std::string fp32 = KernelsByName("auto").value()->name;
+  const std::vector<ShapeClassRate> no_bf16 = Rates(1.0, 1.0, 1.0, 1.0);
+  const Int8Rates fast{100e9, 150e9, 100e9, 300e9};
+  EXPECT_EQ(TableForRates(no_bf16, false, fast)->name, fp32 + "+int8");
+  EXPECT_EQ(TableForRates(no_bf16, true, fast)->name, fp32 + "+int8");  // batch-invariant: deterministic too
+  EXPECT_EQ(TableForRates(no_bf16, false, Int8Rates{100e9, 105e9, 100e9, 300e9})->name, fp32);  // 1 token: 1.05x
+  EXPECT_EQ(TableForRates(no_bf16, false, Int8Rates{100e9, 150e9, 100e9, 100e9})->name, fp32);  // 32 tokens: 1x
+  EXPECT_EQ(TableForRates(no_bf16, false, Int8Rates{})->name, fp32);                           // not measured
+  if (CpuSupportsBf16Dot()) {
+    EXPECT_EQ(TableForRates(Rates(1.0, 1.05, 1.9, 1.9), false, fast)->name, std::string("avx512-bf16:17+int8"));
+    EXPECT_EQ(TableForRates(Rates(2.0, 2.0, 2.0, 2.0), true, fast)->name, std::string("avx512-bf16+int8"));
+  }
+}
+
 TEST(KernelChoice, AutoMeasuresOnceThenReadsTheCache) {
   testing::TempDir dir;
   const std::string cache = dir.path() + "/sub/kernel-choice.json";
@@ -58,26 +75,35 @@ TEST(KernelChoice, AutoMeasuresOnceThenReadsTheCache) {
   ASSERT_EQ(::setenv("MLASERVE_KERNEL_CACHE", cache.c_str(), 1), 0);
   auto first = ChooseKernels("auto", false);
   ASSERT_TRUE(first.ok()) << first.error();
-  if (!CpuSupportsBf16Dot()) {
+  if (!CpuSupportsBf16Dot() && !CpuSupportsInt8Dot()) {
     EXPECT_TRUE(first->rates.empty());
-    EXPECT_NE(first->Describe().find("no AVX512-BF16"), std::string::npos) << first->Describe();
+    EXPECT_NE(first->Describe().find("no AVX512-BF16 or AVX512-VNNI"), std::string::npos) << first->Describe();
     return;
   }
   EXPECT_FALSE(first->from_cache);
   EXPECT_EQ(first->rates.size(), 4u);
+  EXPECT_EQ(first->int8.measured(), CpuSupportsInt8Dot());
   EXPECT_NE(first->Describe().find("cached in " + cache), std::string::npos) << first->Describe();
   auto second = ChooseKernels("auto", false);
   ASSERT_TRUE(second.ok());
   EXPECT_TRUE(second->from_cache);
   EXPECT_EQ(second->kernels, first->kernels);
   EXPECT_DOUBLE_EQ(second->rates[2].bf16_flops, first->rates[2].bf16_flops);  // through GFLOP/s in JSON
+  EXPECT_DOUBLE_EQ(second->int8.int8_one_flops, first->int8.int8_one_flops);
   // A file with this build's key but fields of the wrong type or value is measured over, never a
   // crash.
   const nlohmann::json good = nlohmann::json::parse(testing::ReadTextFile(cache));
-  for (const auto& [field, value] : std::vector<std::pair<std::string, nlohmann::json>>{
-           {"label", 1}, {"fp32_gflops", "fast"}, {"bf16_gflops", -1.0}, {"bf16_gflops", nullptr}}) {
+  std::vector<std::tuple<std::string, std::string, nlohmann::json>> bad_fields;
+  if (CpuSupportsBf16Dot()) {
+    bad_fields.insert(bad_fields.end(), {{"classes", "label", 1}, {"classes", "fp32_gflops", "fast"},
+                                         {"classes", "bf16_gflops", -1.0}, {"classes", "bf16_gflops", nullptr}});
+  }
+  if (CpuSupportsInt8Dot()) {
+    bad_fields.insert(bad_fields.end(), {{"int8", "int8_one_gflops", "fast"}, {"int8", "fp32_batch_gflops", 0.0}});
+  }
+  for (const auto& [part, field, value] : bad_fields) {
     nlohmann::json bad = good;
-    bad["classes"][1][field] = value;
+    (part == "classes" ? bad["classes"][1] : bad["int8"])[field] = value;
     std::ofstream(cache) << bad.dump();
     auto remeasured = ChooseKernels("auto", false);
     ASSERT_TRUE(remeasured.ok()) << field;

@@ -54,9 +54,10 @@ std::optional<AnyWeights> MakeWeights(Kind kind, int64_t rows, int64_t cols, std
       w.quant = RandomQuantWeights(WeightFormat::kInt4Group, rows, cols, 1, cols % 32 == 0 ? 32 : 8, rng);
       break;
     case Kind::kInt8: {
-      // GGUF's Q8_0 groups of 32, else the largest even group that divides cols.
+      // GGUF's Q8_0 groups of 32, else the largest group that divides cols and packs (a
+      // multiple of 4: weight_matrix.h).
       int group = 0;
-      for (int g : {32, 8, 4, 2}) {
+      for (int g : {32, 8, 4}) {
         if (group == 0 && cols % g == 0) group = g;
       }
       if (group == 0) return std::nullopt;

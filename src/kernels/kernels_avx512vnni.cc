@@ -1,0 +1,263 @@
+// The int8 dot-product tables (AVX512-VNNI `vpdpbusd`): an AVX-512 table (fp32 or bf16 products),
+// except that products with packed int8-group weights (kInt8Group: GGUF's Q8_0) quantize the
+// activations to int8 and multiply int8 by int8, four columns per 32-bit lane, summing exactly in
+// int32, as llama.cpp does for Q8_0 (its q8_0 activations). The fp32 path widens every code to
+// fp32 and multiplies it by its scale (~4 instructions per 16 weights); this is one instruction
+// per 64. Whether it wins on a host is measured (kernel_choice.cc), never assumed.
+//
+// Compiled with -mavx512vnni (CMakeLists.txt: *_avx512vnni.cc): nothing here may run unless
+// GetCpuFeatures().avx512_vnni.
+//
+// Numerics (Int8DotReference in tests/kernels/int8_dot_test.cc computes the same, scalar):
+//   activations: per token and per group of the weight's group_cols columns, amax = max |x|,
+//     d = amax / 127, q[c] = nearest-even(x[c] * (1 / d)) (d = 0: q = 0), so |q| <= 127;
+//   y[t][r] = the groups g in order of  acc = fma(float(sum_c code[r][c] * q[t][c]), s[r][g] * d[t][g], acc)
+//     with the integer sum exact (|sum| < 2^24, so its float is exact too).
+// vpdpbusd multiplies unsigned bytes by signed ones: the weight codes are offset by 128 (an XOR of
+// the sign bit) and every group's sum starts at -128 * sum_c q[t][c] to cancel it.
+// Each token's result depends on its own activations alone, and partial sums are stored and
+// reloaded exactly between column chunks: the product is batch-invariant.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace mlaserve {
+namespace avx512vnni {
+namespace {
+
+// Tokens per register tile: 4 x 2 int32 sums and 4 x 2 fp32 outputs. Up to kOnePassTokens tokens
+// go in one tile (6 x 2 + 6 x 2 registers), so that a few decoding requests read each panel once
+// (6 tokens streaming from memory: ~0.9x bf16's GB/s this way, ~0.75x in tiles of 4 and 2), while
+// prefill's tiles stay at 4 (6 measured slower there).
+constexpr int kTokens = 4;
+constexpr int kOnePassTokens = 6;
+// Software prefetch distances: codes 2 KB ahead of each panel stream, scales 8 groups ahead
+// (`bench-kernels`' q8_0 decode rows measured 1-4 KB alike, all above 1 KB, on the AMD host).
+constexpr int64_t kPrefetchBytes = 2048;
+constexpr int64_t kPrefetchGroups = 8;  // tokens per register tile: 4 x 2 int32 sums and 4 x 2 fp32 outputs
+
+// The packed activations' parts (kernels.h Int8PackedActivationFloats): codes, then per (token,
+// group) the scale and the offset's correction.
+struct GroupScale {
+  float d;       // the group's scale: x ~ q * d
+  int32_t corr;  // -128 * sum of the group's q (cancels the weights' +128)
+};
+struct Int8Activations {
+  int8_t* q;         // [n][cols]
+  GroupScale* s;     // [n][cols / group]
+};
+Int8Activations Parts(float* xp, int64_t n, int64_t cols) {
+  auto* base = reinterpret_cast<std::byte*>(xp);
+  return {reinterpret_cast<int8_t*>(base), reinterpret_cast<GroupScale*>(base + Int8ActivationCodeBytes(n, cols))};
+}
+
+// Quantizes token rows [t_begin, t_end) of x ([n][cols]) per group of `group` columns.
+void Quantize(const float* x, int64_t cols, int64_t group, int64_t t_begin, int64_t t_end, Int8Activations a) {
+  const int64_t groups = cols / group;
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    const float* row = x + t * cols;
+    int8_t* q = a.q + t * cols;
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* xg = row + g * group;
+      __m512 amax = _mm512_setzero_ps();
+      for (int64_t c = 0; c < group; c += 16) {
+        const __mmask16 m = group - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (group - c)) - 1);
+        amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_maskz_loadu_ps(m, xg + c)));
+      }
+      const float max_abs = _mm512_reduce_max_ps(amax);
+      const float d = max_abs / 127.0f;
+      const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+      __m512i sum = _mm512_setzero_si512();
+      for (int64_t c = 0; c < group; c += 16) {
+        const __mmask16 m = group - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (group - c)) - 1);
+        // Nearest-even (the MXCSR default), clamped for safety: |x * inv| <= 127 up to rounding.
+        __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, xg + c), _mm512_set1_ps(inv)));
+        v = _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+        sum = _mm512_add_epi32(sum, _mm512_maskz_mov_epi32(m, v));
+        _mm_mask_storeu_epi8(q + g * group + c, m, _mm512_cvtepi32_epi8(v));
+      }
+      a.s[t * groups + g] = {d, -128 * _mm512_reduce_add_epi32(sum)};
+    }
+  }
+}
+
+// Rows [row0, row0 + 32) (rows_valid of them stored; p[1] may repeat p[0] past the matrix), for T
+// tokens, over the groups [g_begin, g_end): y (partial sums; zero when `first`) += each group's
+// product, in group order.
+template <int T>
+void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const std::byte* const (&p)[2],
+           const std::byte* const (&scales)[2], int64_t g_begin, int64_t g_end, bool first, float* y, int64_t ldy,
+           int rows_valid) {
+  const int64_t group = w.block_cols;
+  const int64_t groups = cols / group;
+  const __mmask16 m0 = rows_valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows_valid) - 1);
+  const __mmask16 m1 = rows_valid >= 32 ? __mmask16(0xFFFF)
+                       : rows_valid <= 16 ? __mmask16(0)
+                                          : __mmask16((1u << (rows_valid - 16)) - 1);
+  __m512 out[T][2];
+  for (int t = 0; t < T; ++t) {
+    if (first) {
+      out[t][0] = out[t][1] = _mm512_setzero_ps();
+    } else {
+      out[t][0] = _mm512_maskz_loadu_ps(m0, y + t * ldy);
+      out[t][1] = _mm512_maskz_loadu_ps(m1, y + t * ldy + 16);
+    }
+  }
+  const __m512i sign = _mm512_set1_epi8(int8_t(0x80));
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    __m512i sum[T][2];
+    for (int t = 0; t < T; ++t) sum[t][0] = sum[t][1] = _mm512_set1_epi32(a.s[t * groups + g].corr);
+    for (int64_t c = g * group; c < (g + 1) * group; c += 4) {
+      const std::byte* w0 = p[0] + c * kPanelRows;  // quad c / 4: 64 bytes
+      const std::byte* w1 = p[1] + c * kPanelRows;
+      _mm_prefetch(reinterpret_cast<const char*>(w0) + kPrefetchBytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w1) + kPrefetchBytes, _MM_HINT_T0);
+      const __m512i u0 = _mm512_xor_si512(_mm512_loadu_si512(w0), sign);
+      const __m512i u1 = _mm512_xor_si512(_mm512_loadu_si512(w1), sign);
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        int32_t word;
+        std::memcpy(&word, a.q + t * cols + c, 4);
+        const __m512i xq = _mm512_set1_epi32(word);
+        sum[t][0] = _mm512_dpbusd_epi32(sum[t][0], u0, xq);
+        sum[t][1] = _mm512_dpbusd_epi32(sum[t][1], u1, xq);
+      }
+    }
+    _mm_prefetch(reinterpret_cast<const char*>(scales[0]) + (g + kPrefetchGroups) * 64, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(scales[1]) + (g + kPrefetchGroups) * 64, _MM_HINT_T0);
+    const __m512 s0 = _mm512_loadu_ps(reinterpret_cast<const float*>(scales[0]) + g * kPanelRows);
+    const __m512 s1 = _mm512_loadu_ps(reinterpret_cast<const float*>(scales[1]) + g * kPanelRows);
+    for (int t = 0; t < T; ++t) {
+      const __m512 d = _mm512_set1_ps(a.s[t * groups + g].d);
+      out[t][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t][0]), _mm512_mul_ps(s0, d), out[t][0]);
+      out[t][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t][1]), _mm512_mul_ps(s1, d), out[t][1]);
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    _mm512_mask_storeu_ps(y + t * ldy, m0, out[t][0]);
+    _mm512_mask_storeu_ps(y + t * ldy + 16, m1, out[t][1]);
+  }
+}
+
+template <int kMax, class Fn>
+inline void WithTokens(int n, Fn&& fn) {
+  if constexpr (kMax > 0) {
+    if (n == kMax) return fn(std::integral_constant<int, kMax>{});
+    WithTokens<kMax - 1>(n, fn);
+  }
+}
+
+// Panels [panel_begin, panel_end) for n tokens from quantized activations. Blocks of 32 rows
+// outermost, then chunks of columns (whole groups, ~512 columns: the block's 16 KB of codes stay in
+// L1 while every token tile passes), then tiles of kTokens tokens; one token reads each panel as
+// one sequential stream.
+void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t panel_begin, int64_t panel_end,
+             float* y, int64_t ldy) {
+  const int64_t group = w.block_cols;
+  const int64_t chunk_groups = std::max<int64_t>(1, kGemmColumns / group);
+  const int64_t groups = w.cols / group;
+  const int64_t row_end = std::min(w.rows, panel_end * kPanelRows);
+  const auto* scale_base = static_cast<const std::byte*>(w.scales);
+  const size_t panel_scale_bytes = size_t(groups) * kPanelRows * 4;
+  for (int64_t row0 = panel_begin * kPanelRows; row0 < row_end; row0 += 2 * kPanelRows) {
+    const int64_t panel0 = row0 / kPanelRows;
+    const int64_t panel1 = row0 + kPanelRows < row_end ? panel0 + 1 : panel0;
+    const std::byte* p[2] = {w.panel(panel0), w.panel(panel1)};
+    const std::byte* scales[2] = {scale_base + size_t(panel0) * panel_scale_bytes,
+                                  scale_base + size_t(panel1) * panel_scale_bytes};
+    const int rows_valid = int(std::min<int64_t>(2 * kPanelRows, row_end - row0));
+    for (int64_t g0 = 0; g0 < groups; g0 += chunk_groups) {
+      const int64_t g1 = std::min(groups, g0 + chunk_groups);
+      const int64_t tile = n <= kOnePassTokens ? n : kTokens;
+      for (int64_t t0 = 0; t0 < n; t0 += tile) {
+        const Int8Activations at{a.q + t0 * w.cols, a.s + t0 * groups};
+        WithTokens<kOnePassTokens>(int(std::min<int64_t>(tile, n - t0)), [&](auto tokens) {
+          Block<decltype(tokens)::value>(at, w.cols, w, p, scales, g0, g1, g0 == 0, y + t0 * ldy + row0, ldy,
+                                         rows_valid);
+        });
+      }
+    }
+  }
+}
+
+bool Int8Dot(const WeightMatrix& w) { return w.packed && w.format == WeightFormat::kInt8Group; }
+
+// The table with int8 products over the AVX-512 table kBase names (0: fp32; else the bf16 table
+// from that many tokens).
+template <int kBase>
+struct Int8Over {
+  static const KernelSet& Base() { return kBase == 0 ? *Avx512Kernels() : *Avx512Bf16Kernels(kBase); }
+
+  // Without packed activations (no scratch): quantized here, into this thread's buffer (grown
+  // once to the largest product it saw; the model's products come packed).
+  static void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin, int64_t panel_end,
+                           float* y, int64_t ldy) {
+    if (!Int8Dot(w)) return Base().matmul_panels(x, n, w, panel_begin, panel_end, y, ldy);
+    thread_local std::vector<float> xp;
+    const size_t floats = size_t(Int8PackedActivationFloats(n, w.cols, w.block_cols));
+    if (xp.size() < floats) xp.resize(floats);
+    const Int8Activations a = Parts(xp.data(), n, w.cols);
+    Quantize(x, w.cols, w.block_cols, 0, n, a);
+    Product(a, n, w, panel_begin, panel_end, y, ldy);
+  }
+  static void PackActivations(const float* x, int64_t n, const WeightMatrix& w, int64_t tile_begin, int64_t tile_end,
+                              float* xp) {
+    if (!Int8Dot(w)) return Base().pack_activations(x, n, w, tile_begin, tile_end, xp);
+    Quantize(x, w.cols, w.block_cols, tile_begin * kGemmTileTokens, std::min(n, tile_end * kGemmTileTokens),
+             Parts(xp, n, w.cols));
+  }
+  static void MatMulPanelsPacked(const float* x, const float* xp, float* scratch, int64_t n, const WeightMatrix& w,
+                                 int64_t panel_begin, int64_t panel_end, float* y, int64_t ldy) {
+    if (!Int8Dot(w)) return Base().matmul_panels_packed(x, xp, scratch, n, w, panel_begin, panel_end, y, ldy);
+    Product(Parts(const_cast<float*>(xp), n, w.cols), n, w, panel_begin, panel_end, y, ldy);
+  }
+
+  static KernelSet Make(const char* name) {
+    KernelSet k = Base();
+    k.name = name;
+    k.int8_dot = true;
+    k.matmul_panels = MatMulPanels;
+    k.pack_activations = PackActivations;
+    k.matmul_panels_packed = MatMulPanelsPacked;
+    return k;
+  }
+};
+
+}  // namespace
+}  // namespace avx512vnni
+
+const KernelSet* WithInt8Dot(const KernelSet* base) {
+  using namespace avx512vnni;
+  if (base == nullptr || !CpuSupportsInt8Dot()) return nullptr;
+  if (base->int8_dot) return base;
+  if (base == Avx512Kernels()) {
+    static const KernelSet k = Int8Over<0>::Make("avx512+int8");
+    return &k;
+  }
+  if (!CpuSupportsBf16Dot()) return nullptr;
+  if (base == Avx512Bf16Kernels(1)) {
+    static const KernelSet k = Int8Over<1>::Make("avx512-bf16+int8");
+    return &k;
+  }
+  if (base == Avx512Bf16Kernels(2)) {
+    static const KernelSet k = Int8Over<2>::Make("avx512-bf16:2+int8");
+    return &k;
+  }
+  if (base == Avx512Bf16Kernels(17)) {
+    static const KernelSet k = Int8Over<17>::Make("avx512-bf16:17+int8");
+    return &k;
+  }
+  if (base == Avx512Bf16Kernels(65)) {
+    static const KernelSet k = Int8Over<65>::Make("avx512-bf16:65+int8");
+    return &k;
+  }
+  return nullptr;
+}
+
+}  // namespace mlaserve
