@@ -14,8 +14,10 @@ namespace mlaserve::cli {
 namespace {
 
 // A GGUF file's tensors under their Hugging Face names (a stacked expert tensor as one tensor
-// per expert, the split kv_b pair as kv_b_proj), bytes as stored whatever their type: `plan`
-// counts a Q4_K file's bytes even though mlaserve does not compute Q4_K yet.
+// per expert, the split kv_b pair as kv_b_proj), bytes as mlaserve holds them: as stored, except
+// Q6_K, held as int8 codes with an F32 scale per 16 (model/gguf_checkpoint.cc: 1.25 bytes a
+// weight, not the file's 0.82); `plan` counts a Q4_K file's bytes as stored even though mlaserve
+// does not compute Q4_K yet.
 std::optional<WeightSource> GgufWeightSource(const std::string& path, const ModelConfig& config) {
   auto f = ReadGgufFile(path);
   if (!f.ok()) return std::nullopt;
@@ -28,8 +30,11 @@ std::optional<WeightSource> GgufWeightSource(const std::string& path, const Mode
     if (hf && hf->name.ends_with(".self_attn.kv_b_proj.weight")) combined_kv_b.insert(hf->layer);
   }
   for (const GgufTensorInfo& t : f->tensors) {
-    const double bytes = double(t.num_bytes);
-    bytes_by_type[GgmlTraits(t.type).name] += bytes;
+    double elements = 1;
+    for (int64_t d : t.ne) elements *= double(d);
+    const bool widened = GgmlType(t.type) == GgmlType::kQ6_K;
+    const double bytes = widened ? elements * 1.25 : double(t.num_bytes);
+    bytes_by_type[std::string(GgmlTraits(t.type).name) + (widened ? " (held as int8)" : "")] += bytes;
     out.total_bytes += bytes;
     const std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());
     const std::optional<HfTensorName> hf = HfNameOfGgufTensor(t.name);

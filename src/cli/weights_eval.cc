@@ -7,7 +7,8 @@
 // The same for kernel tables (--compare-kernels, by default the bf16 dot-product table where the
 // CPU has one): the dense weights computed by that table against the fp32 reference, and each
 // quantized copy computed by it (a row "fp8-block + avx512-bf16", beside the copy's own row: the
-// bf16 tables multiply fp8 and int4 codes in bf16 too). Every other row computes with the fp32
+// bf16 tables multiply fp8 and int4 codes in bf16 too; the +int8 tables multiply Q8_0 / Q6_K
+// codes by int8 activations and leave dense weights to their base). Every other row computes with the fp32
 // table of the widest ISA (KernelsByName("auto")), unless --kernels names a table, so that a
 // quantization's row measures the weights alone.
 #include <algorithm>
@@ -50,12 +51,15 @@ int RunWeightsEval(Args& args) {
       "and int4-g32)", {.value_name = "DIR"});
   std::vector<std::string> compare_kernels = args.All(
       "compare-kernels", "kernel tables to evaluate on the dense weights against the fp32 reference (default: "
-      "avx512-bf16 where the CPU has AVX512-BF16)", {.value_name = "NAME"});
+      "avx512-bf16 where the CPU has AVX512-BF16, avx512+int8 where it has AVX512-VNNI)", {.value_name = "NAME"});
   const int max_tokens = args.Int("max-tokens", 8192, "teacher-forced tokens at most (>= --window)", {.min = 2});
   const int window = args.Int("window", 512, "tokens per teacher-forced sequence", {.min = 2});
   const std::string json_path = args.Str("json", "", "also write the results as JSON", {.value_name = "FILE"});
   if (max_tokens < window) args.Reject("--max-tokens must be >= --window");
-  if (!args.WasGiven("compare-kernels") && CpuSupportsBf16Dot()) compare_kernels = {"avx512-bf16"};
+  if (!args.WasGiven("compare-kernels")) {
+    if (CpuSupportsBf16Dot()) compare_kernels.push_back("avx512-bf16");
+    if (CpuSupportsInt8Dot()) compare_kernels.push_back("avx512+int8");
+  }
   std::vector<const KernelSet*> kernel_candidates;
   for (const std::string& name : compare_kernels) {
     auto k = KernelsByName(name);

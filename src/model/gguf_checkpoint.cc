@@ -4,9 +4,12 @@
 // bytes. Q8_0 tensors (blocks of an fp16 scale and 32 int8 codes) are split once at load into
 // their codes (`X.weight`, I8) and their scales widened exactly (`X.weight_scale`, F32
 // [rows, cols / 32]): the grouped int8 format the kernels compute (kernels/weight_matrix.h),
-// in shared anonymous memory the checkpoint owns, never dequantized. A stacked expert tensor
+// in shared anonymous memory the checkpoint owns, never dequantized. Q6_K (super-blocks of 256:
+// 16 sub-blocks of 16 six-bit codes q, an int8 scale each, an fp16 scale d) goes the same way:
+// codes q - 32 in int8 and scales d * scale, exact in F32, per 16 values (8 bits a weight in
+// memory instead of the file's 6.56: the kernels have no 6-bit layout yet). A stacked expert tensor
 // [experts][rows][cols] becomes one view per expert. The split kv_b layout (attn_k_b, attn_v_b)
-// is rearranged into kv_b_proj's rows, in the pair's own type (F32/F16/BF16) or, for Q8_0, in F32
+// is rearranged into kv_b_proj's rows, in the pair's own type (F32/F16/BF16) or, for Q8_0 / Q6_K, in F32
 // (their blocks run across kv_b's rows): it stays resident, as kv_b is read by rows; DeepSeek-V3's
 // (128 heads x 256 rows x 512) is 32 MiB a layer in BF16, 64 MiB in F32 (~4 GB over 61 layers). A tensor type mlaserve does not compute is refused,
 // naming the type and the tensors that use it.
@@ -28,15 +31,44 @@ std::optional<DType> DTypeOfGgml(uint32_t type) {
     case GgmlType::kF32: return DType::kF32;
     case GgmlType::kF16: return DType::kF16;
     case GgmlType::kBF16: return DType::kBF16;
-    case GgmlType::kQ8_0: return DType::kI8;  // split into codes and scales below
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ6_K: return DType::kI8;  // split into codes and scales below
     default: return std::nullopt;
   }
 }
 
+// Values per F32 scale of a type split into grouped int8 (DTypeOfGgml kI8).
+int64_t Int8GroupOf(uint32_t type) { return GgmlType(type) == GgmlType::kQ6_K ? 16 : kQ8_0Values; }
+
 std::vector<int64_t> TorchShape(const std::vector<int64_t>& ne) { return {ne.rbegin(), ne.rend()}; }
 
-// A Q8_0 tensor of `elements` values as codes [elements] and F32 scales [elements / 32].
-void SplitQ8_0(const std::byte* blocks, int64_t elements, int8_t* codes, float* scales) {
+// A Q6_K super-block (ggml's block_q6_K: ql[128] low 4 bits, qh[64] high 2 bits, int8 scales[16],
+// fp16 d) as 256 codes q - 32 and 16 scales d * scales[j]. Value e of the block: half h = e / 128,
+// within it k = (e % 128) / 32 and l = e % 32; its low bits are nibble k / 2 of ql[64h + 32(k % 2)
+// + l], its high bits bits 2k, 2k + 1 of qh[32h + l]; its scale is scales[e / 16].
+void SplitQ6_K(const std::byte* block, int8_t* codes, float* scales) {
+  const auto* ql = reinterpret_cast<const uint8_t*>(block);
+  const uint8_t* qh = ql + 128;
+  const auto* sc = reinterpret_cast<const int8_t*>(qh + 64);
+  uint16_t d_bits;
+  std::memcpy(&d_bits, sc + 16, 2);
+  const float d = F16ToF32(d_bits);
+  for (int j = 0; j < 16; ++j) scales[j] = d * float(sc[j]);  // exact: 11 x 8 significant bits
+  for (int e = 0; e < 256; ++e) {
+    const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+    const int low = (ql[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 0xF;
+    const int high = (qh[32 * h + l] >> (2 * k)) & 3;
+    codes[e] = int8_t((low | (high << 4)) - 32);
+  }
+}
+
+// A Q8_0 or Q6_K tensor of `elements` values as int8 codes [elements] and F32 scales
+// [elements / Int8GroupOf(type)].
+void SplitToInt8(uint32_t type, const std::byte* blocks, int64_t elements, int8_t* codes, float* scales) {
+  if (GgmlType(type) == GgmlType::kQ6_K) {
+    for (int64_t b = 0; b < elements / 256; ++b) SplitQ6_K(blocks + b * 210, codes + b * 256, scales + b * 16);
+    return;
+  }
   for (int64_t b = 0; b < elements / kQ8_0Values; ++b) {
     const std::byte* block = blocks + b * kQ8_0Bytes;
     uint16_t d;
@@ -46,14 +78,15 @@ void SplitQ8_0(const std::byte* blocks, int64_t elements, int8_t* codes, float* 
   }
 }
 
-// A Q8_0 tensor's values as F32, exactly (code x its block's scale).
-std::vector<float> DequantizeQ8_0(const GgufTensorInfo& t, const std::byte* blocks) {
+// A Q8_0 or Q6_K tensor's values as F32, exactly (code x its group's scale).
+std::vector<float> DequantizeToF32(const GgufTensorInfo& t, const std::byte* blocks) {
   int64_t elements = 1;
   for (int64_t d : t.ne) elements *= d;
+  const int64_t group = Int8GroupOf(t.type);
   std::vector<int8_t> codes(static_cast<size_t>(elements));
-  std::vector<float> scales(static_cast<size_t>(elements / kQ8_0Values)), out(static_cast<size_t>(elements));
-  SplitQ8_0(blocks, elements, codes.data(), scales.data());
-  for (size_t i = 0; i < out.size(); ++i) out[i] = float(codes[i]) * scales[i / kQ8_0Values];
+  std::vector<float> scales(static_cast<size_t>(elements / group)), out(static_cast<size_t>(elements));
+  SplitToInt8(t.type, blocks, elements, codes.data(), scales.data());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = float(codes[i]) * scales[i / size_t(group)];
   return out;
 }
 
@@ -94,13 +127,14 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
     for (int64_t d : t.ne) elements *= d;
     const std::byte* values = data + t.offset;
     const std::byte* scales = nullptr;
+    const int64_t group = Int8GroupOf(t.type);
     size_t value_bytes = size_t(t.num_bytes);
     if (*dtype == DType::kI8) {
       const size_t codes_bytes = (size_t(elements) + 63) / 64 * 64;
-      auto owned = MappedFile::SharedAnonymous(codes_bytes + size_t(elements / kQ8_0Values) * 4);
+      auto owned = MappedFile::SharedAnonymous(codes_bytes + size_t(elements / group) * 4);
       if (!owned.ok()) return owned.status();
       std::byte* out = (*owned)->mutable_data();
-      SplitQ8_0(values, elements, reinterpret_cast<int8_t*>(out), reinterpret_cast<float*>(out + codes_bytes));
+      SplitToInt8(t.type, values, elements, reinterpret_cast<int8_t*>(out), reinterpret_cast<float*>(out + codes_bytes));
       values = out;
       scales = out + codes_bytes;
       value_bytes = size_t(elements);
@@ -112,10 +146,10 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
       const size_t offset = value_bytes / size_t(elements) * size_t(first);
       if (scales != nullptr) {
         std::vector<int64_t> scale_shape = shape;
-        scale_shape.back() /= kQ8_0Values;
+        scale_shape.back() /= group;
         MLA_RETURN_IF_ERROR(add(TensorView{.name = name + "_scale", .dtype = DType::kF32, .shape = scale_shape,
-                                           .data = scales + size_t(first / kQ8_0Values) * 4,
-                                           .num_bytes = size_t(count / kQ8_0Values) * 4, .file = path}));
+                                           .data = scales + size_t(first / group) * 4,
+                                           .num_bytes = size_t(count / group) * 4, .file = path}));
       }
       return add(TensorView{.name = std::move(name), .dtype = *dtype, .shape = std::move(shape),
                             .data = values + offset, .num_bytes = bytes, .file = path});
@@ -135,7 +169,7 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
     }
   }
   if (!unsupported.empty()) {
-    std::string message = path + ": tensor types mlaserve does not compute yet (supported: F32, F16, BF16, Q8_0):";
+    std::string message = path + ": tensor types mlaserve does not compute yet (supported: F32, F16, BF16, Q8_0, Q6_K):";
     for (const auto& [type, names] : unsupported) {
       message += " " + type + " (" + std::to_string(names.size()) + " tensors: " + names[0] +
                  (names.size() > 1 ? ", " + names[1] : "") + (names.size() > 2 ? ", ..." : "") + ")";
@@ -155,12 +189,12 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
                            ": attn_k_b and attn_v_b do not fit together as [heads, kv_lora, nope] and [heads, v, kv_lora]");
     }
     const int64_t nope = k.ne[0], lora = k.ne[1], heads = k.ne[2], vdim = v.ne[1];
-    // Q8_0 pairs are dequantized (exactly, to F32) first: their blocks run across kv_b's rows.
-    const bool q8 = GgmlType(k.type) == GgmlType::kQ8_0;
+    // Q8_0 / Q6_K pairs are dequantized (exactly, to F32) first: their blocks run across kv_b's rows.
+    const bool q8 = *DTypeOfGgml(k.type) == DType::kI8;
     std::vector<float> k_f32, v_f32;
     if (q8) {
-      k_f32 = DequantizeQ8_0(k, data + k.offset);
-      v_f32 = DequantizeQ8_0(v, data + v.offset);
+      k_f32 = DequantizeToF32(k, data + k.offset);
+      v_f32 = DequantizeToF32(v, data + v.offset);
     }
     const DType out_dtype = q8 ? DType::kF32 : *DTypeOfGgml(k.type);
     const size_t elem = size_t(DTypeBytes(out_dtype));

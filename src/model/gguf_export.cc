@@ -59,9 +59,57 @@ void EncodeQ8_0(std::span<const float> x, std::byte* dst) {
   }
 }
 
+// Q6_K (ggml's block_q6_K: ql[128], qh[64], int8 scales[16], fp16 d; layout as SplitQ6_K in
+// model/gguf_checkpoint.cc reads it), by a plain rule rather than llama.cpp's error-minimizing
+// search: each sub-block of 16 takes the scale s_j = (its value of largest magnitude) / -32, the
+// super-block d = (the s_j of largest magnitude) / -128 (stored as fp16), scales[j] =
+// min(127, round(s_j / d)), and every code q = clamp(round(x / (d * scales[j])), -32, 31) + 32.
+void EncodeQ6_K(std::span<const float> x, std::byte* dst) {
+  for (size_t b = 0; b < x.size() / 256; ++b) {
+    const float* v = x.data() + b * 256;
+    float sub[16], largest = 0.0f;
+    for (int j = 0; j < 16; ++j) {
+      float extreme = 0.0f;
+      for (int i = 0; i < 16; ++i) {
+        if (std::abs(v[16 * j + i]) > std::abs(extreme)) extreme = v[16 * j + i];
+      }
+      sub[j] = extreme / -32.0f;
+      if (std::abs(sub[j]) > std::abs(largest)) largest = sub[j];
+    }
+    const uint16_t d_bits = F32ToF16(largest / -128.0f);
+    const float d = F16ToF32(d_bits);
+    uint8_t ql[128] = {}, qh[64] = {};
+    int8_t scales[16];
+    for (int j = 0; j < 16; ++j) {
+      scales[j] = int8_t(d != 0.0f ? std::clamp<long>(std::lround(sub[j] / d), -128, 127) : 0);
+      const float step = d * float(scales[j]);
+      for (int i = 0; i < 16; ++i) {
+        const int e = 16 * j + i;
+        const long q = step != 0.0f ? std::clamp<long>(std::lround(v[e] / step), -32, 31) + 32 : 32;
+        const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+        ql[64 * h + 32 * (k % 2) + l] |= uint8_t((q & 0xF) << (4 * (k / 2)));
+        qh[32 * h + l] |= uint8_t((q >> 4) << (2 * k));
+      }
+    }
+    std::byte* block = dst + b * 210;
+    std::memcpy(block, ql, 128);
+    std::memcpy(block + 128, qh, 64);
+    std::memcpy(block + 192, scales, 16);
+    std::memcpy(block + 208, &d_bits, 2);
+  }
+}
+
+// The type a matrix whose rows hold `cols` values is written in: `type`, unless its blocks do not
+// divide the rows (a K type's 256 past e.g. 1408 columns), then Q8_0 (llama.cpp falls back from
+// Q6_K the same way).
+GgmlType TypeForRows(GgmlType type, int64_t cols) {
+  return cols % GgmlTraits(uint32_t(type)).block_elements == 0 ? type : GgmlType::kQ8_0;
+}
+
 // Values stored as `type` (rows of whole blocks) into dst, StoredBytes(type, x.size()) bytes.
 void Encode(std::span<const float> x, GgmlType type, std::byte* dst) {
   if (type == GgmlType::kQ8_0) return EncodeQ8_0(x, dst);
+  if (type == GgmlType::kQ6_K) return EncodeQ6_K(x, dst);
   for (size_t i = 0; i < x.size(); ++i) {
     if (type == GgmlType::kF32) {
       std::memcpy(dst + i * 4, &x[i], 4);
@@ -190,8 +238,9 @@ Status WriteTokenizerMetadata(const std::string& model_dir, const ModelConfig& c
 Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const std::string& out_path,
                                              const GgufExportOptions& options) {
   const GgmlType mt = options.matrix_type;
-  if (mt != GgmlType::kF32 && mt != GgmlType::kF16 && mt != GgmlType::kBF16 && mt != GgmlType::kQ8_0) {
-    return Status::Error("GGUF export writes F32, F16, BF16 or Q8_0 matrices");
+  if (mt != GgmlType::kF32 && mt != GgmlType::kF16 && mt != GgmlType::kBF16 && mt != GgmlType::kQ8_0 &&
+      mt != GgmlType::kQ6_K) {
+    return Status::Error("GGUF export writes F32, F16, BF16, Q8_0 or Q6_K matrices");
   }
   auto config = LoadModelConfig(model_dir);
   if (!config.ok()) return config.status();
@@ -225,7 +274,8 @@ Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const
     // it stays in a float matrix type, so that a bf16 file's router runs the original's kernels;
     // with Q8_0 matrices it is F32, as llama.cpp's.)
     const bool router = name.ends_with(".mlp.gate.weight");
-    const GgmlType type = t.shape.size() == 1 || (router && mt == GgmlType::kQ8_0) ? GgmlType::kF32 : mt;
+    const bool quantized = mt == GgmlType::kQ8_0 || mt == GgmlType::kQ6_K;
+    const GgmlType type = t.shape.size() == 1 || (router && quantized) ? GgmlType::kF32 : TypeForRows(mt, t.shape.back());
     std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
     MLA_RETURN_IF_ERROR(add(*gguf, std::move(ne), type, AsType(t, type, buffers)));
   }
@@ -236,7 +286,8 @@ Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const
       for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
         const int64_t rows = std::string(proj) == "down_proj" ? c.hidden_size : c.moe_intermediate_size;
         const int64_t cols = std::string(proj) == "down_proj" ? c.moe_intermediate_size : c.hidden_size;
-        const size_t expert_bytes = StoredBytes(mt, size_t(rows * cols));
+        const GgmlType type = TypeForRows(mt, cols);
+        const size_t expert_bytes = StoredBytes(type, size_t(rows * cols));
         std::vector<std::byte>& stacked = buffers.New(expert_bytes * size_t(c.n_routed_experts));
         for (int e = 0; e < c.n_routed_experts; ++e) {
           const std::string name = HfExpertTensorName(layer, e, proj);
@@ -247,10 +298,10 @@ Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const
           }
           // Straight into its slot of the stacked tensor (no second copy).
           std::byte* slot = stacked.data() + size_t(e) * expert_bytes;
-          if (Same(t->dtype, mt)) std::memcpy(slot, t->data, expert_bytes);
-          else Encode(TensorToF32(*t), mt, slot);
+          if (Same(t->dtype, type)) std::memcpy(slot, t->data, expert_bytes);
+          else Encode(TensorToF32(*t), type, slot);
         }
-        MLA_RETURN_IF_ERROR(add(GgufExpertsTensorName(layer, proj), {cols, rows, c.n_routed_experts}, mt, stacked));
+        MLA_RETURN_IF_ERROR(add(GgufExpertsTensorName(layer, proj), {cols, rows, c.n_routed_experts}, type, stacked));
       }
     }
     if (options.split_kv_b) {
@@ -269,8 +320,10 @@ Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const
         }
         std::copy_n(src.begin() + (h * (nope + v) + nope) * lora, v * lora, v_b.begin() + h * v * lora);
       }
-      MLA_RETURN_IF_ERROR(add(blk + "attn_k_b.weight", {nope, lora, heads}, mt, Encoded(k_b, mt, buffers)));
-      MLA_RETURN_IF_ERROR(add(blk + "attn_v_b.weight", {lora, v, heads}, mt, Encoded(v_b, mt, buffers)));
+      // (One type for the pair, as the loader requires: that of k_b's shorter rows.)
+      const GgmlType type = TypeForRows(TypeForRows(mt, lora), nope);
+      MLA_RETURN_IF_ERROR(add(blk + "attn_k_b.weight", {nope, lora, heads}, type, Encoded(k_b, type, buffers)));
+      MLA_RETURN_IF_ERROR(add(blk + "attn_v_b.weight", {lora, v, heads}, type, Encoded(v_b, type, buffers)));
     }
   }
   MLA_RETURN_IF_ERROR(w.Write(out_path));

@@ -121,11 +121,11 @@ class Binder {
       return {};
     }
     const TensorView* scale = ckpt_->Find(name + "_scale");
-    // Groups of an even number of columns (the kernels walk column pairs) that divide the row.
+    // Groups of a multiple of 4 columns (packed panels hold columns in fours) that divide the row.
     const int64_t groups = scale != nullptr && scale->shape.size() == 2 ? scale->shape[1] : 0;
-    if (groups <= 0 || cols % groups != 0 || (cols / groups) % 2 != 0) {
+    if (groups <= 0 || cols % groups != 0 || (cols / groups) % 4 != 0) {
       Fail(t.file + ": tensor '" + name + "' is grouped int8 without an F32 '" + name +
-           "_scale' of [rows, groups] with an even group size");
+           "_scale' of [rows, groups] with a group size a multiple of 4");
       return {};
     }
     if (Companion(name + "_scale", name, {DType::kF32}, {rows, groups}, "the config") == nullptr) return {};

@@ -91,6 +91,36 @@ TEST_F(GgufCli, AQ8_0GgufScoresCloseToItsOriginal) {
   for (size_t i = 1; i < combined.size(); ++i) EXPECT_NEAR(split[i], combined[i], 1e-3) << "token " << i;
 }
 
+// Q6_K (the bundled model's rows of 256 values; its 128-column ones in Q8_0, as llama.cpp falls
+// back): computed from int8 codes and per-16 scales, close to the original on every token, and
+// the same through the exact fp32 kernels in both kv layouts.
+TEST_F(GgufCli, AQ6_KGgufScoresCloseToItsOriginal) {
+  const std::vector<double> original = Logprobs(testing::BundledModelPath());
+  const std::string combined_file = Write("q6-combined.gguf", "--weights q6_k");
+  const std::string split_file = Write("q6-split.gguf", "--weights q6_k --gguf-kv-layout split");
+  for (const std::string& file : {combined_file, split_file}) {
+    const std::vector<double> scored = Logprobs(file);
+    ASSERT_EQ(scored.size(), original.size());
+    double sum = 0, largest = 0;
+    for (size_t i = 1; i < original.size(); ++i) {
+      const double d = std::abs(scored[i] - original[i]);
+      sum += d;
+      largest = std::max(largest, d);
+    }
+    const double mean = sum / double(original.size() - 1);
+    EXPECT_LT(largest, 0.1) << file;
+    EXPECT_LT(mean, 0.04) << file;
+    EXPECT_GT(mean, 0.0) << "Q6_K weights are not the bf16 ones";
+  }
+  const std::vector<double> combined = Logprobs(combined_file, 1, "--kernels portable");
+  const std::vector<double> split = Logprobs(split_file, 1, "--kernels portable");
+  ASSERT_EQ(split.size(), combined.size());
+  for (size_t i = 1; i < combined.size(); ++i) EXPECT_NEAR(split[i], combined[i], 1e-3) << "token " << i;
+  // The file holds Q6_K blocks (and Q8_0 where rows are 128 values).
+  auto plan = RunMlaserve("plan --model-path " + ShellQuote(combined_file) + " --device-memory 1");
+  EXPECT_NE(plan.out.find("Q6_K (held as int8)"), std::string::npos) << plan.out << plan.err;
+}
+
 // --tokenizer-path: a GGUF whose pre-tokenizer mlaserve does not know ("gpt-2" patched to
 // "gpt-9") is refused naming it, and loads with the model's tokenizer files given instead, scoring
 // as the original; a missing one, or one given to a command that reads no tokenizer, is an error.

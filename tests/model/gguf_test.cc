@@ -7,11 +7,14 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <sstream>
 
+#include "core/float16.h"
 #include "model/gguf.h"
 #include "model/gguf_model.h"
 #include "model/gguf_writer.h"
+#include "model/safetensors.h"
 #include "support/run_binary.h"
 
 namespace mlaserve {
@@ -78,6 +81,64 @@ TEST(Gguf, WhatTheWriterWritesReadsBack) {
   }
   EXPECT_EQ(f->tensors[0].ne, (std::vector<int64_t>{3, 2}));
   EXPECT_STREQ(GgmlTraits(f->tensors[2].type).name, "Q8_0");
+}
+
+// Q6_K super-blocks (random bits, normal fp16 scales) load as int8 codes and F32 scales per 16
+// whose products are exactly what ggml's dequantize_row_q6_K makes of them (written out here
+// as ggml loops over the block, not as the loader indexes it).
+TEST(Gguf, Q6_KBlocksLoadAsTheValuesGgmlDequantizes) {
+  std::mt19937 rng(7);
+  constexpr int kBlocks = 3;
+  std::vector<std::byte> blocks(kBlocks * 210);
+  for (std::byte& b : blocks) b = std::byte(rng() & 0xff);
+  std::vector<float> want(kBlocks * 256);
+  for (int b = 0; b < kBlocks; ++b) {
+    const uint16_t d_bits = F32ToF16(0.0123f * float(b + 1));
+    std::memcpy(&blocks[size_t(b) * 210 + 208], &d_bits, 2);
+    const auto* ql = reinterpret_cast<const uint8_t*>(&blocks[size_t(b) * 210]);
+    const uint8_t* qh = ql + 128;
+    const auto* sc = reinterpret_cast<const int8_t*>(ql + 192);
+    const float d = F16ToF32(d_bits);
+    float* y = want.data() + b * 256;
+    for (int n = 0; n < 256; n += 128) {
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int q1 = int((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = int((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = int((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = int((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l] = d * float(sc[is]) * float(q1);
+        y[l + 32] = d * float(sc[is + 2]) * float(q2);
+        y[l + 64] = d * float(sc[is + 4]) * float(q3);
+        y[l + 96] = d * float(sc[is + 6]) * float(q4);
+      }
+      y += 128;
+      ql += 64;
+      qh += 32;
+      sc += 8;
+    }
+  }
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/q6.gguf";
+  GgufWriter w;
+  w.SetString("general.architecture", "deepseek2");
+  ASSERT_TRUE(w.AddTensor("t.q6", {256, kBlocks}, GgmlType::kQ6_K, blocks).ok());
+  ASSERT_TRUE(w.Write(path).ok());
+  auto ckpt = Checkpoint::Open(path);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.error();
+  const TensorView* codes = (*ckpt)->Find("t.q6");
+  const TensorView* scales = (*ckpt)->Find("t.q6_scale");
+  ASSERT_NE(codes, nullptr);
+  ASSERT_NE(scales, nullptr);
+  EXPECT_EQ(codes->dtype, DType::kI8);
+  EXPECT_EQ(codes->shape, (std::vector<int64_t>{kBlocks, 256}));
+  EXPECT_EQ(scales->dtype, DType::kF32);
+  EXPECT_EQ(scales->shape, (std::vector<int64_t>{kBlocks, 16}));
+  for (size_t i = 0; i < want.size(); ++i) {
+    float scale;
+    std::memcpy(&scale, scales->data + 4 * (i / 16), 4);
+    ASSERT_EQ(float(int8_t(codes->data[i])) * scale, want[i]) << i;
+  }
 }
 
 TEST(Gguf, EveryTruncationIsRefusedWithALine) {
