@@ -16,8 +16,8 @@ namespace {
 // A GGUF file's tensors under their Hugging Face names (a stacked expert tensor as one tensor
 // per expert, the split kv_b pair as kv_b_proj), bytes as mlaserve holds them: as stored, except
 // Q6_K, held as int8 codes with an F32 scale per 16 (model/gguf_checkpoint.cc: 1.25 bytes a
-// weight, not the file's 0.82); `plan` counts a Q4_K file's bytes as stored even though mlaserve
-// does not compute Q4_K yet.
+// weight, not the file's 0.82), and Q4_K, nibbles with an F32 scale and min per 32 (0.75, not
+// 0.56); `plan` counts the types mlaserve does not compute (Q5_K, IQ*) as stored.
 std::optional<WeightSource> GgufWeightSource(const std::string& path, const ModelConfig& config) {
   auto f = ReadGgufFile(path);
   if (!f.ok()) return std::nullopt;
@@ -32,9 +32,12 @@ std::optional<WeightSource> GgufWeightSource(const std::string& path, const Mode
   for (const GgufTensorInfo& t : f->tensors) {
     double elements = 1;
     for (int64_t d : t.ne) elements *= double(d);
-    const bool widened = GgmlType(t.type) == GgmlType::kQ6_K;
-    const double bytes = widened ? elements * 1.25 : double(t.num_bytes);
-    bytes_by_type[std::string(GgmlTraits(t.type).name) + (widened ? " (held as int8)" : "")] += bytes;
+    // Q6_K: int8 codes + an F32 scale per 16; Q4_K: nibbles + an F32 scale and min per 32.
+    const bool widened = GgmlType(t.type) == GgmlType::kQ6_K || GgmlType(t.type) == GgmlType::kQ4_K;
+    const double bytes = GgmlType(t.type) == GgmlType::kQ6_K   ? elements * 1.25
+                         : GgmlType(t.type) == GgmlType::kQ4_K ? elements * 0.75
+                                                               : double(t.num_bytes);
+    bytes_by_type[std::string(GgmlTraits(t.type).name) + (widened ? " (as held)" : "")] += bytes;
     out.total_bytes += bytes;
     const std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());
     const std::optional<HfTensorName> hf = HfNameOfGgufTensor(t.name);

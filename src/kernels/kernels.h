@@ -142,18 +142,22 @@ inline bool Bf16DotMultiplies(const WeightMatrix& w) {
     case WeightFormat::kDense: return w.dtype == DType::kBF16;
     case WeightFormat::kFp8Block: return w.block_cols % 2 == 0 && w.block_rows > 0;
     case WeightFormat::kInt4Group: return w.block_cols % 2 == 0;
-    case WeightFormat::kInt8Group: return false;  // the fp32 kernels (no bf16 path written yet)
+    case WeightFormat::kInt8Group:
+    case WeightFormat::kUint4GroupMin: return false;  // the fp32 kernels, or the int8 tables' (no bf16 path)
   }
   return false;
 }
-// The weights an int8 table (KernelSet::int8_dot) multiplies in int8: packed int8 groups.
-inline bool Int8DotMultiplies(const WeightMatrix& w) { return w.packed && w.format == WeightFormat::kInt8Group; }
+// The weights an int8 table (KernelSet::int8_dot) multiplies by int8 activations: packed int8
+// groups and uint4-min groups.
+inline bool Int8DotMultiplies(const WeightMatrix& w) {
+  return w.packed && (w.format == WeightFormat::kInt8Group || w.format == WeightFormat::kUint4GroupMin);
+}
 // Whether one pack_activations serves products with both a and b (MatMulPair, an MLP's gate and
 // up): they must take the same layout, so the same stored format, the same bf16 decision and, for
 // int8 groups (quantized per group), the same group size.
 inline bool SharePackedActivations(const WeightMatrix& a, const WeightMatrix& b) {
   return a.format == b.format && a.dtype == b.dtype && Bf16DotMultiplies(a) == Bf16DotMultiplies(b) &&
-         (a.format != WeightFormat::kInt8Group || a.block_cols == b.block_cols);
+         (!Int8DotMultiplies(a) || a.block_cols == b.block_cols);
 }
 
 // Packed activations: column blocks of kGemmColumns (the activations' [n, kGemmColumns] block

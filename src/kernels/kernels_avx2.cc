@@ -46,6 +46,23 @@ struct Avx2 {
   static Reg LoadInt8(const std::byte* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   }
+  // Nibbles 0 .. 15 of 4 bytes: lane 2j byte j's low nibble, 2j+1 its high one.
+  static Reg LoadUint4(const std::byte* p) {
+    uint32_t word;
+    std::memcpy(&word, p, 4);
+    const __m256i b = _mm256_set1_epi32(int32_t(word));
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(b, shifts), _mm256_set1_epi32(0x0F)));
+  }
+  // The low (high_nibbles: high) nibbles of bytes 0 and 1 (high_bytes: 2 and 3) of the 8 words at p.
+  static void LoadUint4Pair(const std::byte* p, bool high_bytes, bool high_nibbles, Reg& even, Reg& odd) {
+    __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    if (high_nibbles) q = _mm256_srli_epi32(q, 4);
+    if (high_bytes) q = _mm256_srli_epi32(q, 16);
+    const __m256i mask = _mm256_set1_epi32(0x0F);
+    even = _mm256_cvtepi32_ps(_mm256_and_si256(q, mask));
+    odd = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(q, 8), mask));
+  }
   // Bytes 0 and 1 (2 and 3 when high) of the 8 words at p, sign-extended: shifted to the top of
   // the word, then arithmetically back down.
   static void LoadInt8Pair(const std::byte* p, bool high, Reg& even, Reg& odd) {

@@ -50,6 +50,22 @@ struct Avx512 {
   static Reg LoadInt8(const std::byte* p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }
+  // vpermps reads only the index's low 4 bits: the identity table gives each nibble 0 .. 15.
+  static Reg LoadUint4(const std::byte* p) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    const __m128i bytes = _mm_unpacklo_epi8(b, _mm_srli_epi16(b, 4));  // lane 2j: byte j, 2j+1: byte j >> 4
+    const __m512 table = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(bytes), table);
+  }
+  // The low (high_nibbles: high) nibbles of bytes 0 and 1 (high_bytes: 2 and 3) of the 16 words at p.
+  static void LoadUint4Pair(const std::byte* p, bool high_bytes, bool high_nibbles, Reg& even, Reg& odd) {
+    __m512i q = _mm512_loadu_si512(p);
+    if (high_nibbles) q = _mm512_srli_epi32(q, 4);
+    if (high_bytes) q = _mm512_srli_epi32(q, 16);
+    const __m512i mask = _mm512_set1_epi32(0x0F);
+    even = _mm512_cvtepi32_ps(_mm512_and_si512(q, mask));
+    odd = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(q, 8), mask));
+  }
   // Bytes 0 and 1 (2 and 3 when high) of the 16 words at p, sign-extended: shifted to the top
   // of the word, then arithmetically back down.
   static void LoadInt8Pair(const std::byte* p, bool high, Reg& even, Reg& odd) {

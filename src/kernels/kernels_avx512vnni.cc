@@ -1,5 +1,6 @@
 // The int8 dot-product tables (AVX512-VNNI `vpdpbusd`): an AVX-512 table (fp32 or bf16 products),
-// except that products with packed int8-group weights (kInt8Group: GGUF's Q8_0) quantize the
+// except that products with packed int8-group weights (kInt8Group: GGUF's Q8_0 and Q6_K) and
+// uint4-min ones (kUint4GroupMin: Q4_K) quantize the
 // activations to int8 and multiply int8 by int8, four columns per 32-bit lane, summing exactly in
 // int32, as llama.cpp does for Q8_0 (its q8_0 activations). The fp32 path widens every code to
 // fp32 and multiplies it by its scale (~4 instructions per 16 weights); this is one instruction
@@ -12,9 +13,11 @@
 //   activations: per token and per group of the weight's group_cols columns, amax = max |x|,
 //     d = amax / 127, q[c] = nearest-even(x[c] * (1 / d)) (d = 0: q = 0), so |q| <= 127;
 //   y[t][r] = the groups g in order of  acc = fma(float(sum_c code[r][c] * q[t][c]), s[r][g] * d[t][g], acc)
-//     with the integer sum exact (|sum| < 2^24, so its float is exact too).
-// vpdpbusd multiplies unsigned bytes by signed ones: the weight codes are offset by 128 (an XOR of
-// the sign bit) and every group's sum starts at -128 * sum_c q[t][c] to cancel it.
+//     with the integer sum exact (|sum| < 2^24, so its float is exact too); uint4-min weights
+//     (code * s - m: GGUF's Q4_K) then  acc = fma(-m[r][g], d[t][g] * float(sum_c q[t][c]), acc).
+// vpdpbusd multiplies unsigned bytes by signed ones: int8 codes are offset by 128 (an XOR of the
+// sign bit) and every group's sum starts at -128 * sum_c q[t][c] to cancel it; 4-bit codes are
+// unsigned already (a mask, and a shift for the high nibbles).
 // Each token's result depends on its own activations alone, and partial sums are stored and
 // reloaded exactly between column chunks: the product is batch-invariant.
 #include <immintrin.h>
@@ -45,8 +48,8 @@ constexpr int64_t kPrefetchGroups = 8;  // tokens per register tile: 4 x 2 int32
 // The packed activations' parts (kernels.h Int8PackedActivationFloats): codes, then per (token,
 // group) the scale and the offset's correction.
 struct GroupScale {
-  float d;       // the group's scale: x ~ q * d
-  int32_t corr;  // -128 * sum of the group's q (cancels the weights' +128)
+  float d;      // the group's scale: x ~ q * d
+  int32_t sum;  // the sum of the group's q
 };
 struct Int8Activations {
   int8_t* q;         // [n][cols]
@@ -82,15 +85,16 @@ void Quantize(const float* x, int64_t cols, int64_t group, int64_t t_begin, int6
         sum = _mm512_add_epi32(sum, _mm512_maskz_mov_epi32(m, v));
         _mm_mask_storeu_epi8(q + g * group + c, m, _mm512_cvtepi32_epi8(v));
       }
-      a.s[t * groups + g] = {d, -128 * _mm512_reduce_add_epi32(sum)};
+      a.s[t * groups + g] = {d, _mm512_reduce_add_epi32(sum)};
     }
   }
 }
 
 // Rows [row0, row0 + 32) (rows_valid of them stored; p[1] may repeat p[0] past the matrix), for T
 // tokens, over the groups [g_begin, g_end): y (partial sums; zero when `first`) += each group's
-// product, in group order.
-template <int T>
+// product, in group order. kMin: uint4-min codes (unsigned already; no offset) whose group
+// product then subtracts min * d * sum q; else int8 codes.
+template <int T, bool kMin>
 void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const std::byte* const (&p)[2],
            const std::byte* const (&scales)[2], int64_t g_begin, int64_t g_end, bool first, float* y, int64_t ldy,
            int rows_valid) {
@@ -110,33 +114,57 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
     }
   }
   const __m512i sign = _mm512_set1_epi8(int8_t(0x80));
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  // Floats of a group's scales in a panel: 16, or 16 scales and 16 mins.
+  constexpr int64_t kScaleFloats = kMin ? 2 * kPanelRows : kPanelRows;
+  // Bytes of a group's codes per column in a panel: 16 (int8), 8 (nibbles).
+  constexpr int64_t kColumnBytes = kMin ? kPanelRows / 2 : kPanelRows;
+  const auto dot = [&](__m512i (&sum)[T][2], __m512i u0, __m512i u1, int64_t c) {
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      int32_t word;
+      std::memcpy(&word, a.q + t * cols + c, 4);
+      const __m512i xq = _mm512_set1_epi32(word);
+      sum[t][0] = _mm512_dpbusd_epi32(sum[t][0], u0, xq);
+      sum[t][1] = _mm512_dpbusd_epi32(sum[t][1], u1, xq);
+    }
+  };
   for (int64_t g = g_begin; g < g_end; ++g) {
     __m512i sum[T][2];
-    for (int t = 0; t < T; ++t) sum[t][0] = sum[t][1] = _mm512_set1_epi32(a.s[t * groups + g].corr);
-    for (int64_t c = g * group; c < (g + 1) * group; c += 4) {
-      const std::byte* w0 = p[0] + c * kPanelRows;  // quad c / 4: 64 bytes
-      const std::byte* w1 = p[1] + c * kPanelRows;
+    for (int t = 0; t < T; ++t) {
+      sum[t][0] = sum[t][1] = kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(-128 * a.s[t * groups + g].sum);
+    }
+    for (int64_t c = g * group; c < (g + 1) * group; c += kMin ? 8 : 4) {
+      const std::byte* w0 = p[0] + c * kColumnBytes;  // 64 bytes: columns c .. c + 3 (nibbles: c + 7)
+      const std::byte* w1 = p[1] + c * kColumnBytes;
       _mm_prefetch(reinterpret_cast<const char*>(w0) + kPrefetchBytes, _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(w1) + kPrefetchBytes, _MM_HINT_T0);
-      const __m512i u0 = _mm512_xor_si512(_mm512_loadu_si512(w0), sign);
-      const __m512i u1 = _mm512_xor_si512(_mm512_loadu_si512(w1), sign);
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) {
-        int32_t word;
-        std::memcpy(&word, a.q + t * cols + c, 4);
-        const __m512i xq = _mm512_set1_epi32(word);
-        sum[t][0] = _mm512_dpbusd_epi32(sum[t][0], u0, xq);
-        sum[t][1] = _mm512_dpbusd_epi32(sum[t][1], u1, xq);
+      const __m512i b0 = _mm512_loadu_si512(w0), b1 = _mm512_loadu_si512(w1);
+      if constexpr (kMin) {
+        dot(sum, _mm512_and_si512(b0, nibble), _mm512_and_si512(b1, nibble), c);
+        dot(sum, _mm512_and_si512(_mm512_srli_epi16(b0, 4), nibble), _mm512_and_si512(_mm512_srli_epi16(b1, 4), nibble),
+            c + 4);
+      } else {
+        dot(sum, _mm512_xor_si512(b0, sign), _mm512_xor_si512(b1, sign), c);
       }
     }
-    _mm_prefetch(reinterpret_cast<const char*>(scales[0]) + (g + kPrefetchGroups) * 64, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(scales[1]) + (g + kPrefetchGroups) * 64, _MM_HINT_T0);
-    const __m512 s0 = _mm512_loadu_ps(reinterpret_cast<const float*>(scales[0]) + g * kPanelRows);
-    const __m512 s1 = _mm512_loadu_ps(reinterpret_cast<const float*>(scales[1]) + g * kPanelRows);
+    const auto* f0 = reinterpret_cast<const float*>(scales[0]) + g * kScaleFloats;
+    const auto* f1 = reinterpret_cast<const float*>(scales[1]) + g * kScaleFloats;
+    _mm_prefetch(reinterpret_cast<const char*>(f0 + kPrefetchGroups * kScaleFloats), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(f1 + kPrefetchGroups * kScaleFloats), _MM_HINT_T0);
+    const __m512 s0 = _mm512_loadu_ps(f0), s1 = _mm512_loadu_ps(f1);
     for (int t = 0; t < T; ++t) {
       const __m512 d = _mm512_set1_ps(a.s[t * groups + g].d);
       out[t][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t][0]), _mm512_mul_ps(s0, d), out[t][0]);
       out[t][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t][1]), _mm512_mul_ps(s1, d), out[t][1]);
+    }
+    if constexpr (kMin) {
+      const __m512 min0 = _mm512_loadu_ps(f0 + kPanelRows), min1 = _mm512_loadu_ps(f1 + kPanelRows);
+      for (int t = 0; t < T; ++t) {
+        const __m512 dq = _mm512_set1_ps(a.s[t * groups + g].d * float(a.s[t * groups + g].sum));
+        out[t][0] = _mm512_fnmadd_ps(min0, dq, out[t][0]);
+        out[t][1] = _mm512_fnmadd_ps(min1, dq, out[t][1]);
+      }
     }
   }
   for (int t = 0; t < T; ++t) {
@@ -164,7 +192,8 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
   const int64_t groups = w.cols / group;
   const int64_t row_end = std::min(w.rows, panel_end * kPanelRows);
   const auto* scale_base = static_cast<const std::byte*>(w.scales);
-  const size_t panel_scale_bytes = size_t(groups) * kPanelRows * 4;
+  const bool min = w.format == WeightFormat::kUint4GroupMin;
+  const size_t panel_scale_bytes = size_t(groups) * kPanelRows * 4 * (min ? 2 : 1);
   for (int64_t row0 = panel_begin * kPanelRows; row0 < row_end; row0 += 2 * kPanelRows) {
     const int64_t panel0 = row0 / kPanelRows;
     const int64_t panel1 = row0 + kPanelRows < row_end ? panel0 + 1 : panel0;
@@ -178,15 +207,18 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
       for (int64_t t0 = 0; t0 < n; t0 += tile) {
         const Int8Activations at{a.q + t0 * w.cols, a.s + t0 * groups};
         WithTokens<kOnePassTokens>(int(std::min<int64_t>(tile, n - t0)), [&](auto tokens) {
-          Block<decltype(tokens)::value>(at, w.cols, w, p, scales, g0, g1, g0 == 0, y + t0 * ldy + row0, ldy,
-                                         rows_valid);
+          constexpr int T = decltype(tokens)::value;
+          if (min) {
+            Block<T, true>(at, w.cols, w, p, scales, g0, g1, g0 == 0, y + t0 * ldy + row0, ldy, rows_valid);
+          } else {
+            Block<T, false>(at, w.cols, w, p, scales, g0, g1, g0 == 0, y + t0 * ldy + row0, ldy, rows_valid);
+          }
         });
       }
     }
   }
 }
 
-bool Int8Dot(const WeightMatrix& w) { return w.packed && w.format == WeightFormat::kInt8Group; }
 
 // The table with int8 products over the AVX-512 table kBase names (0: fp32; else the bf16 table
 // from that many tokens).
@@ -198,7 +230,7 @@ struct Int8Over {
   // once to the largest product it saw; the model's products come packed).
   static void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin, int64_t panel_end,
                            float* y, int64_t ldy) {
-    if (!Int8Dot(w)) return Base().matmul_panels(x, n, w, panel_begin, panel_end, y, ldy);
+    if (!Int8DotMultiplies(w)) return Base().matmul_panels(x, n, w, panel_begin, panel_end, y, ldy);
     thread_local std::vector<float> xp;
     const size_t floats = size_t(Int8PackedActivationFloats(n, w.cols, w.block_cols));
     if (xp.size() < floats) xp.resize(floats);
@@ -208,13 +240,13 @@ struct Int8Over {
   }
   static void PackActivations(const float* x, int64_t n, const WeightMatrix& w, int64_t tile_begin, int64_t tile_end,
                               float* xp) {
-    if (!Int8Dot(w)) return Base().pack_activations(x, n, w, tile_begin, tile_end, xp);
+    if (!Int8DotMultiplies(w)) return Base().pack_activations(x, n, w, tile_begin, tile_end, xp);
     Quantize(x, w.cols, w.block_cols, tile_begin * kGemmTileTokens, std::min(n, tile_end * kGemmTileTokens),
              Parts(xp, n, w.cols));
   }
   static void MatMulPanelsPacked(const float* x, const float* xp, float* scratch, int64_t n, const WeightMatrix& w,
                                  int64_t panel_begin, int64_t panel_end, float* y, int64_t ldy) {
-    if (!Int8Dot(w)) return Base().matmul_panels_packed(x, xp, scratch, n, w, panel_begin, panel_end, y, ldy);
+    if (!Int8DotMultiplies(w)) return Base().matmul_panels_packed(x, xp, scratch, n, w, panel_begin, panel_end, y, ldy);
     Product(Parts(const_cast<float*>(xp), n, w.cols), n, w, panel_begin, panel_end, y, ldy);
   }
 

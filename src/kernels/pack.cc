@@ -14,7 +14,8 @@ size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 size_t PackedValueBytes(const WeightMatrix& src) { return size_t(src.num_panels()) * src.panel_bytes(); }
 
-// Packed scale bytes: fp8 keeps its block grid; grouped formats get [panel][group][16].
+// Packed scale bytes: fp8 keeps its block grid; grouped formats get [panel][group][16]
+// (uint4-min: [panel][group][2][16]).
 size_t PackedScaleBytes(const WeightMatrix& src) {
   if (size_t(src.group_scale_bytes()) > 0) {
     return size_t(src.num_panels()) * size_t(src.scale_cols()) * kPanelRows * size_t(src.group_scale_bytes());
@@ -28,6 +29,17 @@ void PackRowValues(const WeightMatrix& src, int64_t r, std::byte* panel, int64_t
     // Column pair j of the row is byte j of the row (even column low) and goes to lane `lane` of
     // the panel's pair j (16 bytes per pair): the row's bytes, spread 16 apart.
     for (int64_t j = 0; j < src.cols / 2; ++j) panel[size_t(j) * kPanelRows + size_t(lane)] = row[j];
+    return;
+  }
+  if (src.format == WeightFormat::kUint4GroupMin) {
+    // Eight j: byte k of lane `lane`'s word holds columns 8j + k (low) and 8j + 4 + k (high).
+    const auto nibble = [&](int64_t c) { return (uint8_t(row[c / 2]) >> (4 * (c % 2))) & 0x0F; };
+    for (int64_t j = 0; j < src.cols / 8; ++j) {
+      for (int64_t k = 0; k < 4; ++k) {
+        panel[size_t(j) * 4 * kPanelRows + 4 * size_t(lane) + size_t(k)] =
+            std::byte(nibble(8 * j + k) | (nibble(8 * j + 4 + k) << 4));
+      }
+    }
     return;
   }
   if (src.format == WeightFormat::kInt8Group) {
@@ -51,8 +63,10 @@ size_t PackedBytes(const WeightMatrix& src) {
 }
 
 WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& pool) {
-  // int8 panels hold columns in fours, and a group never splits a four (weight_matrix.h).
+  // int8 panels hold columns in fours, uint4-min ones in eights, and a group never splits them
+  // (weight_matrix.h).
   assert(src.format != WeightFormat::kInt8Group || (src.cols % 4 == 0 && src.block_cols % 4 == 0));
+  assert(src.format != WeightFormat::kUint4GroupMin || (src.cols % 8 == 0 && src.block_cols % 8 == 0));
   std::byte* scales = dst + AlignUp(PackedValueBytes(src));
   pool.ParallelFor(src.num_panels(), 1, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
@@ -65,8 +79,14 @@ WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& poo
           const auto* row_scales = static_cast<const std::byte*>(src.scales) +
                                    size_t(src.scale_row0 + p * kPanelRows + i) * size_t(src.scale_cols()) * sb;
           for (int64_t g = 0; g < src.scale_cols(); ++g) {
-            std::memcpy(scales + ((size_t(p) * size_t(src.scale_cols()) + size_t(g)) * kPanelRows + size_t(i)) * sb,
-                        row_scales + size_t(g) * sb, sb);
+            const size_t at = (size_t(p) * size_t(src.scale_cols()) + size_t(g)) * kPanelRows;
+            if (src.format == WeightFormat::kUint4GroupMin) {
+              // (scale, min) -> the group's 16 scales, then its 16 mins.
+              std::memcpy(scales + (2 * at + size_t(i)) * 4, row_scales + size_t(g) * sb, 4);
+              std::memcpy(scales + (2 * at + kPanelRows + size_t(i)) * 4, row_scales + size_t(g) * sb + 4, 4);
+            } else {
+              std::memcpy(scales + (at + size_t(i)) * sb, row_scales + size_t(g) * sb, sb);
+            }
           }
         }
       }

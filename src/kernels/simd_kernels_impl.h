@@ -10,7 +10,9 @@
 // (kLanes weights -> fp32); LoadFp8(p) (kLanes E4M3 codes -> value / 256); LoadInt4(p) (kLanes
 // nibbles, lane 2j low in byte j -> nibble - 8); LoadInt8(p) (kLanes int8 codes -> fp32);
 // LoadInt8Pair(p, high, even, odd) (kLanes 32-bit words of four int8 codes -> bytes 0 and 1, or
-// 2 and 3 when high, as fp32); LoadFp8Columns(p, first, second) (two fp8
+// 2 and 3 when high, as fp32); LoadUint4(p) (kLanes nibbles, lane 2j low in byte j -> 0 .. 15);
+// LoadUint4Pair(p, high_bytes, high_nibbles, even, odd) (kLanes words of eight nibbles -> the
+// low or high nibbles of bytes 0 and 1, or 2 and 3, as fp32); LoadFp8Columns(p, first, second) (two fp8
 // panel columns, codes at p and p + 16); LoadInt4Columns(p, low, high) (kLanes bytes of a paired
 // int4 panel -> its two columns, each nibble - 8); Mul; Fma(a, b, acc) = a*b+acc; Sum(Reg);
 // StoreF32(float*, Reg). kPanelTokens: tokens a panel tile keeps in registers.
@@ -151,12 +153,15 @@ template <class V, WeightFormat F>
 inline typename V::Reg LoadCodes(const std::byte* p) {
   if constexpr (F == WeightFormat::kFp8Block) return V::LoadFp8(p);
   else if constexpr (F == WeightFormat::kInt8Group) return V::LoadInt8(p);
+  else if constexpr (F == WeightFormat::kUint4GroupMin) return V::LoadUint4(p);
   else return V::LoadInt4(p);
 }
 
 // Bytes of kLanes consecutive codes of a row-major row.
 template <WeightFormat F>
-constexpr int64_t RowByteOffset(int64_t c) { return F == WeightFormat::kInt4Group ? c / 2 : c; }
+constexpr int64_t RowByteOffset(int64_t c) {
+  return F == WeightFormat::kInt4Group || F == WeightFormat::kUint4GroupMin ? c / 2 : c;
+}
 
 // Row-major quantized rows (kv_b_proj, read by rows): vectors need whole groups of kLanes.
 // A row's scales are consecutive in the grid (column block g at g), so a row's loop walks them
@@ -165,14 +170,20 @@ constexpr int64_t RowByteOffset(int64_t c) { return F == WeightFormat::kInt4Grou
 template <WeightFormat F>
 inline const std::byte* RowScales(const WeightMatrix& w, int64_t r) {
   const int64_t grid_row = F == WeightFormat::kFp8Block ? (w.scale_row0 + r) / w.block_rows : w.scale_row0 + r;
-  return static_cast<const std::byte*>(w.scales) +
-         size_t(grid_row * w.scale_cols()) * (F == WeightFormat::kInt4Group ? 2 : 4);
+  const size_t scale_bytes = F == WeightFormat::kInt4Group ? 2 : F == WeightFormat::kUint4GroupMin ? 8 : 4;
+  return static_cast<const std::byte*>(w.scales) + size_t(grid_row * w.scale_cols()) * scale_bytes;
 }
 template <class V, WeightFormat F>
 inline typename V::Reg RowScale(const std::byte* row_scales, int64_t g) {
   if constexpr (F == WeightFormat::kInt4Group) return V::Broadcast(LoadBf16Unaligned(row_scales, size_t(g)));
   else if constexpr (F == WeightFormat::kFp8Block) return V::Broadcast(LoadF32Unaligned(row_scales, size_t(g)) * kFp8LoadScale);
+  else if constexpr (F == WeightFormat::kUint4GroupMin) return V::Broadcast(LoadF32Unaligned(row_scales, size_t(2 * g)));
   else return V::Broadcast(LoadF32Unaligned(row_scales, size_t(g)));
+}
+// -min of group g (kUint4GroupMin's pairs (scale, min)).
+template <class V>
+inline typename V::Reg RowNegMin(const std::byte* row_scales, int64_t g) {
+  return V::Broadcast(-LoadF32Unaligned(row_scales, size_t(2 * g + 1)));
 }
 
 template <class V, WeightFormat F>
@@ -184,8 +195,15 @@ float DotRowQuant(const float* x, const WeightMatrix& w, int64_t r) {
   for (int64_t g = 0; c + V::kLanes <= w.cols; ++g) {  // c = g * block_cols here
     const typename V::Reg s = RowScale<V, F>(row_scales, g);
     const int64_t group_end = std::min<int64_t>(w.cols, c + w.block_cols);
-    for (; c + V::kLanes <= group_end; c += V::kLanes) {
-      acc = V::Fma(V::LoadF32(x + c), V::Mul(LoadCodes<V, F>(row + RowByteOffset<F>(c)), s), acc);
+    if constexpr (F == WeightFormat::kUint4GroupMin) {
+      const typename V::Reg neg_min = RowNegMin<V>(row_scales, g);
+      for (; c + V::kLanes <= group_end; c += V::kLanes) {
+        acc = V::Fma(V::LoadF32(x + c), V::Fma(LoadCodes<V, F>(row + RowByteOffset<F>(c)), s, neg_min), acc);
+      }
+    } else {
+      for (; c + V::kLanes <= group_end; c += V::kLanes) {
+        acc = V::Fma(V::LoadF32(x + c), V::Mul(LoadCodes<V, F>(row + RowByteOffset<F>(c)), s), acc);
+      }
     }
     if (c < group_end) break;
   }
@@ -208,10 +226,20 @@ void AxpyRowQuant(float a, const WeightMatrix& w, int64_t r, float* y) {
   const std::byte* row_scales = RowScales<F>(w, r);
   int64_t c = 0;
   for (int64_t g = 0; c + V::kLanes <= w.cols; ++g) {  // c = g * block_cols here
-    const typename V::Reg s = V::Mul(V::Broadcast(a), RowScale<V, F>(row_scales, g));
     const int64_t group_end = std::min<int64_t>(w.cols, c + w.block_cols);
-    for (; c + V::kLanes <= group_end; c += V::kLanes) {
-      V::StoreF32(y + c, V::Fma(s, LoadCodes<V, F>(row + RowByteOffset<F>(c)), V::LoadF32(y + c)));
+    if constexpr (F == WeightFormat::kUint4GroupMin) {
+      // y += a * (code * scale - min), the weight formed as WeightAt forms it.
+      const typename V::Reg s = RowScale<V, F>(row_scales, g), neg_min = RowNegMin<V>(row_scales, g);
+      const typename V::Reg av = V::Broadcast(a);
+      for (; c + V::kLanes <= group_end; c += V::kLanes) {
+        const typename V::Reg wv = V::Fma(LoadCodes<V, F>(row + RowByteOffset<F>(c)), s, neg_min);
+        V::StoreF32(y + c, V::Fma(av, wv, V::LoadF32(y + c)));
+      }
+    } else {
+      const typename V::Reg s = V::Mul(V::Broadcast(a), RowScale<V, F>(row_scales, g));
+      for (; c + V::kLanes <= group_end; c += V::kLanes) {
+        V::StoreF32(y + c, V::Fma(s, LoadCodes<V, F>(row + RowByteOffset<F>(c)), V::LoadF32(y + c)));
+      }
     }
     if (c < group_end) break;
   }
@@ -223,6 +251,9 @@ template <class Fn>
 inline void WithQuantFormat(WeightFormat format, Fn&& fn) {
   if (format == WeightFormat::kFp8Block) return fn(std::integral_constant<WeightFormat, WeightFormat::kFp8Block>{});
   if (format == WeightFormat::kInt8Group) return fn(std::integral_constant<WeightFormat, WeightFormat::kInt8Group>{});
+  if (format == WeightFormat::kUint4GroupMin) {
+    return fn(std::integral_constant<WeightFormat, WeightFormat::kUint4GroupMin>{});
+  }
   return fn(std::integral_constant<WeightFormat, WeightFormat::kInt4Group>{});
 }
 
@@ -398,28 +429,38 @@ struct DensePanels {
 // pair j holding lane k's nibble of column 2j (low) and of column 2j + 1 (high), so one byte load
 // per lane serves two columns; group scales BF16 [panel][cols / group][16]. int8: [cols / 4][16][4]
 // codes (a 32-bit word per lane holds four columns), group scales F32 [panel][cols / group][16].
+// uint4-min: [cols / 8][16][4] nibbles (a 32-bit word per lane holds eight columns), scales then
+// mins F32 [panel][cols / group][2][16], each weight code * scale - min (one FMA).
 // Each weight vector is widened, multiplied by
 // its lanes' scales, then used for every token. cols and the group size are even (config.cc and
 // the GGUF reader refuse others), so a column pair never straddles two groups.
 template <class V, WeightFormat F>
 struct GroupPanels {
-  static_assert(F == WeightFormat::kInt4Group || F == WeightFormat::kInt8Group);
+  static_assert(F == WeightFormat::kInt4Group || F == WeightFormat::kInt8Group || F == WeightFormat::kUint4GroupMin);
+  static constexpr bool kMin = F == WeightFormat::kUint4GroupMin;
   const WeightMatrix& w;
 
   // Where the lanes of the vector starting at `row` begin in its panel.
   const std::byte* LaneBase(int64_t row) const {
-    return w.panel(row / kPanelRows) + (row % kPanelRows) * (F == WeightFormat::kInt8Group ? 4 : 1);
+    return w.panel(row / kPanelRows) + (row % kPanelRows) * (F == WeightFormat::kInt4Group ? 1 : 4);
   }
   // Columns c and c + 1 (c even) of the panel lanes at p (LaneBase), widened (before their scale).
   static void LoadPair(const std::byte* p, int64_t c, typename V::Reg& even, typename V::Reg& odd) {
     if constexpr (F == WeightFormat::kInt4Group) {
       V::LoadInt4Columns(p + (c / 2) * kPanelRows, even, odd);
+    } else if constexpr (F == WeightFormat::kUint4GroupMin) {
+      V::LoadUint4Pair(p + (c / 8) * 4 * kPanelRows, c % 4 != 0, c % 8 >= 4, even, odd);
     } else {
       V::LoadInt8Pair(p + (c / 4) * 4 * kPanelRows, c % 4 != 0, even, odd);
     }
   }
+  // code * scale (- min): a weight as WeightAt forms it.
+  static typename V::Reg Weight(typename V::Reg code, typename V::Reg scale, typename V::Reg neg_min) {
+    if constexpr (kMin) return V::Fma(code, scale, neg_min);
+    else return V::Mul(code, scale);
+  }
   // Bytes of a column pair in a panel.
-  static constexpr int64_t kPairBytes = F == WeightFormat::kInt4Group ? kPanelRows : 2 * kPanelRows;
+  static constexpr int64_t kPairBytes = F == WeightFormat::kInt8Group ? 2 * kPanelRows : kPanelRows;
 
   template <int T, int NV>
   void Run(const float* x, const PanelBlockRows<NV>& b, float* y, int64_t ldy) const {
@@ -443,13 +484,16 @@ struct GroupPanels {
   void Widen(const PanelBlockRows<NV>& b, int64_t c0, int64_t len, float* widened) const {
     for (int v = 0; v < NV; ++v) {
       const std::byte* p = LaneBase(b.row[v]);
-      typename V::Reg s = Scale(b.row[v], c0 / w.block_cols);
+      typename V::Reg s = Scale(b.row[v], c0 / w.block_cols), nm = NegMin(b.row[v], c0 / w.block_cols);
       for (int64_t c = c0; c < c0 + len; c += 2) {
-        if (c % w.block_cols == 0) s = Scale(b.row[v], c / w.block_cols);
+        if (c % w.block_cols == 0) {
+          s = Scale(b.row[v], c / w.block_cols);
+          nm = NegMin(b.row[v], c / w.block_cols);
+        }
         typename V::Reg even, odd;
         LoadPair(p, c, even, odd);
-        V::StoreF32(widened + ((c - c0) * NV + v) * V::kLanes, V::Mul(even, s));
-        V::StoreF32(widened + ((c + 1 - c0) * NV + v) * V::kLanes, V::Mul(odd, s));
+        V::StoreF32(widened + ((c - c0) * NV + v) * V::kLanes, Weight(even, s, nm));
+        V::StoreF32(widened + ((c + 1 - c0) * NV + v) * V::kLanes, Weight(odd, s, nm));
       }
     }
   }
@@ -477,16 +521,19 @@ struct GroupPanels {
       }
     };
     for (int64_t g = 0, c = 0; c < cols; ++g) {
-      typename V::Reg s[NV];
-      for (int v = 0; v < NV; ++v) s[v] = Scale(b.row[v], g);
+      typename V::Reg s[NV], nm[NV];
+      for (int v = 0; v < NV; ++v) {
+        s[v] = Scale(b.row[v], g);
+        nm[v] = NegMin(b.row[v], g);
+      }
       const int64_t group_end = std::min<int64_t>(cols, c + w.block_cols);
       for (; c < group_end; c += 2) {
         typename V::Reg even[NV], odd[NV];
         for (int v = 0; v < NV; ++v) {
           PrefetchAhead(p[v] + (c / 2) * kPairBytes, kPairBytes / 2);
           LoadPair(p[v], c, even[v], odd[v]);
-          even[v] = V::Mul(even[v], s[v]);
-          odd[v] = V::Mul(odd[v], s[v]);
+          even[v] = Weight(even[v], s[v], nm[v]);
+          odd[v] = Weight(odd[v], s[v], nm[v]);
         }
         fma_column(c, even);
         fma_column(c + 1, odd);
@@ -496,10 +543,22 @@ struct GroupPanels {
 
   // The scales of rows row.. (a multiple of kLanes) in column group g.
   typename V::Reg Scale(int64_t row, int64_t g) const {
-    const size_t index = size_t(((row / kPanelRows) * w.scale_cols() + g) * kPanelRows + row % kPanelRows);
+    // [panel][group][16], uint4-min's [panel][group][2][16] (scales first).
+    const size_t group_index = size_t((row / kPanelRows) * w.scale_cols() + g) * (kMin ? 2 : 1);
+    const size_t index = group_index * kPanelRows + size_t(row % kPanelRows);
     const auto* s = static_cast<const std::byte*>(w.scales);
     if constexpr (F == WeightFormat::kInt4Group) return V::template LoadW<DType::kBF16>(s + index * 2);
     else return V::template LoadW<DType::kF32>(s + index * 4);
+  }
+  // The negated mins of rows row.. in column group g (uint4-min; zero otherwise, unused).
+  typename V::Reg NegMin(int64_t row, int64_t g) const {
+    if constexpr (kMin) {
+      // [panel][group][2][16]: the mins are the 16 floats after the group's scales.
+      const size_t at = size_t(((row / kPanelRows) * w.scale_cols() + g) * 2 * kPanelRows + kPanelRows + row % kPanelRows);
+      return V::Mul(V::template LoadW<DType::kF32>(static_cast<const std::byte*>(w.scales) + at * 4), V::Broadcast(-1.0f));
+    } else {
+      return V::Zero();
+    }
   }
 };
 // fp8 panels: the block scale is folded into the activations instead of the weights. Each vector
@@ -726,6 +785,7 @@ void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t pane
   if (w.format == WeightFormat::kFp8Block) return quantized(Fp8Panels<V>{w});
   if (w.format == WeightFormat::kInt4Group) return quantized(GroupPanels<V, WeightFormat::kInt4Group>{w});
   if (w.format == WeightFormat::kInt8Group) return quantized(GroupPanels<V, WeightFormat::kInt8Group>{w});
+  if (w.format == WeightFormat::kUint4GroupMin) return quantized(GroupPanels<V, WeightFormat::kUint4GroupMin>{w});
   WithWeightDType(w.dtype, [&](auto d) {
     MatMulPanelBlocks<V>(DensePanels<V, decltype(d)::value>{w}, x, n, panel_begin, panel_end, y, ldy);
   });
@@ -848,6 +908,10 @@ void MatMulPanelsPacked(const float* x, const float* xp, float* scratch, int64_t
   }
   if (w.format == WeightFormat::kInt8Group) {
     return MatMulPanelBlocksPacked<V>(GroupPanels<V, WeightFormat::kInt8Group>{w}, xp, scratch, n, panel_begin,
+                                      panel_end, y, ldy);
+  }
+  if (w.format == WeightFormat::kUint4GroupMin) {
+    return MatMulPanelBlocksPacked<V>(GroupPanels<V, WeightFormat::kUint4GroupMin>{w}, xp, scratch, n, panel_begin,
                                       panel_end, y, ldy);
   }
   WithWeightDType(w.dtype, [&](auto d) {

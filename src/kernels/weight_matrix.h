@@ -24,6 +24,14 @@
 //              the order of the int8 dot-product instruction, vpdpbusd), scales F32
 //              [panel][cols / group_cols][16]. (GGUF's Q8_0: groups of 32, fp16 scales widened
 //              exactly.)
+//   kUint4GroupMin 4-bit unsigned codes (0 .. 15); real = code * scale - min of its group of
+//              `group_cols` columns (a multiple of 8). Row-major: row r is cols / 2 bytes, byte j
+//              holding column 2j (low nibble) and 2j + 1 (high), and (scale, min) F32 pairs
+//              [rows][cols / group_cols][2]. Packed: [cols / 8][16][4] bytes, byte k of lane i's
+//              word in eight j holding columns 8j + k (low nibble) and 8j + 4 + k (high): a mask
+//              and a shift give the int8 dot product's four columns at a time; scales then mins
+//              F32 [panel][cols / group_cols][2][16]. (GGUF's Q4_K: groups of 32, its 6-bit
+//              scales and mins times the super-block's fp16 d and dmin, exact in F32.)
 #pragma once
 
 #include <cstddef>
@@ -35,25 +43,32 @@ namespace mlaserve {
 
 inline constexpr int kPanelRows = 16;
 
-enum class WeightFormat { kDense, kFp8Block, kInt4Group, kInt8Group };
+enum class WeightFormat { kDense, kFp8Block, kInt4Group, kInt8Group, kUint4GroupMin };
 
 struct WeightMatrix {
-  DType dtype = DType::kBF16;  // kDense: F32/BF16/F16; kFp8Block: F8_E4M3; kInt4Group: I32; kInt8Group: I8
+  DType dtype = DType::kBF16;  // kDense: F32/BF16/F16; kFp8Block: F8_E4M3; kInt4Group: I32; kInt8Group, kUint4GroupMin: I8
   int64_t rows = 0;
   int64_t cols = 0;
   const void* data = nullptr;
   bool packed = false;  // panels of kPanelRows (row(), Slice() are for row-major only)
   WeightFormat format = WeightFormat::kDense;
-  const void* scales = nullptr;  // quantized formats only (see above); may be unaligned
+  const void* scales = nullptr;  // quantized formats only (see above; kUint4GroupMin: with the mins); may be unaligned
   int block_rows = 1;            // kFp8Block: rows per scale block
   int block_cols = 1;            // kFp8Block: columns per scale block; kInt4Group, kInt8Group: group size
   int64_t scale_row0 = 0;        // row-major: the first row's index in the scale grid
 
   bool quantized() const { return format != WeightFormat::kDense; }
-  // Bytes of one scale of a grouped format (int4: BF16, int8: F32); 0 for the others.
+  // Bytes of one group's scale of a grouped format (int4: BF16, int8: F32, uint4-min: an F32 scale
+  // and min); 0 for the others.
   int group_scale_bytes() const {
-    return format == WeightFormat::kInt4Group ? 2 : format == WeightFormat::kInt8Group ? 4 : 0;
+    switch (format) {
+      case WeightFormat::kInt4Group: return 2;
+      case WeightFormat::kInt8Group: return 4;
+      case WeightFormat::kUint4GroupMin: return 8;
+      default: return 0;
+    }
   }
+  bool four_bit() const { return format == WeightFormat::kInt4Group || format == WeightFormat::kUint4GroupMin; }
   int64_t num_panels() const { return (rows + kPanelRows - 1) / kPanelRows; }
   int64_t scale_cols() const { return (cols + block_cols - 1) / block_cols; }
   size_t panel_bytes() const { return size_t(kPanelRows) * row_bytes(); }
@@ -62,7 +77,7 @@ struct WeightMatrix {
   }
 
   size_t row_bytes() const {
-    return format == WeightFormat::kInt4Group ? size_t(cols) / 2 : size_t(cols) * DTypeBytes(dtype);
+    return four_bit() ? size_t(cols) / 2 : size_t(cols) * DTypeBytes(dtype);
   }
   size_t total_bytes() const { return size_t(rows) * row_bytes(); }
   // Bytes of the scales (quantized formats), as the checkpoint stores them.

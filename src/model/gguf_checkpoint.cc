@@ -13,6 +13,7 @@
 // (their blocks run across kv_b's rows): it stays resident, as kv_b is read by rows; DeepSeek-V3's
 // (128 heads x 256 rows x 512) is 32 MiB a layer in BF16, 64 MiB in F32 (~4 GB over 61 layers). A tensor type mlaserve does not compute is refused,
 // naming the type and the tensors that use it.
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -32,13 +33,43 @@ std::optional<DType> DTypeOfGgml(uint32_t type) {
     case GgmlType::kF16: return DType::kF16;
     case GgmlType::kBF16: return DType::kBF16;
     case GgmlType::kQ8_0:
-    case GgmlType::kQ6_K: return DType::kI8;  // split into codes and scales below
+    case GgmlType::kQ6_K:
+    case GgmlType::kQ4_K: return DType::kI8;  // split into codes and scales below
     default: return std::nullopt;
   }
 }
 
-// Values per F32 scale of a type split into grouped int8 (DTypeOfGgml kI8).
-int64_t Int8GroupOf(uint32_t type) { return GgmlType(type) == GgmlType::kQ6_K ? 16 : kQ8_0Values; }
+bool IsQ4_K(uint32_t type) { return GgmlType(type) == GgmlType::kQ4_K; }
+
+// Values per F32 scale of a type split into groups (DTypeOfGgml kI8).
+int64_t Int8GroupOf(uint32_t type) { return GgmlType(type) == GgmlType::kQ6_K ? 16 : 32; }
+
+// A Q4_K super-block (ggml's block_q4_K: fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins for
+// 8 sub-blocks of 32, qs[128]) as 256 nibbles, row-major (value e in byte e / 2, nibble e % 2),
+// and 8 (scale, min) pairs d * scale_j, dmin * min_j (exact in F32: 11 x 6 significant bits).
+// Sub-block j's 6-bit scale and min: j < 4: low 6 bits of bytes j and j + 4; else the low (scale)
+// and high (min) nibble of byte j + 4, their top 2 bits the top 2 bits of bytes j - 4 and j.
+// Values 64i .. 64i + 31 are the low nibbles of qs[32i .. 32i + 31] (sub-block 2i), 64i + 32 ..
+// 64i + 63 their high nibbles (sub-block 2i + 1).
+void SplitQ4_K(const std::byte* block, uint8_t* nibbles, float* scale_min) {
+  const auto* b = reinterpret_cast<const uint8_t*>(block);
+  uint16_t d_bits, dmin_bits;
+  std::memcpy(&d_bits, b, 2);
+  std::memcpy(&dmin_bits, b + 2, 2);
+  const float d = F16ToF32(d_bits), dmin = F16ToF32(dmin_bits);
+  const uint8_t* sc = b + 4;
+  const uint8_t* qs = b + 16;
+  for (int j = 0; j < 8; ++j) {
+    const int scale = j < 4 ? sc[j] & 63 : (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+    const int min = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+    scale_min[2 * j] = d * float(scale);
+    scale_min[2 * j + 1] = dmin * float(min);
+  }
+  for (int e = 0; e < 256; e += 2) {
+    const auto nibble = [&](int v) { return (qs[32 * (v / 64) + v % 32] >> (4 * ((v % 64) / 32))) & 0xF; };
+    nibbles[e / 2] = uint8_t(nibble(e) | (nibble(e + 1) << 4));
+  }
+}
 
 std::vector<int64_t> TorchShape(const std::vector<int64_t>& ne) { return {ne.rbegin(), ne.rend()}; }
 
@@ -78,10 +109,29 @@ void SplitToInt8(uint32_t type, const std::byte* blocks, int64_t elements, int8_
   }
 }
 
-// A Q8_0 or Q6_K tensor's values as F32, exactly (code x its group's scale).
+// A tensor of any type DTypeOfGgml knows as F32: float types widened, Q8_0 / Q6_K exactly (code x
+// its group's scale), Q4_K as the kernels form its weights (fma(code, scale, -min)).
 std::vector<float> DequantizeToF32(const GgufTensorInfo& t, const std::byte* blocks) {
   int64_t elements = 1;
   for (int64_t d : t.ne) elements *= d;
+  if (const DType dtype = *DTypeOfGgml(t.type); dtype != DType::kI8) {
+    std::vector<float> out(static_cast<size_t>(elements));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = LoadAsF32(dtype, blocks + i * size_t(DTypeBytes(dtype)));
+    return out;
+  }
+  if (IsQ4_K(t.type)) {
+    std::vector<float> out(static_cast<size_t>(elements));
+    uint8_t nibbles[128];
+    float scale_min[16];
+    for (int64_t b = 0; b < elements / 256; ++b) {
+      SplitQ4_K(blocks + b * 144, nibbles, scale_min);
+      for (int e = 0; e < 256; ++e) {
+        const float code = float((nibbles[e / 2] >> (4 * (e % 2))) & 0xF);
+        out[size_t(b * 256 + e)] = std::fma(code, scale_min[2 * (e / 32)], -scale_min[2 * (e / 32) + 1]);
+      }
+    }
+    return out;
+  }
   const int64_t group = Int8GroupOf(t.type);
   std::vector<int8_t> codes(static_cast<size_t>(elements));
   std::vector<float> scales(static_cast<size_t>(elements / group)), out(static_cast<size_t>(elements));
@@ -122,34 +172,49 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
       (hf->kv_part == "k_b" ? split_kv[hf->layer].k_b : split_kv[hf->layer].v_b) = &t;
       continue;
     }
-    // The values' bytes, and for Q8_0 the F32 scales: split out of the blocks into owned memory.
+    // The values' bytes, and for the block types their F32 scales: split out of the blocks into
+    // owned memory. Q8_0 / Q6_K: int8 codes, NAME_scale [.., cols / group]; Q4_K: nibbles (two
+    // a byte: NAME [.., cols / 2]), NAME_scale_min [.., cols / 32, 2].
     int64_t elements = 1;
     for (int64_t d : t.ne) elements *= d;
     const std::byte* values = data + t.offset;
     const std::byte* scales = nullptr;
+    const bool q4_k = IsQ4_K(t.type);
     const int64_t group = Int8GroupOf(t.type);
+    const size_t group_scale_bytes = q4_k ? 8 : 4;
     size_t value_bytes = size_t(t.num_bytes);
     if (*dtype == DType::kI8) {
-      const size_t codes_bytes = (size_t(elements) + 63) / 64 * 64;
-      auto owned = MappedFile::SharedAnonymous(codes_bytes + size_t(elements / group) * 4);
+      value_bytes = q4_k ? size_t(elements) / 2 : size_t(elements);
+      const size_t codes_bytes = (value_bytes + 63) / 64 * 64;
+      auto owned = MappedFile::SharedAnonymous(codes_bytes + size_t(elements / group) * group_scale_bytes);
       if (!owned.ok()) return owned.status();
       std::byte* out = (*owned)->mutable_data();
-      SplitToInt8(t.type, values, elements, reinterpret_cast<int8_t*>(out), reinterpret_cast<float*>(out + codes_bytes));
+      auto* out_scales = reinterpret_cast<float*>(out + codes_bytes);
+      if (q4_k) {
+        for (int64_t b = 0; b < elements / 256; ++b) {
+          SplitQ4_K(values + b * 144, reinterpret_cast<uint8_t*>(out) + b * 128, out_scales + b * 16);
+        }
+      } else {
+        SplitToInt8(t.type, values, elements, reinterpret_cast<int8_t*>(out), out_scales);
+      }
       values = out;
       scales = out + codes_bytes;
-      value_bytes = size_t(elements);
       files_.push_back(std::move(owned).value());
     }
-    // One tensor (or one expert's slice): its values, and its scales under NAME_scale.
+    // One tensor (or one expert's slice of `count` values from value `first`): its values, and
+    // its scales under NAME_scale (NAME_scale_min).
     auto add_tensor = [&](std::string name, std::vector<int64_t> shape, int64_t first, int64_t count) -> Status {
-      const size_t bytes = value_bytes / size_t(elements) * size_t(count);
-      const size_t offset = value_bytes / size_t(elements) * size_t(first);
+      const size_t bytes = value_bytes * size_t(count) / size_t(elements);
+      const size_t offset = value_bytes * size_t(first) / size_t(elements);
       if (scales != nullptr) {
         std::vector<int64_t> scale_shape = shape;
         scale_shape.back() /= group;
-        MLA_RETURN_IF_ERROR(add(TensorView{.name = name + "_scale", .dtype = DType::kF32, .shape = scale_shape,
-                                           .data = scales + size_t(first / group) * 4,
-                                           .num_bytes = size_t(count / group) * 4, .file = path}));
+        if (q4_k) scale_shape.push_back(2);
+        MLA_RETURN_IF_ERROR(add(TensorView{.name = name + (q4_k ? "_scale_min" : "_scale"), .dtype = DType::kF32,
+                                           .shape = scale_shape,
+                                           .data = scales + size_t(first / group) * group_scale_bytes,
+                                           .num_bytes = size_t(count / group) * group_scale_bytes, .file = path}));
+        if (q4_k) shape.back() /= 2;  // two nibbles a byte
       }
       return add(TensorView{.name = std::move(name), .dtype = *dtype, .shape = std::move(shape),
                             .data = values + offset, .num_bytes = bytes, .file = path});
@@ -169,7 +234,7 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
     }
   }
   if (!unsupported.empty()) {
-    std::string message = path + ": tensor types mlaserve does not compute yet (supported: F32, F16, BF16, Q8_0, Q6_K):";
+    std::string message = path + ": tensor types mlaserve does not compute yet (supported: F32, F16, BF16, Q8_0, Q6_K, Q4_K):";
     for (const auto& [type, names] : unsupported) {
       message += " " + type + " (" + std::to_string(names.size()) + " tensors: " + names[0] +
                  (names.size() > 1 ? ", " + names[1] : "") + (names.size() > 2 ? ", ..." : "") + ")";
@@ -184,13 +249,14 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
       return Status::Error(path + ": layer " + std::to_string(layer) + " has only one of attn_k_b and attn_v_b");
     }
     const GgufTensorInfo &k = *kv.k_b, &v = *kv.v_b;  // ne: k [nope, kv_lora, heads], v [kv_lora, v, heads]
-    if (k.ne.size() != 3 || v.ne.size() != 3 || k.ne[2] != v.ne[2] || k.ne[1] != v.ne[0] || k.type != v.type) {
+    if (k.ne.size() != 3 || v.ne.size() != 3 || k.ne[2] != v.ne[2] || k.ne[1] != v.ne[0]) {
       return Status::Error(path + ": layer " + std::to_string(layer) +
                            ": attn_k_b and attn_v_b do not fit together as [heads, kv_lora, nope] and [heads, v, kv_lora]");
     }
     const int64_t nope = k.ne[0], lora = k.ne[1], heads = k.ne[2], vdim = v.ne[1];
-    // Q8_0 / Q6_K pairs are dequantized (exactly, to F32) first: their blocks run across kv_b's rows.
-    const bool q8 = *DTypeOfGgml(k.type) == DType::kI8;
+    // A quantized pair, or one of two types (files mix them: k_b's 128-value rows fall back from
+    // a K type), is dequantized exactly to F32 first: block types run across kv_b's rows.
+    const bool q8 = *DTypeOfGgml(k.type) == DType::kI8 || *DTypeOfGgml(v.type) == DType::kI8 || k.type != v.type;
     std::vector<float> k_f32, v_f32;
     if (q8) {
       k_f32 = DequantizeToF32(k, data + k.offset);

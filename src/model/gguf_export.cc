@@ -99,9 +99,56 @@ void EncodeQ6_K(std::span<const float> x, std::byte* dst) {
   }
 }
 
+// Q4_K (ggml's block_q4_K: fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins, qs[128]; layout
+// as SplitQ4_K in model/gguf_checkpoint.cc reads it), by a plain rule rather than llama.cpp's
+// error-minimizing search: each sub-block of 32 spans [lo, hi] with lo = min(0, its least value),
+// scale (hi - lo) / 15 and min -lo; d and dmin = the largest scale and min / 63 (fp16), the 6-bit
+// scale and min = round(scale / d), round(min / dmin), and each code q = clamp(round((x + dmin *
+// min) / (d * scale)), 0, 15).
+void EncodeQ4_K(std::span<const float> x, std::byte* dst) {
+  for (size_t b = 0; b < x.size() / 256; ++b) {
+    const float* v = x.data() + b * 256;
+    float scale[8], min[8], largest_scale = 0.0f, largest_min = 0.0f;
+    for (int j = 0; j < 8; ++j) {
+      float lo = 0.0f, hi = v[32 * j];
+      for (int i = 0; i < 32; ++i) {
+        lo = std::min(lo, v[32 * j + i]);
+        hi = std::max(hi, v[32 * j + i]);
+      }
+      scale[j] = (hi - lo) / 15.0f;
+      min[j] = -lo;
+      largest_scale = std::max(largest_scale, scale[j]);
+      largest_min = std::max(largest_min, min[j]);
+    }
+    const uint16_t d_bits = F32ToF16(largest_scale / 63.0f), dmin_bits = F32ToF16(largest_min / 63.0f);
+    const float d = F16ToF32(d_bits), dmin = F16ToF32(dmin_bits);
+    uint8_t sc[8], mn[8], packed_scales[12] = {}, qs[128] = {};
+    for (int j = 0; j < 8; ++j) {
+      sc[j] = uint8_t(d > 0.0f ? std::clamp<long>(std::lround(scale[j] / d), 0, 63) : 0);
+      mn[j] = uint8_t(dmin > 0.0f ? std::clamp<long>(std::lround(min[j] / dmin), 0, 63) : 0);
+    }
+    for (int j = 0; j < 4; ++j) {
+      packed_scales[j] = uint8_t((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+      packed_scales[j + 4] = uint8_t((mn[j] & 63) | ((mn[j + 4] >> 4) << 6));
+      packed_scales[j + 8] = uint8_t((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+    }
+    for (int e = 0; e < 256; ++e) {
+      const int j = e / 32;
+      const float step = d * float(sc[j]), offset = dmin * float(mn[j]);
+      const long q = step > 0.0f ? std::clamp<long>(std::lround((v[e] + offset) / step), 0, 15) : 0;
+      qs[32 * (e / 64) + e % 32] |= uint8_t(q << (4 * ((e % 64) / 32)));
+    }
+    std::byte* block = dst + b * 144;
+    std::memcpy(block, &d_bits, 2);
+    std::memcpy(block + 2, &dmin_bits, 2);
+    std::memcpy(block + 4, packed_scales, 12);
+    std::memcpy(block + 16, qs, 128);
+  }
+}
+
 // The type a matrix whose rows hold `cols` values is written in: `type`, unless its blocks do not
 // divide the rows (a K type's 256 past e.g. 1408 columns), then Q8_0 (llama.cpp falls back from
-// Q6_K the same way).
+// Q6_K the same way, from Q4_K to Q5_0, which mlaserve does not compute).
 GgmlType TypeForRows(GgmlType type, int64_t cols) {
   return cols % GgmlTraits(uint32_t(type)).block_elements == 0 ? type : GgmlType::kQ8_0;
 }
@@ -110,6 +157,7 @@ GgmlType TypeForRows(GgmlType type, int64_t cols) {
 void Encode(std::span<const float> x, GgmlType type, std::byte* dst) {
   if (type == GgmlType::kQ8_0) return EncodeQ8_0(x, dst);
   if (type == GgmlType::kQ6_K) return EncodeQ6_K(x, dst);
+  if (type == GgmlType::kQ4_K) return EncodeQ4_K(x, dst);
   for (size_t i = 0; i < x.size(); ++i) {
     if (type == GgmlType::kF32) {
       std::memcpy(dst + i * 4, &x[i], 4);
@@ -238,9 +286,9 @@ Status WriteTokenizerMetadata(const std::string& model_dir, const ModelConfig& c
 Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const std::string& out_path,
                                              const GgufExportOptions& options) {
   const GgmlType mt = options.matrix_type;
-  if (mt != GgmlType::kF32 && mt != GgmlType::kF16 && mt != GgmlType::kBF16 && mt != GgmlType::kQ8_0 &&
-      mt != GgmlType::kQ6_K) {
-    return Status::Error("GGUF export writes F32, F16, BF16, Q8_0 or Q6_K matrices");
+  const bool quantized = mt == GgmlType::kQ8_0 || mt == GgmlType::kQ6_K || mt == GgmlType::kQ4_K;
+  if (mt != GgmlType::kF32 && mt != GgmlType::kF16 && mt != GgmlType::kBF16 && !quantized) {
+    return Status::Error("GGUF export writes F32, F16, BF16, Q8_0, Q6_K or Q4_K matrices");
   }
   auto config = LoadModelConfig(model_dir);
   if (!config.ok()) return config.status();
@@ -274,7 +322,6 @@ Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const
     // it stays in a float matrix type, so that a bf16 file's router runs the original's kernels;
     // with Q8_0 matrices it is F32, as llama.cpp's.)
     const bool router = name.ends_with(".mlp.gate.weight");
-    const bool quantized = mt == GgmlType::kQ8_0 || mt == GgmlType::kQ6_K;
     const GgmlType type = t.shape.size() == 1 || (router && quantized) ? GgmlType::kF32 : TypeForRows(mt, t.shape.back());
     std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
     MLA_RETURN_IF_ERROR(add(*gguf, std::move(ne), type, AsType(t, type, buffers)));
@@ -320,10 +367,10 @@ Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const
         }
         std::copy_n(src.begin() + (h * (nope + v) + nope) * lora, v * lora, v_b.begin() + h * v * lora);
       }
-      // (One type for the pair, as the loader requires: that of k_b's shorter rows.)
-      const GgmlType type = TypeForRows(TypeForRows(mt, lora), nope);
-      MLA_RETURN_IF_ERROR(add(blk + "attn_k_b.weight", {nope, lora, heads}, type, Encoded(k_b, type, buffers)));
-      MLA_RETURN_IF_ERROR(add(blk + "attn_v_b.weight", {lora, v, heads}, type, Encoded(v_b, type, buffers)));
+      // (Each in its own type: k_b's rows are nope values, v_b's kv_lora.)
+      const GgmlType k_type = TypeForRows(mt, nope), v_type = TypeForRows(mt, lora);
+      MLA_RETURN_IF_ERROR(add(blk + "attn_k_b.weight", {nope, lora, heads}, k_type, Encoded(k_b, k_type, buffers)));
+      MLA_RETURN_IF_ERROR(add(blk + "attn_v_b.weight", {lora, v, heads}, v_type, Encoded(v_b, v_type, buffers)));
     }
   }
   MLA_RETURN_IF_ERROR(w.Write(out_path));

@@ -91,34 +91,43 @@ TEST_F(GgufCli, AQ8_0GgufScoresCloseToItsOriginal) {
   for (size_t i = 1; i < combined.size(); ++i) EXPECT_NEAR(split[i], combined[i], 1e-3) << "token " << i;
 }
 
-// Q6_K (the bundled model's rows of 256 values; its 128-column ones in Q8_0, as llama.cpp falls
-// back): computed from int8 codes and per-16 scales, close to the original on every token, and
-// the same through the exact fp32 kernels in both kv layouts.
-TEST_F(GgufCli, AQ6_KGgufScoresCloseToItsOriginal) {
+// Q6_K and Q4_K (the bundled model's rows of 256 values; its 128-column ones in Q8_0, as
+// llama.cpp falls back from Q6_K): computed from their codes and per-group scales (and mins),
+// close to the original on every token (the bounds: what `weights-eval` measured for each, a few
+// times over), and the same through the exact fp32 kernels in both kv layouts.
+TEST_F(GgufCli, AQ6_KAndAQ4_KGgufScoreCloseToTheirOriginal) {
   const std::vector<double> original = Logprobs(testing::BundledModelPath());
-  const std::string combined_file = Write("q6-combined.gguf", "--weights q6_k");
-  const std::string split_file = Write("q6-split.gguf", "--weights q6_k --gguf-kv-layout split");
-  for (const std::string& file : {combined_file, split_file}) {
-    const std::vector<double> scored = Logprobs(file);
-    ASSERT_EQ(scored.size(), original.size());
-    double sum = 0, largest = 0;
-    for (size_t i = 1; i < original.size(); ++i) {
-      const double d = std::abs(scored[i] - original[i]);
-      sum += d;
-      largest = std::max(largest, d);
+  struct Case {
+    const char* weights;
+    double largest, mean;
+  };
+  for (const Case& k : {Case{"q6_k", 0.1, 0.04}, Case{"q4_k", 0.6, 0.2}}) {
+    const std::string type = k.weights;
+    const std::string combined_file = Write(type + "-combined.gguf", "--weights " + type);
+    const std::string split_file = Write(type + "-split.gguf", "--weights " + type + " --gguf-kv-layout split");
+    for (const std::string& file : {combined_file, split_file}) {
+      const std::vector<double> scored = Logprobs(file);
+      ASSERT_EQ(scored.size(), original.size());
+      double sum = 0, largest = 0;
+      for (size_t i = 1; i < original.size(); ++i) {
+        const double d = std::abs(scored[i] - original[i]);
+        sum += d;
+        largest = std::max(largest, d);
+      }
+      const double mean = sum / double(original.size() - 1);
+      EXPECT_LT(largest, k.largest) << file;
+      EXPECT_LT(mean, k.mean) << file;
+      EXPECT_GT(mean, 0.0) << file << ": quantized weights are not the bf16 ones";
     }
-    const double mean = sum / double(original.size() - 1);
-    EXPECT_LT(largest, 0.1) << file;
-    EXPECT_LT(mean, 0.04) << file;
-    EXPECT_GT(mean, 0.0) << "Q6_K weights are not the bf16 ones";
+    const std::vector<double> combined = Logprobs(combined_file, 1, "--kernels portable");
+    const std::vector<double> split = Logprobs(split_file, 1, "--kernels portable");
+    ASSERT_EQ(split.size(), combined.size());
+    for (size_t i = 1; i < combined.size(); ++i) EXPECT_NEAR(split[i], combined[i], 1e-3) << type << " token " << i;
+    // plan counts the bytes mlaserve holds for the type.
+    auto plan = RunMlaserve("plan --model-path " + ShellQuote(combined_file) + " --device-memory 1");
+    const std::string held = (type == "q6_k" ? "Q6_K" : "Q4_K") + std::string(" (as held)");
+    EXPECT_NE(plan.out.find(held), std::string::npos) << plan.out << plan.err;
   }
-  const std::vector<double> combined = Logprobs(combined_file, 1, "--kernels portable");
-  const std::vector<double> split = Logprobs(split_file, 1, "--kernels portable");
-  ASSERT_EQ(split.size(), combined.size());
-  for (size_t i = 1; i < combined.size(); ++i) EXPECT_NEAR(split[i], combined[i], 1e-3) << "token " << i;
-  // The file holds Q6_K blocks (and Q8_0 where rows are 128 values).
-  auto plan = RunMlaserve("plan --model-path " + ShellQuote(combined_file) + " --device-memory 1");
-  EXPECT_NE(plan.out.find("Q6_K (held as int8)"), std::string::npos) << plan.out << plan.err;
 }
 
 // --tokenizer-path: a GGUF whose pre-tokenizer mlaserve does not know ("gpt-2" patched to
@@ -215,8 +224,8 @@ TEST_F(GgufCli, AnUncomputedTensorTypeIsRefusedByName) {
     s << in.rdbuf();
     bytes = s.str();
   }
-  // blk.0.attn_q_a.weight's info: name, n_dims (2), ne[2], then its type: BF16 (30) -> Q4_K (12),
-  // whose blocks (256 values, 144 bytes) take fewer bytes, so the file stays well-formed.
+  // blk.0.attn_q_a.weight's info: name, n_dims (2), ne[2], then its type: BF16 (30) -> Q5_K (13),
+  // whose blocks (256 values, 176 bytes) take fewer bytes, so the file stays well-formed.
   const std::string name = "blk.0.attn_q_a.weight";
   const size_t at = bytes.find(name);
   ASSERT_NE(at, std::string::npos);
@@ -224,13 +233,13 @@ TEST_F(GgufCli, AnUncomputedTensorTypeIsRefusedByName) {
   uint32_t type = 0;
   std::memcpy(&type, bytes.data() + type_at, 4);
   ASSERT_EQ(type, 30u);
-  type = 12;
+  type = 13;
   std::memcpy(bytes.data() + type_at, &type, 4);
-  const std::string patched = dir_.path() + "/q4k.gguf";
+  const std::string patched = dir_.path() + "/q5k.gguf";
   std::ofstream(patched, std::ios::binary) << bytes;
   auto r = RunMlaserve("generate --model-path " + ShellQuote(patched) + " --prompt hi --max-new-tokens 2");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("Q4_K (1 tensors: blk.0.attn_q_a.weight)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Q5_K (1 tensors: blk.0.attn_q_a.weight)"), std::string::npos) << r.err;
   // A file that is not GGUF nor safetensors.
   std::ofstream(dir_.path() + "/junk.gguf") << "GGUF but not really";
   auto junk = RunMlaserve("generate --model-path " + ShellQuote(dir_.path() + "/junk.gguf") + " --prompt hi");

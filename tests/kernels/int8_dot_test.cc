@@ -39,10 +39,16 @@ std::vector<float> Int8DotReference(const std::vector<float>& x, int64_t n, cons
     for (int64_t r = 0; r < w.rows; ++r) {
       float acc = 0.0f;
       for (int64_t g = 0; g < groups; ++g) {
-        int32_t sum = 0;
-        for (int64_t c = g * group; c < (g + 1) * group; ++c) sum += int32_t(WeightCodeAt(w, r, c)) * q[size_t(c)];
+        int32_t sum = 0, sum_q = 0;
+        for (int64_t c = g * group; c < (g + 1) * group; ++c) {
+          sum += int32_t(WeightCodeAt(w, r, c)) * q[size_t(c)];
+          sum_q += q[size_t(c)];
+        }
         const float scale = WeightScaleAt(w, r, g * group) * d[size_t(g)];
         acc = std::fma(float(sum), scale, acc);
+        if (w.format == WeightFormat::kUint4GroupMin) {
+          acc = std::fma(-WeightMinAt(w, r, g * group), d[size_t(g)] * float(sum_q), acc);
+        }
       }
       y[size_t(t * w.rows + r)] = acc;
     }
@@ -85,15 +91,18 @@ TEST_F(Int8Dot, IsItsDefinitionBatchInvariantAndCloseToFp32) {
   const KernelSet& k = *WithInt8Dot(Avx512Kernels());
   ASSERT_TRUE(k.int8_dot);
   struct Shape {
+    WeightFormat format;
     int64_t rows, cols;
     int group;
   };
   // Partial panels and blocks, one and several column chunks (512 columns), groups of Q8_0's 32
-  // and of other multiples of 4.
-  const Shape shapes[] = {{15, 64, 32}, {33, 96, 32}, {150, kGemmColumns + 96, 32}, {40, 48, 16}, {17, 40, 4},
-                          {64, 2 * kGemmColumns, 128}};
+  // and Q6_K's 16 and of other multiples of 4; uint4-min (Q4_K: 32) in multiples of 8.
+  constexpr WeightFormat kI8 = WeightFormat::kInt8Group, kU4 = WeightFormat::kUint4GroupMin;
+  const Shape shapes[] = {{kI8, 15, 64, 32}, {kI8, 33, 96, 32}, {kI8, 150, kGemmColumns + 96, 32}, {kI8, 40, 48, 16},
+                          {kI8, 17, 40, 4},  {kI8, 64, 2 * kGemmColumns, 128}, {kU4, 15, 64, 32},
+                          {kU4, 150, kGemmColumns + 96, 32}, {kU4, 40, 48, 8}, {kU4, 64, 2 * kGemmColumns, 256}};
   for (const Shape& s : shapes) {
-    const testing::QuantWeights w = testing::RandomQuantWeights(WeightFormat::kInt8Group, s.rows, s.cols, 1, s.group, rng);
+    const testing::QuantWeights w = testing::RandomQuantWeights(s.format, s.rows, s.cols, 1, s.group, rng);
     const testing::PackedWeights packed = testing::Packed(w.matrix, pool);
     for (int64_t n : {1, 3, 5, 13, 27}) {
       SCOPED_TRACE("rows=" + std::to_string(s.rows) + " cols=" + std::to_string(s.cols) + " group=" +
@@ -124,7 +133,7 @@ TEST_F(Int8Dot, IsItsDefinitionBatchInvariantAndCloseToFp32) {
               amax = std::max(amax, std::abs(x[size_t(t * s.cols + i)]));
               wsum += std::abs(WeightAt(w.matrix, r, i));
             }
-            bound += 0.5 * amax / 127.0 * wsum * 1.001;
+            bound += 0.5 * amax / 127.0 * wsum * 1.001 + 1e-6 * wsum;
           }
           ASSERT_NEAR(want[size_t(t * s.rows + r)], exact[size_t(t * s.rows + r)], bound);
         }

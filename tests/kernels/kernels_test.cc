@@ -30,9 +30,9 @@ using testing::Weights;
 // blocks (DeepSeek's), 32-row ones (a panel block of two vectors lies in one band of rows: one
 // buffer of scaled activations) and 16-row ones (AVX-512 blocks straddle bands: one buffer per
 // band, each vector reading its own).
-enum class Kind { kF32, kBF16, kF16, kFp8, kFp8Rows16, kFp8Rows128, kInt4, kInt8 };
+enum class Kind { kF32, kBF16, kF16, kFp8, kFp8Rows16, kFp8Rows128, kInt4, kInt8, kUint4Min };
 constexpr Kind kAllKinds[] = {Kind::kF32,       Kind::kBF16,        Kind::kF16,  Kind::kFp8,
-                              Kind::kFp8Rows16, Kind::kFp8Rows128, Kind::kInt4, Kind::kInt8};
+                              Kind::kFp8Rows16, Kind::kFp8Rows128, Kind::kInt4, Kind::kInt8, Kind::kUint4Min};
 
 struct AnyWeights {
   Weights dense;
@@ -64,13 +64,17 @@ std::optional<AnyWeights> MakeWeights(Kind kind, int64_t rows, int64_t cols, std
       w.quant = RandomQuantWeights(WeightFormat::kInt8Group, rows, cols, 1, group, rng);
       break;
     }
+    case Kind::kUint4Min:  // GGUF's Q4_K: groups of 32, else of 8
+      if (cols % 8 != 0) return std::nullopt;
+      w.quant = RandomQuantWeights(WeightFormat::kUint4GroupMin, rows, cols, 1, cols % 32 == 0 ? 32 : 8, rng);
+      break;
   }
   return w;
 }
 
 const char* KindName(Kind kind) {
   constexpr const char* kNames[] = {"F32",        "BF16", "F16", "fp8-block", "fp8-block rows 16", "fp8-block rows 128",
-                                    "int4-group", "int8-group"};
+                                    "int4-group", "int8-group", "uint4-group-min"};
   return kNames[int(kind)];
 }
 
@@ -92,7 +96,9 @@ TEST(Kernels, QuantizedSimdMatchesPortable) {
                           {WeightFormat::kFp8Block, 32, 20, 61},    {WeightFormat::kInt4Group, 1, 32, 64},
                           {WeightFormat::kInt4Group, 1, 32, 224},   {WeightFormat::kInt4Group, 1, 8, 40},
                           {WeightFormat::kInt4Group, 1, 2, 8},      {WeightFormat::kInt8Group, 1, 32, 64},
-                          {WeightFormat::kInt8Group, 1, 32, 224},   {WeightFormat::kInt8Group, 1, 2, 6}};
+                          {WeightFormat::kInt8Group, 1, 32, 224},   {WeightFormat::kInt8Group, 1, 2, 6},
+                          {WeightFormat::kUint4GroupMin, 1, 32, 64}, {WeightFormat::kUint4GroupMin, 1, 32, 224},
+                          {WeightFormat::kUint4GroupMin, 1, 8, 40},  {WeightFormat::kUint4GroupMin, 1, 2, 10}};
   for (const Shape& shape : shapes) {
     for (int64_t n : {1, 2, 5, 13}) {
       const int64_t rows = 150;
@@ -201,7 +207,7 @@ TEST(Kernels, PackedPanelsMatchRowMajorAndAreBatchInvariant) {
   for (Kind kind : kAllKinds) {
     for (int64_t rows : {1, 15, 16, 17, 33, 64, 70, 150}) {
       for (int64_t n : {1, 2, 5, 13, 27, 40}) {  // 13+: quantized prefill widens fp8, 40: int4 too
-        const int64_t cols = kind == Kind::kInt4 || kind == Kind::kInt8 ? 72 : 37;
+        const int64_t cols = kind == Kind::kInt4 || kind == Kind::kInt8 || kind == Kind::kUint4Min ? 72 : 37;
         const auto w = MakeWeights(kind, rows, cols, rng);
         ASSERT_TRUE(w.has_value());
         std::vector<std::byte> packed_bytes(PackedBytes(w->matrix()));
@@ -301,7 +307,8 @@ TEST(Kernels, RealShapesSimdMatchPortable) {
     int64_t rows, cols;
   };
   constexpr Shape kShapes[] = {{7168, 2048}, {2048, 7168}};  // [out, in]: down_proj, up_proj
-  constexpr Kind kKinds[] = {Kind::kBF16, Kind::kFp8Rows128, Kind::kInt4, Kind::kInt8};  // int4, int8: groups of 32
+  constexpr Kind kKinds[] = {Kind::kBF16, Kind::kFp8Rows128, Kind::kInt4, Kind::kInt8,
+                             Kind::kUint4Min};  // int4, int8, uint4-min: groups of 32
   constexpr int64_t kBandRows = 128;
   for (const Shape& shape : kShapes) {
     for (Kind kind : kKinds) {

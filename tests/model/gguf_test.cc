@@ -4,6 +4,7 @@
 // map to Hugging Face's and back.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -138,6 +139,69 @@ TEST(Gguf, Q6_KBlocksLoadAsTheValuesGgmlDequantizes) {
     float scale;
     std::memcpy(&scale, scales->data + 4 * (i / 16), 4);
     ASSERT_EQ(float(int8_t(codes->data[i])) * scale, want[i]) << i;
+  }
+}
+
+// Q4_K super-blocks (random bits, normal fp16 d and dmin) load as nibbles and F32 (scale, min)
+// pairs per 32 whose weights fma(code, scale, -min) are what ggml's dequantize_row_q4_K makes of
+// them (d * sc * q - dmin * m, written out here as ggml loops over the block), to within the
+// rounding of its two products.
+TEST(Gguf, Q4_KBlocksLoadAsTheValuesGgmlDequantizes) {
+  std::mt19937 rng(9);
+  constexpr int kBlocks = 3;
+  std::vector<std::byte> blocks(kBlocks * 144);
+  for (std::byte& b : blocks) b = std::byte(rng() & 0xff);
+  std::vector<float> want(kBlocks * 256);
+  for (int b = 0; b < kBlocks; ++b) {
+    std::byte* block = &blocks[size_t(b) * 144];
+    const uint16_t d_bits = F32ToF16(0.011f * float(b + 1)), dmin_bits = F32ToF16(0.007f * float(b + 2));
+    std::memcpy(block, &d_bits, 2);
+    std::memcpy(block + 2, &dmin_bits, 2);
+    const auto* scales = reinterpret_cast<const uint8_t*>(block + 4);
+    const auto* q = reinterpret_cast<const uint8_t*>(block + 16);
+    const auto scale_min = [&](int j, uint8_t& sc, uint8_t& m) {
+      if (j < 4) {
+        sc = scales[j] & 63;
+        m = scales[j + 4] & 63;
+      } else {
+        sc = uint8_t((scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4));
+        m = uint8_t((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
+      }
+    };
+    const float d = F16ToF32(d_bits), dmin = F16ToF32(dmin_bits);
+    float* y = want.data() + b * 256;
+    for (int j = 0, is = 0; j < 256; j += 64, is += 2) {
+      uint8_t sc, m;
+      scale_min(is, sc, m);
+      const float d1 = d * sc, m1 = dmin * m;
+      scale_min(is + 1, sc, m);
+      const float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; ++l) *y++ = d1 * float(q[l] & 0xF) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * float(q[l] >> 4) - m2;
+      q += 32;
+    }
+  }
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/q4.gguf";
+  GgufWriter w;
+  w.SetString("general.architecture", "deepseek2");
+  ASSERT_TRUE(w.AddTensor("t.q4", {256, kBlocks}, GgmlType::kQ4_K, blocks).ok());
+  ASSERT_TRUE(w.Write(path).ok());
+  auto ckpt = Checkpoint::Open(path);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.error();
+  const TensorView* codes = (*ckpt)->Find("t.q4");
+  const TensorView* pairs = (*ckpt)->Find("t.q4_scale_min");
+  ASSERT_NE(codes, nullptr);
+  ASSERT_NE(pairs, nullptr);
+  EXPECT_EQ(codes->shape, (std::vector<int64_t>{kBlocks, 128}));
+  EXPECT_EQ(pairs->dtype, DType::kF32);
+  EXPECT_EQ(pairs->shape, (std::vector<int64_t>{kBlocks, 8, 2}));
+  for (size_t i = 0; i < want.size(); ++i) {
+    float scale, min;
+    std::memcpy(&scale, pairs->data + 8 * (i / 32), 4);
+    std::memcpy(&min, pairs->data + 8 * (i / 32) + 4, 4);
+    const int code = (uint8_t(codes->data[i / 2]) >> (4 * (i % 2))) & 0xF;
+    ASSERT_NEAR(std::fma(float(code), scale, -min), want[i], 1e-6f * (1.0f + std::abs(want[i]))) << i;
   }
 }
 

@@ -29,9 +29,9 @@ QuantWeights RandomQuantWeights(WeightFormat format, int64_t rows, int64_t cols,
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(0.001f, 0.05f);
   QuantWeights w;
-  w.matrix = WeightMatrix{.dtype = format == WeightFormat::kFp8Block   ? DType::kF8E4M3
-                                   : format == WeightFormat::kInt8Group ? DType::kI8
-                                                                        : DType::kI32,
+  w.matrix = WeightMatrix{.dtype = format == WeightFormat::kFp8Block ? DType::kF8E4M3
+                                   : format == WeightFormat::kInt4Group ? DType::kI32
+                                                                        : DType::kI8,
                           .rows = rows, .cols = cols, .format = format, .block_rows = block_rows,
                           .block_cols = block_cols};
   w.codes.resize(w.matrix.total_bytes());
@@ -41,7 +41,7 @@ QuantWeights RandomQuantWeights(WeightFormat format, int64_t rows, int64_t cols,
     b = std::byte(v);
   }
   w.scales.resize(w.matrix.scale_bytes());
-  const bool f32_scales = format == WeightFormat::kFp8Block || format == WeightFormat::kInt8Group;
+  const bool f32_scales = format != WeightFormat::kInt4Group;  // uint4-min: (scale, min) pairs, both F32
   for (size_t i = 0; i < w.scales.size(); i += f32_scales ? 4 : 2) {
     const float s = scale(rng);
     if (f32_scales) {

@@ -20,7 +20,8 @@ struct Weights {
 Weights RandomWeights(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng);
 
 // Random quantized weights: fp8 codes (every finite E4M3 code) with F32 block scales, int4
-// nibbles with BF16 group scales, or int8 codes with F32 group scales. `matrix` views `codes` and `scales`.
+// nibbles with BF16 group scales, int8 codes with F32 group scales, or uint4 codes with F32
+// (scale, min) pairs. `matrix` views `codes` and `scales`.
 struct QuantWeights {
   std::vector<std::byte> codes;
   std::vector<std::byte> scales;
