@@ -15,9 +15,10 @@ namespace {
 
 // A GGUF file's tensors under their Hugging Face names (a stacked expert tensor as one tensor
 // per expert, the split kv_b pair as kv_b_proj), bytes as mlaserve holds them: as stored, except
-// Q6_K, held as int8 codes with an F32 scale per 16 (model/gguf_checkpoint.cc: 1.25 bytes a
-// weight, not the file's 0.82), and Q4_K, nibbles with an F32 scale and min per 32 (0.75, not
-// 0.56); `plan` counts the types mlaserve does not compute (Q5_K, IQ*) as stored.
+// the block types (model/gguf_checkpoint.cc): Q8_0 as int8 codes with an F32 scale per 32 (1.125
+// bytes a weight, the file's 1.06), Q6_K with one per 16 (1.25, the file's 0.82), Q4_K / Q4_0 as
+// nibbles with an F32 scale and min per 32 (0.75, the file's 0.56), and a split kv_b pair of a
+// block type in F32; `plan` counts the types mlaserve does not compute (Q5_K, IQ*) as stored.
 std::optional<WeightSource> GgufWeightSource(const std::string& path, const ModelConfig& config) {
   auto f = ReadGgufFile(path);
   if (!f.ok()) return std::nullopt;
@@ -32,15 +33,19 @@ std::optional<WeightSource> GgufWeightSource(const std::string& path, const Mode
   for (const GgufTensorInfo& t : f->tensors) {
     double elements = 1;
     for (int64_t d : t.ne) elements *= double(d);
-    // Q6_K: int8 codes + an F32 scale per 16; Q4_K: nibbles + an F32 scale and min per 32.
-    const bool widened = GgmlType(t.type) == GgmlType::kQ6_K || GgmlType(t.type) == GgmlType::kQ4_K;
-    const double bytes = GgmlType(t.type) == GgmlType::kQ6_K   ? elements * 1.25
-                         : GgmlType(t.type) == GgmlType::kQ4_K ? elements * 0.75
-                                                               : double(t.num_bytes);
+    const GgmlType type = GgmlType(t.type);
+    const bool four_bit = type == GgmlType::kQ4_K || type == GgmlType::kQ4_0;
+    const bool widened = type == GgmlType::kQ6_K || type == GgmlType::kQ8_0 || four_bit;
+    double bytes = type == GgmlType::kQ6_K   ? elements * 1.25
+                   : type == GgmlType::kQ8_0 ? elements * 1.125
+                   : four_bit                ? elements * 0.75
+                                             : double(t.num_bytes);
+    const std::optional<HfTensorName> hf = HfNameOfGgufTensor(t.name);
+    // A split kv_b pair of a block type is held as F32 (model/gguf_checkpoint.cc).
+    if (widened && hf && !hf->kv_part.empty() && !combined_kv_b.count(hf->layer)) bytes = elements * 4;
     bytes_by_type[std::string(GgmlTraits(t.type).name) + (widened ? " (as held)" : "")] += bytes;
     out.total_bytes += bytes;
     const std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());
-    const std::optional<HfTensorName> hf = HfNameOfGgufTensor(t.name);
     if (!hf) {
       out.tensors.push_back({t.name, shape, bytes});
     } else if (!hf->name.empty()) {

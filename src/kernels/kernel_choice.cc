@@ -294,12 +294,13 @@ Result<KernelChoice> ChooseKernels(std::string_view flag, bool deterministic) {
 std::string KernelChoice::Describe() const {
   std::string s = std::string("kernels: ") + kernels->name;
   if (rates.empty()) return s + " (" + why + ")";
-  s += from_cache ? " (rates read back from " + cache_path + "; one thread, GFLOP/s fp32 / bf16 dot:"
-                  : " (measured, one thread, GFLOP/s fp32 / bf16 dot:";
+  s += from_cache ? " (rates read back from " + cache_path + "; one thread, GFLOP/s fp32 / dot products:"
+                  : " (measured, one thread, GFLOP/s fp32 / dot products:";
+  const size_t header = s.size();
   char buf[160];
   if (CpuSupportsBf16Dot()) {
     for (const ShapeClassRate& r : rates) {
-      std::snprintf(buf, sizeof buf, " %s tok %.0f / %.0f;", r.label, r.fp32_flops / 1e9, r.bf16_flops / 1e9);
+      std::snprintf(buf, sizeof buf, " %s tok %.0f / bf16 %.0f;", r.label, r.fp32_flops / 1e9, r.bf16_flops / 1e9);
       s += buf;
     }
   }
@@ -309,7 +310,7 @@ std::string KernelChoice::Describe() const {
                   int8.int8_batch_flops / 1e9);
     s += buf;
   }
-  s.pop_back();
+  if (s.size() > header) s.pop_back();  // the last ';'
   if (!from_cache && !cache_path.empty()) s += "; cached in " + cache_path;
   return s + ")";
 }

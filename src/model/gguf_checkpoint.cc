@@ -7,9 +7,14 @@
 // in shared anonymous memory the checkpoint owns, never dequantized. Q6_K (super-blocks of 256:
 // 16 sub-blocks of 16 six-bit codes q, an int8 scale each, an fp16 scale d) goes the same way:
 // codes q - 32 in int8 and scales d * scale, exact in F32, per 16 values (8 bits a weight in
-// memory instead of the file's 6.56: the kernels have no 6-bit layout yet). A stacked expert tensor
+// memory instead of the file's 6.56: the kernels have no 6-bit layout yet). Q4_K (8 sub-blocks of
+// 32 four-bit codes, 6-bit scales and mins, fp16 d and dmin) and Q4_0 (32 codes - 8, an fp16 d)
+// become 4-bit codes two a byte (`X.weight`, I8 [rows, cols / 2]) and exact F32 (scale, min)
+// pairs per 32 (`X.weight_scale_min`): real = code * scale - min, the kUint4GroupMin format
+// (0.75 bytes a weight, the file's 0.56). A stacked expert tensor
 // [experts][rows][cols] becomes one view per expert. The split kv_b layout (attn_k_b, attn_v_b)
-// is rearranged into kv_b_proj's rows, in the pair's own type (F32/F16/BF16) or, for Q8_0 / Q6_K, in F32
+// is rearranged into kv_b_proj's rows, in the pair's own type (F32/F16/BF16) or, for block types
+// or two different types, in F32
 // (their blocks run across kv_b's rows): it stays resident, as kv_b is read by rows; DeepSeek-V3's
 // (128 heads x 256 rows x 512) is 32 MiB a layer in BF16, 64 MiB in F32 (~4 GB over 61 layers). A tensor type mlaserve does not compute is refused,
 // naming the type and the tensors that use it.
@@ -34,12 +39,14 @@ std::optional<DType> DTypeOfGgml(uint32_t type) {
     case GgmlType::kBF16: return DType::kBF16;
     case GgmlType::kQ8_0:
     case GgmlType::kQ6_K:
-    case GgmlType::kQ4_K: return DType::kI8;  // split into codes and scales below
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ4_0: return DType::kI8;  // split into codes and scales below
     default: return std::nullopt;
   }
 }
 
-bool IsQ4_K(uint32_t type) { return GgmlType(type) == GgmlType::kQ4_K; }
+// The types split into 4-bit codes with (scale, min) pairs per 32 (the kUint4GroupMin format).
+bool IsUint4Min(uint32_t type) { return GgmlType(type) == GgmlType::kQ4_K || GgmlType(type) == GgmlType::kQ4_0; }
 
 // Values per F32 scale of a type split into groups (DTypeOfGgml kI8).
 int64_t Int8GroupOf(uint32_t type) { return GgmlType(type) == GgmlType::kQ6_K ? 16 : 32; }
@@ -51,6 +58,31 @@ int64_t Int8GroupOf(uint32_t type) { return GgmlType(type) == GgmlType::kQ6_K ? 
 // and high (min) nibble of byte j + 4, their top 2 bits the top 2 bits of bytes j - 4 and j.
 // Values 64i .. 64i + 31 are the low nibbles of qs[32i .. 32i + 31] (sub-block 2i), 64i + 32 ..
 // 64i + 63 their high nibbles (sub-block 2i + 1).
+void SplitQ4_K(const std::byte* block, uint8_t* nibbles, float* scale_min);
+
+// A Q4_0 block (ggml's block_q4_0: fp16 d, qs[16]: value j the low nibble of qs[j], value j + 16
+// its high nibble; real = (q - 8) * d) as 32 nibbles, row-major, and the pair (d, 8 * d) (exact).
+void SplitQ4_0(const std::byte* block, uint8_t* nibbles, float* scale_min) {
+  const auto* b = reinterpret_cast<const uint8_t*>(block);
+  uint16_t d_bits;
+  std::memcpy(&d_bits, b, 2);
+  const float d = F16ToF32(d_bits);
+  scale_min[0] = d;
+  scale_min[1] = 8.0f * d;
+  const auto q = [&](int e) { return e < 16 ? b[2 + e] & 0xF : b[2 + e - 16] >> 4; };
+  for (int e = 0; e < 32; e += 2) nibbles[e / 2] = uint8_t(q(e) | (q(e + 1) << 4));
+}
+
+// A Q4_0 or Q4_K tensor of `elements` values as nibbles [elements / 2] and (scale, min) pairs
+// [elements / 32][2].
+void SplitToUint4(uint32_t type, const std::byte* blocks, int64_t elements, uint8_t* nibbles, float* scale_min) {
+  if (GgmlType(type) == GgmlType::kQ4_0) {
+    for (int64_t b = 0; b < elements / 32; ++b) SplitQ4_0(blocks + b * 18, nibbles + b * 16, scale_min + b * 2);
+    return;
+  }
+  for (int64_t b = 0; b < elements / 256; ++b) SplitQ4_K(blocks + b * 144, nibbles + b * 128, scale_min + b * 16);
+}
+
 void SplitQ4_K(const std::byte* block, uint8_t* nibbles, float* scale_min) {
   const auto* b = reinterpret_cast<const uint8_t*>(block);
   uint16_t d_bits, dmin_bits;
@@ -119,16 +151,14 @@ std::vector<float> DequantizeToF32(const GgufTensorInfo& t, const std::byte* blo
     for (size_t i = 0; i < out.size(); ++i) out[i] = LoadAsF32(dtype, blocks + i * size_t(DTypeBytes(dtype)));
     return out;
   }
-  if (IsQ4_K(t.type)) {
+  if (IsUint4Min(t.type)) {
     std::vector<float> out(static_cast<size_t>(elements));
-    uint8_t nibbles[128];
-    float scale_min[16];
-    for (int64_t b = 0; b < elements / 256; ++b) {
-      SplitQ4_K(blocks + b * 144, nibbles, scale_min);
-      for (int e = 0; e < 256; ++e) {
-        const float code = float((nibbles[e / 2] >> (4 * (e % 2))) & 0xF);
-        out[size_t(b * 256 + e)] = std::fma(code, scale_min[2 * (e / 32)], -scale_min[2 * (e / 32) + 1]);
-      }
+    std::vector<uint8_t> nibbles(static_cast<size_t>(elements / 2));
+    std::vector<float> scale_min(static_cast<size_t>(elements / 32 * 2));
+    SplitToUint4(t.type, blocks, elements, nibbles.data(), scale_min.data());
+    for (size_t e = 0; e < out.size(); ++e) {
+      const float code = float((nibbles[e / 2] >> (4 * (e % 2))) & 0xF);
+      out[e] = std::fma(code, scale_min[2 * (e / 32)], -scale_min[2 * (e / 32) + 1]);
     }
     return out;
   }
@@ -173,13 +203,13 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
       continue;
     }
     // The values' bytes, and for the block types their F32 scales: split out of the blocks into
-    // owned memory. Q8_0 / Q6_K: int8 codes, NAME_scale [.., cols / group]; Q4_K: nibbles (two
-    // a byte: NAME [.., cols / 2]), NAME_scale_min [.., cols / 32, 2].
+    // owned memory. Q8_0 / Q6_K: int8 codes, NAME_scale [.., cols / group]; Q4_K / Q4_0: nibbles
+    // (two a byte: NAME [.., cols / 2]), NAME_scale_min [.., cols / 32, 2].
     int64_t elements = 1;
     for (int64_t d : t.ne) elements *= d;
     const std::byte* values = data + t.offset;
     const std::byte* scales = nullptr;
-    const bool q4_k = IsQ4_K(t.type);
+    const bool q4_k = IsUint4Min(t.type);  // Q4_K or Q4_0
     const int64_t group = Int8GroupOf(t.type);
     const size_t group_scale_bytes = q4_k ? 8 : 4;
     size_t value_bytes = size_t(t.num_bytes);
@@ -191,9 +221,7 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
       std::byte* out = (*owned)->mutable_data();
       auto* out_scales = reinterpret_cast<float*>(out + codes_bytes);
       if (q4_k) {
-        for (int64_t b = 0; b < elements / 256; ++b) {
-          SplitQ4_K(values + b * 144, reinterpret_cast<uint8_t*>(out) + b * 128, out_scales + b * 16);
-        }
+        SplitToUint4(t.type, values, elements, reinterpret_cast<uint8_t*>(out), out_scales);
       } else {
         SplitToInt8(t.type, values, elements, reinterpret_cast<int8_t*>(out), out_scales);
       }
@@ -204,8 +232,13 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
     // One tensor (or one expert's slice of `count` values from value `first`): its values, and
     // its scales under NAME_scale (NAME_scale_min).
     auto add_tensor = [&](std::string name, std::vector<int64_t> shape, int64_t first, int64_t count) -> Status {
-      const size_t bytes = value_bytes * size_t(count) / size_t(elements);
-      const size_t offset = value_bytes * size_t(first) / size_t(elements);
+      // Bytes per value: whole (the float types, int8 codes) or half (nibbles); never
+      // value_bytes * first / elements, which overflows 64 bits for DeepSeek-V3's stacked experts.
+      const auto byte_count = [&](int64_t n) {
+        return q4_k ? size_t(n) / 2 : value_bytes / size_t(elements) * size_t(n);
+      };
+      const size_t bytes = byte_count(count);
+      const size_t offset = byte_count(first);
       if (scales != nullptr) {
         std::vector<int64_t> scale_shape = shape;
         scale_shape.back() /= group;
@@ -234,7 +267,7 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
     }
   }
   if (!unsupported.empty()) {
-    std::string message = path + ": tensor types mlaserve does not compute yet (supported: F32, F16, BF16, Q8_0, Q6_K, Q4_K):";
+    std::string message = path + ": tensor types mlaserve does not compute yet (supported: F32, F16, BF16, Q8_0, Q6_K, Q4_K, Q4_0):";
     for (const auto& [type, names] : unsupported) {
       message += " " + type + " (" + std::to_string(names.size()) + " tensors: " + names[0] +
                  (names.size() > 1 ? ", " + names[1] : "") + (names.size() > 2 ? ", ..." : "") + ")";

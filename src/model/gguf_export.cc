@@ -146,6 +146,28 @@ void EncodeQ4_K(std::span<const float> x, std::byte* dst) {
   }
 }
 
+// Q4_0 as llama.cpp's reference quantizer writes it: per block of 32, d = (the value of largest
+// magnitude) / -8 (fp16), codes min(15, trunc(x / d + 8.5)); value j in the low nibble of byte j,
+// value j + 16 in its high nibble.
+void EncodeQ4_0(std::span<const float> x, std::byte* dst) {
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    const float* v = x.data() + b * 32;
+    float extreme = 0.0f;
+    for (int i = 0; i < 32; ++i) {
+      if (std::abs(v[i]) > std::abs(extreme)) extreme = v[i];
+    }
+    const float d = extreme / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t d_bits = F32ToF16(d);
+    std::byte* block = dst + b * 18;
+    std::memcpy(block, &d_bits, 2);
+    for (int j = 0; j < 16; ++j) {
+      const int lo = std::min(15, int(int8_t(v[j] * id + 8.5f)));
+      const int hi = std::min(15, int(int8_t(v[j + 16] * id + 8.5f)));
+      block[2 + j] = std::byte(uint8_t(lo | (hi << 4)));
+    }
+  }
+}
+
 // The type a matrix whose rows hold `cols` values is written in: `type`, unless its blocks do not
 // divide the rows (a K type's 256 past e.g. 1408 columns), then Q8_0 (llama.cpp falls back from
 // Q6_K the same way, from Q4_K to Q5_0, which mlaserve does not compute).
@@ -158,6 +180,7 @@ void Encode(std::span<const float> x, GgmlType type, std::byte* dst) {
   if (type == GgmlType::kQ8_0) return EncodeQ8_0(x, dst);
   if (type == GgmlType::kQ6_K) return EncodeQ6_K(x, dst);
   if (type == GgmlType::kQ4_K) return EncodeQ4_K(x, dst);
+  if (type == GgmlType::kQ4_0) return EncodeQ4_0(x, dst);
   for (size_t i = 0; i < x.size(); ++i) {
     if (type == GgmlType::kF32) {
       std::memcpy(dst + i * 4, &x[i], 4);
@@ -286,9 +309,10 @@ Status WriteTokenizerMetadata(const std::string& model_dir, const ModelConfig& c
 Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const std::string& out_path,
                                              const GgufExportOptions& options) {
   const GgmlType mt = options.matrix_type;
-  const bool quantized = mt == GgmlType::kQ8_0 || mt == GgmlType::kQ6_K || mt == GgmlType::kQ4_K;
+  const bool quantized =
+      mt == GgmlType::kQ8_0 || mt == GgmlType::kQ6_K || mt == GgmlType::kQ4_K || mt == GgmlType::kQ4_0;
   if (mt != GgmlType::kF32 && mt != GgmlType::kF16 && mt != GgmlType::kBF16 && !quantized) {
-    return Status::Error("GGUF export writes F32, F16, BF16, Q8_0, Q6_K or Q4_K matrices");
+    return Status::Error("GGUF export writes F32, F16, BF16, Q8_0, Q6_K, Q4_K or Q4_0 matrices");
   }
   auto config = LoadModelConfig(model_dir);
   if (!config.ok()) return config.status();

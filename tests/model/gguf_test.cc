@@ -205,6 +205,46 @@ TEST(Gguf, Q4_KBlocksLoadAsTheValuesGgmlDequantizes) {
   }
 }
 
+// Q4_0 blocks load as nibbles and (d, 8 d) pairs: fma(code, d, -8 d) is ggml's (q - 8) * d,
+// value j from the low nibble of qs[j], value j + 16 from its high nibble.
+TEST(Gguf, Q4_0BlocksLoadAsTheValuesGgmlDequantizes) {
+  std::mt19937 rng(13);
+  constexpr int kBlocks = 16;  // a row of 512 values
+  std::vector<std::byte> blocks(kBlocks * 18);
+  for (std::byte& b : blocks) b = std::byte(rng() & 0xff);
+  std::vector<float> want(kBlocks * 32);
+  for (int b = 0; b < kBlocks; ++b) {
+    const uint16_t d_bits = F32ToF16(0.003f * float(b + 1));
+    std::memcpy(&blocks[size_t(b) * 18], &d_bits, 2);
+    const auto* qs = reinterpret_cast<const uint8_t*>(&blocks[size_t(b) * 18 + 2]);
+    for (int j = 0; j < 16; ++j) {
+      want[size_t(b * 32 + j)] = float(int(qs[j] & 0xF) - 8) * F16ToF32(d_bits);
+      want[size_t(b * 32 + j + 16)] = float(int(qs[j] >> 4) - 8) * F16ToF32(d_bits);
+    }
+  }
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/q40.gguf";
+  GgufWriter w;
+  w.SetString("general.architecture", "deepseek2");
+  ASSERT_TRUE(w.AddTensor("t.q40", {512}, GgmlType::kQ4_0, blocks).ok());
+  ASSERT_TRUE(w.Write(path).ok());
+  auto ckpt = Checkpoint::Open(path);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.error();
+  const TensorView* codes = (*ckpt)->Find("t.q40");
+  const TensorView* pairs = (*ckpt)->Find("t.q40_scale_min");
+  ASSERT_NE(codes, nullptr);
+  ASSERT_NE(pairs, nullptr);
+  EXPECT_EQ(codes->shape, (std::vector<int64_t>{256}));
+  EXPECT_EQ(pairs->shape, (std::vector<int64_t>{16, 2}));
+  for (size_t i = 0; i < want.size(); ++i) {
+    float scale, min;
+    std::memcpy(&scale, pairs->data + 8 * (i / 32), 4);
+    std::memcpy(&min, pairs->data + 8 * (i / 32) + 4, 4);
+    const int code = (uint8_t(codes->data[i / 2]) >> (4 * (i % 2))) & 0xF;
+    ASSERT_EQ(std::fma(float(code), scale, -min), want[i]) << i;
+  }
+}
+
 TEST(Gguf, EveryTruncationIsRefusedWithALine) {
   testing::TempDir dir;
   const std::string bytes = WriteSample(dir.path() + "/x.gguf");
