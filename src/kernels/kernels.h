@@ -143,16 +143,17 @@ inline bool Bf16DotMultiplies(const WeightMatrix& w) {
     case WeightFormat::kFp8Block: return w.block_cols % 2 == 0 && w.block_rows > 0;
     case WeightFormat::kInt4Group: return w.block_cols % 2 == 0;
     case WeightFormat::kInt8Group:
-    case WeightFormat::kUint4GroupMin: return false;  // the fp32 kernels, or the int8 tables' (no bf16 path)
+    case WeightFormat::kUint4GroupMin:
+    case WeightFormat::kUint8GroupMin: return false;  // the fp32 kernels, or the int8 tables' (no bf16 path)
   }
   return false;
 }
 // The weights an int8 table (KernelSet::int8_dot) multiplies by int8 activations: packed int8
-// groups and uint4-min groups.
+// groups, uint4-min and uint8-min groups.
 // (Whole groups of whole 32-bit words: the binders and packing guarantee it; checked here too.)
 inline bool Int8DotMultiplies(const WeightMatrix& w) {
   if (!w.packed || w.block_cols <= 0 || w.cols % w.block_cols != 0) return false;
-  if (w.format == WeightFormat::kInt8Group) return w.block_cols % 4 == 0;
+  if (w.format == WeightFormat::kInt8Group || w.format == WeightFormat::kUint8GroupMin) return w.block_cols % 4 == 0;
   return w.format == WeightFormat::kUint4GroupMin && w.block_cols % 8 == 0;
 }
 // Whether one pack_activations serves products with both a and b (MatMulPair, an MLP's gate and

@@ -63,6 +63,17 @@ struct Avx2 {
     even = _mm256_cvtepi32_ps(_mm256_and_si256(q, mask));
     odd = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(q, 8), mask));
   }
+  static Reg LoadUint8(const std::byte* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  // Bytes 0 and 1 (2 and 3 when high) of the 8 words at p, zero-extended.
+  static void LoadUint8Pair(const std::byte* p, bool high, Reg& even, Reg& odd) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i e = high ? _mm256_slli_epi32(q, 8) : _mm256_slli_epi32(q, 24);
+    const __m256i o = high ? q : _mm256_slli_epi32(q, 16);
+    even = _mm256_cvtepi32_ps(_mm256_srli_epi32(e, 24));
+    odd = _mm256_cvtepi32_ps(_mm256_srli_epi32(o, 24));
+  }
   // Bytes 0 and 1 (2 and 3 when high) of the 8 words at p, sign-extended: shifted to the top of
   // the word, then arithmetically back down.
   static void LoadInt8Pair(const std::byte* p, bool high, Reg& even, Reg& odd) {

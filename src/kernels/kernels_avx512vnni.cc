@@ -1,6 +1,6 @@
 // The int8 dot-product tables (AVX512-VNNI `vpdpbusd`): an AVX-512 table (fp32 or bf16 products),
 // except that products with packed int8-group weights (kInt8Group: GGUF's Q8_0 and Q6_K) and
-// uint4-min ones (kUint4GroupMin: Q4_K) quantize the
+// uint4-min and uint8-min ones (kUint4GroupMin: Q4_K, Q4_0; kUint8GroupMin: Q5_K) quantize the
 // activations to int8 and multiply int8 by int8, four columns per 32-bit lane, summing exactly in
 // int32, as llama.cpp does for Q8_0 (its q8_0 activations). The fp32 path widens every code to
 // fp32 and multiplies it by its scale (~4 instructions per 16 weights); this is one instruction
@@ -92,9 +92,9 @@ void Quantize(const float* x, int64_t cols, int64_t group, int64_t t_begin, int6
 
 // Rows [row0, row0 + 32) (rows_valid of them stored; p[1] may repeat p[0] past the matrix), for T
 // tokens, over the groups [g_begin, g_end): y (partial sums; zero when `first`) += each group's
-// product, in group order. kMin: uint4-min codes (unsigned already; no offset) whose group
-// product then subtracts min * d * sum q; else int8 codes.
-template <int T, bool kMin>
+// product, in group order. F: int8 codes (offset by the sign bit's flip), or uint4-min / uint8-min
+// codes (unsigned already; no offset) whose group product then subtracts min * d * sum q.
+template <int T, WeightFormat F>
 void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const std::byte* const (&p)[2],
            const std::byte* const (&scales)[2], int64_t g_begin, int64_t g_end, bool first, float* y, int64_t ldy,
            int rows_valid) {
@@ -113,12 +113,14 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
       out[t][1] = _mm512_maskz_loadu_ps(m1, y + t * ldy + 16);
     }
   }
+  constexpr bool kMin = F != WeightFormat::kInt8Group;
+  constexpr bool kNibbles = F == WeightFormat::kUint4GroupMin;
   const __m512i sign = _mm512_set1_epi8(int8_t(0x80));
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   // Floats of a group's scales in a panel: 16, or 16 scales and 16 mins.
   constexpr int64_t kScaleFloats = kMin ? 2 * kPanelRows : kPanelRows;
   // Bytes of a group's codes per column in a panel: 16 (int8), 8 (nibbles).
-  constexpr int64_t kColumnBytes = kMin ? kPanelRows / 2 : kPanelRows;
+  constexpr int64_t kColumnBytes = kNibbles ? kPanelRows / 2 : kPanelRows;
   const auto dot = [&](__m512i (&sum)[T][2], __m512i u0, __m512i u1, int64_t c) {
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
@@ -134,16 +136,18 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
     for (int t = 0; t < T; ++t) {
       sum[t][0] = sum[t][1] = kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(-128 * a.s[t * groups + g].sum);
     }
-    for (int64_t c = g * group; c < (g + 1) * group; c += kMin ? 8 : 4) {
+    for (int64_t c = g * group; c < (g + 1) * group; c += kNibbles ? 8 : 4) {
       const std::byte* w0 = p[0] + c * kColumnBytes;  // 64 bytes: columns c .. c + 3 (nibbles: c + 7)
       const std::byte* w1 = p[1] + c * kColumnBytes;
       _mm_prefetch(reinterpret_cast<const char*>(w0) + kPrefetchBytes, _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(w1) + kPrefetchBytes, _MM_HINT_T0);
       const __m512i b0 = _mm512_loadu_si512(w0), b1 = _mm512_loadu_si512(w1);
-      if constexpr (kMin) {
+      if constexpr (kNibbles) {
         dot(sum, _mm512_and_si512(b0, nibble), _mm512_and_si512(b1, nibble), c);
         dot(sum, _mm512_and_si512(_mm512_srli_epi16(b0, 4), nibble), _mm512_and_si512(_mm512_srli_epi16(b1, 4), nibble),
             c + 4);
+      } else if constexpr (kMin) {
+        dot(sum, b0, b1, c);  // unsigned bytes as they are
       } else {
         dot(sum, _mm512_xor_si512(b0, sign), _mm512_xor_si512(b1, sign), c);
       }
@@ -192,7 +196,7 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
   const int64_t groups = w.cols / group;
   const int64_t row_end = std::min(w.rows, panel_end * kPanelRows);
   const auto* scale_base = static_cast<const std::byte*>(w.scales);
-  const bool min = w.format == WeightFormat::kUint4GroupMin;
+  const bool min = w.has_mins();
   const size_t panel_scale_bytes = size_t(groups) * kPanelRows * 4 * (min ? 2 : 1);
   for (int64_t row0 = panel_begin * kPanelRows; row0 < row_end; row0 += 2 * kPanelRows) {
     const int64_t panel0 = row0 / kPanelRows;
@@ -208,10 +212,15 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
         const Int8Activations at{a.q + t0 * w.cols, a.s + t0 * groups};
         WithTokens<kOnePassTokens>(int(std::min<int64_t>(tile, n - t0)), [&](auto tokens) {
           constexpr int T = decltype(tokens)::value;
-          if (min) {
-            Block<T, true>(at, w.cols, w, p, scales, g0, g1, g0 == 0, y + t0 * ldy + row0, ldy, rows_valid);
+          if (w.format == WeightFormat::kUint4GroupMin) {
+            Block<T, WeightFormat::kUint4GroupMin>(at, w.cols, w, p, scales, g0, g1, g0 == 0, y + t0 * ldy + row0, ldy,
+                                                   rows_valid);
+          } else if (w.format == WeightFormat::kUint8GroupMin) {
+            Block<T, WeightFormat::kUint8GroupMin>(at, w.cols, w, p, scales, g0, g1, g0 == 0, y + t0 * ldy + row0, ldy,
+                                                   rows_valid);
           } else {
-            Block<T, false>(at, w.cols, w, p, scales, g0, g1, g0 == 0, y + t0 * ldy + row0, ldy, rows_valid);
+            Block<T, WeightFormat::kInt8Group>(at, w.cols, w, p, scales, g0, g1, g0 == 0, y + t0 * ldy + row0, ldy,
+                                               rows_valid);
           }
         });
       }

@@ -42,7 +42,7 @@ void PackRowValues(const WeightMatrix& src, int64_t r, std::byte* panel, int64_t
     }
     return;
   }
-  if (src.format == WeightFormat::kInt8Group) {
+  if (src.format == WeightFormat::kInt8Group || src.format == WeightFormat::kUint8GroupMin) {
     // Columns 4j .. 4j + 3 of the row are lane `lane`'s word of the panel's quad j (64 bytes).
     for (int64_t j = 0; j < src.cols / 4; ++j) {
       std::memcpy(panel + size_t(j) * 4 * kPanelRows + 4 * size_t(lane), row + 4 * j, 4);
@@ -67,6 +67,7 @@ WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& poo
   // (weight_matrix.h).
   assert(src.format != WeightFormat::kInt8Group || (src.cols % 4 == 0 && src.block_cols % 4 == 0));
   assert(src.format != WeightFormat::kUint4GroupMin || (src.cols % 8 == 0 && src.block_cols % 8 == 0));
+  assert(src.format != WeightFormat::kUint8GroupMin || (src.cols % 4 == 0 && src.block_cols % 4 == 0));
   std::byte* scales = dst + AlignUp(PackedValueBytes(src));
   pool.ParallelFor(src.num_panels(), 1, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
@@ -80,7 +81,7 @@ WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& poo
                                    size_t(src.scale_row0 + p * kPanelRows + i) * size_t(src.scale_cols()) * sb;
           for (int64_t g = 0; g < src.scale_cols(); ++g) {
             const size_t at = (size_t(p) * size_t(src.scale_cols()) + size_t(g)) * kPanelRows;
-            if (src.format == WeightFormat::kUint4GroupMin) {
+            if (src.has_mins()) {
               // (scale, min) -> the group's 16 scales, then its 16 mins.
               std::memcpy(scales + (2 * at + size_t(i)) * 4, row_scales + size_t(g) * sb, 4);
               std::memcpy(scales + (2 * at + kPanelRows + size_t(i)) * 4, row_scales + size_t(g) * sb + 4, 4);

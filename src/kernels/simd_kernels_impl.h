@@ -12,7 +12,8 @@
 // LoadInt8Pair(p, high, even, odd) (kLanes 32-bit words of four int8 codes -> bytes 0 and 1, or
 // 2 and 3 when high, as fp32); LoadUint4(p) (kLanes nibbles, lane 2j low in byte j -> 0 .. 15);
 // LoadUint4Pair(p, high_bytes, high_nibbles, even, odd) (kLanes words of eight nibbles -> the
-// low or high nibbles of bytes 0 and 1, or 2 and 3, as fp32); LoadFp8Columns(p, first, second) (two fp8
+// low or high nibbles of bytes 0 and 1, or 2 and 3, as fp32); LoadUint8(p), LoadUint8Pair(p, high,
+// even, odd) (as the int8 ones, zero-extended); LoadFp8Columns(p, first, second) (two fp8
 // panel columns, codes at p and p + 16); LoadInt4Columns(p, low, high) (kLanes bytes of a paired
 // int4 panel -> its two columns, each nibble - 8); Mul; Fma(a, b, acc) = a*b+acc; Sum(Reg);
 // StoreF32(float*, Reg). kPanelTokens: tokens a panel tile keeps in registers.
@@ -154,8 +155,12 @@ inline typename V::Reg LoadCodes(const std::byte* p) {
   if constexpr (F == WeightFormat::kFp8Block) return V::LoadFp8(p);
   else if constexpr (F == WeightFormat::kInt8Group) return V::LoadInt8(p);
   else if constexpr (F == WeightFormat::kUint4GroupMin) return V::LoadUint4(p);
+  else if constexpr (F == WeightFormat::kUint8GroupMin) return V::LoadUint8(p);
   else return V::LoadInt4(p);
 }
+
+// Formats with a min per group beside the scale (real = code * scale - min).
+constexpr bool HasMins(WeightFormat f) { return f == WeightFormat::kUint4GroupMin || f == WeightFormat::kUint8GroupMin; }
 
 // Bytes of kLanes consecutive codes of a row-major row.
 template <WeightFormat F>
@@ -170,14 +175,14 @@ constexpr int64_t RowByteOffset(int64_t c) {
 template <WeightFormat F>
 inline const std::byte* RowScales(const WeightMatrix& w, int64_t r) {
   const int64_t grid_row = F == WeightFormat::kFp8Block ? (w.scale_row0 + r) / w.block_rows : w.scale_row0 + r;
-  const size_t scale_bytes = F == WeightFormat::kInt4Group ? 2 : F == WeightFormat::kUint4GroupMin ? 8 : 4;
+  const size_t scale_bytes = F == WeightFormat::kInt4Group ? 2 : HasMins(F) ? 8 : 4;
   return static_cast<const std::byte*>(w.scales) + size_t(grid_row * w.scale_cols()) * scale_bytes;
 }
 template <class V, WeightFormat F>
 inline typename V::Reg RowScale(const std::byte* row_scales, int64_t g) {
   if constexpr (F == WeightFormat::kInt4Group) return V::Broadcast(LoadBf16Unaligned(row_scales, size_t(g)));
   else if constexpr (F == WeightFormat::kFp8Block) return V::Broadcast(LoadF32Unaligned(row_scales, size_t(g)) * kFp8LoadScale);
-  else if constexpr (F == WeightFormat::kUint4GroupMin) return V::Broadcast(LoadF32Unaligned(row_scales, size_t(2 * g)));
+  else if constexpr (HasMins(F)) return V::Broadcast(LoadF32Unaligned(row_scales, size_t(2 * g)));
   else return V::Broadcast(LoadF32Unaligned(row_scales, size_t(g)));
 }
 // -min of group g (kUint4GroupMin's pairs (scale, min)).
@@ -195,7 +200,7 @@ float DotRowQuant(const float* x, const WeightMatrix& w, int64_t r) {
   for (int64_t g = 0; c + V::kLanes <= w.cols; ++g) {  // c = g * block_cols here
     const typename V::Reg s = RowScale<V, F>(row_scales, g);
     const int64_t group_end = std::min<int64_t>(w.cols, c + w.block_cols);
-    if constexpr (F == WeightFormat::kUint4GroupMin) {
+    if constexpr (HasMins(F)) {
       const typename V::Reg neg_min = RowNegMin<V>(row_scales, g);
       for (; c + V::kLanes <= group_end; c += V::kLanes) {
         acc = V::Fma(V::LoadF32(x + c), V::Fma(LoadCodes<V, F>(row + RowByteOffset<F>(c)), s, neg_min), acc);
@@ -227,7 +232,7 @@ void AxpyRowQuant(float a, const WeightMatrix& w, int64_t r, float* y) {
   int64_t c = 0;
   for (int64_t g = 0; c + V::kLanes <= w.cols; ++g) {  // c = g * block_cols here
     const int64_t group_end = std::min<int64_t>(w.cols, c + w.block_cols);
-    if constexpr (F == WeightFormat::kUint4GroupMin) {
+    if constexpr (HasMins(F)) {
       // y += a * (code * scale - min), the weight formed as WeightAt forms it.
       const typename V::Reg s = RowScale<V, F>(row_scales, g), neg_min = RowNegMin<V>(row_scales, g);
       const typename V::Reg av = V::Broadcast(a);
@@ -253,6 +258,9 @@ inline void WithQuantFormat(WeightFormat format, Fn&& fn) {
   if (format == WeightFormat::kInt8Group) return fn(std::integral_constant<WeightFormat, WeightFormat::kInt8Group>{});
   if (format == WeightFormat::kUint4GroupMin) {
     return fn(std::integral_constant<WeightFormat, WeightFormat::kUint4GroupMin>{});
+  }
+  if (format == WeightFormat::kUint8GroupMin) {
+    return fn(std::integral_constant<WeightFormat, WeightFormat::kUint8GroupMin>{});
   }
   return fn(std::integral_constant<WeightFormat, WeightFormat::kInt4Group>{});
 }
@@ -436,8 +444,9 @@ struct DensePanels {
 // the GGUF reader refuse others), so a column pair never straddles two groups.
 template <class V, WeightFormat F>
 struct GroupPanels {
-  static_assert(F == WeightFormat::kInt4Group || F == WeightFormat::kInt8Group || F == WeightFormat::kUint4GroupMin);
-  static constexpr bool kMin = F == WeightFormat::kUint4GroupMin;
+  static_assert(F == WeightFormat::kInt4Group || F == WeightFormat::kInt8Group || F == WeightFormat::kUint4GroupMin ||
+                F == WeightFormat::kUint8GroupMin);
+  static constexpr bool kMin = HasMins(F);
   const WeightMatrix& w;
 
   // Where the lanes of the vector starting at `row` begin in its panel.
@@ -450,6 +459,8 @@ struct GroupPanels {
       V::LoadInt4Columns(p + (c / 2) * kPanelRows, even, odd);
     } else if constexpr (F == WeightFormat::kUint4GroupMin) {
       V::LoadUint4Pair(p + (c / 8) * 4 * kPanelRows, c % 4 != 0, c % 8 >= 4, even, odd);
+    } else if constexpr (F == WeightFormat::kUint8GroupMin) {
+      V::LoadUint8Pair(p + (c / 4) * 4 * kPanelRows, c % 4 != 0, even, odd);
     } else {
       V::LoadInt8Pair(p + (c / 4) * 4 * kPanelRows, c % 4 != 0, even, odd);
     }
@@ -460,7 +471,8 @@ struct GroupPanels {
     else return V::Mul(code, scale);
   }
   // Bytes of a column pair in a panel.
-  static constexpr int64_t kPairBytes = F == WeightFormat::kInt8Group ? 2 * kPanelRows : kPanelRows;
+  static constexpr int64_t kPairBytes =
+      F == WeightFormat::kInt8Group || F == WeightFormat::kUint8GroupMin ? 2 * kPanelRows : kPanelRows;
 
   template <int T, int NV>
   void Run(const float* x, const PanelBlockRows<NV>& b, float* y, int64_t ldy) const {
@@ -786,6 +798,7 @@ void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t pane
   if (w.format == WeightFormat::kInt4Group) return quantized(GroupPanels<V, WeightFormat::kInt4Group>{w});
   if (w.format == WeightFormat::kInt8Group) return quantized(GroupPanels<V, WeightFormat::kInt8Group>{w});
   if (w.format == WeightFormat::kUint4GroupMin) return quantized(GroupPanels<V, WeightFormat::kUint4GroupMin>{w});
+  if (w.format == WeightFormat::kUint8GroupMin) return quantized(GroupPanels<V, WeightFormat::kUint8GroupMin>{w});
   WithWeightDType(w.dtype, [&](auto d) {
     MatMulPanelBlocks<V>(DensePanels<V, decltype(d)::value>{w}, x, n, panel_begin, panel_end, y, ldy);
   });
@@ -912,6 +925,10 @@ void MatMulPanelsPacked(const float* x, const float* xp, float* scratch, int64_t
   }
   if (w.format == WeightFormat::kUint4GroupMin) {
     return MatMulPanelBlocksPacked<V>(GroupPanels<V, WeightFormat::kUint4GroupMin>{w}, xp, scratch, n, panel_begin,
+                                      panel_end, y, ldy);
+  }
+  if (w.format == WeightFormat::kUint8GroupMin) {
+    return MatMulPanelBlocksPacked<V>(GroupPanels<V, WeightFormat::kUint8GroupMin>{w}, xp, scratch, n, panel_begin,
                                       panel_end, y, ldy);
   }
   WithWeightDType(w.dtype, [&](auto d) {

@@ -32,6 +32,10 @@
 //              and a shift give the int8 dot product's four columns at a time; scales then mins
 //              F32 [panel][cols / group_cols][2][16]. (GGUF's Q4_K: groups of 32, its 6-bit
 //              scales and mins times the super-block's fp16 d and dmin, exact in F32.)
+//   kUint8GroupMin 8-bit unsigned codes; real = code * scale - min of its group (a multiple of 4).
+//              Row-major: row r is cols bytes, (scale, min) pairs as kUint4GroupMin's. Packed:
+//              codes as kInt8Group's, [cols / 4][16][4]; scales then mins as kUint4GroupMin's.
+//              (GGUF's Q5_K: its 5-bit codes, groups of 32.)
 #pragma once
 
 #include <cstddef>
@@ -43,10 +47,10 @@ namespace mlaserve {
 
 inline constexpr int kPanelRows = 16;
 
-enum class WeightFormat { kDense, kFp8Block, kInt4Group, kInt8Group, kUint4GroupMin };
+enum class WeightFormat { kDense, kFp8Block, kInt4Group, kInt8Group, kUint4GroupMin, kUint8GroupMin };
 
 struct WeightMatrix {
-  DType dtype = DType::kBF16;  // kDense: F32/BF16/F16; kFp8Block: F8_E4M3; kInt4Group: I32; kInt8Group, kUint4GroupMin: I8
+  DType dtype = DType::kBF16;  // kDense: F32/BF16/F16; kFp8Block: F8_E4M3; kInt4Group: I32; kInt8Group, kUint*GroupMin: I8
   int64_t rows = 0;
   int64_t cols = 0;
   const void* data = nullptr;
@@ -64,11 +68,14 @@ struct WeightMatrix {
     switch (format) {
       case WeightFormat::kInt4Group: return 2;
       case WeightFormat::kInt8Group: return 4;
-      case WeightFormat::kUint4GroupMin: return 8;
+      case WeightFormat::kUint4GroupMin:
+      case WeightFormat::kUint8GroupMin: return 8;
       default: return 0;
     }
   }
   bool four_bit() const { return format == WeightFormat::kInt4Group || format == WeightFormat::kUint4GroupMin; }
+  // Formats whose groups carry a min beside the scale: real = code * scale - min.
+  bool has_mins() const { return format == WeightFormat::kUint4GroupMin || format == WeightFormat::kUint8GroupMin; }
   int64_t num_panels() const { return (rows + kPanelRows - 1) / kPanelRows; }
   int64_t scale_cols() const { return (cols + block_cols - 1) / block_cols; }
   size_t panel_bytes() const { return size_t(kPanelRows) * row_bytes(); }

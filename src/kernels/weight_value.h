@@ -33,7 +33,7 @@ inline float WeightScaleAt(const WeightMatrix& w, int64_t r, int64_t c) {
     return LoadF32Unaligned(w.scales, size_t(block_row * w.scale_cols() + group));
   }
   // Grouped formats: int4's scales are BF16, int8's F32, uint4-min's F32 beside their mins.
-  if (w.format == WeightFormat::kUint4GroupMin) {
+  if (w.has_mins()) {
     const size_t at = w.packed ? size_t(((r / kPanelRows) * w.scale_cols() + group) * 2 * kPanelRows + r % kPanelRows)
                                : size_t((w.scale_row0 + r) * w.scale_cols() + group) * 2;
     return LoadF32Unaligned(w.scales, at);
@@ -45,7 +45,7 @@ inline float WeightScaleAt(const WeightMatrix& w, int64_t r, int64_t c) {
 
 // The min of weight (r, c)'s group (kUint4GroupMin; 0 for every other format).
 inline float WeightMinAt(const WeightMatrix& w, int64_t r, int64_t c) {
-  if (w.format != WeightFormat::kUint4GroupMin) return 0.0f;
+  if (!w.has_mins()) return 0.0f;
   const int64_t group = c / w.block_cols;
   const size_t at = w.packed ? size_t(((r / kPanelRows) * w.scale_cols() + group) * 2 * kPanelRows + kPanelRows +
                                       r % kPanelRows)
@@ -74,10 +74,11 @@ inline float WeightCodeAt(const WeightMatrix& w, int64_t r, int64_t c) {
       const uint8_t byte = uint8_t(base[(c / 8) * 4 * kPanelRows + (r % kPanelRows) * 4 + (c % 8) % 4]);
       return float((byte >> (4 * ((c % 8) / 4))) & 0x0F);
     }
-    case WeightFormat::kInt8Group: {
+    case WeightFormat::kInt8Group:
+    case WeightFormat::kUint8GroupMin: {
       // Packed: byte c % 4 of lane r % 16's word in quad c / 4.
       const int64_t byte_index = w.packed ? (c / 4) * 4 * kPanelRows + (r % kPanelRows) * 4 + c % 4 : c;
-      return float(int8_t(base[byte_index]));
+      return w.format == WeightFormat::kInt8Group ? float(int8_t(base[byte_index])) : float(uint8_t(base[byte_index]));
     }
   }
   return 0.0f;
@@ -86,7 +87,7 @@ inline float WeightCodeAt(const WeightMatrix& w, int64_t r, int64_t c) {
 // code * scale (- min): with the min, one fused multiply-add, as the kernels compute it.
 inline float WeightAt(const WeightMatrix& w, int64_t r, int64_t c) {
   const float code = WeightCodeAt(w, r, c);
-  if (w.format == WeightFormat::kUint4GroupMin) return std::fma(code, WeightScaleAt(w, r, c), -WeightMinAt(w, r, c));
+  if (w.has_mins()) return std::fma(code, WeightScaleAt(w, r, c), -WeightMinAt(w, r, c));
   return w.quantized() ? code * WeightScaleAt(w, r, c) : code;
 }
 

@@ -11,7 +11,8 @@
 // 32 four-bit codes, 6-bit scales and mins, fp16 d and dmin) and Q4_0 (32 codes - 8, an fp16 d)
 // become 4-bit codes two a byte (`X.weight`, I8 [rows, cols / 2]) and exact F32 (scale, min)
 // pairs per 32 (`X.weight_scale_min`): real = code * scale - min, the kUint4GroupMin format
-// (0.75 bytes a weight, the file's 0.56). A stacked expert tensor
+// (0.75 bytes a weight, the file's 0.56). Q5_K likewise, its 5-bit codes one a byte with the pairs
+// (`X.weight` I8 [rows, cols], kUint8GroupMin: 1.25 bytes a weight, the file's 0.69). A stacked expert tensor
 // [experts][rows][cols] becomes one view per expert. The split kv_b layout (attn_k_b, attn_v_b)
 // is rearranged into kv_b_proj's rows, in the pair's own type (F32/F16/BF16) or, for block types
 // or two different types, in F32
@@ -40,13 +41,16 @@ std::optional<DType> DTypeOfGgml(uint32_t type) {
     case GgmlType::kQ8_0:
     case GgmlType::kQ6_K:
     case GgmlType::kQ4_K:
-    case GgmlType::kQ4_0: return DType::kI8;  // split into codes and scales below
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ5_K: return DType::kI8;  // split into codes and scales below
     default: return std::nullopt;
   }
 }
 
 // The types split into 4-bit codes with (scale, min) pairs per 32 (the kUint4GroupMin format).
 bool IsUint4Min(uint32_t type) { return GgmlType(type) == GgmlType::kQ4_K || GgmlType(type) == GgmlType::kQ4_0; }
+// Split into 8-bit unsigned codes with (scale, min) pairs per 32 (the kUint8GroupMin format).
+bool IsUint8Min(uint32_t type) { return GgmlType(type) == GgmlType::kQ5_K; }
 
 // Values per F32 scale of a type split into groups (DTypeOfGgml kI8).
 int64_t Int8GroupOf(uint32_t type) { return GgmlType(type) == GgmlType::kQ6_K ? 16 : 32; }
@@ -83,20 +87,45 @@ void SplitToUint4(uint32_t type, const std::byte* blocks, int64_t elements, uint
   for (int64_t b = 0; b < elements / 256; ++b) SplitQ4_K(blocks + b * 144, nibbles + b * 128, scale_min + b * 16);
 }
 
-void SplitQ4_K(const std::byte* block, uint8_t* nibbles, float* scale_min) {
-  const auto* b = reinterpret_cast<const uint8_t*>(block);
-  uint16_t d_bits, dmin_bits;
-  std::memcpy(&d_bits, b, 2);
-  std::memcpy(&dmin_bits, b + 2, 2);
-  const float d = F16ToF32(d_bits), dmin = F16ToF32(dmin_bits);
-  const uint8_t* sc = b + 4;
-  const uint8_t* qs = b + 16;
+// Q4_K's and Q5_K's 8 (scale, min) pairs: d * scale_j, dmin * min_j from the 12 bytes at sc
+// (get_scale_min_k4's layout: see SplitQ4_K).
+void KScaleMins(float d, float dmin, const uint8_t* sc, float* scale_min) {
   for (int j = 0; j < 8; ++j) {
     const int scale = j < 4 ? sc[j] & 63 : (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
     const int min = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
     scale_min[2 * j] = d * float(scale);
     scale_min[2 * j + 1] = dmin * float(min);
   }
+}
+
+// A Q5_K super-block (ggml's block_q5_K: fp16 d, fp16 dmin, 12 bytes of scales and mins as
+// Q4_K's, qh[32], qs[128]) as 256 codes 0 .. 31 (one a byte) and 8 (scale, min) pairs. Value
+// 64i + l (l < 32): the low nibble of qs[32i + l] plus 16 x bit 2i of qh[l]; value 64i + 32 + l:
+// its high nibble plus 16 x bit 2i + 1.
+void SplitQ5_K(const std::byte* block, uint8_t* codes, float* scale_min) {
+  const auto* b = reinterpret_cast<const uint8_t*>(block);
+  uint16_t d_bits, dmin_bits;
+  std::memcpy(&d_bits, b, 2);
+  std::memcpy(&dmin_bits, b + 2, 2);
+  KScaleMins(F16ToF32(d_bits), F16ToF32(dmin_bits), b + 4, scale_min);
+  const uint8_t* qh = b + 16;
+  const uint8_t* qs = b + 48;
+  for (int e = 0; e < 256; ++e) {
+    const int i = e / 64, half = (e % 64) / 32, l = e % 32;
+    const int low = (qs[32 * i + l] >> (4 * half)) & 0xF;
+    const int high = (qh[l] >> (2 * i + half)) & 1;
+    codes[e] = uint8_t(low | (high << 4));
+  }
+}
+
+void SplitQ4_K(const std::byte* block, uint8_t* nibbles, float* scale_min) {
+  const auto* b = reinterpret_cast<const uint8_t*>(block);
+  uint16_t d_bits, dmin_bits;
+  std::memcpy(&d_bits, b, 2);
+  std::memcpy(&dmin_bits, b + 2, 2);
+  const float d = F16ToF32(d_bits), dmin = F16ToF32(dmin_bits);
+  KScaleMins(d, dmin, b + 4, scale_min);
+  const uint8_t* qs = b + 16;
   for (int e = 0; e < 256; e += 2) {
     const auto nibble = [&](int v) { return (qs[32 * (v / 64) + v % 32] >> (4 * ((v % 64) / 32))) & 0xF; };
     nibbles[e / 2] = uint8_t(nibble(e) | (nibble(e + 1) << 4));
@@ -149,6 +178,18 @@ std::vector<float> DequantizeToF32(const GgufTensorInfo& t, const std::byte* blo
   if (const DType dtype = *DTypeOfGgml(t.type); dtype != DType::kI8) {
     std::vector<float> out(static_cast<size_t>(elements));
     for (size_t i = 0; i < out.size(); ++i) out[i] = LoadAsF32(dtype, blocks + i * size_t(DTypeBytes(dtype)));
+    return out;
+  }
+  if (IsUint8Min(t.type)) {
+    std::vector<float> out(static_cast<size_t>(elements));
+    uint8_t codes[256];
+    float scale_min[16];
+    for (int64_t b = 0; b < elements / 256; ++b) {
+      SplitQ5_K(blocks + b * 176, codes, scale_min);
+      for (int e = 0; e < 256; ++e) {
+        out[size_t(b * 256 + e)] = std::fma(float(codes[e]), scale_min[2 * (e / 32)], -scale_min[2 * (e / 32) + 1]);
+      }
+    }
     return out;
   }
   if (IsUint4Min(t.type)) {
@@ -210,8 +251,9 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
     const std::byte* values = data + t.offset;
     const std::byte* scales = nullptr;
     const bool q4_k = IsUint4Min(t.type);  // Q4_K or Q4_0
+    const bool with_mins = q4_k || IsUint8Min(t.type);
     const int64_t group = Int8GroupOf(t.type);
-    const size_t group_scale_bytes = q4_k ? 8 : 4;
+    const size_t group_scale_bytes = with_mins ? 8 : 4;
     size_t value_bytes = size_t(t.num_bytes);
     if (*dtype == DType::kI8) {
       value_bytes = q4_k ? size_t(elements) / 2 : size_t(elements);
@@ -222,6 +264,10 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
       auto* out_scales = reinterpret_cast<float*>(out + codes_bytes);
       if (q4_k) {
         SplitToUint4(t.type, values, elements, reinterpret_cast<uint8_t*>(out), out_scales);
+      } else if (with_mins) {
+        for (int64_t b = 0; b < elements / 256; ++b) {
+          SplitQ5_K(values + b * 176, reinterpret_cast<uint8_t*>(out) + b * 256, out_scales + b * 16);
+        }
       } else {
         SplitToInt8(t.type, values, elements, reinterpret_cast<int8_t*>(out), out_scales);
       }
@@ -242,8 +288,8 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
       if (scales != nullptr) {
         std::vector<int64_t> scale_shape = shape;
         scale_shape.back() /= group;
-        if (q4_k) scale_shape.push_back(2);
-        MLA_RETURN_IF_ERROR(add(TensorView{.name = name + (q4_k ? "_scale_min" : "_scale"), .dtype = DType::kF32,
+        if (with_mins) scale_shape.push_back(2);
+        MLA_RETURN_IF_ERROR(add(TensorView{.name = name + (with_mins ? "_scale_min" : "_scale"), .dtype = DType::kF32,
                                            .shape = scale_shape,
                                            .data = scales + size_t(first / group) * group_scale_bytes,
                                            .num_bytes = size_t(count / group) * group_scale_bytes, .file = path}));
@@ -267,7 +313,7 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
     }
   }
   if (!unsupported.empty()) {
-    std::string message = path + ": tensor types mlaserve does not compute yet (supported: F32, F16, BF16, Q8_0, Q6_K, Q4_K, Q4_0):";
+    std::string message = path + ": tensor types mlaserve does not compute yet (supported: F32, F16, BF16, Q8_0, Q6_K, Q5_K, Q4_K, Q4_0):";
     for (const auto& [type, names] : unsupported) {
       message += " " + type + " (" + std::to_string(names.size()) + " tensors: " + names[0] +
                  (names.size() > 1 ? ", " + names[1] : "") + (names.size() > 2 ? ", ..." : "") + ")";

@@ -99,13 +99,18 @@ void EncodeQ6_K(std::span<const float> x, std::byte* dst) {
   }
 }
 
-// Q4_K (ggml's block_q4_K: fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins, qs[128]; layout
+// Q4_K (ggml's block_q4_K: fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins, qs[128]; Q5_K
+// adds qh[32] before qs; layout
 // as SplitQ4_K in model/gguf_checkpoint.cc reads it), by a plain rule rather than llama.cpp's
 // error-minimizing search: each sub-block of 32 spans [lo, hi] with lo = min(0, its least value),
-// scale (hi - lo) / 15 and min -lo; d and dmin = the largest scale and min / 63 (fp16), the 6-bit
+// scale (hi - lo) / 15 (Q5_K: 31) and min -lo; d and dmin = the largest scale and min / 63 (fp16), the 6-bit
 // scale and min = round(scale / d), round(min / dmin), and each code q = clamp(round((x + dmin *
-// min) / (d * scale)), 0, 15).
-void EncodeQ4_K(std::span<const float> x, std::byte* dst) {
+// min) / (d * scale)), 0, 15 (31)).
+// Q4_K and Q5_K share it: `levels` 15 or 31, Q5_K's fifth bits into qh (bit 2i + half of qh[l]
+// for value 64i + 32 half + l), the low nibbles into qs as Q4_K's.
+void EncodeKWithMins(std::span<const float> x, int levels, std::byte* dst) {
+  const bool q5 = levels == 31;
+  const size_t block_bytes = q5 ? 176 : 144;
   for (size_t b = 0; b < x.size() / 256; ++b) {
     const float* v = x.data() + b * 256;
     float scale[8], min[8], largest_scale = 0.0f, largest_min = 0.0f;
@@ -115,14 +120,14 @@ void EncodeQ4_K(std::span<const float> x, std::byte* dst) {
         lo = std::min(lo, v[32 * j + i]);
         hi = std::max(hi, v[32 * j + i]);
       }
-      scale[j] = (hi - lo) / 15.0f;
+      scale[j] = (hi - lo) / float(levels);
       min[j] = -lo;
       largest_scale = std::max(largest_scale, scale[j]);
       largest_min = std::max(largest_min, min[j]);
     }
     const uint16_t d_bits = F32ToF16(largest_scale / 63.0f), dmin_bits = F32ToF16(largest_min / 63.0f);
     const float d = F16ToF32(d_bits), dmin = F16ToF32(dmin_bits);
-    uint8_t sc[8], mn[8], packed_scales[12] = {}, qs[128] = {};
+    uint8_t sc[8], mn[8], packed_scales[12] = {}, qs[128] = {}, qh[32] = {};
     for (int j = 0; j < 8; ++j) {
       sc[j] = uint8_t(d > 0.0f ? std::clamp<long>(std::lround(scale[j] / d), 0, 63) : 0);
       mn[j] = uint8_t(dmin > 0.0f ? std::clamp<long>(std::lround(min[j] / dmin), 0, 63) : 0);
@@ -135,14 +140,17 @@ void EncodeQ4_K(std::span<const float> x, std::byte* dst) {
     for (int e = 0; e < 256; ++e) {
       const int j = e / 32;
       const float step = d * float(sc[j]), offset = dmin * float(mn[j]);
-      const long q = step > 0.0f ? std::clamp<long>(std::lround((v[e] + offset) / step), 0, 15) : 0;
-      qs[32 * (e / 64) + e % 32] |= uint8_t(q << (4 * ((e % 64) / 32)));
+      const long q = step > 0.0f ? std::clamp<long>(std::lround((v[e] + offset) / step), 0, levels) : 0;
+      const int i = e / 64, half = (e % 64) / 32, l = e % 32;
+      qs[32 * i + l] |= uint8_t((q & 0xF) << (4 * half));
+      if (q5) qh[l] |= uint8_t((q >> 4) << (2 * i + half));
     }
-    std::byte* block = dst + b * 144;
+    std::byte* block = dst + b * block_bytes;
     std::memcpy(block, &d_bits, 2);
     std::memcpy(block + 2, &dmin_bits, 2);
     std::memcpy(block + 4, packed_scales, 12);
-    std::memcpy(block + 16, qs, 128);
+    if (q5) std::memcpy(block + 16, qh, 32);
+    std::memcpy(block + (q5 ? 48 : 16), qs, 128);
   }
 }
 
@@ -179,7 +187,8 @@ GgmlType TypeForRows(GgmlType type, int64_t cols) {
 void Encode(std::span<const float> x, GgmlType type, std::byte* dst) {
   if (type == GgmlType::kQ8_0) return EncodeQ8_0(x, dst);
   if (type == GgmlType::kQ6_K) return EncodeQ6_K(x, dst);
-  if (type == GgmlType::kQ4_K) return EncodeQ4_K(x, dst);
+  if (type == GgmlType::kQ4_K) return EncodeKWithMins(x, 15, dst);
+  if (type == GgmlType::kQ5_K) return EncodeKWithMins(x, 31, dst);
   if (type == GgmlType::kQ4_0) return EncodeQ4_0(x, dst);
   for (size_t i = 0; i < x.size(); ++i) {
     if (type == GgmlType::kF32) {
@@ -310,9 +319,10 @@ Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const
                                              const GgufExportOptions& options) {
   const GgmlType mt = options.matrix_type;
   const bool quantized =
-      mt == GgmlType::kQ8_0 || mt == GgmlType::kQ6_K || mt == GgmlType::kQ4_K || mt == GgmlType::kQ4_0;
+      mt == GgmlType::kQ8_0 || mt == GgmlType::kQ6_K || mt == GgmlType::kQ5_K || mt == GgmlType::kQ4_K ||
+      mt == GgmlType::kQ4_0;
   if (mt != GgmlType::kF32 && mt != GgmlType::kF16 && mt != GgmlType::kBF16 && !quantized) {
-    return Status::Error("GGUF export writes F32, F16, BF16, Q8_0, Q6_K, Q4_K or Q4_0 matrices");
+    return Status::Error("GGUF export writes F32, F16, BF16, Q8_0, Q6_K, Q5_K, Q4_K or Q4_0 matrices");
   }
   auto config = LoadModelConfig(model_dir);
   if (!config.ok()) return config.status();

@@ -3,7 +3,7 @@
 // names and keys): `mlaserve quantize --out-format gguf`. Tests make their GGUF files with it
 // from the bundled model; users can compare mlaserve's GGUF path with its safetensors path.
 // Matrices are written in `matrix_type` (F32, F16, BF16, Q8_0 as llama.cpp's reference
-// quantizer writes it, Q4_0 likewise, or Q6_K / Q4_K by plain max-based rules; a matrix whose rows are not whole
+// quantizer writes it, Q4_0 likewise, or Q6_K / Q5_K / Q4_K by plain max-based rules; a matrix whose rows are not whole
 // blocks of its type, e.g. 1408 columns in a 256-value K type, in Q8_0), vectors (norms, the router's
 // correction bias) in F32; the router stays in the matrix type (llama.cpp's converter writes it
 // in F32), so that a bf16 file computes exactly as its original. Routed experts are stacked per
@@ -22,7 +22,7 @@
 namespace mlaserve {
 
 struct GgufExportOptions {
-  GgmlType matrix_type = GgmlType::kBF16;  // kF32, kF16, kBF16, kQ8_0, kQ6_K, kQ4_K or kQ4_0
+  GgmlType matrix_type = GgmlType::kBF16;  // kF32, kF16, kBF16, kQ8_0, kQ6_K, kQ5_K, kQ4_K or kQ4_0
   bool split_kv_b = false;
 };
 

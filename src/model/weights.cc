@@ -33,14 +33,15 @@ class Binder {
   // A Linear weight `X.weight`: dense, fp8 (`X.weight` F8_E4M3 + `X.weight_scale_inv`), int4
   // (`X.weight_packed` + `X.weight_scale` + `X.weight_shape`), grouped int8 (`X.weight` I8 +
   // `X.weight_scale` F32 [rows, groups]: a GGUF file's Q8_0 or Q6_K, model/gguf_checkpoint.cc), or
-  // uint4 with mins (`X.weight` I8 nibbles + `X.weight_scale_min`: Q4_K), as the checkpoint stores it.
+  // unsigned codes with mins (`X.weight` I8 nibbles or bytes + `X.weight_scale_min`: Q4_K, Q4_0, Q5_K),
+  // as the checkpoint stores it.
   WeightMatrix Matrix(const std::string& own_name, int64_t rows, int64_t cols) {
     const std::string name = prefix_ + own_name;
     if (listing_ == nullptr && status_.ok()) {
       const TensorView* stored = ckpt_->Find(name);
       if (stored != nullptr && stored->dtype == DType::kF8E4M3) return Fp8Matrix(name, *stored, rows, cols);
       if (stored != nullptr && stored->dtype == DType::kI8) {
-        if (ckpt_->Find(name + "_scale_min") != nullptr) return Uint4MinMatrix(name, *stored, rows, cols);
+        if (ckpt_->Find(name + "_scale_min") != nullptr) return MinMatrix(name, *stored, rows, cols);
         return Int8Matrix(name, *stored, rows, cols);
       }
       const std::string base = name.substr(0, name.size() - std::string_view(".weight").size());
@@ -137,25 +138,30 @@ class Binder {
                         .block_cols = int(cols / groups)};
   }
 
-  // 4-bit unsigned codes, two a byte (`X.weight` I8 [rows, cols / 2]), with F32 (scale, min) pairs
-  // `X.weight_scale_min` [rows, groups, 2]: a GGUF file's Q4_K (model/gguf_checkpoint.cc).
-  WeightMatrix Uint4MinMatrix(const std::string& name, const TensorView& t, int64_t rows, int64_t cols) {
-    if (t.shape != std::vector<int64_t>{rows, cols / 2} || cols % 2 != 0) {
+  // Unsigned codes with F32 (scale, min) pairs `X.weight_scale_min` [rows, groups, 2]: 4-bit, two
+  // a byte (`X.weight` I8 [rows, cols / 2]: a GGUF file's Q4_K, Q4_0) or 8-bit (I8 [rows, cols]:
+  // Q5_K), model/gguf_checkpoint.cc.
+  WeightMatrix MinMatrix(const std::string& name, const TensorView& t, int64_t rows, int64_t cols) {
+    const bool bytes = t.shape == std::vector<int64_t>{rows, cols};
+    if (!bytes && (t.shape != std::vector<int64_t>{rows, cols / 2} || cols % 2 != 0)) {
       Fail(t.file + ": tensor '" + name + "' has shape " + t.ShapeString() + " but the config implies " +
-           Shape({rows, cols}) + " in 4-bit codes, two a byte: " + Shape({rows, cols / 2}));
+           Shape({rows, cols}) + " (or, in 4-bit codes two a byte, " + Shape({rows, cols / 2}) + ")");
       return {};
     }
     const TensorView* pairs = ckpt_->Find(name + "_scale_min");
-    // Groups of a multiple of 8 columns (packed panels hold columns in eights) that divide the row.
+    // Groups of whole 32-bit words of codes (packed panels hold a lane's codes in words: 8 nibbles
+    // or 4 bytes) that divide the row.
     const int64_t groups = pairs->shape.size() == 3 ? pairs->shape[1] : 0;
-    if (groups <= 0 || cols % groups != 0 || (cols / groups) % 8 != 0) {
-      Fail(t.file + ": tensor '" + name + "_scale_min' is not [rows, groups, 2] with a group size a multiple of 8");
+    const int64_t word = bytes ? 4 : 8;
+    if (groups <= 0 || cols % groups != 0 || (cols / groups) % word != 0) {
+      Fail(t.file + ": tensor '" + name + "_scale_min' is not [rows, groups, 2] with a group size a multiple of " +
+           std::to_string(word));
       return {};
     }
     if (Companion(name + "_scale_min", name, {DType::kF32}, {rows, groups, 2}, "the config") == nullptr) return {};
     return WeightMatrix{.dtype = DType::kI8, .rows = rows, .cols = cols, .data = t.data,
-                        .format = WeightFormat::kUint4GroupMin, .scales = pairs->data, .block_rows = 1,
-                        .block_cols = int(cols / groups)};
+                        .format = bytes ? WeightFormat::kUint8GroupMin : WeightFormat::kUint4GroupMin,
+                        .scales = pairs->data, .block_rows = 1, .block_cols = int(cols / groups)};
   }
 
   WeightMatrix Int4Matrix(const std::string& base, const TensorView& packed, int64_t rows, int64_t cols) {

@@ -92,11 +92,11 @@ TEST_F(GgufCli, AQ8_0GgufScoresCloseToItsOriginal) {
   for (size_t i = 1; i < combined.size(); ++i) EXPECT_NEAR(split[i], combined[i], 1e-3) << "token " << i;
 }
 
-// Q6_K, Q4_K and Q4_0 (the bundled model's rows of 256 values; for the K types its 128-column
+// Q6_K, Q5_K, Q4_K and Q4_0 (the bundled model's rows of 256 values; for the K types its 128-column
 // ones in Q8_0, as llama.cpp falls back from Q6_K): computed from their codes and per-group scales (and mins),
 // close to the original on every token (the bounds: what `weights-eval` measured for each, a few
 // times over), and the same through the exact fp32 kernels in both kv layouts.
-TEST_F(GgufCli, Q6_KQ4_KAndQ4_0GgufsScoreCloseToTheirOriginal) {
+TEST_F(GgufCli, BlockTypeGgufsScoreCloseToTheirOriginal) {
   const std::vector<double> original = Logprobs(testing::BundledModelPath());
   struct Case {
     const char* weights;
@@ -106,7 +106,8 @@ TEST_F(GgufCli, Q6_KQ4_KAndQ4_0GgufsScoreCloseToTheirOriginal) {
   // Q4_0's blocks of 32 divide attn_k_b's 64-value rows, so the split file quantizes W_UK along
   // nope and the combined one along kv_lora: two quantizations, not one stored twice. (The K
   // types' 256 divide neither: both files hold kv_b in Q8_0.)
-  for (const Case& k : {Case{"q6_k", 0.1, 0.04, 1e-3}, Case{"q4_k", 0.6, 0.2, 1e-3}, Case{"q4_0", 0.6, 0.2, 0.05}}) {
+  for (const Case& k : {Case{"q6_k", 0.1, 0.04, 1e-3}, Case{"q5_k", 0.3, 0.1, 1e-3}, Case{"q4_k", 0.6, 0.2, 1e-3},
+                        Case{"q4_0", 0.6, 0.2, 0.05}}) {
     const std::string type = k.weights;
     const std::string combined_file = Write(type + "-combined.gguf", "--weights " + type);
     const std::string split_file = Write(type + "-split.gguf", "--weights " + type + " --gguf-kv-layout split");
@@ -230,8 +231,8 @@ TEST_F(GgufCli, AnUncomputedTensorTypeIsRefusedByName) {
     s << in.rdbuf();
     bytes = s.str();
   }
-  // blk.0.attn_q_a.weight's info: name, n_dims (2), ne[2], then its type: BF16 (30) -> Q5_K (13),
-  // whose blocks (256 values, 176 bytes) take fewer bytes, so the file stays well-formed.
+  // blk.0.attn_q_a.weight's info: name, n_dims (2), ne[2], then its type: BF16 (30) -> Q2_K (10),
+  // whose blocks (256 values, 84 bytes) take fewer bytes, so the file stays well-formed.
   const std::string name = "blk.0.attn_q_a.weight";
   const size_t at = bytes.find(name);
   ASSERT_NE(at, std::string::npos);
@@ -239,13 +240,13 @@ TEST_F(GgufCli, AnUncomputedTensorTypeIsRefusedByName) {
   uint32_t type = 0;
   std::memcpy(&type, bytes.data() + type_at, 4);
   ASSERT_EQ(type, 30u);
-  type = 13;
+  type = 10;
   std::memcpy(bytes.data() + type_at, &type, 4);
-  const std::string patched = dir_.path() + "/q5k.gguf";
+  const std::string patched = dir_.path() + "/q2k.gguf";
   std::ofstream(patched, std::ios::binary) << bytes;
   auto r = RunMlaserve("generate --model-path " + ShellQuote(patched) + " --prompt hi --max-new-tokens 2");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("Q5_K (1 tensors: blk.0.attn_q_a.weight)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Q2_K (1 tensors: blk.0.attn_q_a.weight)"), std::string::npos) << r.err;
   // A file that is not GGUF nor safetensors.
   std::ofstream(dir_.path() + "/junk.gguf") << "GGUF but not really";
   auto junk = RunMlaserve("generate --model-path " + ShellQuote(dir_.path() + "/junk.gguf") + " --prompt hi");

@@ -46,7 +46,7 @@ std::vector<float> Int8DotReference(const std::vector<float>& x, int64_t n, cons
         }
         const float scale = WeightScaleAt(w, r, g * group) * d[size_t(g)];
         acc = std::fma(float(sum), scale, acc);
-        if (w.format == WeightFormat::kUint4GroupMin) {
+        if (w.has_mins()) {
           acc = std::fma(-WeightMinAt(w, r, g * group), d[size_t(g)] * float(sum_q), acc);
         }
       }
@@ -97,10 +97,12 @@ TEST_F(Int8Dot, IsItsDefinitionBatchInvariantAndCloseToFp32) {
   };
   // Partial panels and blocks, one and several column chunks (512 columns), groups of Q8_0's 32
   // and Q6_K's 16 and of other multiples of 4; uint4-min (Q4_K: 32) in multiples of 8.
-  constexpr WeightFormat kI8 = WeightFormat::kInt8Group, kU4 = WeightFormat::kUint4GroupMin;
+  constexpr WeightFormat kI8 = WeightFormat::kInt8Group, kU4 = WeightFormat::kUint4GroupMin,
+                         kU8 = WeightFormat::kUint8GroupMin;
   const Shape shapes[] = {{kI8, 15, 64, 32}, {kI8, 33, 96, 32}, {kI8, 150, kGemmColumns + 96, 32}, {kI8, 40, 48, 16},
                           {kI8, 17, 40, 4},  {kI8, 64, 2 * kGemmColumns, 128}, {kU4, 15, 64, 32},
-                          {kU4, 150, kGemmColumns + 96, 32}, {kU4, 40, 48, 8}, {kU4, 64, 2 * kGemmColumns, 256}};
+                          {kU4, 150, kGemmColumns + 96, 32}, {kU4, 40, 48, 8}, {kU4, 64, 2 * kGemmColumns, 256},
+                          {kU8, 33, 96, 32}, {kU8, 150, kGemmColumns + 96, 32}, {kU8, 17, 40, 4}};
   for (const Shape& s : shapes) {
     const testing::QuantWeights w = testing::RandomQuantWeights(s.format, s.rows, s.cols, 1, s.group, rng);
     const testing::PackedWeights packed = testing::Packed(w.matrix, pool);

@@ -30,9 +30,10 @@ using testing::Weights;
 // blocks (DeepSeek's), 32-row ones (a panel block of two vectors lies in one band of rows: one
 // buffer of scaled activations) and 16-row ones (AVX-512 blocks straddle bands: one buffer per
 // band, each vector reading its own).
-enum class Kind { kF32, kBF16, kF16, kFp8, kFp8Rows16, kFp8Rows128, kInt4, kInt8, kUint4Min };
+enum class Kind { kF32, kBF16, kF16, kFp8, kFp8Rows16, kFp8Rows128, kInt4, kInt8, kUint4Min, kUint8Min };
 constexpr Kind kAllKinds[] = {Kind::kF32,       Kind::kBF16,        Kind::kF16,  Kind::kFp8,
-                              Kind::kFp8Rows16, Kind::kFp8Rows128, Kind::kInt4, Kind::kInt8, Kind::kUint4Min};
+                              Kind::kFp8Rows16, Kind::kFp8Rows128, Kind::kInt4, Kind::kInt8, Kind::kUint4Min,
+                              Kind::kUint8Min};
 
 struct AnyWeights {
   Weights dense;
@@ -68,13 +69,17 @@ std::optional<AnyWeights> MakeWeights(Kind kind, int64_t rows, int64_t cols, std
       if (cols % 8 != 0) return std::nullopt;
       w.quant = RandomQuantWeights(WeightFormat::kUint4GroupMin, rows, cols, 1, cols % 32 == 0 ? 32 : 8, rng);
       break;
+    case Kind::kUint8Min:  // GGUF's Q5_K: groups of 32, else of 4
+      if (cols % 4 != 0) return std::nullopt;
+      w.quant = RandomQuantWeights(WeightFormat::kUint8GroupMin, rows, cols, 1, cols % 32 == 0 ? 32 : 4, rng);
+      break;
   }
   return w;
 }
 
 const char* KindName(Kind kind) {
   constexpr const char* kNames[] = {"F32",        "BF16", "F16", "fp8-block", "fp8-block rows 16", "fp8-block rows 128",
-                                    "int4-group", "int8-group", "uint4-group-min"};
+                                    "int4-group", "int8-group", "uint4-group-min", "uint8-group-min"};
   return kNames[int(kind)];
 }
 
@@ -98,7 +103,8 @@ TEST(Kernels, QuantizedSimdMatchesPortable) {
                           {WeightFormat::kInt4Group, 1, 2, 8},      {WeightFormat::kInt8Group, 1, 32, 64},
                           {WeightFormat::kInt8Group, 1, 32, 224},   {WeightFormat::kInt8Group, 1, 2, 6},
                           {WeightFormat::kUint4GroupMin, 1, 32, 64}, {WeightFormat::kUint4GroupMin, 1, 32, 224},
-                          {WeightFormat::kUint4GroupMin, 1, 8, 40},  {WeightFormat::kUint4GroupMin, 1, 2, 10}};
+                          {WeightFormat::kUint4GroupMin, 1, 8, 40},  {WeightFormat::kUint4GroupMin, 1, 2, 10},
+                          {WeightFormat::kUint8GroupMin, 1, 32, 224}, {WeightFormat::kUint8GroupMin, 1, 2, 6}};
   for (const Shape& shape : shapes) {
     for (int64_t n : {1, 2, 5, 13}) {
       const int64_t rows = 150;
@@ -207,7 +213,10 @@ TEST(Kernels, PackedPanelsMatchRowMajorAndAreBatchInvariant) {
   for (Kind kind : kAllKinds) {
     for (int64_t rows : {1, 15, 16, 17, 33, 64, 70, 150}) {
       for (int64_t n : {1, 2, 5, 13, 27, 40}) {  // 13+: quantized prefill widens fp8, 40: int4 too
-        const int64_t cols = kind == Kind::kInt4 || kind == Kind::kInt8 || kind == Kind::kUint4Min ? 72 : 37;
+        const int64_t cols = kind == Kind::kInt4 || kind == Kind::kInt8 || kind == Kind::kUint4Min ||
+                               kind == Kind::kUint8Min
+                           ? 72
+                           : 37;
         const auto w = MakeWeights(kind, rows, cols, rng);
         ASSERT_TRUE(w.has_value());
         std::vector<std::byte> packed_bytes(PackedBytes(w->matrix()));
@@ -308,7 +317,7 @@ TEST(Kernels, RealShapesSimdMatchPortable) {
   };
   constexpr Shape kShapes[] = {{7168, 2048}, {2048, 7168}};  // [out, in]: down_proj, up_proj
   constexpr Kind kKinds[] = {Kind::kBF16, Kind::kFp8Rows128, Kind::kInt4, Kind::kInt8,
-                             Kind::kUint4Min};  // int4, int8, uint4-min: groups of 32
+                             Kind::kUint4Min, Kind::kUint8Min};  // the grouped ones: groups of 32
   constexpr int64_t kBandRows = 128;
   for (const Shape& shape : kShapes) {
     for (Kind kind : kKinds) {

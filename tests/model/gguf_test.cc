@@ -245,6 +245,65 @@ TEST(Gguf, Q4_0BlocksLoadAsTheValuesGgmlDequantizes) {
   }
 }
 
+// Q5_K super-blocks load as 5-bit codes (one a byte) and (scale, min) pairs per 32 whose weights
+// are ggml's dequantize_row_q5_K: d * sc * (low nibble + 16 x its qh bit) - dmin * m.
+TEST(Gguf, Q5_KBlocksLoadAsTheValuesGgmlDequantizes) {
+  std::mt19937 rng(21);
+  constexpr int kBlocks = 2;
+  std::vector<std::byte> blocks(kBlocks * 176);
+  for (std::byte& b : blocks) b = std::byte(rng() & 0xff);
+  std::vector<float> want(kBlocks * 256);
+  for (int b = 0; b < kBlocks; ++b) {
+    std::byte* block = &blocks[size_t(b) * 176];
+    const uint16_t d_bits = F32ToF16(0.013f * float(b + 1)), dmin_bits = F32ToF16(0.005f * float(b + 2));
+    std::memcpy(block, &d_bits, 2);
+    std::memcpy(block + 2, &dmin_bits, 2);
+    const auto* scales = reinterpret_cast<const uint8_t*>(block + 4);
+    const auto* qh = reinterpret_cast<const uint8_t*>(block + 16);
+    const auto* ql = reinterpret_cast<const uint8_t*>(block + 48);
+    const auto scale_min = [&](int j, int& sc, int& m) {
+      sc = j < 4 ? scales[j] & 63 : (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
+      m = j < 4 ? scales[j + 4] & 63 : (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+    };
+    const float d = F16ToF32(d_bits), dmin = F16ToF32(dmin_bits);
+    float* y = want.data() + b * 256;
+    uint8_t u1 = 1, u2 = 2;
+    for (int j = 0, is = 0; j < 256; j += 64, is += 2) {
+      int sc, m;
+      scale_min(is, sc, m);
+      const float d1 = d * float(sc), m1 = dmin * float(m);
+      scale_min(is + 1, sc, m);
+      const float d2 = d * float(sc), m2 = dmin * float(m);
+      for (int l = 0; l < 32; ++l) *y++ = d1 * float((ql[l] & 0xF) + ((qh[l] & u1) ? 16 : 0)) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * float((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
+      ql += 32;
+      u1 = uint8_t(u1 << 2);
+      u2 = uint8_t(u2 << 2);
+    }
+  }
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/q5.gguf";
+  GgufWriter w;
+  w.SetString("general.architecture", "deepseek2");
+  ASSERT_TRUE(w.AddTensor("t.q5", {256, kBlocks}, GgmlType::kQ5_K, blocks).ok());
+  ASSERT_TRUE(w.Write(path).ok());
+  auto ckpt = Checkpoint::Open(path);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.error();
+  const TensorView* codes = (*ckpt)->Find("t.q5");
+  const TensorView* pairs = (*ckpt)->Find("t.q5_scale_min");
+  ASSERT_NE(codes, nullptr);
+  ASSERT_NE(pairs, nullptr);
+  EXPECT_EQ(codes->shape, (std::vector<int64_t>{kBlocks, 256}));
+  EXPECT_EQ(pairs->shape, (std::vector<int64_t>{kBlocks, 8, 2}));
+  for (size_t i = 0; i < want.size(); ++i) {
+    float scale, min;
+    std::memcpy(&scale, pairs->data + 8 * (i / 32), 4);
+    std::memcpy(&min, pairs->data + 8 * (i / 32) + 4, 4);
+    ASSERT_LE(int(uint8_t(codes->data[i])), 31);
+    ASSERT_NEAR(std::fma(float(uint8_t(codes->data[i])), scale, -min), want[i], 1e-6f * (1.0f + std::abs(want[i]))) << i;
+  }
+}
+
 TEST(Gguf, EveryTruncationIsRefusedWithALine) {
   testing::TempDir dir;
   const std::string bytes = WriteSample(dir.path() + "/x.gguf");
