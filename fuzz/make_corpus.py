@@ -257,7 +257,7 @@ def gguf():
         ("blk.0.ffn_up_exps.weight", [8, 4, 2], 1, b"\3\4" * 64), ("blk.0.ffn_gate.weight", [32, 1], 8, b"\5" * 34),
     ]
     write("gguf_fuzzer", "tiny_deepseek2", gguf_file(metadata, tensors))
-    # The block types split at load (Q4_K, Q6_K, Q4_0, Q5_K; model/gguf_checkpoint.cc), stacked as
+    # The block types split at load (Q4_K, Q6_K, Q4_0, Q5_K, Q4_1, Q5_0, Q5_1; model/gguf_checkpoint.cc), stacked as
     # experts and whole, in a split kv_b pair of two types: pseudo-random block bytes.
     noise = lambda n, seed: bytes((i * 131 + seed * 17 + (i >> 3) * 7) & 0xff for i in range(n))
     blocks = [
@@ -265,6 +265,9 @@ def gguf():
         ("blk.0.ffn_down.weight", [256, 1], 14, noise(210, 2)),
         ("blk.0.ffn_gate.weight", [64, 1], 2, noise(18 * 2, 3)),
         ("blk.0.ffn_up.weight", [256, 1], 13, noise(176, 5)),
+        ("blk.0.ffn_down_shexp.weight", [64, 1], 3, noise(20 * 2, 6)),
+        ("blk.0.ffn_up_shexp.weight", [32, 2], 6, noise(22 * 2, 7)),
+        ("blk.0.ffn_gate_shexp.weight", [32, 1], 7, noise(24, 8)),
         ("blk.0.attn_k_b.weight", [32, 8, 1], 8, noise(34 * 8, 4)),
         ("blk.0.attn_v_b.weight", [8, 4, 1], 0, f32(32)),
     ]

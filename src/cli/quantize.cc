@@ -19,10 +19,12 @@ int RunQuantize(Args& args) {
                                           {.choices = {"safetensors", "gguf"}});
   const std::string weights = args.Str("weights", "", "safetensors: fp8-block (every decoder Linear as E4M3 with "
                                        "128x128 block scales) or int4-g32 (routed experts as int4, group 32, "
-                                       "compressed-tensors); gguf: bf16, f16, f32, q8_0, q6_k, q5_k, q4_k or q4_0 (the matrices' "
-                                       "type; the K types: Q8_0 where a row is not whole 256-value blocks)",
+                                       "compressed-tensors); gguf: bf16, f16, f32, q8_0, q6_k, q5_k, q5_1, q5_0, q4_k, q4_1 or "
+                                       "q4_0 (the matrices' type; the K types: Q8_0 where a row is not whole "
+                                       "256-value blocks)",
                                        {.shown_default = "fp8-block; gguf: bf16",
-                                        .choices = {"fp8-block", "int4-g32", "bf16", "f16", "f32", "q8_0", "q6_k", "q5_k", "q4_k", "q4_0"}});
+                                        .choices = {"fp8-block", "int4-g32", "bf16", "f16", "f32", "q8_0", "q6_k", "q5_k", "q5_1", "q5_0", "q4_k",
+                                                    "q4_1", "q4_0"}});
   const std::string gguf_kv_layout = args.Str("gguf-kv-layout", "combined", "gguf: kv_b_proj as one attn_kv_b "
                                               "(older files) or split into attn_k_b and attn_v_b (newer files)",
                                               {.choices = {"combined", "split"}});
@@ -30,11 +32,11 @@ int RunQuantize(Args& args) {
   if (out_dir.empty()) args.Reject("--out DIR|FILE is required");
   const bool gguf = out_format == "gguf";
   if (gguf && (weights == "fp8-block" || weights == "int4-g32")) {
-    args.Reject("--weights " + weights + " is for --out-format safetensors (gguf: bf16, f16, f32, q8_0, q6_k, q5_k, q4_k, q4_0)");
+    args.Reject("--weights " + weights + " is for --out-format safetensors (gguf: bf16, f16, f32, q8_0, q6_k, q5_k, q5_1, q5_0, q4_k, q4_1, q4_0)");
   }
   if (!gguf && (weights == "bf16" || weights == "f16" || weights == "f32" || weights == "q8_0" ||
                 weights == "q6_k" || weights == "q5_k" || weights == "q4_k" ||
-                weights == "q4_0")) {
+                weights == "q4_0" || weights == "q4_1" || weights == "q5_0" || weights == "q5_1")) {
     args.Reject("--weights " + weights + " is for --out-format gguf");
   }
   if (!gguf && args.WasGiven("gguf-kv-layout")) args.Reject("--gguf-kv-layout is for --out-format gguf");
@@ -47,6 +49,9 @@ int RunQuantize(Args& args) {
                                                    : weights == "q5_k" ? GgmlType::kQ5_K
                                                    : weights == "q4_k" ? GgmlType::kQ4_K
                                                    : weights == "q4_0" ? GgmlType::kQ4_0
+                                                   : weights == "q4_1" ? GgmlType::kQ4_1
+                                                   : weights == "q5_0" ? GgmlType::kQ5_0
+                                                   : weights == "q5_1" ? GgmlType::kQ5_1
                                                                        : GgmlType::kBF16,
                                     .split_kv_b = gguf_kv_layout == "split"};
     auto report = WriteGgufCheckpoint(in_dir, out_dir, options);

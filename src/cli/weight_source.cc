@@ -17,7 +17,7 @@ namespace {
 // per expert, the split kv_b pair as kv_b_proj), bytes as mlaserve holds them: as stored, except
 // the block types (model/gguf_checkpoint.cc): Q8_0 as int8 codes with an F32 scale per 32 (1.125
 // bytes a weight, the file's 1.06), Q6_K with one per 16 (1.25, the file's 0.82), Q5_K as bytes
-// with an F32 scale and min per 32 (1.25, the file's 0.69), Q4_K / Q4_0 as
+// with an F32 scale and min per 32 (1.25, the file's 0.69; Q5_0 / Q5_1 alike), Q4_K / Q4_0 / Q4_1 as
 // nibbles with an F32 scale and min per 32 (0.75, the file's 0.56), and a split kv_b pair of a
 // block type in F32; `plan` counts the types mlaserve does not compute (Q2_K, IQ*, ...) as stored.
 std::optional<WeightSource> GgufWeightSource(const std::string& path, const ModelConfig& config) {
@@ -35,9 +35,11 @@ std::optional<WeightSource> GgufWeightSource(const std::string& path, const Mode
     double elements = 1;
     for (int64_t d : t.ne) elements *= double(d);
     const GgmlType type = GgmlType(t.type);
-    const bool four_bit = type == GgmlType::kQ4_K || type == GgmlType::kQ4_0;
-    const bool widened = type == GgmlType::kQ6_K || type == GgmlType::kQ5_K || type == GgmlType::kQ8_0 || four_bit;
-    double bytes = type == GgmlType::kQ6_K || type == GgmlType::kQ5_K ? elements * 1.25
+    const bool four_bit = type == GgmlType::kQ4_K || type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1;
+    const bool bytes_with_scale = type == GgmlType::kQ6_K || type == GgmlType::kQ5_K || type == GgmlType::kQ5_0 ||
+                                  type == GgmlType::kQ5_1;
+    const bool widened = bytes_with_scale || type == GgmlType::kQ8_0 || four_bit;
+    double bytes = bytes_with_scale ? elements * 1.25
                    : type == GgmlType::kQ8_0 ? elements * 1.125
                    : four_bit                ? elements * 0.75
                                              : double(t.num_bytes);

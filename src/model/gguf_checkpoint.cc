@@ -12,7 +12,8 @@
 // become 4-bit codes two a byte (`X.weight`, I8 [rows, cols / 2]) and exact F32 (scale, min)
 // pairs per 32 (`X.weight_scale_min`): real = code * scale - min, the kUint4GroupMin format
 // (0.75 bytes a weight, the file's 0.56). Q5_K likewise, its 5-bit codes one a byte with the pairs
-// (`X.weight` I8 [rows, cols], kUint8GroupMin: 1.25 bytes a weight, the file's 0.69). A stacked expert tensor
+// (`X.weight` I8 [rows, cols], kUint8GroupMin: 1.25 bytes a weight, the file's 0.69), and so do
+// the 32-value Q4_1 (as Q4_0), Q5_0 and Q5_1 (as Q5_K). A stacked expert tensor
 // [experts][rows][cols] becomes one view per expert. The split kv_b layout (attn_k_b, attn_v_b)
 // is rearranged into kv_b_proj's rows, in the pair's own type (F32/F16/BF16) or, for block types
 // or two different types, in F32
@@ -42,15 +43,49 @@ std::optional<DType> DTypeOfGgml(uint32_t type) {
     case GgmlType::kQ6_K:
     case GgmlType::kQ4_K:
     case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
     case GgmlType::kQ5_K: return DType::kI8;  // split into codes and scales below
     default: return std::nullopt;
   }
 }
 
 // The types split into 4-bit codes with (scale, min) pairs per 32 (the kUint4GroupMin format).
-bool IsUint4Min(uint32_t type) { return GgmlType(type) == GgmlType::kQ4_K || GgmlType(type) == GgmlType::kQ4_0; }
+bool IsUint4Min(uint32_t type) {
+  const GgmlType t = GgmlType(type);
+  return t == GgmlType::kQ4_K || t == GgmlType::kQ4_0 || t == GgmlType::kQ4_1;
+}
 // Split into 8-bit unsigned codes with (scale, min) pairs per 32 (the kUint8GroupMin format).
-bool IsUint8Min(uint32_t type) { return GgmlType(type) == GgmlType::kQ5_K; }
+bool IsUint8Min(uint32_t type) {
+  const GgmlType t = GgmlType(type);
+  return t == GgmlType::kQ5_K || t == GgmlType::kQ5_0 || t == GgmlType::kQ5_1;
+}
+
+// A block of ggml's 32-value types (Q4_0: fp16 d, qs[16]; Q4_1: d, m, qs[16]; Q5_0: d, qh[4],
+// qs[16]; Q5_1: d, m, qh[4], qs[16]) as 32 unsigned codes and the (scale, min) pair that makes
+// code * scale - min its values: value j < 16 from the low nibble of qs[j] (plus 16 x bit j of
+// qh), value j + 16 from its high nibble (plus 16 x bit j + 16); Q4_0 and Q5_0 are (q - 8) d and
+// (q - 16) d: the pair (d, 8 d) or (d, 16 d); Q4_1 and Q5_1 are q d + m: (d, -m). Exact in F32.
+void SplitLegacy32(GgmlType type, const std::byte* block, uint8_t* codes, float* scale_min) {
+  const auto* b = reinterpret_cast<const uint8_t*>(block);
+  const bool with_m = type == GgmlType::kQ4_1 || type == GgmlType::kQ5_1;
+  const bool five = type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1;
+  uint16_t d_bits, m_bits = 0;
+  std::memcpy(&d_bits, b, 2);
+  if (with_m) std::memcpy(&m_bits, b + 2, 2);
+  const uint8_t* after = b + (with_m ? 4 : 2);
+  uint32_t qh = 0;
+  if (five) std::memcpy(&qh, after, 4);
+  const uint8_t* qs = after + (five ? 4 : 0);
+  const float d = F16ToF32(d_bits);
+  scale_min[0] = d;
+  scale_min[1] = with_m ? -F16ToF32(m_bits) : (five ? 16.0f : 8.0f) * d;
+  for (int j = 0; j < 16; ++j) {
+    codes[j] = uint8_t((qs[j] & 0xF) | (five ? ((qh >> j) & 1) << 4 : 0));
+    codes[j + 16] = uint8_t((qs[j] >> 4) | (five ? ((qh >> (j + 16)) & 1) << 4 : 0));
+  }
+}
 
 // Values per F32 scale of a type split into groups (DTypeOfGgml kI8).
 int64_t Int8GroupOf(uint32_t type) { return GgmlType(type) == GgmlType::kQ6_K ? 16 : 32; }
@@ -64,24 +99,16 @@ int64_t Int8GroupOf(uint32_t type) { return GgmlType(type) == GgmlType::kQ6_K ? 
 // 64i + 63 their high nibbles (sub-block 2i + 1).
 void SplitQ4_K(const std::byte* block, uint8_t* nibbles, float* scale_min);
 
-// A Q4_0 block (ggml's block_q4_0: fp16 d, qs[16]: value j the low nibble of qs[j], value j + 16
-// its high nibble; real = (q - 8) * d) as 32 nibbles, row-major, and the pair (d, 8 * d) (exact).
-void SplitQ4_0(const std::byte* block, uint8_t* nibbles, float* scale_min) {
-  const auto* b = reinterpret_cast<const uint8_t*>(block);
-  uint16_t d_bits;
-  std::memcpy(&d_bits, b, 2);
-  const float d = F16ToF32(d_bits);
-  scale_min[0] = d;
-  scale_min[1] = 8.0f * d;
-  const auto q = [&](int e) { return e < 16 ? b[2 + e] & 0xF : b[2 + e - 16] >> 4; };
-  for (int e = 0; e < 32; e += 2) nibbles[e / 2] = uint8_t(q(e) | (q(e + 1) << 4));
-}
-
-// A Q4_0 or Q4_K tensor of `elements` values as nibbles [elements / 2] and (scale, min) pairs
+// A Q4_0, Q4_1 or Q4_K tensor of `elements` values as nibbles [elements / 2] and (scale, min) pairs
 // [elements / 32][2].
 void SplitToUint4(uint32_t type, const std::byte* blocks, int64_t elements, uint8_t* nibbles, float* scale_min) {
-  if (GgmlType(type) == GgmlType::kQ4_0) {
-    for (int64_t b = 0; b < elements / 32; ++b) SplitQ4_0(blocks + b * 18, nibbles + b * 16, scale_min + b * 2);
+  if (GgmlType(type) == GgmlType::kQ4_0 || GgmlType(type) == GgmlType::kQ4_1) {
+    const int64_t block_bytes = GgmlTraits(type).block_bytes;
+    uint8_t codes[32];
+    for (int64_t b = 0; b < elements / 32; ++b) {
+      SplitLegacy32(GgmlType(type), blocks + b * block_bytes, codes, scale_min + b * 2);
+      for (int e = 0; e < 32; e += 2) nibbles[b * 16 + e / 2] = uint8_t(codes[e] | (codes[e + 1] << 4));
+    }
     return;
   }
   for (int64_t b = 0; b < elements / 256; ++b) SplitQ4_K(blocks + b * 144, nibbles + b * 128, scale_min + b * 16);
@@ -115,6 +142,19 @@ void SplitQ5_K(const std::byte* block, uint8_t* codes, float* scale_min) {
     const int low = (qs[32 * i + l] >> (4 * half)) & 0xF;
     const int high = (qh[l] >> (2 * i + half)) & 1;
     codes[e] = uint8_t(low | (high << 4));
+  }
+}
+
+// A Q5_K, Q5_0 or Q5_1 tensor of `elements` values as byte codes [elements] and (scale, min)
+// pairs [elements / 32][2].
+void SplitToUint8(uint32_t type, const std::byte* blocks, int64_t elements, uint8_t* codes, float* scale_min) {
+  if (GgmlType(type) == GgmlType::kQ5_K) {
+    for (int64_t b = 0; b < elements / 256; ++b) SplitQ5_K(blocks + b * 176, codes + b * 256, scale_min + b * 16);
+    return;
+  }
+  const int64_t block_bytes = GgmlTraits(type).block_bytes;
+  for (int64_t b = 0; b < elements / 32; ++b) {
+    SplitLegacy32(GgmlType(type), blocks + b * block_bytes, codes + b * 32, scale_min + b * 2);
   }
 }
 
@@ -182,13 +222,11 @@ std::vector<float> DequantizeToF32(const GgufTensorInfo& t, const std::byte* blo
   }
   if (IsUint8Min(t.type)) {
     std::vector<float> out(static_cast<size_t>(elements));
-    uint8_t codes[256];
-    float scale_min[16];
-    for (int64_t b = 0; b < elements / 256; ++b) {
-      SplitQ5_K(blocks + b * 176, codes, scale_min);
-      for (int e = 0; e < 256; ++e) {
-        out[size_t(b * 256 + e)] = std::fma(float(codes[e]), scale_min[2 * (e / 32)], -scale_min[2 * (e / 32) + 1]);
-      }
+    std::vector<uint8_t> codes(static_cast<size_t>(elements));
+    std::vector<float> scale_min(static_cast<size_t>(elements / 32 * 2));
+    SplitToUint8(t.type, blocks, elements, codes.data(), scale_min.data());
+    for (size_t e = 0; e < out.size(); ++e) {
+      out[e] = std::fma(float(codes[e]), scale_min[2 * (e / 32)], -scale_min[2 * (e / 32) + 1]);
     }
     return out;
   }
@@ -265,9 +303,7 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
       if (q4_k) {
         SplitToUint4(t.type, values, elements, reinterpret_cast<uint8_t*>(out), out_scales);
       } else if (with_mins) {
-        for (int64_t b = 0; b < elements / 256; ++b) {
-          SplitQ5_K(values + b * 176, reinterpret_cast<uint8_t*>(out) + b * 256, out_scales + b * 16);
-        }
+        SplitToUint8(t.type, values, elements, reinterpret_cast<uint8_t*>(out), out_scales);
       } else {
         SplitToInt8(t.type, values, elements, reinterpret_cast<int8_t*>(out), out_scales);
       }
@@ -313,7 +349,7 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
     }
   }
   if (!unsupported.empty()) {
-    std::string message = path + ": tensor types mlaserve does not compute yet (supported: F32, F16, BF16, Q8_0, Q6_K, Q5_K, Q4_K, Q4_0):";
+    std::string message = path + ": tensor types mlaserve does not compute yet (supported: F32, F16, BF16, Q8_0, Q6_K, Q5_K, Q5_1, Q5_0, Q4_K, Q4_1, Q4_0):";
     for (const auto& [type, names] : unsupported) {
       message += " " + type + " (" + std::to_string(names.size()) + " tensors: " + names[0] +
                  (names.size() > 1 ? ", " + names[1] : "") + (names.size() > 2 ? ", ..." : "") + ")";

@@ -176,6 +176,54 @@ void EncodeQ4_0(std::span<const float> x, std::byte* dst) {
   }
 }
 
+// Q4_1, Q5_0 and Q5_1 as llama.cpp's reference quantizers write them, per block of 32: Q5_0 as
+// Q4_0 with d = (largest-magnitude value) / -16 and codes min(31, trunc(x / d + 16.5)); Q4_1 /
+// Q5_1 d = (max - min) / 15 (31), m = min, codes trunc((x - min) / d + 0.5) (at most 15 / 31).
+// Value j's fifth bit is bit j of qh, value j + 16's bit j + 16.
+void EncodeLegacy32(std::span<const float> x, GgmlType type, std::byte* dst) {
+  const bool with_m = type == GgmlType::kQ4_1 || type == GgmlType::kQ5_1;
+  const bool five = type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1;
+  const int top = five ? 31 : 15;
+  const size_t block_bytes = size_t(GgmlTraits(uint32_t(type)).block_bytes);
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    const float* v = x.data() + b * 32;
+    float d, m = 0.0f;
+    if (with_m) {
+      const auto [lo, hi] = std::minmax_element(v, v + 32);
+      d = (*hi - *lo) / float(top);
+      m = *lo;
+    } else {
+      float extreme = 0.0f;
+      for (int i = 0; i < 32; ++i) {
+        if (std::abs(v[i]) > std::abs(extreme)) extreme = v[i];
+      }
+      d = extreme / -16.0f;
+    }
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint8_t qs[16] = {};
+    uint32_t qh = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int q = with_m ? std::min(top, int(uint8_t(std::max(0.0f, (v[j] - m) * id + 0.5f))))
+                           : std::min(top, int(int8_t(v[j] * id + 16.5f)));
+      qs[j % 16] |= uint8_t((q & 0xF) << (4 * (j / 16)));
+      if (five) qh |= uint32_t((q >> 4) & 1) << j;
+    }
+    std::byte* block = dst + b * block_bytes;
+    const uint16_t d_bits = F32ToF16(d), m_bits = F32ToF16(m);
+    std::memcpy(block, &d_bits, 2);
+    size_t at = 2;
+    if (with_m) {
+      std::memcpy(block + at, &m_bits, 2);
+      at += 2;
+    }
+    if (five) {
+      std::memcpy(block + at, &qh, 4);
+      at += 4;
+    }
+    std::memcpy(block + at, qs, 16);
+  }
+}
+
 // The type a matrix whose rows hold `cols` values is written in: `type`, unless its blocks do not
 // divide the rows (a K type's 256 past e.g. 1408 columns), then Q8_0 (llama.cpp falls back from
 // Q6_K the same way, from Q4_K to Q5_0, which mlaserve does not compute).
@@ -190,6 +238,7 @@ void Encode(std::span<const float> x, GgmlType type, std::byte* dst) {
   if (type == GgmlType::kQ4_K) return EncodeKWithMins(x, 15, dst);
   if (type == GgmlType::kQ5_K) return EncodeKWithMins(x, 31, dst);
   if (type == GgmlType::kQ4_0) return EncodeQ4_0(x, dst);
+  if (type == GgmlType::kQ4_1 || type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1) return EncodeLegacy32(x, type, dst);
   for (size_t i = 0; i < x.size(); ++i) {
     if (type == GgmlType::kF32) {
       std::memcpy(dst + i * 4, &x[i], 4);
@@ -320,9 +369,9 @@ Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const
   const GgmlType mt = options.matrix_type;
   const bool quantized =
       mt == GgmlType::kQ8_0 || mt == GgmlType::kQ6_K || mt == GgmlType::kQ5_K || mt == GgmlType::kQ4_K ||
-      mt == GgmlType::kQ4_0;
+      mt == GgmlType::kQ4_0 || mt == GgmlType::kQ4_1 || mt == GgmlType::kQ5_0 || mt == GgmlType::kQ5_1;
   if (mt != GgmlType::kF32 && mt != GgmlType::kF16 && mt != GgmlType::kBF16 && !quantized) {
-    return Status::Error("GGUF export writes F32, F16, BF16, Q8_0, Q6_K, Q5_K, Q4_K or Q4_0 matrices");
+    return Status::Error("GGUF export writes F32, F16, BF16, Q8_0, Q6_K, Q5_K, Q5_1, Q5_0, Q4_K, Q4_1 or Q4_0 matrices");
   }
   auto config = LoadModelConfig(model_dir);
   if (!config.ok()) return config.status();

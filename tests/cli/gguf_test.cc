@@ -92,7 +92,7 @@ TEST_F(GgufCli, AQ8_0GgufScoresCloseToItsOriginal) {
   for (size_t i = 1; i < combined.size(); ++i) EXPECT_NEAR(split[i], combined[i], 1e-3) << "token " << i;
 }
 
-// Q6_K, Q5_K, Q4_K and Q4_0 (the bundled model's rows of 256 values; for the K types its 128-column
+// Q6_K, Q5_K, Q4_K, and the 32-value Q4_0, Q4_1, Q5_0, Q5_1 (the bundled model's rows of 256 values; for the K types its 128-column
 // ones in Q8_0, as llama.cpp falls back from Q6_K): computed from their codes and per-group scales (and mins),
 // close to the original on every token (the bounds: what `weights-eval` measured for each, a few
 // times over), and the same through the exact fp32 kernels in both kv layouts.
@@ -103,11 +103,12 @@ TEST_F(GgufCli, BlockTypeGgufsScoreCloseToTheirOriginal) {
     double largest, mean;
     double layouts;  // split against combined, fp32 kernels
   };
-  // Q4_0's blocks of 32 divide attn_k_b's 64-value rows, so the split file quantizes W_UK along
+  // The 32-value blocks divide attn_k_b's 64-value rows, so the split file quantizes W_UK along
   // nope and the combined one along kv_lora: two quantizations, not one stored twice. (The K
   // types' 256 divide neither: both files hold kv_b in Q8_0.)
   for (const Case& k : {Case{"q6_k", 0.1, 0.04, 1e-3}, Case{"q5_k", 0.3, 0.1, 1e-3}, Case{"q4_k", 0.6, 0.2, 1e-3},
-                        Case{"q4_0", 0.6, 0.2, 0.05}}) {
+                        Case{"q4_0", 0.6, 0.2, 0.05}, Case{"q4_1", 0.6, 0.2, 0.05}, Case{"q5_0", 0.3, 0.1, 0.05},
+                        Case{"q5_1", 0.3, 0.1, 0.05}}) {
     const std::string type = k.weights;
     const std::string combined_file = Write(type + "-combined.gguf", "--weights " + type);
     const std::string split_file = Write(type + "-split.gguf", "--weights " + type + " --gguf-kv-layout split");

@@ -304,6 +304,59 @@ TEST(Gguf, Q5_KBlocksLoadAsTheValuesGgmlDequantizes) {
   }
 }
 
+// Q4_1, Q5_0 and Q5_1 blocks load as codes and (scale, min) pairs whose weights are ggml's
+// dequantize_row_q4_1 / q5_0 / q5_1 (written out here: x * d + m, (x - 16) * d, x * d + m, the
+// fifth bits from qh as ggml shifts them), to within the rounding of ggml's two operations.
+TEST(Gguf, Q4_1Q5_0AndQ5_1BlocksLoadAsTheValuesGgmlDequantizes) {
+  std::mt19937 rng(31);
+  for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1}) {
+    const bool with_m = type != GgmlType::kQ5_0, five = type != GgmlType::kQ4_1;
+    const size_t block_bytes = size_t(GgmlTraits(uint32_t(type)).block_bytes);
+    constexpr int kBlocks = 4;
+    std::vector<std::byte> blocks(kBlocks * block_bytes);
+    for (std::byte& b : blocks) b = std::byte(rng() & 0xff);
+    std::vector<float> want(kBlocks * 32);
+    for (int b = 0; b < kBlocks; ++b) {
+      std::byte* block = &blocks[size_t(b) * block_bytes];
+      const uint16_t d_bits = F32ToF16(0.02f * float(b + 1)), m_bits = F32ToF16(-0.1f * float(b + 1));
+      std::memcpy(block, &d_bits, 2);
+      if (with_m) std::memcpy(block + 2, &m_bits, 2);
+      uint32_t qh = 0;
+      if (five) std::memcpy(&qh, block + (with_m ? 4 : 2), 4);
+      const auto* qs = reinterpret_cast<const uint8_t*>(block + (with_m ? 4 : 2) + (five ? 4 : 0));
+      const float d = F16ToF32(d_bits), m = F16ToF32(m_bits);
+      for (int j = 0; j < 16; ++j) {
+        const int xh_0 = five ? int(((qh >> (j + 0)) << 4) & 0x10) : 0;
+        const int xh_1 = five ? int((qh >> (j + 12)) & 0x10) : 0;
+        const int x0 = (qs[j] & 0x0F) | xh_0, x1 = (qs[j] >> 4) | xh_1;
+        want[size_t(b * 32 + j)] = with_m ? float(x0) * d + m : float(x0 - 16) * d;
+        want[size_t(b * 32 + j + 16)] = with_m ? float(x1) * d + m : float(x1 - 16) * d;
+      }
+    }
+    testing::TempDir dir;
+    const std::string path = dir.path() + "/legacy.gguf";
+    GgufWriter w;
+    w.SetString("general.architecture", "deepseek2");
+    ASSERT_TRUE(w.AddTensor("t.x", {32 * kBlocks}, type, blocks).ok());
+    ASSERT_TRUE(w.Write(path).ok());
+    auto ckpt = Checkpoint::Open(path);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.error();
+    const TensorView* codes = (*ckpt)->Find("t.x");
+    const TensorView* pairs = (*ckpt)->Find("t.x_scale_min");
+    ASSERT_NE(codes, nullptr);
+    ASSERT_NE(pairs, nullptr);
+    EXPECT_EQ(codes->shape, (std::vector<int64_t>{five ? 32 * kBlocks : 16 * kBlocks}));
+    for (size_t i = 0; i < want.size(); ++i) {
+      float scale, min;
+      std::memcpy(&scale, pairs->data + 8 * (i / 32), 4);
+      std::memcpy(&min, pairs->data + 8 * (i / 32) + 4, 4);
+      const int code = five ? int(uint8_t(codes->data[i])) : (uint8_t(codes->data[i / 2]) >> (4 * (i % 2))) & 0xF;
+      ASSERT_NEAR(std::fma(float(code), scale, -min), want[i], 1e-6f * (1.0f + std::abs(want[i])))
+          << GgmlTraits(uint32_t(type)).name << " " << i;
+    }
+  }
+}
+
 TEST(Gguf, EveryTruncationIsRefusedWithALine) {
   testing::TempDir dir;
   const std::string bytes = WriteSample(dir.path() + "/x.gguf");
