@@ -66,22 +66,20 @@ struct Avx2 {
   static Reg LoadUint8(const std::byte* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   }
-  // Bytes 0 and 1 (2 and 3 when high) of the 8 words at p, zero-extended.
-  static void LoadUint8Pair(const std::byte* p, bool high, Reg& even, Reg& odd) {
+  // Bytes 0 and 1 (2 and 3 when high) of the 8 words at p: shifted to the top of the word, then
+  // back down, arithmetically (signed: int8 codes) or logically (unsigned: uint8-min codes).
+  template <bool kSigned>
+  static void LoadBytePair(const std::byte* p, bool high, Reg& even, Reg& odd) {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     const __m256i e = high ? _mm256_slli_epi32(q, 8) : _mm256_slli_epi32(q, 24);
     const __m256i o = high ? q : _mm256_slli_epi32(q, 16);
-    even = _mm256_cvtepi32_ps(_mm256_srli_epi32(e, 24));
-    odd = _mm256_cvtepi32_ps(_mm256_srli_epi32(o, 24));
-  }
-  // Bytes 0 and 1 (2 and 3 when high) of the 8 words at p, sign-extended: shifted to the top of
-  // the word, then arithmetically back down.
-  static void LoadInt8Pair(const std::byte* p, bool high, Reg& even, Reg& odd) {
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    const __m256i e = high ? _mm256_slli_epi32(q, 8) : _mm256_slli_epi32(q, 24);
-    const __m256i o = high ? q : _mm256_slli_epi32(q, 16);
-    even = _mm256_cvtepi32_ps(_mm256_srai_epi32(e, 24));
-    odd = _mm256_cvtepi32_ps(_mm256_srai_epi32(o, 24));
+    if constexpr (kSigned) {
+      even = _mm256_cvtepi32_ps(_mm256_srai_epi32(e, 24));
+      odd = _mm256_cvtepi32_ps(_mm256_srai_epi32(o, 24));
+    } else {
+      even = _mm256_cvtepi32_ps(_mm256_srli_epi32(e, 24));
+      odd = _mm256_cvtepi32_ps(_mm256_srli_epi32(o, 24));
+    }
   }
   // Panel lanes' bytes at p (8): low nibbles are one column, high nibbles the next, each - 8.
   static void LoadInt4Columns(const std::byte* p, Reg& low, Reg& high) {

@@ -69,22 +69,20 @@ struct Avx512 {
   static Reg LoadUint8(const std::byte* p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }
-  // Bytes 0 and 1 (2 and 3 when high) of the 16 words at p, zero-extended.
-  static void LoadUint8Pair(const std::byte* p, bool high, Reg& even, Reg& odd) {
+  // Bytes 0 and 1 (2 and 3 when high) of the 16 words at p: shifted to the top of the word, then
+  // back down, arithmetically (signed: int8 codes) or logically (unsigned: uint8-min codes).
+  template <bool kSigned>
+  static void LoadBytePair(const std::byte* p, bool high, Reg& even, Reg& odd) {
     const __m512i q = _mm512_loadu_si512(p);
     const __m512i e = high ? _mm512_slli_epi32(q, 8) : _mm512_slli_epi32(q, 24);
     const __m512i o = high ? q : _mm512_slli_epi32(q, 16);
-    even = _mm512_cvtepi32_ps(_mm512_srli_epi32(e, 24));
-    odd = _mm512_cvtepi32_ps(_mm512_srli_epi32(o, 24));
-  }
-  // Bytes 0 and 1 (2 and 3 when high) of the 16 words at p, sign-extended: shifted to the top
-  // of the word, then arithmetically back down.
-  static void LoadInt8Pair(const std::byte* p, bool high, Reg& even, Reg& odd) {
-    const __m512i q = _mm512_loadu_si512(p);
-    const __m512i e = high ? _mm512_slli_epi32(q, 8) : _mm512_slli_epi32(q, 24);
-    const __m512i o = high ? q : _mm512_slli_epi32(q, 16);
-    even = _mm512_cvtepi32_ps(_mm512_srai_epi32(e, 24));
-    odd = _mm512_cvtepi32_ps(_mm512_srai_epi32(o, 24));
+    if constexpr (kSigned) {
+      even = _mm512_cvtepi32_ps(_mm512_srai_epi32(e, 24));
+      odd = _mm512_cvtepi32_ps(_mm512_srai_epi32(o, 24));
+    } else {
+      even = _mm512_cvtepi32_ps(_mm512_srli_epi32(e, 24));
+      odd = _mm512_cvtepi32_ps(_mm512_srli_epi32(o, 24));
+    }
   }
   // Panel lanes' bytes at p (16): low nibbles are one column, high nibbles the next, each - 8.
   static void LoadInt4Columns(const std::byte* p, Reg& low, Reg& high) {

@@ -211,16 +211,14 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
       for (int64_t t0 = 0; t0 < n; t0 += tile) {
         const Int8Activations at{a.q + t0 * w.cols, a.s + t0 * groups};
         WithTokens<kOnePassTokens>(int(std::min<int64_t>(tile, n - t0)), [&](auto tokens) {
-          constexpr int T = decltype(tokens)::value;
-          if (w.format == WeightFormat::kUint4GroupMin) {
-            Block<T, WeightFormat::kUint4GroupMin>(at, w.cols, w, p, scales, g0, g1, g0 == 0, y + t0 * ldy + row0, ldy,
-                                                   rows_valid);
-          } else if (w.format == WeightFormat::kUint8GroupMin) {
-            Block<T, WeightFormat::kUint8GroupMin>(at, w.cols, w, p, scales, g0, g1, g0 == 0, y + t0 * ldy + row0, ldy,
-                                                   rows_valid);
-          } else {
-            Block<T, WeightFormat::kInt8Group>(at, w.cols, w, p, scales, g0, g1, g0 == 0, y + t0 * ldy + row0, ldy,
-                                               rows_valid);
+          const auto block = [&](auto format) {
+            Block<decltype(tokens)::value, decltype(format)::value>(at, w.cols, w, p, scales, g0, g1, g0 == 0,
+                                                                    y + t0 * ldy + row0, ldy, rows_valid);
+          };
+          switch (w.format) {
+            case WeightFormat::kUint4GroupMin: return block(std::integral_constant<WeightFormat, WeightFormat::kUint4GroupMin>{});
+            case WeightFormat::kUint8GroupMin: return block(std::integral_constant<WeightFormat, WeightFormat::kUint8GroupMin>{});
+            default: return block(std::integral_constant<WeightFormat, WeightFormat::kInt8Group>{});
           }
         });
       }
@@ -270,6 +268,13 @@ struct Int8Over {
   }
 };
 
+// The one table over kBase, made on first use.
+template <int kBase>
+const KernelSet* TableOver(const char* name) {
+  static const KernelSet k = Int8Over<kBase>::Make(name);
+  return &k;
+}
+
 }  // namespace
 }  // namespace avx512vnni
 
@@ -277,27 +282,12 @@ const KernelSet* WithInt8Dot(const KernelSet* base) {
   using namespace avx512vnni;
   if (base == nullptr || !CpuSupportsInt8Dot()) return nullptr;
   if (base->int8_dot) return base;
-  if (base == Avx512Kernels()) {
-    static const KernelSet k = Int8Over<0>::Make("avx512+int8");
-    return &k;
-  }
+  if (base == Avx512Kernels()) return TableOver<0>("avx512+int8");
   if (!CpuSupportsBf16Dot()) return nullptr;
-  if (base == Avx512Bf16Kernels(1)) {
-    static const KernelSet k = Int8Over<1>::Make("avx512-bf16+int8");
-    return &k;
-  }
-  if (base == Avx512Bf16Kernels(2)) {
-    static const KernelSet k = Int8Over<2>::Make("avx512-bf16:2+int8");
-    return &k;
-  }
-  if (base == Avx512Bf16Kernels(17)) {
-    static const KernelSet k = Int8Over<17>::Make("avx512-bf16:17+int8");
-    return &k;
-  }
-  if (base == Avx512Bf16Kernels(65)) {
-    static const KernelSet k = Int8Over<65>::Make("avx512-bf16:65+int8");
-    return &k;
-  }
+  if (base == Avx512Bf16Kernels(1)) return TableOver<1>("avx512-bf16+int8");
+  if (base == Avx512Bf16Kernels(2)) return TableOver<2>("avx512-bf16:2+int8");
+  if (base == Avx512Bf16Kernels(17)) return TableOver<17>("avx512-bf16:17+int8");
+  if (base == Avx512Bf16Kernels(65)) return TableOver<65>("avx512-bf16:65+int8");
   return nullptr;
 }
 

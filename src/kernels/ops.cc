@@ -54,26 +54,6 @@ void ForEachChunk(const ComputeContext& ctx, int64_t chunks, FunctionRef<void(in
 
 }  // namespace
 
-// Products of packed matrices split by pairs of panels (an AVX-512 block). Reading the weights
-// once (decode, small batches), a chunk is a run of consecutive panels, one sequential stream of
-// memory: as long as two chunks per thread allow, from ~64 KB up to ~1 MB of weights (chunks of
-// ~128 KB, taken alternately by the threads, broke each thread's reads into short runs: 8-request
-// decode ran ~20% slower, `bench --batch 8`). A prefill's (the packed-activation product) chunk is
-// instead a block of output rows whose partial sums [n, rows] stay in L2 across the column
-// blocks: up to 16 panels (256 rows), fewer when that would leave a thread without work.
-int64_t PanelGrain(const WeightMatrix& w, bool prefill, int num_threads) {
-  const int64_t per_thread = w.num_panels() / (2 * int64_t(num_threads));
-  int64_t panels;
-  if (prefill) {
-    panels = std::clamp<int64_t>(per_thread, 2, 16);
-  } else {
-    const int64_t panel_bytes = int64_t(std::max<size_t>(1, w.panel_bytes()));
-    const int64_t least = std::max<int64_t>(2, (64 << 10) / panel_bytes);
-    panels = std::clamp<int64_t>(per_thread, least, std::max(least, (1 << 20) / panel_bytes));
-  }
-  return (panels + 1) / 2 * 2;
-}
-
 namespace {
 bool Bf16Product(const KernelSet& k, int64_t n, const WeightMatrix& w) {
   return k.bf16_min_tokens > 0 && n >= k.bf16_min_tokens && Bf16DotMultiplies(w);
@@ -93,9 +73,26 @@ bool PackedProductPays(const KernelSet& k, int64_t n, const WeightMatrix& w) {
   return n >= (Bf16Product(k, n, w) ? k.bf16_packed_min_tokens : k.packed_min_tokens);
 }
 
-bool PrefillGrain(const KernelSet& k, int64_t n, const WeightMatrix& w, bool packed_input) {
+// Products of packed matrices split by pairs of panels (an AVX-512 block). Reading the weights
+// once (decode, small batches), a chunk is a run of consecutive panels, one sequential stream of
+// memory: as long as two chunks per thread allow, from ~64 KB up to ~1 MB of weights (chunks of
+// ~128 KB, taken alternately by the threads, broke each thread's reads into short runs: 8-request
+// decode ran ~20% slower, `bench --batch 8`). A prefill's (the packed-activation product) chunk is
+// instead a block of output rows whose partial sums [n, rows] stay in L2 across the column
+// blocks: up to 16 panels (256 rows), fewer when that would leave a thread without work.
+int64_t PanelGrain(const KernelSet& k, int64_t n, const WeightMatrix& w, bool packed_input, int num_threads) {
   // An int8 product of a few tokens reads packed activations but streams its weights as decode.
-  return packed_input && (!Int8Product(k, w) || n > kGemmTileTokens);
+  const bool prefill = packed_input && (!Int8Product(k, w) || n > kGemmTileTokens);
+  const int64_t per_thread = w.num_panels() / (2 * int64_t(num_threads));
+  int64_t panels;
+  if (prefill) {
+    panels = std::clamp<int64_t>(per_thread, 2, 16);
+  } else {
+    const int64_t panel_bytes = int64_t(std::max<size_t>(1, w.panel_bytes()));
+    const int64_t least = std::max<int64_t>(2, (64 << 10) / panel_bytes);
+    panels = std::clamp<int64_t>(per_thread, least, std::max(least, (1 << 20) / panel_bytes));
+  }
+  return (panels + 1) / 2 * 2;
 }
 
 void MatMul(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w, float* y) {
@@ -103,7 +100,7 @@ void MatMul(const ComputeContext& ctx, const float* x, int64_t n, const WeightMa
   if (w.packed) {
     const bool packed_input = UsePackedProduct(ctx, n, w);
     if (packed_input) PackInParallel(ctx, x, n, w);
-    const int64_t grain = PanelGrain(w, PrefillGrain(k, n, w, packed_input), ctx.pool->num_threads());
+    const int64_t grain = PanelGrain(k, n, w, packed_input, ctx.pool->num_threads());
     const int64_t chunks = (w.num_panels() + grain - 1) / grain;
     if (packed_input) {
       ForEachChunk(ctx, chunks, [&](int64_t c, int thread) { PanelChunk(ctx, x, n, w, grain, c, true, thread, y); });
@@ -129,7 +126,7 @@ void MatMulPair(const ComputeContext& ctx, const float* x, int64_t n, const Weig
     const bool packed_input = UsePackedProduct(ctx, n, w1) && UsePackedProduct(ctx, n, w2) &&
                               SharePackedActivations(w1, w2);
     if (packed_input) PackInParallel(ctx, x, n, w1);
-    const int64_t grain = PanelGrain(w1, PrefillGrain(k, n, w1, packed_input), ctx.pool->num_threads());
+    const int64_t grain = PanelGrain(k, n, w1, packed_input, ctx.pool->num_threads());
     const int64_t chunks1 = (w1.num_panels() + grain - 1) / grain;
     const int64_t chunks2 = (w2.num_panels() + grain - 1) / grain;
     const auto chunk = [&](int64_t c, int thread) {

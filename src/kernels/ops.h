@@ -26,9 +26,11 @@ inline constexpr int64_t GemmScratchFloats(int64_t n, int64_t cols, int num_thre
   return PackedActivationFloats(n, cols) + num_threads * GemmThreadScratchFloats(n);
 }
 
-// Panels per chunk of a packed matrix's product (prefill: of the packed-activation product) on
-// num_threads threads; even, at least 2.
-int64_t PanelGrain(const WeightMatrix& w, bool prefill, int num_threads);
+// Panels per chunk of n tokens' product with a packed matrix through table k, on num_threads
+// threads; even, at least 2. packed_input: the product reads packed activations (PackedProductPays
+// and the scratch there): then chunks are prefill's blocks of rows, except for an int8 table's
+// product of one token tile, which streams its weights as decode does.
+int64_t PanelGrain(const KernelSet& k, int64_t n, const WeightMatrix& w, bool packed_input, int num_threads);
 // Floats pack_activations writes for n tokens' product with w, with this table.
 int64_t PackedFloatsFor(const KernelSet& k, int64_t n, const WeightMatrix& w);
 
@@ -36,9 +38,6 @@ int64_t PackedFloatsFor(const KernelSet& k, int64_t n, const WeightMatrix& w);
 // (pack_activations + matmul_panels_packed) than through matmul_panels, with this table
 // (KernelSet::packed_min_tokens).
 bool PackedProductPays(const KernelSet& k, int64_t n, const WeightMatrix& w);
-// Whether a product with packed_input chunks its panels as prefill does (PanelGrain): not an int8
-// table's product of one token tile, which streams its weights as decode.
-bool PrefillGrain(const KernelSet& k, int64_t n, const WeightMatrix& w, bool packed_input);
 
 // y[n, w.rows] = x[n, w.cols] @ W^T, split over the pool by output rows.
 void MatMul(const ComputeContext& ctx, const float* x, int64_t n, const WeightMatrix& w, float* y);

@@ -9,11 +9,11 @@
 // V provides: kLanes; type Reg; Zero(); LoadF32(const float*); LoadW<DType>(const std::byte*)
 // (kLanes weights -> fp32); LoadFp8(p) (kLanes E4M3 codes -> value / 256); LoadInt4(p) (kLanes
 // nibbles, lane 2j low in byte j -> nibble - 8); LoadInt8(p) (kLanes int8 codes -> fp32);
-// LoadInt8Pair(p, high, even, odd) (kLanes 32-bit words of four int8 codes -> bytes 0 and 1, or
-// 2 and 3 when high, as fp32); LoadUint4(p) (kLanes nibbles, lane 2j low in byte j -> 0 .. 15);
+// LoadBytePair<kSigned>(p, high, even, odd) (kLanes 32-bit words of four byte codes -> bytes 0 and
+// 1, or 2 and 3 when high, as fp32, sign- or zero-extended); LoadUint4(p) (kLanes nibbles, lane 2j low in byte j -> 0 .. 15);
 // LoadUint4Pair(p, high_bytes, high_nibbles, even, odd) (kLanes words of eight nibbles -> the
-// low or high nibbles of bytes 0 and 1, or 2 and 3, as fp32); LoadUint8(p), LoadUint8Pair(p, high,
-// even, odd) (as the int8 ones, zero-extended); LoadFp8Columns(p, first, second) (two fp8
+// low or high nibbles of bytes 0 and 1, or 2 and 3, as fp32); LoadUint8(p) (as LoadInt8,
+// zero-extended); LoadFp8Columns(p, first, second) (two fp8
 // panel columns, codes at p and p + 16); LoadInt4Columns(p, low, high) (kLanes bytes of a paired
 // int4 panel -> its two columns, each nibble - 8); Mul; Fma(a, b, acc) = a*b+acc; Sum(Reg);
 // StoreF32(float*, Reg). kPanelTokens: tokens a panel tile keeps in registers.
@@ -460,9 +460,9 @@ struct GroupPanels {
     } else if constexpr (F == WeightFormat::kUint4GroupMin) {
       V::LoadUint4Pair(p + (c / 8) * 4 * kPanelRows, c % 4 != 0, c % 8 >= 4, even, odd);
     } else if constexpr (F == WeightFormat::kUint8GroupMin) {
-      V::LoadUint8Pair(p + (c / 4) * 4 * kPanelRows, c % 4 != 0, even, odd);
+      V::template LoadBytePair<false>(p + (c / 4) * 4 * kPanelRows, c % 4 != 0, even, odd);
     } else {
-      V::LoadInt8Pair(p + (c / 4) * 4 * kPanelRows, c % 4 != 0, even, odd);
+      V::template LoadBytePair<true>(p + (c / 4) * 4 * kPanelRows, c % 4 != 0, even, odd);
     }
   }
   // code * scale (- min): a weight as WeightAt forms it.

@@ -154,36 +154,16 @@ void EncodeKWithMins(std::span<const float> x, int levels, std::byte* dst) {
   }
 }
 
-// Q4_0 as llama.cpp's reference quantizer writes it: per block of 32, d = (the value of largest
-// magnitude) / -8 (fp16), codes min(15, trunc(x / d + 8.5)); value j in the low nibble of byte j,
-// value j + 16 in its high nibble.
-void EncodeQ4_0(std::span<const float> x, std::byte* dst) {
-  for (size_t b = 0; b < x.size() / 32; ++b) {
-    const float* v = x.data() + b * 32;
-    float extreme = 0.0f;
-    for (int i = 0; i < 32; ++i) {
-      if (std::abs(v[i]) > std::abs(extreme)) extreme = v[i];
-    }
-    const float d = extreme / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    const uint16_t d_bits = F32ToF16(d);
-    std::byte* block = dst + b * 18;
-    std::memcpy(block, &d_bits, 2);
-    for (int j = 0; j < 16; ++j) {
-      const int lo = std::min(15, int(int8_t(v[j] * id + 8.5f)));
-      const int hi = std::min(15, int(int8_t(v[j + 16] * id + 8.5f)));
-      block[2 + j] = std::byte(uint8_t(lo | (hi << 4)));
-    }
-  }
-}
-
-// Q4_1, Q5_0 and Q5_1 as llama.cpp's reference quantizers write them, per block of 32: Q5_0 as
-// Q4_0 with d = (largest-magnitude value) / -16 and codes min(31, trunc(x / d + 16.5)); Q4_1 /
-// Q5_1 d = (max - min) / 15 (31), m = min, codes trunc((x - min) / d + 0.5) (at most 15 / 31).
-// Value j's fifth bit is bit j of qh, value j + 16's bit j + 16.
+// Q4_0, Q4_1, Q5_0 and Q5_1 as llama.cpp's reference quantizers write them, per block of 32:
+// Q4_0 / Q5_0 d = (largest-magnitude value) / -8 (-16), codes min(15, trunc(x / d + 8.5)) (31,
+// 16.5); Q4_1 / Q5_1 d = (max - min) / 15 (31), m = min, codes trunc((x - min) / d + 0.5) (at
+// most 15 / 31). Value j in the low nibble of qs[j], value j + 16 in its high nibble; their fifth
+// bits are bits j and j + 16 of qh.
 void EncodeLegacy32(std::span<const float> x, GgmlType type, std::byte* dst) {
   const bool with_m = type == GgmlType::kQ4_1 || type == GgmlType::kQ5_1;
   const bool five = type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1;
   const int top = five ? 31 : 15;
+  const float half = float(top + 1) / 2.0f;  // the symmetric types' zero code
   const size_t block_bytes = size_t(GgmlTraits(uint32_t(type)).block_bytes);
   for (size_t b = 0; b < x.size() / 32; ++b) {
     const float* v = x.data() + b * 32;
@@ -197,14 +177,14 @@ void EncodeLegacy32(std::span<const float> x, GgmlType type, std::byte* dst) {
       for (int i = 0; i < 32; ++i) {
         if (std::abs(v[i]) > std::abs(extreme)) extreme = v[i];
       }
-      d = extreme / -16.0f;
+      d = extreme / -half;
     }
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     uint8_t qs[16] = {};
     uint32_t qh = 0;
     for (int j = 0; j < 32; ++j) {
       const int q = with_m ? std::min(top, int(uint8_t(std::max(0.0f, (v[j] - m) * id + 0.5f))))
-                           : std::min(top, int(int8_t(v[j] * id + 16.5f)));
+                           : std::min(top, int(int8_t(v[j] * id + half + 0.5f)));
       qs[j % 16] |= uint8_t((q & 0xF) << (4 * (j / 16)));
       if (five) qh |= uint32_t((q >> 4) & 1) << j;
     }
@@ -237,8 +217,9 @@ void Encode(std::span<const float> x, GgmlType type, std::byte* dst) {
   if (type == GgmlType::kQ6_K) return EncodeQ6_K(x, dst);
   if (type == GgmlType::kQ4_K) return EncodeKWithMins(x, 15, dst);
   if (type == GgmlType::kQ5_K) return EncodeKWithMins(x, 31, dst);
-  if (type == GgmlType::kQ4_0) return EncodeQ4_0(x, dst);
-  if (type == GgmlType::kQ4_1 || type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1) return EncodeLegacy32(x, type, dst);
+  if (type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1) {
+    return EncodeLegacy32(x, type, dst);
+  }
   for (size_t i = 0; i < x.size(); ++i) {
     if (type == GgmlType::kF32) {
       std::memcpy(dst + i * 4, &x[i], 4);

@@ -152,7 +152,7 @@ void Model::RunMlps(const ComputeContext& ctx, int num_groups) {
   for (int g = 0; g < num_groups; ++g) {
     const MlpGroup& group = groups[size_t(g)];
     const WeightMatrix& gate = group.w->gate;
-    const int64_t per_tile = PanelGrain(gate, PrefillGrain(k, group.count, gate, group.packed != nullptr), threads);
+    const int64_t per_tile = PanelGrain(k, group.count, gate, group.packed != nullptr, threads);
     int32_t tiles = 0;
     for (int64_t p = 0; p < gate.num_panels(); p += per_tile, ++tiles) {
       ws.mlp_tiles[size_t(num_tiles++)] = {MlpTile::kGateUp, g, int32_t(p), int32_t(std::min(gate.num_panels(), p + per_tile))};
@@ -163,7 +163,7 @@ void Model::RunMlps(const ComputeContext& ctx, int num_groups) {
   for (int g = 0; g < num_groups; ++g) {
     const MlpGroup& group = groups[size_t(g)];
     const WeightMatrix& down = group.w->down;
-    const int64_t per_tile = PanelGrain(down, PrefillGrain(k, group.count, down, group.packed != nullptr), threads);
+    const int64_t per_tile = PanelGrain(k, group.count, down, group.packed != nullptr, threads);
     for (int64_t p = 0; p < down.num_panels(); p += per_tile) {
       ws.mlp_tiles[size_t(num_tiles++)] = {MlpTile::kDown, g, int32_t(p), int32_t(std::min(down.num_panels(), p + per_tile))};
     }

@@ -16,6 +16,7 @@
 #include "kernels/ops.h"
 #include "kernels/pack.h"
 #include "kernels/weight_value.h"
+#include "support/panel_products.h"
 #include "support/random_weights.h"
 
 namespace mlaserve {
@@ -39,28 +40,8 @@ std::vector<float> RoundedToBf16(const std::vector<float>& x) {
   return out;
 }
 
-// matmul_panels over all panels, split in two ranges as MatMul's threads would.
-std::vector<float> InRegisters(const KernelSet& k, const std::vector<float>& x, int64_t n, const WeightMatrix& w) {
-  std::vector<float> y(size_t(n * w.rows), -7.0f);
-  const int64_t split = w.num_panels() / 2 * 2;
-  k.matmul_panels(x.data(), n, w, 0, split, y.data(), w.rows);
-  k.matmul_panels(x.data(), n, w, split, w.num_panels(), y.data(), w.rows);
-  return y;
-}
-
-// pack_activations (two halves of the tiles) then matmul_panels_packed over two ranges.
-std::vector<float> OverPacked(const KernelSet& k, const std::vector<float>& x, int64_t n, const WeightMatrix& w) {
-  std::vector<float> xp(size_t(PackedFloatsFor(k, n, w)), -3.0f);
-  std::vector<float> scratch(size_t(GemmThreadScratchFloats(n)));
-  const int64_t tiles = GemmTiles(n);
-  k.pack_activations(x.data(), n, w, 0, tiles / 2, xp.data());
-  k.pack_activations(x.data(), n, w, tiles / 2, tiles, xp.data());
-  std::vector<float> y(size_t(n * w.rows), -7.0f);
-  const int64_t split = w.num_panels() / 2 * 2;
-  k.matmul_panels_packed(x.data(), xp.data(), scratch.data(), n, w, 0, split, y.data(), w.rows);
-  k.matmul_panels_packed(x.data(), xp.data(), scratch.data(), n, w, split, w.num_panels(), y.data(), w.rows);
-  return y;
-}
+using testing::InRegisters;
+using testing::OverPacked;
 
 class Bf16Dot : public ::testing::Test {
  protected:

@@ -14,6 +14,7 @@
 #include "kernels/ops.h"
 #include "kernels/pack.h"
 #include "kernels/weight_value.h"
+#include "support/panel_products.h"
 #include "support/random_weights.h"
 
 namespace mlaserve {
@@ -56,26 +57,8 @@ std::vector<float> Int8DotReference(const std::vector<float>& x, int64_t n, cons
   return y;
 }
 
-std::vector<float> InRegisters(const KernelSet& k, const std::vector<float>& x, int64_t n, const WeightMatrix& w) {
-  std::vector<float> y(size_t(n * w.rows), -7.0f);
-  const int64_t split = w.num_panels() / 2 * 2;
-  k.matmul_panels(x.data(), n, w, 0, split, y.data(), w.rows);
-  k.matmul_panels(x.data(), n, w, split, w.num_panels(), y.data(), w.rows);
-  return y;
-}
-
-std::vector<float> OverPacked(const KernelSet& k, const std::vector<float>& x, int64_t n, const WeightMatrix& w) {
-  std::vector<float> xp(size_t(PackedFloatsFor(k, n, w)), -3.0f);
-  std::vector<float> scratch(size_t(GemmThreadScratchFloats(n)));
-  const int64_t tiles = GemmTiles(n);
-  k.pack_activations(x.data(), n, w, 0, tiles / 2, xp.data());
-  k.pack_activations(x.data(), n, w, tiles / 2, tiles, xp.data());
-  std::vector<float> y(size_t(n * w.rows), -7.0f);
-  const int64_t split = w.num_panels() / 2 * 2;
-  k.matmul_panels_packed(x.data(), xp.data(), scratch.data(), n, w, 0, split, y.data(), w.rows);
-  k.matmul_panels_packed(x.data(), xp.data(), scratch.data(), n, w, split, w.num_panels(), y.data(), w.rows);
-  return y;
-}
+using testing::InRegisters;
+using testing::OverPacked;
 
 class Int8Dot : public ::testing::Test {
  protected:

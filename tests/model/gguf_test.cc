@@ -84,6 +84,58 @@ TEST(Gguf, WhatTheWriterWritesReadsBack) {
   EXPECT_STREQ(GgmlTraits(f->tensors[2].type).name, "Q8_0");
 }
 
+// One tensor `t` of `type` (GGUF dimensions ne) written as a file and opened as a checkpoint: each
+// value's weight as the kernels form it from the codes and F32 scales the loader split the blocks
+// into (code x scale; with `t_scale_min`, fma(code, scale, -min)), and the loaded shapes.
+struct LoadedBlocks {
+  std::vector<float> weights;
+  std::vector<int64_t> codes_shape, scales_shape;
+};
+LoadedBlocks LoadBlocks(GgmlType type, const std::vector<int64_t>& ne, const std::vector<std::byte>& blocks) {
+  LoadedBlocks out;
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/t.gguf";
+  GgufWriter w;
+  w.SetString("general.architecture", "deepseek2");
+  EXPECT_TRUE(w.AddTensor("t", ne, type, blocks).ok());
+  EXPECT_TRUE(w.Write(path).ok());
+  auto ckpt = Checkpoint::Open(path);
+  EXPECT_TRUE(ckpt.ok()) << ckpt.error();
+  if (!ckpt.ok()) return out;
+  const TensorView* codes = (*ckpt)->Find("t");
+  const TensorView* pairs = (*ckpt)->Find("t_scale_min");
+  const TensorView* scales = pairs != nullptr ? pairs : (*ckpt)->Find("t_scale");
+  if (codes == nullptr || scales == nullptr) {
+    ADD_FAILURE() << "no codes or scales for " << GgmlTraits(uint32_t(type)).name;
+    return out;
+  }
+  EXPECT_EQ(codes->dtype, DType::kI8);
+  EXPECT_EQ(scales->dtype, DType::kF32);
+  out.codes_shape = codes->shape;
+  out.scales_shape = scales->shape;
+  size_t elements = 1;
+  for (int64_t d : ne) elements *= size_t(d);
+  const bool nibbles = codes->num_bytes * 2 == elements;
+  const size_t floats_per_group = pairs != nullptr ? 2 : 1;
+  const size_t group = elements / (scales->num_bytes / 4 / floats_per_group);
+  for (size_t i = 0; i < elements; ++i) {
+    const auto byte = uint8_t(codes->data[nibbles ? i / 2 : i]);
+    const float code = nibbles ? float((byte >> (4 * (i % 2))) & 0xF) : pairs != nullptr ? float(byte) : float(int8_t(byte));
+    float at[2] = {0.0f, 0.0f};
+    std::memcpy(at, scales->data + 4 * (i / group) * floats_per_group, 4 * floats_per_group);
+    out.weights.push_back(pairs != nullptr ? std::fma(code, at[0], -at[1]) : code * at[0]);
+  }
+  return out;
+}
+
+// got[i] within relative `tolerance` of want[i] (0: equal), for every i.
+void ExpectWeights(const std::vector<float>& got, const std::vector<float>& want, float tolerance, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], tolerance * (1.0f + std::abs(want[i]))) << what << " value " << i;
+  }
+}
+
 // Q6_K super-blocks (random bits, normal fp16 scales) load as int8 codes and F32 scales per 16
 // whose products are exactly what ggml's dequantize_row_q6_K makes of them (written out here
 // as ggml loops over the block, not as the loader indexes it).
@@ -119,27 +171,10 @@ TEST(Gguf, Q6_KBlocksLoadAsTheValuesGgmlDequantizes) {
       sc += 8;
     }
   }
-  testing::TempDir dir;
-  const std::string path = dir.path() + "/q6.gguf";
-  GgufWriter w;
-  w.SetString("general.architecture", "deepseek2");
-  ASSERT_TRUE(w.AddTensor("t.q6", {256, kBlocks}, GgmlType::kQ6_K, blocks).ok());
-  ASSERT_TRUE(w.Write(path).ok());
-  auto ckpt = Checkpoint::Open(path);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.error();
-  const TensorView* codes = (*ckpt)->Find("t.q6");
-  const TensorView* scales = (*ckpt)->Find("t.q6_scale");
-  ASSERT_NE(codes, nullptr);
-  ASSERT_NE(scales, nullptr);
-  EXPECT_EQ(codes->dtype, DType::kI8);
-  EXPECT_EQ(codes->shape, (std::vector<int64_t>{kBlocks, 256}));
-  EXPECT_EQ(scales->dtype, DType::kF32);
-  EXPECT_EQ(scales->shape, (std::vector<int64_t>{kBlocks, 16}));
-  for (size_t i = 0; i < want.size(); ++i) {
-    float scale;
-    std::memcpy(&scale, scales->data + 4 * (i / 16), 4);
-    ASSERT_EQ(float(int8_t(codes->data[i])) * scale, want[i]) << i;
-  }
+  const LoadedBlocks loaded = LoadBlocks(GgmlType::kQ6_K, {256, kBlocks}, blocks);
+  EXPECT_EQ(loaded.codes_shape, (std::vector<int64_t>{kBlocks, 256}));
+  EXPECT_EQ(loaded.scales_shape, (std::vector<int64_t>{kBlocks, 16}));
+  ExpectWeights(loaded.weights, want, 0.0f, "Q6_K");
 }
 
 // Q4_K super-blocks (random bits, normal fp16 d and dmin) load as nibbles and F32 (scale, min)
@@ -181,28 +216,10 @@ TEST(Gguf, Q4_KBlocksLoadAsTheValuesGgmlDequantizes) {
       q += 32;
     }
   }
-  testing::TempDir dir;
-  const std::string path = dir.path() + "/q4.gguf";
-  GgufWriter w;
-  w.SetString("general.architecture", "deepseek2");
-  ASSERT_TRUE(w.AddTensor("t.q4", {256, kBlocks}, GgmlType::kQ4_K, blocks).ok());
-  ASSERT_TRUE(w.Write(path).ok());
-  auto ckpt = Checkpoint::Open(path);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.error();
-  const TensorView* codes = (*ckpt)->Find("t.q4");
-  const TensorView* pairs = (*ckpt)->Find("t.q4_scale_min");
-  ASSERT_NE(codes, nullptr);
-  ASSERT_NE(pairs, nullptr);
-  EXPECT_EQ(codes->shape, (std::vector<int64_t>{kBlocks, 128}));
-  EXPECT_EQ(pairs->dtype, DType::kF32);
-  EXPECT_EQ(pairs->shape, (std::vector<int64_t>{kBlocks, 8, 2}));
-  for (size_t i = 0; i < want.size(); ++i) {
-    float scale, min;
-    std::memcpy(&scale, pairs->data + 8 * (i / 32), 4);
-    std::memcpy(&min, pairs->data + 8 * (i / 32) + 4, 4);
-    const int code = (uint8_t(codes->data[i / 2]) >> (4 * (i % 2))) & 0xF;
-    ASSERT_NEAR(std::fma(float(code), scale, -min), want[i], 1e-6f * (1.0f + std::abs(want[i]))) << i;
-  }
+  const LoadedBlocks loaded = LoadBlocks(GgmlType::kQ4_K, {256, kBlocks}, blocks);
+  EXPECT_EQ(loaded.codes_shape, (std::vector<int64_t>{kBlocks, 128}));
+  EXPECT_EQ(loaded.scales_shape, (std::vector<int64_t>{kBlocks, 8, 2}));
+  ExpectWeights(loaded.weights, want, 1e-6f, "Q4_K");
 }
 
 // Q4_0 blocks load as nibbles and (d, 8 d) pairs: fma(code, d, -8 d) is ggml's (q - 8) * d,
@@ -222,27 +239,10 @@ TEST(Gguf, Q4_0BlocksLoadAsTheValuesGgmlDequantizes) {
       want[size_t(b * 32 + j + 16)] = float(int(qs[j] >> 4) - 8) * F16ToF32(d_bits);
     }
   }
-  testing::TempDir dir;
-  const std::string path = dir.path() + "/q40.gguf";
-  GgufWriter w;
-  w.SetString("general.architecture", "deepseek2");
-  ASSERT_TRUE(w.AddTensor("t.q40", {512}, GgmlType::kQ4_0, blocks).ok());
-  ASSERT_TRUE(w.Write(path).ok());
-  auto ckpt = Checkpoint::Open(path);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.error();
-  const TensorView* codes = (*ckpt)->Find("t.q40");
-  const TensorView* pairs = (*ckpt)->Find("t.q40_scale_min");
-  ASSERT_NE(codes, nullptr);
-  ASSERT_NE(pairs, nullptr);
-  EXPECT_EQ(codes->shape, (std::vector<int64_t>{256}));
-  EXPECT_EQ(pairs->shape, (std::vector<int64_t>{16, 2}));
-  for (size_t i = 0; i < want.size(); ++i) {
-    float scale, min;
-    std::memcpy(&scale, pairs->data + 8 * (i / 32), 4);
-    std::memcpy(&min, pairs->data + 8 * (i / 32) + 4, 4);
-    const int code = (uint8_t(codes->data[i / 2]) >> (4 * (i % 2))) & 0xF;
-    ASSERT_EQ(std::fma(float(code), scale, -min), want[i]) << i;
-  }
+  const LoadedBlocks loaded = LoadBlocks(GgmlType::kQ4_0, {512}, blocks);
+  EXPECT_EQ(loaded.codes_shape, (std::vector<int64_t>{256}));
+  EXPECT_EQ(loaded.scales_shape, (std::vector<int64_t>{16, 2}));
+  ExpectWeights(loaded.weights, want, 0.0f, "Q4_0");
 }
 
 // Q5_K super-blocks load as 5-bit codes (one a byte) and (scale, min) pairs per 32 whose weights
@@ -281,27 +281,10 @@ TEST(Gguf, Q5_KBlocksLoadAsTheValuesGgmlDequantizes) {
       u2 = uint8_t(u2 << 2);
     }
   }
-  testing::TempDir dir;
-  const std::string path = dir.path() + "/q5.gguf";
-  GgufWriter w;
-  w.SetString("general.architecture", "deepseek2");
-  ASSERT_TRUE(w.AddTensor("t.q5", {256, kBlocks}, GgmlType::kQ5_K, blocks).ok());
-  ASSERT_TRUE(w.Write(path).ok());
-  auto ckpt = Checkpoint::Open(path);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.error();
-  const TensorView* codes = (*ckpt)->Find("t.q5");
-  const TensorView* pairs = (*ckpt)->Find("t.q5_scale_min");
-  ASSERT_NE(codes, nullptr);
-  ASSERT_NE(pairs, nullptr);
-  EXPECT_EQ(codes->shape, (std::vector<int64_t>{kBlocks, 256}));
-  EXPECT_EQ(pairs->shape, (std::vector<int64_t>{kBlocks, 8, 2}));
-  for (size_t i = 0; i < want.size(); ++i) {
-    float scale, min;
-    std::memcpy(&scale, pairs->data + 8 * (i / 32), 4);
-    std::memcpy(&min, pairs->data + 8 * (i / 32) + 4, 4);
-    ASSERT_LE(int(uint8_t(codes->data[i])), 31);
-    ASSERT_NEAR(std::fma(float(uint8_t(codes->data[i])), scale, -min), want[i], 1e-6f * (1.0f + std::abs(want[i]))) << i;
-  }
+  const LoadedBlocks loaded = LoadBlocks(GgmlType::kQ5_K, {256, kBlocks}, blocks);
+  EXPECT_EQ(loaded.codes_shape, (std::vector<int64_t>{kBlocks, 256}));
+  EXPECT_EQ(loaded.scales_shape, (std::vector<int64_t>{kBlocks, 8, 2}));
+  ExpectWeights(loaded.weights, want, 1e-6f, "Q5_K");
 }
 
 // Q4_1, Q5_0 and Q5_1 blocks load as codes and (scale, min) pairs whose weights are ggml's
@@ -333,26 +316,54 @@ TEST(Gguf, Q4_1Q5_0AndQ5_1BlocksLoadAsTheValuesGgmlDequantizes) {
         want[size_t(b * 32 + j + 16)] = with_m ? float(x1) * d + m : float(x1 - 16) * d;
       }
     }
-    testing::TempDir dir;
-    const std::string path = dir.path() + "/legacy.gguf";
-    GgufWriter w;
-    w.SetString("general.architecture", "deepseek2");
-    ASSERT_TRUE(w.AddTensor("t.x", {32 * kBlocks}, type, blocks).ok());
-    ASSERT_TRUE(w.Write(path).ok());
-    auto ckpt = Checkpoint::Open(path);
-    ASSERT_TRUE(ckpt.ok()) << ckpt.error();
-    const TensorView* codes = (*ckpt)->Find("t.x");
-    const TensorView* pairs = (*ckpt)->Find("t.x_scale_min");
-    ASSERT_NE(codes, nullptr);
-    ASSERT_NE(pairs, nullptr);
-    EXPECT_EQ(codes->shape, (std::vector<int64_t>{five ? 32 * kBlocks : 16 * kBlocks}));
-    for (size_t i = 0; i < want.size(); ++i) {
-      float scale, min;
-      std::memcpy(&scale, pairs->data + 8 * (i / 32), 4);
-      std::memcpy(&min, pairs->data + 8 * (i / 32) + 4, 4);
-      const int code = five ? int(uint8_t(codes->data[i])) : (uint8_t(codes->data[i / 2]) >> (4 * (i % 2))) & 0xF;
-      ASSERT_NEAR(std::fma(float(code), scale, -min), want[i], 1e-6f * (1.0f + std::abs(want[i])))
-          << GgmlTraits(uint32_t(type)).name << " " << i;
+    const LoadedBlocks loaded = LoadBlocks(type, {32 * kBlocks}, blocks);
+    EXPECT_EQ(loaded.codes_shape, (std::vector<int64_t>{five ? 32 * kBlocks : 16 * kBlocks}));
+    ExpectWeights(loaded.weights, want, 1e-6f, GgmlTraits(uint32_t(type)).name);
+  }
+}
+
+// A split kv_b pair of two types (attn_k_b in Q8_0, attn_v_b in F32, as files mix a K type's
+// fallback with another type) loads as kv_b_proj in F32: per head the nope rows of W_UK (k_b
+// transposed, its Q8_0 blocks dequantized exactly), then the v rows of W_UV.
+TEST(Gguf, ASplitKvPairOfTwoTypesLoadsAsKvBProj) {
+  constexpr int kNope = 32, kLora = 8, kHeads = 2, kV = 4;
+  std::vector<std::byte> k_b(size_t(kHeads * kLora) * kQ8_0Bytes);  // [heads][lora] blocks of nope
+  std::vector<float> k_values(size_t(kHeads * kLora * kNope));
+  for (int b = 0; b < kHeads * kLora; ++b) {
+    const uint16_t d = F32ToF16(0.25f * float(b + 1));
+    std::memcpy(&k_b[size_t(b) * kQ8_0Bytes], &d, 2);
+    for (int j = 0; j < kNope; ++j) {
+      const auto code = int8_t((b * 7 + j * 3) % 255 - 127);
+      k_b[size_t(b) * kQ8_0Bytes + 2 + size_t(j)] = std::byte(code);
+      k_values[size_t(b * kNope + j)] = float(code) * F16ToF32(d);
+    }
+  }
+  std::vector<float> v_values(size_t(kHeads * kV * kLora));
+  for (size_t i = 0; i < v_values.size(); ++i) v_values[i] = 0.5f * float(i) - 3.0f;
+  std::vector<std::byte> v_b(v_values.size() * 4);
+  std::memcpy(v_b.data(), v_values.data(), v_b.size());
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/kv.gguf";
+  GgufWriter w;
+  w.SetString("general.architecture", "deepseek2");
+  ASSERT_TRUE(w.AddTensor("blk.0.attn_k_b.weight", {kNope, kLora, kHeads}, GgmlType::kQ8_0, k_b).ok());
+  ASSERT_TRUE(w.AddTensor("blk.0.attn_v_b.weight", {kLora, kV, kHeads}, GgmlType::kF32, v_b).ok());
+  ASSERT_TRUE(w.Write(path).ok());
+  auto ckpt = Checkpoint::Open(path);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.error();
+  const TensorView* kv_b = (*ckpt)->Find("model.layers.0.self_attn.kv_b_proj.weight");
+  ASSERT_NE(kv_b, nullptr);
+  EXPECT_EQ(kv_b->dtype, DType::kF32);
+  ASSERT_EQ(kv_b->shape, (std::vector<int64_t>{kHeads * (kNope + kV), kLora}));
+  for (int h = 0; h < kHeads; ++h) {
+    for (int j = 0; j < kNope + kV; ++j) {
+      for (int c = 0; c < kLora; ++c) {
+        float got;
+        std::memcpy(&got, kv_b->data + 4 * size_t((h * (kNope + kV) + j) * kLora + c), 4);
+        const float want = j < kNope ? k_values[size_t((h * kLora + c) * kNope + j)]
+                                     : v_values[size_t((h * kV + (j - kNope)) * kLora + c)];
+        ASSERT_EQ(got, want) << "head " << h << " row " << j << " column " << c;
+      }
     }
   }
 }
