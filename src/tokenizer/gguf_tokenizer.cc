@@ -1,6 +1,7 @@
 #include "tokenizer/gguf_tokenizer.h"
 
 #include "model/gguf_model.h"
+#include "tokenizer/pretokenizer.h"
 #include "tokenizer/utf8.h"
 
 namespace mlaserve {
@@ -33,6 +34,13 @@ json DeepSeekV3PreTokenizer() {
            {Split(R"(\p{N}{1,3})"), Split("[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"), Split(rest), ByteLevel()}}};
 }
 
+// Kimi-K2 (llama.cpp's "kimi-k2"): its tiktoken pattern, then bytes. The file's tokens are the
+// tiktoken ranks spelled byte-level; its merges are one cut per token, derived from the ranks by
+// the converter. Like tiktoken, a piece that is itself a token is that token (ignore_merges).
+json KimiK2PreTokenizer() {
+  return {{"type", "Sequence"}, {"pretokenizers", {Split(std::string(kKimiK2Pattern)), ByteLevel()}}};
+}
+
 }  // namespace
 
 std::optional<std::string> GgufPreTokenizerName(const json& pre_tokenizer) {
@@ -48,9 +56,11 @@ Result<HfTokenizerFiles> HfTokenizerFromGguf(const GgufFile& f, const std::strin
   if (*model != "gpt2") return Status::Error(where + "tokenizer.ggml.model '" + *model + "' is not supported (gpt2)");
   const std::string pre = f.Text("tokenizer.ggml.pre").ok() ? *f.Text("tokenizer.ggml.pre") : "default";
   json pre_tokenizer;
+  const bool kimi = pre == "kimi-k2";
   if (pre == "gpt-2") pre_tokenizer = Gpt2PreTokenizer();
   else if (pre == "deepseek-v3") pre_tokenizer = DeepSeekV3PreTokenizer();
-  else return Status::Error(where + "pre-tokenizer '" + pre + "' is not supported (gpt-2, deepseek-v3)");
+  else if (kimi) pre_tokenizer = KimiK2PreTokenizer();
+  else return Status::Error(where + "pre-tokenizer '" + pre + "' is not supported (gpt-2, deepseek-v3, kimi-k2)");
   const GgufValue* tokens = f.Find("tokenizer.ggml.tokens");
   const GgufValue* merges = f.Find("tokenizer.ggml.merges");
   if (tokens == nullptr || tokens->element_type != GgufValueType::kString || tokens->strings.size() != tokens->length) {
@@ -93,11 +103,14 @@ Result<HfTokenizerFiles> HfTokenizerFromGguf(const GgufFile& f, const std::strin
                                  {"use_regex", true}}},
                     {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
                                {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-                               {"fuse_unk", false}, {"byte_fallback", false}, {"vocab", vocab},
+                               {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", kimi},
+                               {"vocab", vocab},
                                {"merges", merges->strings}}}};
   auto config = HfTokenizerConfigFromGguf(f, source);
   if (!config.ok()) return config.status();
-  return HfTokenizerFiles{.tokenizer_json = tokenizer.dump(), .tokenizer_config_json = std::move(config).value()};
+  return HfTokenizerFiles{.tokenizer_json = tokenizer.dump(),
+                          .tokenizer_config_json = std::move(config).value(),
+                          .long_text_cuts = kimi ? kKimiLongTextCuts : LongTextCuts{}};
 }
 
 Result<std::string> HfTokenizerConfigFromGguf(const GgufFile& f, const std::string& source) {
@@ -112,7 +125,9 @@ Result<std::string> HfTokenizerConfigFromGguf(const GgufFile& f, const std::stri
   if (auto bos = token_of("tokenizer.ggml.bos_token_id")) config["bos_token"] = *bos;
   if (auto eos = token_of("tokenizer.ggml.eos_token_id")) config["eos_token"] = *eos;
   if (auto pad = token_of("tokenizer.ggml.padding_token_id")) config["pad_token"] = *pad;
-  config["add_bos_token"] = f.OptionalInteger("tokenizer.ggml.add_bos_token").value_or(1) != 0;
+  // Without the key, BOS is added, except for Kimi-K2 (its tokenizer class never adds one).
+  const bool kimi = f.Text("tokenizer.ggml.pre").ok() && *f.Text("tokenizer.ggml.pre") == "kimi-k2";
+  config["add_bos_token"] = f.OptionalInteger("tokenizer.ggml.add_bos_token").value_or(kimi ? 0 : 1) != 0;
   config["add_eos_token"] = f.OptionalInteger("tokenizer.ggml.add_eos_token").value_or(0) != 0;
   if (auto t = f.Text("tokenizer.chat_template"); t.ok()) {
     if (!IsValidUtf8(*t)) return Status::Error(source + ": tokenizer.chat_template is not valid UTF-8");

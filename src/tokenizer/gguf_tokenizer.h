@@ -3,8 +3,9 @@
 // and user-defined tokens as added tokens; the pre-tokenizer named by tokenizer.ggml.pre) and
 // tokenizer_config.json (bos/eos/pad tokens, add_bos_token, tokenizer.chat_template).
 // Tokenizer::FromDirectory and ChatTemplate::ForModel read a GGUF path through this.
-// Pre-tokenizers known: gpt-2, deepseek-v3. Others (kimi-k2, deepseek-llm, ...) are refused by
-// name: give --tokenizer-path DIR with the model's own tokenizer files.
+// Pre-tokenizers known: gpt-2, deepseek-v3, kimi-k2 (tiktoken's pattern and whole-token rule,
+// Kimi's long-text cuts, which tokenizer.json cannot express, beside the files). Others
+// (deepseek-llm, ...) are refused by name: give --tokenizer-path DIR with the model's own files.
 #pragma once
 
 #include <optional>
@@ -14,12 +15,14 @@
 
 #include "core/status.h"
 #include "model/gguf.h"
+#include "tokenizer/long_text_cuts.h"
 
 namespace mlaserve {
 
 struct HfTokenizerFiles {
   std::string tokenizer_json;
   std::string tokenizer_config_json;
+  LongTextCuts long_text_cuts;  // applied by Tokenizer::FromDirectory; none but for kimi-k2
 };
 Result<HfTokenizerFiles> HfTokenizerFromGguf(const GgufFile& f, const std::string& source);
 // tokenizer_config.json alone (special tokens, add_bos_token, the chat template): what a chat

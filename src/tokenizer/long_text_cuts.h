@@ -16,6 +16,9 @@ struct LongTextCuts {
   size_t run_chars = 0;    // then, within a chunk, a cut inside any longer run; 0: none
 };
 
+// tokenization_kimi.py's TIKTOKEN_MAX_ENCODE_CHARS and MAX_NO_WHITESPACES_CHARS.
+inline constexpr LongTextCuts kKimiLongTextCuts{.chunk_chars = 400'000, .run_chars = 25'000};
+
 // Replaces `out` with views into `text` (valid UTF-8) whose concatenation is `text`: `text`
 // whole when no cut applies. The run count starts afresh at each chunk, as the reference splits
 // each chunk separately. `out`'s storage is reused.

@@ -51,6 +51,24 @@ struct PreTokenizeScratch {
   std::vector<Span> spans;
 };
 
+// Kimi-K2's split pattern (tokenization_kimi.py's pat_str; also GGUF's "kimi-k2" pre-tokenizer).
+// Its pat_str is written for tiktoken (Rust regex syntax), translated for PCRE2 in two ways:
+//  - the class intersection [A&&[^\p{Han}]], which PCRE2 lacks, becomes (?:(?!Han)[A]);
+//  - \p{Han} becomes \p{sc:Han}: in Rust a bare script name is the Script property, while
+//    PCRE2 >= 10.40 reads it as Script_Extensions, which also covers CJK punctuation shared
+//    with kana (such as "、") and would change how those characters split.
+inline constexpr std::string_view kKimiK2Pattern =
+    R"([\p{sc:Han}]+)"
+    R"(|[^\r\n\p{L}\p{N}]?(?:(?!\p{sc:Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])*)"
+    R"((?:(?!\p{sc:Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|[^\r\n\p{L}\p{N}]?(?:(?!\p{sc:Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])+)"
+    R"((?:(?!\p{sc:Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|\p{N}{1,3})"
+    R"(| ?[^\s\p{L}\p{N}]+[\r\n]*)"
+    R"(|\s*[\r\n]+)"
+    R"(|\s+(?!\S))"
+    R"(|\s+)";
+
 class PreTokenizer {
  public:
   // No steps: the whole text is one piece.

@@ -18,23 +18,6 @@ namespace {
 
 constexpr int kNumReservedSpecialTokens = 256;
 
-// Kimi's pat_str is written for tiktoken (Rust regex syntax), translated for PCRE2 in two ways:
-//  - the class intersection [A&&[^\p{Han}]], which PCRE2 lacks, becomes (?:(?!Han)[A]);
-//  - \p{Han} becomes \p{sc:Han}: in Rust a bare script name is the Script property, while
-//    PCRE2 >= 10.40 reads it as Script_Extensions, which also covers CJK punctuation shared
-//    with kana (such as "、") and would change how those characters split.
-constexpr std::string_view kKimiPattern =
-    R"([\p{sc:Han}]+)"
-    R"(|[^\r\n\p{L}\p{N}]?(?:(?!\p{sc:Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])*)"
-    R"((?:(?!\p{sc:Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
-    R"(|[^\r\n\p{L}\p{N}]?(?:(?!\p{sc:Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])+)"
-    R"((?:(?!\p{sc:Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
-    R"(|\p{N}{1,3})"
-    R"(| ?[^\s\p{L}\p{N}]+[\r\n]*)"
-    R"(|\s*[\r\n]+)"
-    R"(|\s+(?!\S))"
-    R"(|\s+)";
-
 int Base64Value(char c) {
   if (c >= 'A' && c <= 'Z') return c - 'A';
   if (c >= 'a' && c <= 'z') return c - 'a' + 26;
@@ -160,15 +143,14 @@ Result<std::unique_ptr<TokenizerModel>> ParseKimiTiktoken(std::string_view model
       ReadSpecialTokens(config_text, config_source, static_cast<TokenId>(num_ranks), &specials));
   model->SetAddedTokens(std::move(specials));
 
-  Result<Regex> pattern = Regex::Compile(kKimiPattern);
+  Result<Regex> pattern = Regex::Compile(kKimiK2Pattern);
   if (!pattern.ok()) return Status::Error(model_source + ": " + pattern.error());
   std::vector<PreTokenizerStep> steps;
   steps.emplace_back(SplitStep{.pattern = std::move(pattern).value(),
                                .behavior = SplitBehavior::kIsolated,
                                .invert = false});
   model->pre_tokenizer = PreTokenizer(std::move(steps), nullptr);
-  // tokenization_kimi.py's TIKTOKEN_MAX_ENCODE_CHARS and MAX_NO_WHITESPACES_CHARS.
-  model->long_text_cuts = LongTextCuts{.chunk_chars = 400'000, .run_chars = 25'000};
+  model->long_text_cuts = kKimiLongTextCuts;
   // tiktoken emits a piece that is itself a token without running merges.
   model->bpe = BpeModel(byte_token_ids, std::move(merges), std::move(id_by_bytes),
                         BpeOptions{.ignore_merges = true});

@@ -8,12 +8,15 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "support/base64.h"
 #include "support/run_binary.h"
 #include "support/server_process.h"
+#include "tokenizer/tokenizer.h"
 
 namespace mlaserve {
 namespace {
@@ -230,6 +233,76 @@ TEST_F(GgufCli, AnUncomputedTensorTypeIsRefusedByName) {
   auto junk = RunMlaserve("generate --model-path " + ShellQuote(dir_.path() + "/junk.gguf") + " --prompt hi");
   EXPECT_NE(junk.exit_code, 0);
   EXPECT_NE(junk.err.find("junk.gguf"), std::string::npos) << junk.err;
+}
+
+// A Kimi-K2 style directory (tiktoken.model + tokenizer_config.json; the bundled tokenizer's
+// tokens as ranks, a few Han tokens after them) written as GGUF: the file says "kimi-k2", and its
+// tokenizer (byte-level tokens, one converter-derived merge per token) encodes every text as
+// tiktoken does on the directory, long text included; the model scores the same through both.
+TEST_F(GgufCli, AKimiTiktokenDirectoryWritesAKimiK2GgufThatTokenizesAsTiktoken) {
+  auto bundled = Tokenizer::FromDirectory(testing::BundledModelPath());
+  ASSERT_TRUE(bundled.ok()) << bundled.error();
+  std::string ranks;
+  int num_ranks = 0;
+  auto add_rank = [&](std::string_view bytes) { ranks += testing::Base64(bytes) + " " + std::to_string(num_ranks++) + "\n"; };
+  for (TokenId id = 0; !bundled->IsSpecial(id) && !bundled->TokenBytes(id).empty(); ++id) add_rank(bundled->TokenBytes(id));
+  ASSERT_GT(num_ranks, 1000);
+  // Tokens that only Kimi's pattern keeps apart or together: Han runs, "'s" inside a word, digits
+  // in threes, runs of letters (cut at 25,000).
+  for (const char* extra : {"c\xe4", "\xe4\xbd", "你", "\xe5\xa5", "好", "你好", "\xe4\xb8", "世", "\xe7\x95", "界", "世界", "d'", "d's", "12", "34", "1234", "aa", "aaa", "aaaaaa"}) {
+    add_rank(extra);
+  }
+  const std::string kimi = dir_.path() + "/kimi";
+  auto init = RunMlaserve("init-random --out " + ShellQuote(kimi) + " --preset tiny --set vocab_size=" +
+                          std::to_string(num_ranks + 256));
+  ASSERT_EQ(init.exit_code, 0) << init.err;
+  std::filesystem::remove(kimi + "/tokenizer.json");
+  std::ofstream(kimi + "/tiktoken.model") << ranks;
+  const std::string bos = std::to_string(num_ranks), eos = std::to_string(num_ranks + 1);
+  std::ofstream(kimi + "/tokenizer_config.json")
+      << R"({"bos_token": "[BOS]", "eos_token": "[EOS]", "added_tokens_decoder": {")" << bos
+      << R"(": {"content": "[BOS]", "special": true}, ")" << eos << R"(": {"content": "[EOS]", "special": true}}})";
+  const std::string gguf = dir_.path() + "/kimi.gguf";
+  auto written = RunMlaserve("quantize --model-path " + ShellQuote(kimi) + " --out-format gguf --out " + ShellQuote(gguf));
+  ASSERT_EQ(written.exit_code, 0) << written.err;
+  {
+    std::ifstream in(gguf, std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    EXPECT_NE(bytes.str().find("kimi-k2"), std::string::npos);
+  }
+  auto tiktoken = Tokenizer::FromDirectory(kimi);
+  auto from_gguf = Tokenizer::FromDirectory(gguf);
+  ASSERT_TRUE(tiktoken.ok()) << tiktoken.error();
+  ASSERT_TRUE(from_gguf.ok()) << from_gguf.error();
+  EXPECT_FALSE(from_gguf->add_bos());
+  EXPECT_EQ(from_gguf->bos_id(), tiktoken->bos_id());
+  std::string readme;  // prose, code, tables, numbers
+  {
+    std::ifstream in(std::string(MLASERVE_SOURCE_DIR) + "/README.md");
+    std::stringstream s;
+    s << in.rdbuf();
+    readme = s.str();
+  }
+  const std::string long_run = "b" + std::string(30'000, 'a');  // past Kimi's 25,000-character run cut
+  for (const std::string& text :
+       {std::string(kText), std::string("HELLO World's THE cat'S DON'T you'll we'D"), std::string("你好世界 abc你好def世界。"),
+        std::string("123456 1234 7\n\n\r\n  x  \t y"), std::string("ÉCOLE naïve Straße ΑΘΗΝΑ"), std::string("[BOS]hi[EOS]"),
+        readme, long_run}) {
+    auto a = tiktoken->Encode(text, false);
+    auto b = from_gguf->Encode(text, false);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(*b, *a) << text.substr(0, 80);
+    EXPECT_EQ(from_gguf->Decode(*b), tiktoken->Decode(*a));
+  }
+  const std::string args = " --kv-cache-dtype fp32 --text " + kText;
+  auto original = RunMlaserve("score --model-path " + ShellQuote(kimi) + args);
+  auto scored = RunMlaserve("score --model-path " + ShellQuote(gguf) + args);
+  ASSERT_EQ(original.exit_code, 0) << original.err;
+  ASSERT_EQ(scored.exit_code, 0) << scored.err;
+  const nlohmann::json a = nlohmann::json::parse(original.out), b = nlohmann::json::parse(scored.out);
+  EXPECT_EQ(b["input_ids"], a["input_ids"]);
+  EXPECT_NEAR(b["perplexity"].get<double>(), a["perplexity"].get<double>(), 1e-6 * a["perplexity"].get<double>());
 }
 
 }  // namespace

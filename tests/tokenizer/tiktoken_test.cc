@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/base64.h"
 #include "tokenizer/long_text_cuts.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_model.h"
@@ -15,24 +16,7 @@
 namespace mlaserve {
 namespace {
 
-std::string Base64(std::string_view bytes) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  uint32_t buffer = 0;
-  int bits = 0;
-  for (char c : bytes) {
-    buffer = (buffer << 8) | static_cast<unsigned char>(c);
-    bits += 8;
-    while (bits >= 6) {
-      bits -= 6;
-      out.push_back(kAlphabet[(buffer >> bits) & 0x3F]);
-    }
-  }
-  if (bits > 0) out.push_back(kAlphabet[(buffer << (6 - bits)) & 0x3F]);
-  while (out.size() % 4 != 0) out.push_back('=');
-  return out;
-}
+using testing::Base64;
 
 // Ranks 0..255 are the bytes; then "ab", "abc", "ab" + "ab", " x" (ranks 256..259).
 std::string TiktokenModel() {
