@@ -240,6 +240,50 @@ void PrintAttentionBound(const ForwardTimings& timings, int steps, int sequences
               100.0 * bound_s / step_s);
 }
 
+// Where a decode step's time goes (ForwardTimings' phases over `steps` single-sequence steps of
+// `step_s` each), with the weight bytes each phase reads and the rate it reads them at: the MLPs'
+// large products stream; the fixed per-step costs (attention over the cache, small products,
+// norms) weigh more, the fewer bytes the weights take.
+void PrintDecodePhases(const ForwardTimings& t, int steps, double step_s, double kv_bytes, const Model& model,
+                       double bandwidth) {
+  const ModelConfig& c = model.config();
+  const ModelWeights& w = model.weights();
+  double projection_bytes = 0, kv_b_bytes = 0, mlp_bytes = 0, router_bytes = 0;
+  for (const LayerWeights& l : w.layers) {
+    for (const WeightMatrix* m : {&l.attn.q_a, &l.attn.q_b, &l.attn.q_proj, &l.attn.kv_a, &l.attn.o_proj}) {
+      projection_bytes += double(m->stored_bytes());
+    }
+    kv_b_bytes += double(l.attn.kv_b.stored_bytes());
+    const MlpWeights& mlp = l.is_moe ? l.moe.shared : l.mlp;
+    if (!l.is_moe || l.moe.has_shared) {
+      mlp_bytes += double(mlp.gate.stored_bytes() + mlp.up.stored_bytes() + mlp.down.stored_bytes());
+    }
+    if (l.is_moe) router_bytes += double(l.moe.router.stored_bytes());
+  }
+  mlp_bytes += double(MoeLayers(c)) * c.num_experts_per_tok * double(ExpertBytes(model));
+  struct Phase {
+    const char* name;
+    int64_t ns;
+    double bytes;
+  };
+  const Phase phases[] = {{"MLP products (dense MLPs, routed and shared experts)", t.mlp_ns, mlp_bytes},
+                          {"attention projections (q, kv_a and the cache write, o_proj)", t.projections_ns, projection_bytes},
+                          {"kv_b products (absorbed W_UK, W_UV)", t.kv_b_ns, kv_b_bytes},
+                          {"router (product, top-k, the experts' combine)", t.router_ns, router_bytes},
+                          {"lm_head", t.lm_head_ns, double(w.lm_head.stored_bytes())},
+                          {"attention over the KV cache (bytes: the cache rows)", t.attention_core_ns, kv_bytes}};
+  std::printf("decode step by phase: ms/step, MB/step read, GB/s, share of the machine's read bandwidth\n");
+  double timed_s = 0;
+  for (const Phase& p : phases) {
+    const double s = double(p.ns) / 1e9 / steps;
+    timed_s += s;
+    std::printf("  %-62s %7.3f ms %8.1f MB %7.2f GB/s %4.0f%%\n", p.name, 1e3 * s, p.bytes / 1e6,
+                s > 0 ? p.bytes / s / 1e9 : 0.0, s > 0 ? 100.0 * p.bytes / s / bandwidth : 0.0);
+  }
+  std::printf("  %-62s %7.3f ms\n", "the rest (embedding row, norms, residual adds, the step's loop)",
+              1e3 * std::max(0.0, step_s - timed_s));
+}
+
 // Tensor parallelism (--tp-size under mpirun): what rank 0's collectives moved and cost in a
 // phase of `steps` forward calls taking `seconds`. The time inside them is the transfer plus
 // waiting for the slowest rank to arrive.
@@ -370,6 +414,8 @@ int BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
                 KvFormatName(loaded->kv_cache.kv_format));
     PrintAttentionShare(timings, decode_s);
     PrintAttentionBound(timings, decode_tokens, 1, mean_context, *loaded, peaks);
+    PrintDecodePhases(timings, decode_tokens, decode_s / decode_tokens,
+                      double(KvBytesPerPosition(*loaded)) * mean_context, model, machine);
     PrintComputePeaks(peaks, *loaded->kernels);
     PrintPrefillCompute(PrefillFlops(model, prompt_len), prefill_s,
                         PeakFor(peaks, *loaded->kernels, c, std::min(prompt_len, model.max_batch_tokens())));

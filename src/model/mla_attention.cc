@@ -9,8 +9,6 @@
 //   out[h]   = W_UV[h] @ o_lat[h]
 // or the MHA form for prompt chunks (mla_prefill_attention.cc), which decompresses k and v per
 // head from the cache; then proj = o_proj(out).
-#include <chrono>
-
 #include "kvcache/kv_storage.h"
 #include "model/model.h"
 
@@ -23,6 +21,7 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, const Att
   const KernelSet& k = *ctx.kernels;
   const int heads = local_heads_, nope = c.qk_nope_head_dim;  // this rank's heads
   const int L = c.kv_lora_rank, row_dim = c.kv_cache_dim(), v_dim = c.v_head_dim;
+  PhaseClock clock(timings_);
 
   // Queries.
   if (c.q_lora_rank > 0) {
@@ -51,6 +50,7 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, const Att
       kv.WriteRow(layer_index, seg.pages, pos, row);
     }
   });
+  clock.Add(&ForwardTimings::projections_ns);
 
   // Each segment in its form: the MHA form for long enough prompt chunks (not in deterministic
   // mode), the absorbed form for the rest. Both write attn_out [n, heads * v].
@@ -62,17 +62,11 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, const Att
     }
   }
   const std::span<const int32_t> absorbed(ws.absorbed_tokens.data(), size_t(num_absorbed));
-  // Attention over the cache, timed on its own when the caller asked for timings.
-  const auto core = [&](auto&& attend) {
-    if (timings_ == nullptr) return attend();
-    const auto start = std::chrono::steady_clock::now();
-    attend();
-    timings_->attention_core_ns +=
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
-  };
   if (num_absorbed > 0) {
     AbsorbQueries(k, w, absorbed);
-    core([&] { AbsorbedAttention(k, kv, layer_index, absorbed, segments); });
+    clock.Add(&ForwardTimings::kv_b_ns);
+    AbsorbedAttention(k, kv, layer_index, absorbed, segments);
+    clock.Add(&ForwardTimings::attention_core_ns);
     // out[t, h, :] = W_UV[h] @ o_lat[h, t, :], one head per work item, over runs of consecutive
     // absorbed tokens (each token's product is the same whatever the run: batch-invariant).
     const int64_t kv_b_rows_per_head = nope + v_dim;
@@ -87,20 +81,24 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, const Att
         }
       }
     });
+    clock.Add(&ForwardTimings::kv_b_ns);
   }
   for (int s = 0, first_token = 0; s < int(segments.size()); first_token += segments[size_t(s)].num_tokens, ++s) {
     if (UseMhaPrefill(segments[size_t(s)])) {
-      core([&] { MhaPrefillAttention(k, w, kv, layer_index, first_token, segments[size_t(s)]); });
+      MhaPrefillAttention(k, w, kv, layer_index, first_token, segments[size_t(s)]);
+      clock.Add(&ForwardTimings::attention_core_ns);
     }
   }
   if (tp_ == nullptr) {
     MatMul(ctx, ws.attn_out.data(), n, w.o_proj, ws.proj.data());
+    clock.Add(&ForwardTimings::projections_ns);
     return;
   }
   // Tensor parallelism: every rank's heads, then o_proj's rows of this rank, then every rank's.
   GatherColumns(ws.attn_out.data(), n, tp_attn_counts_, ws.tp_full.data(), false);
   MatMul(ctx, ws.tp_full.data(), n, w.o_proj, ws.tp_local.data());
   GatherColumns(ws.tp_local.data(), n, RowShardCounts(c.hidden_size, w.o_proj), ws.proj.data(), false);
+  clock.Add(&ForwardTimings::projections_ns);
 }
 
 }  // namespace mlaserve

@@ -260,7 +260,9 @@ void Model::DecoderLayer(const ComputeContext& ctx, const KvHostRows& kv, const 
   if (layer.is_moe) {
     Moe(ctx, layer.moe, n);
   } else {
+    PhaseClock clock(timings_);
     DenseMlp(ctx, layer.mlp, n, ws.proj.data());
+    clock.Add(&ForwardTimings::mlp_ns);
   }
   ForTokenRanges(n, [&](int begin, int end, int) {
     for (int t = begin; t < end; ++t) {
@@ -330,11 +332,13 @@ Status Model::Forward(const KernelSet& kernels, KvStorage& kv, std::span<const T
 
   // Final norm (every token: all_hidden_rows), then lm_head for the rows whose logits are wanted.
   const int num_out = NormOutputRows(k, weights_.final_norm.data(), n, segments, mode);
+  PhaseClock clock(timings_);
   if (tp_ != nullptr) {
     ShardedLogits(ctx, num_out, logits);  // only rank 0 receives them
   } else {
     MatMul(ctx, ws.last_hidden.data(), num_out, weights_.lm_head, logits);
   }
+  clock.Add(&ForwardTimings::lm_head_ns);
   return Status::Ok();
 }
 

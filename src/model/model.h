@@ -3,6 +3,8 @@
 // positions to compute; Forward never allocates.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -74,6 +76,34 @@ struct ForwardTimings {
   // layer's token blocks, and how many blocks: what a step really reads of the experts.
   int64_t routed_experts_run = 0;
   int64_t moe_blocks = 0;
+  // Where the rest goes (bench's decode phase table), besides attention_core_ns: the attention
+  // block's projections (q_a and q_b or q_proj, kv_a with the cache write, o_proj), the absorbed
+  // form's kv_b products (W_UK into the queries, W_UV out of the latent), the MLPs' products
+  // (dense MLPs, routed and shared experts), the router (its product, top-k and the experts'
+  // combine), lm_head. Norms, the embedding row and the residual adds are what is left.
+  int64_t projections_ns = 0;
+  int64_t kv_b_ns = 0;
+  int64_t mlp_ns = 0;
+  int64_t router_ns = 0;
+  int64_t lm_head_ns = 0;
+};
+
+// Adds the time since its start, or since the previous Add, to one ForwardTimings field; reads
+// no clock when the timings are off (nullptr).
+class PhaseClock {
+ public:
+  explicit PhaseClock(ForwardTimings* timings)
+      : timings_(timings), last_(timings != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point()) {}
+  void Add(int64_t ForwardTimings::*field) {
+    if (timings_ == nullptr) return;
+    const auto now = std::chrono::steady_clock::now();
+    timings_->*field += std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_).count();
+    last_ = now;
+  }
+
+ private:
+  ForwardTimings* timings_;
+  std::chrono::steady_clock::time_point last_;
 };
 
 class Model {

@@ -233,6 +233,7 @@ void Model::Moe(const ComputeContext& ctx, const MoeWeights& w, int n) {
   const int64_t H = c.hidden_size;
   const int64_t inter = c.moe_intermediate_size;
 
+  PhaseClock clock(timings_);
   // Router in fp32, then each token's top-k (each thread with its own scratch).
   MatMul(ctx, ws.normed.data(), n, w.router, ws.router_logits.data());
   const size_t scratch_floats = ws.router_scratch.size() / size_t(pool_.num_threads());
@@ -285,7 +286,9 @@ void Model::Moe(const ComputeContext& ctx, const MoeWeights& w, int n) {
           .id = E, .w = &w.shared, .x = ws.normed.data() + int64_t(block) * H, .count = m,
           .gate = ws.gate.data(), .up = ws.up.data(), .out = ws.expert_out.data() + int64_t(block) * H};
     }
+    clock.Add(&ForwardTimings::router_ns);
     if (num_groups > 0) RunMlps(ctx, num_groups);
+    clock.Add(&ForwardTimings::mlp_ns);
     // Tensor parallelism outside deterministic mode: each rank sums its own experts' outputs and
     // one all-reduce adds the ranks' sums (model/tensor_parallel.h).
     const bool reduce_partial_sums = tp_ != nullptr && !deterministic_;
@@ -301,9 +304,11 @@ void Model::Moe(const ComputeContext& ctx, const MoeWeights& w, int n) {
       }
       tp_->AllGather(ws.moe_rows.data(), tp_block_counts_);
     }
+    clock.Add(&ForwardTimings::router_ns);
     if (tp_ != nullptr && w.has_shared) {
       ShardedMlp(ctx, w.shared, ws.normed.data() + int64_t(block) * H, m, int64_t(c.n_shared_experts) * inter,
                  ws.expert_out.data() + int64_t(block) * H);
+      clock.Add(&ForwardTimings::mlp_ns);
     }
 
     // proj[t] = sum over t's routed experts, in ascending expert order, of weight * output,
@@ -325,6 +330,7 @@ void Model::Moe(const ComputeContext& ctx, const MoeWeights& w, int n) {
       }
     });
     if (reduce_partial_sums) tp_->AllReduceSum(ws.proj.data() + int64_t(block) * H, int64_t(m) * H);
+    clock.Add(&ForwardTimings::router_ns);
   }
 }
 
