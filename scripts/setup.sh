@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(cmake g++ ninja-build pkg-config ccache libpcre2-dev nlohmann-json3-dev libgtest-dev libsqlite3-dev
       libopenmpi-dev openmpi-bin
       jq  # scripts/validate-simulate.sh
-      clang libclang-rt-14-dev)  # clang's libFuzzer and sanitizer runtimes: scripts/fuzz.sh
+      clang libclang-rt-14-dev  # clang's libFuzzer and sanitizer runtimes: scripts/fuzz.sh
+      chromium)  # the dashboard's browser test (tests/node/dashboard.mjs, driven by playwright-core)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -22,10 +23,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
 fi
 
-# npm packages for tests: openai (a real third-party client against the server) and
-# @huggingface/jinja (the reference renderer for chat templates).
+# npm packages for tests: openai (a real third-party client against the server),
+# @huggingface/jinja (the reference renderer for chat templates) and playwright-core (drives
+# Debian's chromium for the dashboard test; it downloads no browser).
 node_tests="$(cd "$(dirname "$0")/.." && pwd)/tests/node"
-if [ ! -d "$node_tests/node_modules/openai" ] || [ ! -d "$node_tests/node_modules/@huggingface/jinja" ]; then
+if [ ! -d "$node_tests/node_modules/openai" ] || [ ! -d "$node_tests/node_modules/@huggingface/jinja" ] ||
+   [ ! -d "$node_tests/node_modules/playwright-core" ]; then
   if ! (cd "$node_tests" && npm install --no-audit --no-fund --silent); then
     echo "setup: npm install in tests/node failed; without it the openai client and chat template reference" \
          "tests are skipped, so setup stops here" >&2

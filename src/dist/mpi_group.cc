@@ -14,16 +14,18 @@ MpiGroup* g_group = nullptr;  // the process's group, once MPI is initialized
 // Times one collective into the traffic counters.
 class TrafficScope {
  public:
-  TrafficScope(TpTraffic& traffic, int64_t bytes_received) : traffic_(traffic), start_(std::chrono::steady_clock::now()) {
-    ++traffic_.calls;
-    traffic_.bytes_received += bytes_received;
+  TrafficScope(std::atomic<int64_t>& calls, std::atomic<int64_t>& bytes, std::atomic<int64_t>& ns, int64_t bytes_received)
+      : ns_(ns), start_(std::chrono::steady_clock::now()) {
+    calls.fetch_add(1, std::memory_order_relaxed);
+    bytes.fetch_add(bytes_received, std::memory_order_relaxed);
   }
   ~TrafficScope() {
-    traffic_.ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count();
+    ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count(),
+                  std::memory_order_relaxed);
   }
 
  private:
-  TpTraffic& traffic_;
+  std::atomic<int64_t>& ns_;
   std::chrono::steady_clock::time_point start_;
 };
 
@@ -81,7 +83,7 @@ void MpiGroup::StopWorkers() {
 }
 
 void MpiGroup::Broadcast(void* data, int64_t bytes, bool idle) {
-  TrafficScope scope(traffic_, rank_ == 0 ? 0 : bytes);
+  TrafficScope scope(traffic_calls_, traffic_bytes_, traffic_ns_, rank_ == 0 ? 0 : bytes);
   if (!idle) {
     MPI_Bcast(data, int(bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
     return;
@@ -115,13 +117,13 @@ int64_t MpiGroup::SetBlocks(std::span<const int64_t> counts) {
 }
 
 void MpiGroup::AllGather(float* data, std::span<const int64_t> counts) {
-  TrafficScope scope(traffic_, SetBlocks(counts) * int64_t(sizeof(float)));
+  TrafficScope scope(traffic_calls_, traffic_bytes_, traffic_ns_, SetBlocks(counts) * int64_t(sizeof(float)));
   MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts_.data(), displs_.data(), MPI_FLOAT, MPI_COMM_WORLD);
 }
 
 void MpiGroup::GatherToRoot(float* data, std::span<const int64_t> counts) {
   const int64_t others = SetBlocks(counts);
-  TrafficScope scope(traffic_, rank_ == 0 ? others * int64_t(sizeof(float)) : 0);
+  TrafficScope scope(traffic_calls_, traffic_bytes_, traffic_ns_, rank_ == 0 ? others * int64_t(sizeof(float)) : 0);
   if (rank_ == 0) {
     MPI_Gatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts_.data(), displs_.data(), MPI_FLOAT, 0, MPI_COMM_WORLD);
   } else {
@@ -131,7 +133,7 @@ void MpiGroup::GatherToRoot(float* data, std::span<const int64_t> counts) {
 }
 
 void MpiGroup::AllReduceSum(float* data, int64_t count) {
-  TrafficScope scope(traffic_, 2 * (size_ - 1) * count * int64_t(sizeof(float)) / size_);
+  TrafficScope scope(traffic_calls_, traffic_bytes_, traffic_ns_, 2 * (size_ - 1) * count * int64_t(sizeof(float)) / size_);
   MPI_Allreduce(MPI_IN_PLACE, data, int(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 }
 

@@ -10,6 +10,8 @@
 // mpirun aborts every rank and names the one that died, so no call here waits forever.
 #pragma once
 
+#include <atomic>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -58,7 +60,13 @@ class MpiGroup final : public TpCollectives {
   // The minimum of every rank's value.
   int64_t AllMin(int64_t value);
 
-  const TpTraffic& traffic() const { return traffic_; }
+  // A snapshot of the counters: the engine thread adds to them, any thread may read (the
+  // dashboard's handler threads).
+  TpTraffic traffic() const {
+    return TpTraffic{.calls = traffic_calls_.load(std::memory_order_relaxed),
+                     .bytes_received = traffic_bytes_.load(std::memory_order_relaxed),
+                     .ns = traffic_ns_.load(std::memory_order_relaxed)};
+  }
   // Ends every rank of the job (MPI_Abort) with exit code `code`.
   [[noreturn]] void Abort(int code);
 
@@ -74,7 +82,7 @@ class MpiGroup final : public TpCollectives {
   int size_ = 1;
   int local_size_ = 1;
   bool workers_listening_ = false;
-  TpTraffic traffic_;
+  std::atomic<int64_t> traffic_calls_{0}, traffic_bytes_{0}, traffic_ns_{0};  // TpTraffic's fields
   std::vector<int> counts_, displs_;  // [size] MPI's int arguments, reused
 };
 

@@ -9,6 +9,7 @@
 #include "core/read_file.h"
 #include "server/api_json.h"
 #include "server/client_json.h"
+#include "server/dashboard.h"
 #include "server/output_channel.h"
 #include "server/request_id.h"
 
@@ -21,6 +22,42 @@ using api::SendJson;
 using SteadyClock = std::chrono::steady_clock;
 
 int64_t UnixTime() { return int64_t(std::time(nullptr)); }
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// The value of query parameter `name` in a request target ("/dashboard?key=a%20b"), percent- and
+// plus-decoded; nullopt when absent.
+std::optional<std::string> QueryParameter(std::string_view target, std::string_view name) {
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) return std::nullopt;
+  std::string_view query = target.substr(q + 1);
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) != name) continue;
+    const std::string_view raw = eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    std::string value;
+    for (size_t i = 0; i < raw.size(); ++i) {
+      if (raw[i] == '+') {
+        value += ' ';
+      } else if (raw[i] == '%' && i + 2 < raw.size() && HexValue(raw[i + 1]) >= 0 && HexValue(raw[i + 2]) >= 0) {
+        value += char(HexValue(raw[i + 1]) * 16 + HexValue(raw[i + 2]));
+        i += 2;
+      } else {
+        value += raw[i];
+      }
+    }
+    return value;
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -38,7 +75,10 @@ ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, const Model& mo
 void ApiServer::Handle(const HttpRequest& req, HttpResponseWriter& w) {
   if (!options_.api_key.empty() && req.path != "/health") {
     const std::string* auth = req.Header("authorization");
-    if (auth == nullptr || *auth != "Bearer " + options_.api_key) {
+    // A browser opening the dashboard cannot send a header: its page takes the key in the URL
+    // (/dashboard?key=KEY) and sends it as a header on every poll.
+    const bool page_key = req.path == "/dashboard" && QueryParameter(req.target, "key") == options_.api_key;
+    if (!page_key && (auth == nullptr || *auth != "Bearer " + options_.api_key)) {
       return SendError(w, 401, "invalid or missing API key (Authorization: Bearer KEY)", "authentication_error");
     }
   }
@@ -58,6 +98,23 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponseWriter& w) {
   if (p == "/metrics") {
     if (!options_.enable_metrics) return SendError(w, 404, "metrics are off (start the server with --enable-metrics)", "not_found_error");
     return w.Send(200, "text/plain; version=0.0.4", metrics_.Render(engine_.stats()));
+  }
+  if (p == "/dashboard") {
+    if (!get) return method_not_allowed();
+    return w.Send(200, "text/html; charset=utf-8", DashboardPage(), {{"Cache-Control", "no-store"}});
+  }
+  if (p == "/dashboard/data") {
+    if (!get) return method_not_allowed();
+    std::optional<dist::TpTraffic> tp;
+    if (model_.tp_size() > 1) {
+      if (auto group = dist::MpiGroup::Get(); group.ok()) tp = (*group)->traffic();
+    }
+    const auto now = SteadyClock::now();
+    const EngineStatsSnapshot stats = engine_.stats();
+    return SendJson(w, 200, DashboardData(DashboardSources{.stats = stats, .board = board_, .latencies = recent_latencies_,
+                                                           .server_info = options_.server_info, .tp = tp,
+                                                           .tp_size = model_.tp_size()},
+                                          now, std::chrono::duration<double>(now - started_).count()));
   }
   if (p == "/v1/models") {
     if (!get) return method_not_allowed();
@@ -187,8 +244,20 @@ Status ApiServer::Drive(std::vector<GenerateRequest> requests, HttpResponseWrite
       }
     }
   } guard{engine_, rids, finished, submitted};
+  // The dashboard's table: the client's requests (not the server's own), until each finishes.
+  std::vector<std::shared_ptr<RequestBoard::Entry>> board_entries(requests.size());
+  struct LeaveBoard {
+    RequestBoard& board;
+    const std::vector<std::shared_ptr<RequestBoard::Entry>>& entries;
+    ~LeaveBoard() {
+      for (const auto& e : entries) {
+        if (e) board.Remove(e);
+      }
+    }
+  } leave_board{board_, board_entries};
   for (; submitted < requests.size(); ++submitted) {
     const size_t index = submitted;
+    if (!internal) board_entries[index] = board_.Add(rids[index], SteadyClock::now());
     const Status s = engine_.Submit(std::move(requests[index]), [channel, index](const OutputView& o) {
       channel->Push(index, o);
     });
@@ -216,11 +285,25 @@ Status ApiServer::Drive(std::vector<GenerateRequest> requests, HttpResponseWrite
       if (last && !internal) metrics_.ObserveInterTokenLatency(std::chrono::duration<double>(now - *last).count());
       last = now;
     }
+    if (const auto& entry = board_entries[item.index]) {
+      entry->prompt_tokens.store(o.prompt_tokens, std::memory_order_relaxed);
+      entry->completion_tokens.store(o.completion_tokens, std::memory_order_relaxed);
+    }
     if (!aborted && !on_output(item.index, o)) abort_all();
     if (o.finished) {
       finished[item.index] = true;
       ++num_finished;
-      if (!internal) metrics_.ObserveRequest(o.queue_time_s, o.ttft_s, o.e2e_latency_s, o.completion_tokens);
+      if (!internal) {
+        metrics_.ObserveRequest(o.queue_time_s, o.ttft_s, o.e2e_latency_s, o.completion_tokens);
+        if (o.completion_tokens > 0) {
+          recent_latencies_.Observe(SteadyClock::now(), o.ttft_s,
+                                    o.completion_tokens > 1 ? (o.e2e_latency_s - o.ttft_s) / (o.completion_tokens - 1) : -1.0);
+        }
+      }
+      if (auto& entry = board_entries[item.index]) {
+        board_.Remove(entry);
+        entry.reset();
+      }
     }
   }
   return Status::Ok();

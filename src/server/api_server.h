@@ -1,11 +1,13 @@
 // The HTTP API over the engine: OpenAI (/v1/completions, /v1/chat/completions, /v1/models) and
 // SGLang-native (/generate, /health, /health_generate, /get_server_info, /get_model_info,
-// /flush_cache, /abort_request), /metrics in Prometheus text, API-key checks, and the draining
+// /flush_cache, /abort_request), /metrics in Prometheus text, the live dashboard (/dashboard,
+// /dashboard/data: server/dashboard.h), API-key checks, and the draining
 // state used for graceful shutdown. Handlers run on the HTTP server's connection threads; each
 // generation waits on its own OutputChannel and never holds a lock the engine needs.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -20,6 +22,8 @@
 #include "nlohmann/json.hpp"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/recent_latencies.h"
+#include "server/request_board.h"
 #include "server/openai_request.h"
 #include "server/request_builder.h"
 #include "server/response_ids.h"
@@ -102,6 +106,10 @@ class ApiServer {
   ApiServerOptions options_;
   ChatTemplate chat_template_;  // renders /v1/chat/completions messages
   ServerMetrics metrics_;
+  // The dashboard's sources beside the engine's stats (server/dashboard.h).
+  RequestBoard board_;
+  RecentLatencies recent_latencies_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   ResponseIds response_ids_;  // OpenAI responses in flight, for /abort_request by their id
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};
