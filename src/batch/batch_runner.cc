@@ -220,6 +220,7 @@ Status BatchRunner::RunRecord(RecordProgress& p) {
   // The commit point (the hidden-state file, renamed into place above, is recorded with it).
   MLA_RETURN_IF_ERROR(db_.MarkDone(p, dumped ? &*dumped : nullptr));
   p.state = RecordState::kDone;
+  stats_.provenance.Add(AllSegments(p.turns));
   ++stats_.done;
   ++stats_.done_this_run;
   return writer_.Offer(p.seq, std::move(p.output_line));

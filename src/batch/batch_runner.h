@@ -23,6 +23,7 @@
 #include "batch/output_record.h"
 #include "batch/output_writer.h"
 #include "batch/progress_db.h"
+#include "batch/provenance_tally.h"
 #include "batch/records.h"
 #include "batch/run_gate.h"
 #include "batch/turn_generator.h"
@@ -62,6 +63,7 @@ struct RunnerStats {
   std::atomic<int> outages{0};          // times no server answered /health (RunGate)
   std::atomic<int64_t> outage_ms{0};    // their wall time, once per outage
   std::atomic<int64_t> down_since_ms{0};  // steady-clock ms when the current outage began; 0: none
+  ProvenanceTally provenance;             // the done records' tokens by KV format and server (this run)
 };
 
 // The sampling seed of one record: the run's seed mixed with the record id, so that records do

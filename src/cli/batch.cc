@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "batch/batch_dashboard.h"
 #include "batch/batch_runner.h"
 #include "batch/endpoint_pool.h"
 #include "batch/engine_generator.h"
@@ -38,6 +39,8 @@
 #include "dist/mpi_group.h"
 #include "engine/cpu_model_runner.h"
 #include "model/config.h"
+#include "server/dashboard.h"
+#include "server/http_server.h"
 
 namespace mlaserve::cli {
 namespace {
@@ -57,6 +60,8 @@ struct BatchFlags {
   double server_wait_report_s = 300;
   double request_timeout_s = 600;
   double progress_interval_s = 10;
+  int dashboard_port = -1;             // --dashboard-port (-1: no dashboard; 0: an ephemeral port)
+  std::string dashboard_host = "127.0.0.1";
   batch::RunnerOptions runner;
   std::optional<chat::ReasoningFormat> reasoning_parser;
   bool strip_reasoning = false;
@@ -154,6 +159,28 @@ std::string Clock_(double seconds) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
   return buf;
+}
+
+// The run's dashboard (batch/batch_dashboard.h) on an HTTP server of its own: GET /dashboard (the
+// server's page) and GET /dashboard/data; anything else is a 404.
+Result<std::unique_ptr<HttpServer>> StartBatchDashboard(const std::string& host, int port, const batch::RunnerStats& stats,
+                                                        Clock::time_point started) {
+  HttpServerOptions options;
+  options.host = host;
+  options.port = port;
+  options.max_connections = 64;
+  options.max_handler_threads = 8;
+  auto server = HttpServer::Start(options, [&stats, started](const HttpRequest& r, HttpResponseWriter& w) {
+    if (r.method != "GET") return w.Send(405, "application/json", JsonError(405, "method " + r.method + " is not allowed", JsonErrorType(405)));
+    if (r.path == "/dashboard") return w.Send(200, "text/html; charset=utf-8", DashboardPage(), {{"Cache-Control", "no-store"}});
+    if (r.path == "/dashboard/data") {
+      return w.Send(200, "application/json", batch::BatchDashboardData(stats, started, Clock::now()).dump());
+    }
+    w.Send(404, "application/json", JsonError(404, "no route for GET " + r.path + " (the batch dashboard has /dashboard)", JsonErrorType(404)));
+  });
+  if (!server.ok()) return server.status();
+  std::fprintf(stderr, "batch: dashboard on http://%s:%d/dashboard\n", host.c_str(), (*server)->port());
+  return server;
 }
 
 // Prints progress until stopped: a redrawn bar on a terminal, plain lines every interval otherwise.
@@ -350,6 +377,12 @@ int RunBatch(Args& args) {
                                     {.value_name = "S", .above = 0});
   f.progress_interval_s = args.Double("progress-interval", 10, "seconds between progress lines off a terminal",
                                       {.value_name = "S", .above = 0});
+  f.dashboard_port = args.Int("dashboard-port", -1,
+                              "serve the run's live dashboard at http://HOST:PORT/dashboard; 0: an ephemeral port, "
+                              "printed; -1: none",
+                              {.value_name = "PORT", .min = -1, .max = 65535});
+  f.dashboard_host = args.Str("dashboard-host", "127.0.0.1", "address the dashboard listens on",
+                              {.value_name = "HOST"});
   f.runner.concurrency = args.Int("concurrency", 8, "requests in flight", {.min = 1});
   f.runner.max_new_tokens = args.Int("max-new-tokens", 256, "tokens per answer at most", {.min = 1});
   f.runner.temperature = args.Double("temperature", 0.0, "0: greedy", {.min = 0});
@@ -445,6 +478,13 @@ int RunBatch(Args& args) {
   batch::RunGate gate([&endpoints] { return endpoints == nullptr || endpoints->WaitHealthy(Clock::now()); },
                       JoinUrls(f.endpoints), f.server_wait_report_s, note, stats);
   StopOnSignal stop_on_signal(gate);
+  // The dashboard from here on: it shows a wait for the first server too.
+  std::unique_ptr<HttpServer> dashboard;
+  if (f.dashboard_port >= 0) {
+    auto d = StartBatchDashboard(f.dashboard_host, f.dashboard_port, stats, Clock::now());
+    if (!d.ok()) return Fail("batch", "--dashboard-port: " + d.error());
+    dashboard = std::move(d).value();
+  }
 
   // A tensor-parallel job loads the model first, on every rank together: ranks 1.. only serve
   // rank 0's forward calls (LoadModel does not return on them), and once they do, any return of

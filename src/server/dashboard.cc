@@ -19,7 +19,8 @@ json DashboardData(const DashboardSources& src, std::chrono::steady_clock::time_
     tp = {{"size", src.tp_size}, {"rank0_collective_calls_total", src.tp->calls},
           {"rank0_bytes_received_total", src.tp->bytes_received}, {"rank0_collective_seconds_total", double(src.tp->ns) / 1e9}};
   }
-  return {{"uptime_s", uptime_s},
+  return {{"kind", "server"},
+          {"uptime_s", uptime_s},
           {"model", info.value("served_model_name", "")},
           {"kv_cache_dtype", info.value("kv_cache_dtype", "")},
           {"speculative_algorithm", info.value("speculative_algorithm", json())},

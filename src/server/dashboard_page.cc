@@ -28,16 +28,20 @@ th, td { text-align: left; padding: 2px 8px 2px 0; border-bottom: 1px solid #eee
 <h1>mlaserve <span id="model"></span></h1>
 <div id="status">connecting...</div>
 <div class="grid" id="charts"></div>
-<div class="card" style="margin-top:12px"><h2>Requests in flight (<span id="now-requests">0</span>; oldest first, no text)</h2>
+<div class="card hidden" id="summary-card" style="margin-bottom:12px"><h2>Batch run</h2><div class="now" id="summary"></div></div>
+<div class="card hidden" id="requests-card" style="margin-top:12px"><h2>Requests in flight (<span id="now-requests">0</span>; oldest first, no text)</h2>
 <table><thead><tr><th>id</th><th>age</th><th>prompt tokens</th><th>tokens so far</th><th>state</th></tr></thead>
 <tbody id="requests"></tbody></table></div>
+<div class="card hidden" id="provenance-card" style="margin-top:12px"><h2>Output tokens of the records done this run, by KV format and by server</h2>
+<table><tbody id="provenance"></tbody></table></div>
 <script>
 "use strict";
 const POLL_MS = 1000, KEEP = 600;  // one point a second, the last 10 minutes
 const key = new URLSearchParams(location.search).get("key");
 const colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
 // Each chart: its series (name, function of (previous data, data, seconds between) -> value).
-const charts = [
+// The server's charts, and a batch run's (mlaserve batch --dashboard-port: "kind": "batch").
+const serverCharts = [
   {id: "tps", title: "Tokens per second", series: [
     ["output", (a, b, dt) => (b.generation_tokens_total - a.generation_tokens_total) / dt],
     ["input", (a, b, dt) => (b.prompt_tokens_total - a.prompt_tokens_total) / dt]]},
@@ -61,6 +65,17 @@ const charts = [
   {id: "tp", title: "Tensor parallel: rank 0 received (MB/s)", only: d => d.tp,
    series: [["received", (a, b, dt) => (b.tp.rank0_bytes_received_total - a.tp.rank0_bytes_received_total) / dt / 1e6]]},
 ];
+const batchCharts = [
+  {id: "records", title: "Records", series: [
+    ["done", (a, b) => b.done], ["failed", (a, b) => b.failed], ["left", (a, b) => b.left], ["running", (a, b) => b.running]]},
+  {id: "rate", title: "Records per minute", series: [
+    ["done", (a, b, dt) => 60 * (b.done_this_run - a.done_this_run) / dt],
+    ["failed", (a, b, dt) => 60 * (b.failed_this_run - a.failed_this_run) / dt]]},
+  {id: "tokens", title: "Output tokens per second", series: [["output", (a, b, dt) => (b.new_tokens - a.new_tokens) / dt]]},
+  {id: "outage", title: "Outages: no server answering (s)", series: [
+    ["this outage", (a, b) => b.down_for_s], ["all outages", (a, b) => b.outage_s]]},
+];
+let charts = null;
 const points = [];  // {t, values: {chartId: [v per series]}}
 let prev = null;
 const state = {polls: 0, errors: 0, last: null, latest: {}};
@@ -78,10 +93,20 @@ function fmt(v) {
   const a = Math.abs(v);
   return a >= 1000 ? v.toFixed(0) : a >= 10 ? v.toFixed(1) : v.toFixed(2);
 }
-for (const c of charts) {
-  const card = el("div", {class: "card", id: "card-" + c.id});
-  card.append(el("h2", {}, c.title), el("div", {class: "now", id: "now-" + c.id}), el("svg", {id: "svg-" + c.id, viewBox: "0 0 400 130", preserveAspectRatio: "none"}));
-  document.getElementById("charts").append(card);
+function makeCharts(kind) {
+  charts = kind === "batch" ? batchCharts : serverCharts;
+  for (const c of charts) {
+    const card = el("div", {class: "card", id: "card-" + c.id});
+    card.append(el("h2", {}, c.title), el("div", {class: "now", id: "now-" + c.id}), el("svg", {id: "svg-" + c.id, viewBox: "0 0 400 130", preserveAspectRatio: "none"}));
+    document.getElementById("charts").append(card);
+  }
+  document.getElementById(kind === "batch" ? "summary-card" : "requests-card").classList.remove("hidden");
+  if (kind === "batch") document.getElementById("provenance-card").classList.remove("hidden");
+}
+function hms(s) {
+  if (s === null || s === undefined) return "-";
+  s = Math.round(s);
+  return Math.floor(s / 3600) + ":" + String(Math.floor(s / 60) % 60).padStart(2, "0") + ":" + String(s % 60).padStart(2, "0");
 }
 function draw(c) {
   const svg = document.getElementById("svg-" + c.id);
@@ -109,8 +134,29 @@ function draw(c) {
                                   "stroke-dasharray": s[0] === "capacity" ? "4 3" : "none"}));
   });
 }
+function updateBatch(d) {
+  document.getElementById("model").textContent = "batch";
+  const parts = [["done", d.done + " / " + d.total], ["failed", d.failed], ["left", d.left], ["running", d.running],
+                 ["ETA", d.down_for_s > 0 ? "paused: no server" : hms(d.eta_s)],
+                 ["outages", d.outages + " (" + d.outage_s.toFixed(1) + " s lost)"],
+                 ["interrupted", d.interruptions + " (" + d.continued + " continued, " + d.restarted + " restarted)"]];
+  const summary = document.getElementById("summary");
+  summary.replaceChildren();
+  for (const [k, v] of parts) { const span = el("span", {style: "margin-right:16px", "data-field": k}); span.append(k + " ", el("b", {}, String(v))); summary.append(span, " "); }
+  const body = document.getElementById("provenance");
+  body.replaceChildren();
+  for (const [title, mix] of [["KV format", d.tokens_by_kv_format], ["server", d.tokens_by_server]]) {
+    for (const [k, v] of Object.entries(mix)) {
+      const tr = el("tr", {});
+      tr.append(el("td", {}, title), el("td", {}, k), el("td", {}, String(v) + " tokens"));
+      body.append(tr);
+    }
+  }
+}
 function update(d) {
-  document.getElementById("model").textContent = d.model + " - KV " + d.kv_cache_dtype;
+  if (!charts) makeCharts(d.kind);
+  if (d.kind === "batch") updateBatch(d);
+  else document.getElementById("model").textContent = d.model + " - KV " + d.kv_cache_dtype;
   const t = d.uptime_s, point = {t, values: {}};
   for (const c of charts) {
     const card = document.getElementById("card-" + c.id);
@@ -131,6 +177,8 @@ function update(d) {
   }
   if (prev) { points.push(point); if (points.length > KEEP) points.shift(); }
   for (const c of charts) if (!c.only || c.only(d)) draw(c);
+  prev = d;
+  if (d.kind === "batch") return;
   document.getElementById("now-requests").textContent = d.requests.total;
   const body = document.getElementById("requests");
   body.replaceChildren();
@@ -139,7 +187,6 @@ function update(d) {
     for (const v of [r.rid, r.age_s.toFixed(1) + " s", r.prompt_tokens, r.completion_tokens, r.state]) tr.append(el("td", {}, String(v)));
     body.append(tr);
   }
-  prev = d;
 }
 async function poll() {
   const status = document.getElementById("status");
@@ -150,8 +197,9 @@ async function poll() {
     state.polls++; state.last = d;
     update(d);
     status.className = "";
-    status.textContent = "updated " + new Date().toLocaleTimeString() + " - " + d.num_running_reqs + " running, " +
-                         d.num_queue_reqs + " queued, " + d.num_requests_total + " finished";
+    status.textContent = "updated " + new Date().toLocaleTimeString() + " - " +
+        (d.kind === "batch" ? d.done + " of " + d.total + " records done"
+                            : d.num_running_reqs + " running, " + d.num_queue_reqs + " queued, " + d.num_requests_total + " finished");
   } catch (e) {
     state.errors++;
     status.className = "bad";

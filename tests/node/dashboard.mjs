@@ -8,7 +8,10 @@
 import { chromium } from "playwright-core";
 import { existsSync } from "node:fs";
 
-const [base, key, screenshot] = process.argv.slice(2);
+// Batch mode (node dashboard.mjs --batch DASHBOARD_URL): the batch run's page while it waits for
+// a server: it says so, with no console errors.
+const batchMode = process.argv[2] === "--batch";
+const [base, key, screenshot] = process.argv.slice(batchMode ? 3 : 2);
 const executable = process.env.CHROMIUM ?? ["/usr/bin/chromium", "/usr/bin/chromium-browser"].find(existsSync);
 if (!executable) { console.log("SKIP: no chromium"); process.exit(2); }
 
@@ -35,6 +38,16 @@ try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
   page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
   page.on("pageerror", (e) => errors.push(String(e)));
+  if (batchMode) {
+    await page.goto(base + "/dashboard");
+    await page.waitForFunction(() => window.dashboardState && window.dashboardState.polls >= 2, null, { timeout: 20000 });
+    const summary = await page.evaluate(() => document.getElementById("summary").innerText);
+    if (!summary.includes("paused: no server")) fail("the batch page does not say it waits for a server: " + summary);
+    const charts = await page.evaluate(() => document.querySelectorAll("#charts svg path").length);
+    if (errors.length) fail("console errors: " + errors.join(" | "));
+    console.log("OK: the batch page says: " + summary.replace(/\s+/g, " ") + "; " + charts + " curves; no console errors");
+    process.exit(0);
+  }
   await page.goto(base + "/dashboard?key=" + encodeURIComponent(key));
   await page.waitForFunction(() => window.dashboardState && window.dashboardState.polls >= 2, null, { timeout: 20000 });
   const shown = () => page.evaluate(() => ({

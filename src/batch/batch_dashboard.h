@@ -1,0 +1,21 @@
+// `mlaserve batch --dashboard-port N`: the run's progress on the live dashboard page (the
+// server's page, server/dashboard.h, which draws a batch run's charts when the data say
+// "kind": "batch"): GET /dashboard and GET /dashboard/data on an HTTP server of the batch
+// process's own, reading RunnerStats' counters (atomics the runner keeps anyway) and the
+// provenance tally.
+#pragma once
+
+#include <chrono>
+
+#include <nlohmann/json.hpp>
+
+#include "batch/batch_runner.h"
+
+namespace mlaserve::batch {
+
+// GET /dashboard/data's body. `started`: when the dashboard started (the rate behind the ETA is
+// this run's done records over the time since).
+nlohmann::json BatchDashboardData(const RunnerStats& stats, std::chrono::steady_clock::time_point started,
+                                  std::chrono::steady_clock::time_point now);
+
+}  // namespace mlaserve::batch
