@@ -84,6 +84,31 @@ TEST(Dashboard, KeyDataAndRequestsTable) {
   EXPECT_EQ(after["generation_tokens_total"], 1900);
 }
 
+// The charts shown only where enabled read real figures: speculative decoding's verify steps
+// and accept length, and rank 0's collectives under --tp-size.
+TEST(Dashboard, SpeculativeAndTensorParallelFigures) {
+  const std::string body = R"({"text": "To be, or not to be, that is the question. To be, or not to be, that is",
+                               "sampling_params": {"max_new_tokens": 64, "temperature": 0}})";
+  {
+    ServerProcess spec({"--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4", "--decode-log-interval", "1"});
+    ASSERT_EQ(HttpClient().Request("POST", spec.Url("/generate"), body, {}, 60000)->status_code, 200);
+    const json d = json::parse(HttpClient().Request("GET", spec.Url("/dashboard/data"), "", {}, 10000)->body);
+    EXPECT_EQ(d["speculative_algorithm"], "NGRAM");
+    EXPECT_GT(d["spec_verify_steps_total"].get<int64_t>(), 0) << d.dump();
+    EXPECT_TRUE(d["tp"].is_null());
+  }
+  ServerProcess tp(testing::ServerLaunch{.tp_ranks = 2}, {});
+  ASSERT_TRUE(tp.running()) << tp.log();
+  const json before = json::parse(HttpClient().Request("GET", tp.Url("/dashboard/data"), "", {}, 10000)->body);
+  ASSERT_EQ(HttpClient().Request("POST", tp.Url("/generate"), body, {}, 60000)->status_code, 200);
+  const json after = json::parse(HttpClient().Request("GET", tp.Url("/dashboard/data"), "", {}, 10000)->body);
+  ASSERT_FALSE(after["tp"].is_null()) << after.dump();
+  EXPECT_EQ(after["tp"]["size"], 2);
+  EXPECT_GT(after["tp"]["rank0_collective_calls_total"].get<int64_t>(), before["tp"]["rank0_collective_calls_total"].get<int64_t>());
+  EXPECT_GT(after["tp"]["rank0_bytes_received_total"].get<int64_t>(), before["tp"]["rank0_bytes_received_total"].get<int64_t>());
+  EXPECT_TRUE(after["speculative_algorithm"].is_null());
+}
+
 TEST(RecentLatencies, PercentilesOverTheWindowOnly) {
   RecentLatencies r;
   const auto now = RecentLatencies::Clock::now();
