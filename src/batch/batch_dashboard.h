@@ -1,8 +1,7 @@
-// `mlaserve batch --dashboard-port N`: the run's progress on the live dashboard page (the
-// server's page, server/dashboard.h, which draws a batch run's charts when the data say
-// "kind": "batch"): GET /dashboard and GET /dashboard/data on an HTTP server of the batch
-// process's own, reading RunnerStats' counters (atomics the runner keeps anyway) and the
-// provenance tally.
+// `mlaserve batch --dashboard-port N`: the data behind the run's live dashboard (the server's
+// page, server/dashboard.h, draws a batch run's charts when the data say "kind": "batch"; the
+// HTTP server that serves both is cli/batch.cc's), read from RunnerStats' counters (atomics the
+// runner keeps anyway) and the provenance tally.
 #pragma once
 
 #include <chrono>

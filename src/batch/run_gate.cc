@@ -70,8 +70,9 @@ RunGate::Wait RunGate::ProbeUntilUp() {
     }
   }
   const double down_s = SecondsSince(down_from);
-  stats_.outage_ms += int64_t(down_s * 1000);
+  // Ended before counted: a reader of both (the dashboard) never counts this outage twice.
   stats_.down_since_ms = 0;
+  stats_.outage_ms += int64_t(down_s * 1000);
   if (answer == Wait::kCameBack) note_("a server answers /health again after " + Seconds(down_s) + ": the run resumes");
   return answer;
 }

@@ -478,13 +478,6 @@ int RunBatch(Args& args) {
   batch::RunGate gate([&endpoints] { return endpoints == nullptr || endpoints->WaitHealthy(Clock::now()); },
                       JoinUrls(f.endpoints), f.server_wait_report_s, note, stats);
   StopOnSignal stop_on_signal(gate);
-  // The dashboard from here on: it shows a wait for the first server too.
-  std::unique_ptr<HttpServer> dashboard;
-  if (f.dashboard_port >= 0) {
-    auto d = StartBatchDashboard(f.dashboard_host, f.dashboard_port, stats, Clock::now());
-    if (!d.ok()) return Fail("batch", "--dashboard-port: " + d.error());
-    dashboard = std::move(d).value();
-  }
 
   // A tensor-parallel job loads the model first, on every rank together: ranks 1.. only serve
   // rank 0's forward calls (LoadModel does not return on them), and once they do, any return of
@@ -498,6 +491,14 @@ int RunBatch(Args& args) {
     auto l = LoadModel(model_flags, /*need_tokenizer=*/true);
     if (!l.ok()) return Fail("batch", l.error());
     loaded = std::move(l).value();
+  }
+  // The dashboard from here on (rank 0's alone: the others never get here), so that it shows a
+  // wait for the first server too.
+  std::unique_ptr<HttpServer> dashboard;
+  if (f.dashboard_port >= 0) {
+    auto d = StartBatchDashboard(f.dashboard_host, f.dashboard_port, stats, Clock::now());
+    if (!d.ok()) return Fail("batch", "--dashboard-port: " + d.error());
+    dashboard = std::move(d).value();
   }
 
   // The output first: its lock refuses a second concurrent run before anything is written.

@@ -29,7 +29,7 @@ bool LaunchedByMpirun();
 // OMPI_COMM_WORLD_SIZE), without starting MPI; nullopt otherwise.
 std::optional<int> MpirunJobSize();
 
-// What the collectives moved and cost, since start-up (for bench).
+// What the collectives moved and cost, since start-up (bench, the server's dashboard).
 struct TpTraffic {
   int64_t calls = 0;           // collective calls (broadcasts of forward calls included)
   int64_t bytes_received = 0;  // by this rank

@@ -331,7 +331,7 @@ void ReadTiktokenVocab(const Tokenizer& tokenizer, int64_t vocab_size, std::vect
   std::unordered_map<std::string, int64_t> rank_of;
   for (int64_t id = 0; id < vocab_size; ++id) {
     if (!tokenizer.IsSpecial(TokenId(id)) && !tokenizer.TokenBytes(TokenId(id)).empty()) {
-      rank_of.emplace(std::string(tokenizer.TokenBytes(TokenId(id))), id);
+      rank_of.insert_or_assign(std::string(tokenizer.TokenBytes(TokenId(id))), id);  // as the loader: the last wins
     }
   }
   for (int64_t id = 0; id < vocab_size; ++id) {

@@ -80,7 +80,9 @@ struct ForwardTimings {
   // block's projections (q_a and q_b or q_proj, kv_a with the cache write, o_proj), the absorbed
   // form's kv_b products (W_UK into the queries, W_UV out of the latent), the MLPs' products
   // (dense MLPs, routed and shared experts), the router (its product, top-k and the experts'
-  // combine), lm_head. Norms, the embedding row and the residual adds are what is left.
+  // combine), lm_head. Norms, the embedding row and the residual adds are what is left. Under
+  // tensor parallelism a collective's time (waiting for the other ranks included) falls in the
+  // phase that calls it (bench prints the phases for one process only).
   int64_t projections_ns = 0;
   int64_t kv_b_ns = 0;
   int64_t mlp_ns = 0;

@@ -23,42 +23,6 @@ using SteadyClock = std::chrono::steady_clock;
 
 int64_t UnixTime() { return int64_t(std::time(nullptr)); }
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// The value of query parameter `name` in a request target ("/dashboard?key=a%20b"), percent- and
-// plus-decoded; nullopt when absent.
-std::optional<std::string> QueryParameter(std::string_view target, std::string_view name) {
-  const size_t q = target.find('?');
-  if (q == std::string_view::npos) return std::nullopt;
-  std::string_view query = target.substr(q + 1);
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    const size_t eq = pair.find('=');
-    if (pair.substr(0, eq) != name) continue;
-    const std::string_view raw = eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
-    std::string value;
-    for (size_t i = 0; i < raw.size(); ++i) {
-      if (raw[i] == '+') {
-        value += ' ';
-      } else if (raw[i] == '%' && i + 2 < raw.size() && HexValue(raw[i + 1]) >= 0 && HexValue(raw[i + 2]) >= 0) {
-        value += char(HexValue(raw[i + 1]) * 16 + HexValue(raw[i + 2]));
-        i += 2;
-      } else {
-        value += raw[i];
-      }
-    }
-    return value;
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 ApiServer::ApiServer(Engine& engine, const Tokenizer& tokenizer, const Model& model, ApiServerOptions options)
@@ -77,7 +41,7 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponseWriter& w) {
     const std::string* auth = req.Header("authorization");
     // A browser opening the dashboard cannot send a header: its page takes the key in the URL
     // (/dashboard?key=KEY) and sends it as a header on every poll.
-    const bool page_key = req.path == "/dashboard" && QueryParameter(req.target, "key") == options_.api_key;
+    const bool page_key = req.path == "/dashboard" && req.QueryParameter("key") == options_.api_key;
     if (!page_key && (auth == nullptr || *auth != "Bearer " + options_.api_key)) {
       return SendError(w, 401, "invalid or missing API key (Authorization: Bearer KEY)", "authentication_error");
     }

@@ -39,6 +39,8 @@ th, td { text-align: left; padding: 2px 8px 2px 0; border-bottom: 1px solid #eee
 const POLL_MS = 1000, KEEP = 600;  // one point a second, the last 10 minutes
 const key = new URLSearchParams(location.search).get("key");
 const colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
+// A latency percentile in ms; none while no request finished in the window.
+const lat = (d, field) => d.latency.requests > 0 ? 1000 * d.latency[field] : null;
 // Each chart: its series (name, function of (previous data, data, seconds between) -> value).
 // The server's charts, and a batch run's (mlaserve batch --dashboard-port: "kind": "batch").
 const serverCharts = [
@@ -57,9 +59,9 @@ const serverCharts = [
     ["retracted", (a, b, dt) => 60 * (b.num_retracted_requests_total - a.num_retracted_requests_total) / dt],
     ["aborted", (a, b, dt) => 60 * (b.num_aborted_requests_total - a.num_aborted_requests_total) / dt]]},
   {id: "ttft", title: "Time to first token, last 5 min (ms)", series: [
-    ["p50", (a, b) => 1000 * b.latency.ttft_p50_s], ["p99", (a, b) => 1000 * b.latency.ttft_p99_s]]},
+    ["p50", (a, b) => lat(b, "ttft_p50_s")], ["p99", (a, b) => lat(b, "ttft_p99_s")]]},
   {id: "tpot", title: "Time per output token, last 5 min (ms)", series: [
-    ["p50", (a, b) => 1000 * b.latency.tpot_p50_s], ["p99", (a, b) => 1000 * b.latency.tpot_p99_s]]},
+    ["p50", (a, b) => lat(b, "tpot_p50_s")], ["p99", (a, b) => lat(b, "tpot_p99_s")]]},
   {id: "spec", title: "Speculative accept length (tokens per verify step)", only: d => d.speculative_algorithm,
    series: [["accept length", (a, b) => b.spec_accept_length]]},
   {id: "tp", title: "Tensor parallel: rank 0 received (MB/s)", only: d => d.tp,
@@ -155,6 +157,7 @@ function updateBatch(d) {
 }
 function update(d) {
   if (!charts) makeCharts(d.kind);
+  if (prev && d.uptime_s < prev.uptime_s) { points.length = 0; prev = null; }  // a restarted server: its counters start again
   if (d.kind === "batch") updateBatch(d);
   else document.getElementById("model").textContent = d.model + " - KV " + d.kv_cache_dtype;
   const t = d.uptime_s, point = {t, values: {}};

@@ -389,4 +389,31 @@ size_t HttpRequestParser::FeedChunked(std::string_view data) {
   return used;
 }
 
+std::optional<std::string> HttpRequest::QueryParameter(std::string_view name) const {
+  const size_t q = target.find('?');
+  if (q == std::string::npos) return std::nullopt;
+  std::string_view query = std::string_view(target).substr(q + 1);
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) != name) continue;
+    const std::string_view raw = eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    std::string value;
+    for (size_t i = 0; i < raw.size(); ++i) {
+      if (raw[i] == '+') {
+        value += ' ';
+      } else if (raw[i] == '%' && i + 2 < raw.size() && HexDigitValue(raw[i + 1]) >= 0 && HexDigitValue(raw[i + 2]) >= 0) {
+        value += char(HexDigitValue(raw[i + 1]) * 16 + HexDigitValue(raw[i + 2]));
+        i += 2;
+      } else {
+        value += raw[i];
+      }
+    }
+    return value;
+  }
+  return std::nullopt;
+}
+
 }  // namespace mlaserve

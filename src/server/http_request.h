@@ -1,6 +1,7 @@
 // One parsed HTTP request, as a handler sees it. Produced by HttpRequestParser (http_parser.h).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -23,6 +24,9 @@ struct HttpRequest {
     }
     return nullptr;
   }
+  // The first query parameter `name` of the target ("/dashboard?key=a%20b" -> "a b"), percent-
+  // and plus-decoded (a malformed escape stays as sent); nullopt when absent (http_parser.cc).
+  std::optional<std::string> QueryParameter(std::string_view name) const;
 };
 
 }  // namespace mlaserve

@@ -1,6 +1,8 @@
 // `mlaserve batch --dashboard-port`: the run's page and data from the batch process itself,
 // while it waits for a server (the data say so; the page in headless chromium says so, with no
 // console errors), then the run completes once a server comes; and the data's arithmetic.
+#include <signal.h>
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -48,6 +50,16 @@ TEST(BatchDashboard, ShowsTheWaitForAServerThenTheRunCompletes) {
   std::vector<std::string> args = testing::BatchArgs(in, out, "http://127.0.0.1:" + std::to_string(port), 16, 2);
   args.insert(args.end(), {"--dashboard-port", "0"});
   const pid_t client = testing::SpawnMlaserve(args, log);
+  struct KillUnlessReaped {  // a failed ASSERT must not leave the client waiting for a server forever
+    pid_t pid;
+    bool reaped = false;
+    ~KillUnlessReaped() {
+      if (!reaped) {
+        kill(pid, SIGKILL);
+        testing::WaitExit(pid);
+      }
+    }
+  } guard{client};
   std::smatch m;
   const std::regex line("batch: dashboard on (http://127\\.0\\.0\\.1:[0-9]+)/dashboard");
   std::string text;
@@ -82,7 +94,9 @@ TEST(BatchDashboard, ShowsTheWaitForAServerThenTheRunCompletes) {
 
   ServerProcess server(ServerLaunch{.port = port}, {});
   ASSERT_EQ(server.port(), port);
-  ASSERT_EQ(testing::WaitExit(client), 0) << ReadTextFile(log);
+  const int exit_code = testing::WaitExit(client);
+  guard.reaped = true;
+  ASSERT_EQ(exit_code, 0) << ReadTextFile(log);
   EXPECT_EQ(testing::IdCounts(ReadTextFile(out)).size(), 4u);
 }
 

@@ -150,7 +150,7 @@ TEST(Cli, InitRandomAndBenchRun) {
   EXPECT_LE(share, 100.0) << r.out;
   EXPECT_EQ(r.out.find("per-step bound"), std::string::npos) << r.out;  // --batch's
   // The decode phase table: disjoint parts of the steps, so together no longer than the steps;
-  // every phase ran and read something.
+  // every phase ran.
   const double decode_s = BenchFigure(r.out, "decode: 4 tokens in ");
   double phases_ms = 0;
   for (const char* phase : {"  MLP products", "  attention projections", "  kv_b products", "  router (", "  lm_head",
@@ -162,7 +162,6 @@ TEST(Cli, InitRandomAndBenchRun) {
     ASSERT_NE(ms_at, std::string::npos) << line;
     const double ms = std::stod(line.substr(line.rfind(' ', ms_at - 1) + 1));
     EXPECT_GT(ms, 0.0) << line;
-    EXPECT_GT(BenchFigure(line, " MB "), 0.0) << line;  // GB/s: it read something
     phases_ms += ms;
   }
   EXPECT_LE(phases_ms, 1e3 * (decode_s + 0.0005) / 4 + 0.003) << r.out;  // within the printed roundings

@@ -5,7 +5,6 @@
 // tokens/s, the requests table and the latency percentiles show the load, and that the page
 // logged no error. Exit 0 with "OK: ..." on success; 2 when no browser can be started (the
 // caller skips); 1 on a failed check. The server must run with --enable-metrics.
-import { chromium } from "playwright-core";
 import { existsSync } from "node:fs";
 
 // Batch mode (node dashboard.mjs --batch DASHBOARD_URL): the batch run's page while it waits for
@@ -15,6 +14,13 @@ const [base, key, screenshot] = process.argv.slice(batchMode ? 3 : 2);
 const executable = process.env.CHROMIUM ?? ["/usr/bin/chromium", "/usr/bin/chromium-browser"].find(existsSync);
 if (!executable) { console.log("SKIP: no chromium"); process.exit(2); }
 
+let chromium;
+try {
+  ({ chromium } = await import("playwright-core"));
+} catch (e) {  // missing, or a node older than it needs
+  console.log("SKIP: playwright-core does not load under node " + process.version + ": " + e.message.split("\n")[0]);
+  process.exit(2);
+}
 const fail = (why) => { console.error("FAIL: " + why); process.exit(1); };
 const auth = { Authorization: "Bearer " + key };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

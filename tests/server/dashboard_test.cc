@@ -8,7 +8,6 @@
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "server/http_client.h"
 #include "server/recent_latencies.h"
@@ -52,36 +51,39 @@ TEST(Dashboard, KeyDataAndRequestsTable) {
   EXPECT_EQ(idle["latency"]["requests"], 0);
   EXPECT_EQ(idle["max_total_num_tokens"], 8192);
 
-  // A long request: the table lists it (its id, no text) until it finishes; then the latency
-  // window holds it.
+  // A long streamed request, held open while the test looks: once its first tokens have arrived,
+  // the table lists it decoding (its id, no text); the client then leaves (the request ends,
+  // aborted), and the table empties while the latency window holds it.
   const std::string marker = "SECRET-PROMPT-TEXT";
-  std::thread request([&] {
-    auto r = HttpClient().Request("POST", server.Url("/generate"),
-                                  R"({"rid": "dash-1", "text": ")" + marker + R"( KING:", "sampling_params": )"
-                                  R"({"max_new_tokens": 1900, "ignore_eos": true}})",
-                                  {{"Authorization", std::string("Bearer ") + kKey}}, 60000);
-    EXPECT_TRUE(r.ok() && r->status_code == 200);
-  });
   json during;
-  for (int i = 0; i < 3000; ++i) {  // until the table shows it decoding (or the request is over)
-    during = json::parse(Get(server, "/dashboard/data", true).body);
-    if (during["requests"]["total"] == 1 && during["requests"]["rows"][0]["completion_tokens"].get<int>() > 0) break;
-    if (during["num_requests_total"].get<int>() > 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  request.join();
+  const Status streamed = HttpClient().Stream(
+      "POST", server.Url("/generate"),
+      R"({"rid": "dash-1", "stream": true, "text": ")" + marker + R"( KING:", "sampling_params": )"
+      R"({"max_new_tokens": 1900, "ignore_eos": true}})",
+      {{"Authorization", std::string("Bearer ") + kKey}}, 60000, [&](std::string_view) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        do {
+          during = json::parse(Get(server, "/dashboard/data", true).body);
+          if (during["requests"]["total"] == 1 && during["requests"]["rows"][0]["state"] == "decoding") break;
+        } while (std::chrono::steady_clock::now() < deadline);
+        return false;  // leave
+      });
+  EXPECT_TRUE(streamed.ok()) << streamed.message();
   ASSERT_EQ(during["requests"]["total"], 1) << during.dump();
   const json row = during["requests"]["rows"][0];
   EXPECT_EQ(row["rid"], "dash-1");
   EXPECT_EQ(row["state"], "decoding");
   EXPECT_GT(row["prompt_tokens"].get<int>(), 0);
+  EXPECT_GT(row["completion_tokens"].get<int>(), 0);
   EXPECT_EQ(during.dump().find(marker), std::string::npos);
-  const json after = json::parse(Get(server, "/dashboard/data", true).body);
-  EXPECT_EQ(after["requests"]["total"], 0);
+  json after;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  do {  // until the server has noticed the client left and the request ended
+    after = json::parse(Get(server, "/dashboard/data", true).body);
+  } while (after["requests"]["total"] != 0 && std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(after["requests"]["total"], 0) << after.dump();
   EXPECT_EQ(after["latency"]["requests"], 1);
   EXPECT_GT(after["latency"]["ttft_p50_s"].get<double>(), 0.0);
-  EXPECT_GT(after["latency"]["tpot_p50_s"].get<double>(), 0.0);
-  EXPECT_EQ(after["generation_tokens_total"], 1900);
 }
 
 // The charts shown only where enabled read real figures: speculative decoding's verify steps

@@ -280,6 +280,19 @@ void ExpectJsonError(const std::string& body, int code, std::string_view type) {
 // ---------------------------------------------------------------------------------------------
 // Requests and responses
 
+TEST(HttpRequest, QueryParameterDecodes) {
+  HttpRequest r;
+  r.target = "/dashboard?x=1&key=a%20b%2Bc+d&key=second&empty=&bare&bad=%4g%4";
+  EXPECT_EQ(r.QueryParameter("key"), "a b+c d");  // the first one
+  EXPECT_EQ(r.QueryParameter("x"), "1");
+  EXPECT_EQ(r.QueryParameter("empty"), "");
+  EXPECT_EQ(r.QueryParameter("bare"), "");
+  EXPECT_EQ(r.QueryParameter("bad"), "%4g%4");  // malformed escapes stay as sent
+  EXPECT_EQ(r.QueryParameter("ke"), std::nullopt);
+  r.target = "/dashboard";
+  EXPECT_EQ(r.QueryParameter("key"), std::nullopt);
+}
+
 TEST(HttpServer, GetAndPostWithBody) {
   auto server = StartServer(EchoHandler);
   ASSERT_NE(server, nullptr);
