@@ -62,6 +62,7 @@ Result<MpiGroup*> MpiGroup::Get() {
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, group->rank_, MPI_INFO_NULL, &local);
   MPI_Comm_size(local, &group->local_size_);
   MPI_Comm_free(&local);
+  group->bytes_by_rank_ = std::make_unique<std::atomic<int64_t>[]>(size_t(group->size_));
   group->counts_.resize(size_t(group->size_));
   group->displs_.resize(size_t(group->size_));
   g_group = group;
@@ -82,8 +83,17 @@ void MpiGroup::StopWorkers() {
   Broadcast(header, kTpCallHeaderBytes, /*idle=*/true);
 }
 
+TpTraffic MpiGroup::traffic() const {
+  TpTraffic t{.calls = traffic_calls_.load(std::memory_order_relaxed),
+              .bytes_received = traffic_bytes_.load(std::memory_order_relaxed),
+              .ns = traffic_ns_.load(std::memory_order_relaxed)};
+  for (int r = 0; r < size_; ++r) t.bytes_received_by_rank.push_back(bytes_by_rank_[size_t(r)].load(std::memory_order_relaxed));
+  return t;
+}
+
 void MpiGroup::Broadcast(void* data, int64_t bytes, bool idle) {
   TrafficScope scope(traffic_calls_, traffic_bytes_, traffic_ns_, rank_ == 0 ? 0 : bytes);
+  CountByRank([&](int r) { return r == 0 ? 0 : bytes; });
   if (!idle) {
     MPI_Bcast(data, int(bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
     return;
@@ -118,12 +128,18 @@ int64_t MpiGroup::SetBlocks(std::span<const int64_t> counts) {
 
 void MpiGroup::AllGather(float* data, std::span<const int64_t> counts) {
   TrafficScope scope(traffic_calls_, traffic_bytes_, traffic_ns_, SetBlocks(counts) * int64_t(sizeof(float)));
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  CountByRank([&](int r) { return (total - counts[size_t(r)]) * int64_t(sizeof(float)); });
   MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts_.data(), displs_.data(), MPI_FLOAT, MPI_COMM_WORLD);
 }
 
 void MpiGroup::GatherToRoot(float* data, std::span<const int64_t> counts) {
   const int64_t others = SetBlocks(counts);
   TrafficScope scope(traffic_calls_, traffic_bytes_, traffic_ns_, rank_ == 0 ? others * int64_t(sizeof(float)) : 0);
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  CountByRank([&](int r) { return r == 0 ? (total - counts[0]) * int64_t(sizeof(float)) : 0; });
   if (rank_ == 0) {
     MPI_Gatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts_.data(), displs_.data(), MPI_FLOAT, 0, MPI_COMM_WORLD);
   } else {
@@ -133,7 +149,9 @@ void MpiGroup::GatherToRoot(float* data, std::span<const int64_t> counts) {
 }
 
 void MpiGroup::AllReduceSum(float* data, int64_t count) {
-  TrafficScope scope(traffic_calls_, traffic_bytes_, traffic_ns_, 2 * (size_ - 1) * count * int64_t(sizeof(float)) / size_);
+  const int64_t received = 2 * (size_ - 1) * count * int64_t(sizeof(float)) / size_;
+  TrafficScope scope(traffic_calls_, traffic_bytes_, traffic_ns_, received);
+  CountByRank([&](int) { return received; });
   MPI_Allreduce(MPI_IN_PLACE, data, int(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 }
 

@@ -34,6 +34,9 @@ struct TpTraffic {
   int64_t calls = 0;           // collective calls (broadcasts of forward calls included)
   int64_t bytes_received = 0;  // by this rank
   int64_t ns = 0;              // wall time inside the collectives
+  // [size] what each rank received, as this rank counts it: every rank runs the same collectives
+  // with the same counts, so each knows what the others receive without asking them.
+  std::vector<int64_t> bytes_received_by_rank;
 };
 
 class MpiGroup final : public TpCollectives {
@@ -62,11 +65,7 @@ class MpiGroup final : public TpCollectives {
 
   // A snapshot of the counters: the engine thread adds to them, any thread may read (the
   // dashboard's handler threads).
-  TpTraffic traffic() const {
-    return TpTraffic{.calls = traffic_calls_.load(std::memory_order_relaxed),
-                     .bytes_received = traffic_bytes_.load(std::memory_order_relaxed),
-                     .ns = traffic_ns_.load(std::memory_order_relaxed)};
-  }
+  TpTraffic traffic() const;
   // Ends every rank of the job (MPI_Abort) with exit code `code`.
   [[noreturn]] void Abort(int code);
 
@@ -77,12 +76,18 @@ class MpiGroup final : public TpCollectives {
   // counts_ and displs_ for blocks of counts[r] floats back to back; returns the other ranks'
   // floats (what this rank receives when it receives them all).
   int64_t SetBlocks(std::span<const int64_t> counts);
+  // Adds received(r) bytes to rank r's count, for every rank.
+  template <class Received>
+  void CountByRank(Received&& received) {
+    for (int r = 0; r < size_; ++r) bytes_by_rank_[size_t(r)].fetch_add(received(r), std::memory_order_relaxed);
+  }
 
   int rank_ = 0;
   int size_ = 1;
   int local_size_ = 1;
   bool workers_listening_ = false;
   std::atomic<int64_t> traffic_calls_{0}, traffic_bytes_{0}, traffic_ns_{0};  // TpTraffic's fields
+  std::unique_ptr<std::atomic<int64_t>[]> bytes_by_rank_;                    // [size_]
   std::vector<int> counts_, displs_;  // [size] MPI's int arguments, reused
 };
 

@@ -17,7 +17,8 @@ json DashboardData(const DashboardSources& src, std::chrono::steady_clock::time_
   json tp = nullptr;
   if (src.tp) {
     tp = {{"size", src.tp_size}, {"rank0_collective_calls_total", src.tp->calls},
-          {"rank0_bytes_received_total", src.tp->bytes_received}, {"rank0_collective_seconds_total", double(src.tp->ns) / 1e9}};
+          {"rank0_bytes_received_total", src.tp->bytes_received}, {"rank0_collective_seconds_total", double(src.tp->ns) / 1e9},
+          {"bytes_received_total_by_rank", src.tp->bytes_received_by_rank}};
   }
   return {{"kind", "server"},
           {"uptime_s", uptime_s},

@@ -38,7 +38,7 @@ th, td { text-align: left; padding: 2px 8px 2px 0; border-bottom: 1px solid #eee
 "use strict";
 const POLL_MS = 1000, KEEP = 600;  // one point a second, the last 10 minutes
 const key = new URLSearchParams(location.search).get("key");
-const colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
+const colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"];
 // A latency percentile in ms; none while no request finished in the window.
 const lat = (d, field) => d.latency.requests > 0 ? 1000 * d.latency[field] : null;
 // Each chart: its series (name, function of (previous data, data, seconds between) -> value).
@@ -64,8 +64,8 @@ const serverCharts = [
     ["p50", (a, b) => lat(b, "tpot_p50_s")], ["p99", (a, b) => lat(b, "tpot_p99_s")]]},
   {id: "spec", title: "Speculative accept length (tokens per verify step)", only: d => d.speculative_algorithm,
    series: [["accept length", (a, b) => b.spec_accept_length]]},
-  {id: "tp", title: "Tensor parallel: rank 0 received (MB/s)", only: d => d.tp,
-   series: [["received", (a, b, dt) => (b.tp.rank0_bytes_received_total - a.tp.rank0_bytes_received_total) / dt / 1e6]]},
+  {id: "tp", title: "Tensor parallel: received per rank (MB/s); rank 0 in collectives (%)", only: d => d.tp,
+   series: []},  // one per rank, made from the first data (makeCharts)
 ];
 const batchCharts = [
   {id: "records", title: "Records", series: [
@@ -95,8 +95,15 @@ function fmt(v) {
   const a = Math.abs(v);
   return a >= 1000 ? v.toFixed(0) : a >= 10 ? v.toFixed(1) : v.toFixed(2);
 }
-function makeCharts(kind) {
+function makeCharts(d) {
+  const kind = d.kind;
   charts = kind === "batch" ? batchCharts : serverCharts;
+  const tp = charts.find(c => c.id === "tp");
+  if (tp && d.tp) {
+    tp.series = d.tp.bytes_received_total_by_rank.map((_, r) => ["rank " + r,
+      (a, b, dt) => (b.tp.bytes_received_total_by_rank[r] - a.tp.bytes_received_total_by_rank[r]) / dt / 1e6]);
+    tp.series.push(["rank 0 waiting %", (a, b, dt) => 100 * (b.tp.rank0_collective_seconds_total - a.tp.rank0_collective_seconds_total) / dt]);
+  }
   for (const c of charts) {
     const card = el("div", {class: "card", id: "card-" + c.id});
     card.append(el("h2", {}, c.title), el("div", {class: "now", id: "now-" + c.id}), el("svg", {id: "svg-" + c.id, viewBox: "0 0 400 130", preserveAspectRatio: "none"}));
@@ -132,7 +139,7 @@ function draw(c) {
       if (v === null || !isFinite(v)) continue;
       d += (d ? "L" : "M") + x(p.t).toFixed(1) + "," + y(v).toFixed(1);
     }
-    if (d) svg.append(el("path", {svg: 1, d, fill: "none", stroke: colors[i], "stroke-width": 1.5,
+    if (d) svg.append(el("path", {svg: 1, d, fill: "none", stroke: colors[i % colors.length], "stroke-width": 1.5,
                                   "stroke-dasharray": s[0] === "capacity" ? "4 3" : "none"}));
   });
 }
@@ -156,7 +163,7 @@ function updateBatch(d) {
   }
 }
 function update(d) {
-  if (!charts) makeCharts(d.kind);
+  if (!charts) makeCharts(d);
   if (prev && d.uptime_s < prev.uptime_s) { points.length = 0; prev = null; }  // a restarted server: its counters start again
   if (d.kind === "batch") updateBatch(d);
   else document.getElementById("model").textContent = d.model + " - KV " + d.kv_cache_dtype;
@@ -173,7 +180,7 @@ function update(d) {
     const now = document.getElementById("now-" + c.id);
     now.replaceChildren();
     c.series.forEach((s, i) => {
-      const span = el("span", {style: "color:" + colors[i] + ";margin-right:14px", "data-series": s[0]});
+      const span = el("span", {style: "color:" + colors[i % colors.length] + ";margin-right:14px", "data-series": s[0]});
       span.append(s[0] + " ", el("b", {}, fmt(values[i])));
       now.append(span);
     });

@@ -108,6 +108,11 @@ TEST(Dashboard, SpeculativeAndTensorParallelFigures) {
   EXPECT_EQ(after["tp"]["size"], 2);
   EXPECT_GT(after["tp"]["rank0_collective_calls_total"].get<int64_t>(), before["tp"]["rank0_collective_calls_total"].get<int64_t>());
   EXPECT_GT(after["tp"]["rank0_bytes_received_total"].get<int64_t>(), before["tp"]["rank0_bytes_received_total"].get<int64_t>());
+  // Every rank's received bytes, as rank 0 counts them: both ranks received something, rank 0's
+  // own count is the one above.
+  ASSERT_EQ(after["tp"]["bytes_received_total_by_rank"].size(), 2u) << after.dump();
+  EXPECT_EQ(after["tp"]["bytes_received_total_by_rank"][0], after["tp"]["rank0_bytes_received_total"]);
+  EXPECT_GT(after["tp"]["bytes_received_total_by_rank"][1].get<int64_t>(), 0);
   EXPECT_TRUE(after["speculative_algorithm"].is_null());
 }
 
