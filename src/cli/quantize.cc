@@ -28,6 +28,10 @@ int RunQuantize(Args& args) {
   const std::string gguf_kv_layout = args.Str("gguf-kv-layout", "combined", "gguf: kv_b_proj as one attn_kv_b "
                                               "(older files) or split into attn_k_b and attn_v_b (newer files)",
                                               {.choices = {"combined", "split"}});
+  const int split_max_tensors = args.Int("gguf-split-max-tensors", 0,
+                                        "gguf: a split GGUF (llama.cpp's gguf-split layout: OUT-00001-of-0000N.gguf, "
+                                        "the metadata in the first) of at most N tensors a shard; 0: one file",
+                                        {.value_name = "N", .min = 0});
   if (in_dir.empty()) args.Reject("--model-path DIR is required");
   if (out_dir.empty()) args.Reject("--out DIR|FILE is required");
   const bool gguf = out_format == "gguf";
@@ -40,6 +44,7 @@ int RunQuantize(Args& args) {
     args.Reject("--weights " + weights + " is for --out-format gguf");
   }
   if (!gguf && args.WasGiven("gguf-kv-layout")) args.Reject("--gguf-kv-layout is for --out-format gguf");
+  if (!gguf && args.WasGiven("gguf-split-max-tensors")) args.Reject("--gguf-split-max-tensors is for --out-format gguf");
   if (auto exit_code = args.Finish()) return *exit_code;
   if (gguf) {
     const GgufExportOptions options{.matrix_type = weights == "f32"    ? GgmlType::kF32
@@ -53,12 +58,17 @@ int RunQuantize(Args& args) {
                                                    : weights == "q5_0" ? GgmlType::kQ5_0
                                                    : weights == "q5_1" ? GgmlType::kQ5_1
                                                                        : GgmlType::kBF16,
-                                    .split_kv_b = gguf_kv_layout == "split"};
+                                    .split_kv_b = gguf_kv_layout == "split",
+                                    .split_max_tensors = size_t(split_max_tensors)};
     auto report = WriteGgufCheckpoint(in_dir, out_dir, options);
     if (!report.ok()) return Fail("quantize", report.error());
     std::printf("wrote %s (GGUF, %s matrices, kv_b %s): %zu tensors, %.1f MB\n", out_dir.c_str(),
                 weights.empty() ? "bf16" : weights.c_str(), gguf_kv_layout.c_str(), report->num_tensors,
                 double(report->output_bytes) / 1e6);
+    if (report->paths.size() > 1) {
+      std::printf("in %zu shards: %s ... %s\n", report->paths.size(), report->paths.front().c_str(),
+                  report->paths.back().c_str());
+    }
     return 0;
   }
   const QuantScheme scheme = weights == "int4-g32" ? QuantScheme::kInt4G32 : QuantScheme::kFp8Block;  // "": fp8-block

@@ -73,6 +73,7 @@ struct GgufTensorInfo {
   uint32_t type = 0;        // a GgmlType number with known traits
   uint64_t offset = 0;      // from the start of the data section, a multiple of the alignment
   uint64_t num_bytes = 0;   // what ne and the type's blocks take
+  int shard = 0;            // which file of a split GGUF holds it (ReadGgufFile; ParseGguf: 0)
 };
 
 struct GgufFile {

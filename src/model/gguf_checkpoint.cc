@@ -251,13 +251,24 @@ std::vector<float> DequantizeToF32(const GgufTensorInfo& t, const std::byte* blo
 
 }  // namespace
 
-Status Checkpoint::AddGgufFile(const std::string& path) {
-  auto mapped = MappedFile::Open(path);
-  if (!mapped.ok()) return mapped.status();
-  const MappedFile& file = **mapped;
-  auto parsed = ParseGguf(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), path);
-  if (!parsed.ok()) return parsed.status();
-  const std::byte* data = file.data() + parsed->data_offset;
+Status Checkpoint::AddGgufFile(const std::string& first_path) {
+  // Every shard of a split GGUF (one file otherwise), mapped; the tensor infos with the data
+  // section of the shard that holds each (ReadGgufFile checks the split keys and duplicates).
+  auto shard_paths = GgufShardPaths(first_path);
+  if (!shard_paths.ok()) return shard_paths.status();
+  auto merged = ReadGgufFile(first_path);
+  if (!merged.ok()) return merged.status();
+  std::vector<const std::byte*> shard_data;
+  for (const std::string& shard : *shard_paths) {
+    auto mapped = MappedFile::Open(shard);
+    if (!mapped.ok()) return mapped.status();
+    auto parsed = ParseGguf(std::string_view(reinterpret_cast<const char*>((*mapped)->data()), (*mapped)->size()), shard);
+    if (!parsed.ok()) return parsed.status();
+    shard_data.push_back((*mapped)->data() + parsed->data_offset);
+    files_.push_back(std::move(mapped).value());
+  }
+  // Errors name the first shard's path (where the metadata is), tensor data the shard's.
+  const std::string& path = shard_paths->front();
   std::map<std::string, std::vector<std::string>> unsupported;  // type name -> tensors
   struct SplitKv {
     const GgufTensorInfo* k_b = nullptr;
@@ -270,7 +281,9 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
     tensors_.emplace(view.name, std::move(view));
     return Status::Ok();
   };
-  for (const GgufTensorInfo& t : parsed->tensors) {
+  for (const GgufTensorInfo& t : merged->tensors) {
+    const std::byte* data = shard_data[size_t(t.shard)];
+    const std::string& file = (*shard_paths)[size_t(t.shard)];
     const std::optional<DType> dtype = DTypeOfGgml(t.type);
     if (!dtype) {
       unsupported[GgmlTraits(t.type).name].push_back(t.name);
@@ -328,11 +341,11 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
         MLA_RETURN_IF_ERROR(add(TensorView{.name = name + (with_mins ? "_scale_min" : "_scale"), .dtype = DType::kF32,
                                            .shape = scale_shape,
                                            .data = scales + size_t(first / group) * group_scale_bytes,
-                                           .num_bytes = size_t(count / group) * group_scale_bytes, .file = path}));
+                                           .num_bytes = size_t(count / group) * group_scale_bytes, .file = file}));
         if (q4_k) shape.back() /= 2;  // two nibbles a byte
       }
       return add(TensorView{.name = std::move(name), .dtype = *dtype, .shape = std::move(shape),
-                            .data = values + offset, .num_bytes = bytes, .file = path});
+                            .data = values + offset, .num_bytes = bytes, .file = file});
     };
     if (!hf) {
       MLA_RETURN_IF_ERROR(add_tensor(t.name, TorchShape(t.ne), 0, elements));  // its own name (e.g. an MTP layer's)
@@ -374,8 +387,8 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
     const bool q8 = *DTypeOfGgml(k.type) == DType::kI8 || *DTypeOfGgml(v.type) == DType::kI8 || k.type != v.type;
     std::vector<float> k_f32, v_f32;
     if (q8) {
-      k_f32 = DequantizeToF32(k, data + k.offset);
-      v_f32 = DequantizeToF32(v, data + v.offset);
+      k_f32 = DequantizeToF32(k, shard_data[size_t(k.shard)] + k.offset);
+      v_f32 = DequantizeToF32(v, shard_data[size_t(v.shard)] + v.offset);
     }
     const DType out_dtype = q8 ? DType::kF32 : *DTypeOfGgml(k.type);
     const size_t elem = size_t(DTypeBytes(out_dtype));
@@ -383,8 +396,8 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
     auto owned = MappedFile::SharedAnonymous(bytes);
     if (!owned.ok()) return owned.status();
     std::byte* out = (*owned)->mutable_data();
-    const std::byte* kb = q8 ? reinterpret_cast<const std::byte*>(k_f32.data()) : data + k.offset;
-    const std::byte* vb = q8 ? reinterpret_cast<const std::byte*>(v_f32.data()) : data + v.offset;
+    const std::byte* kb = q8 ? reinterpret_cast<const std::byte*>(k_f32.data()) : shard_data[size_t(k.shard)] + k.offset;
+    const std::byte* vb = q8 ? reinterpret_cast<const std::byte*>(v_f32.data()) : shard_data[size_t(v.shard)] + v.offset;
     for (int64_t h = 0; h < heads; ++h) {
       for (int64_t j = 0; j < nope; ++j) {
         std::byte* row = out + size_t((h * (nope + vdim) + j) * lora) * elem;
@@ -399,7 +412,6 @@ Status Checkpoint::AddGgufFile(const std::string& path) {
                                        .data = out, .num_bytes = bytes, .file = path + " (attn_k_b + attn_v_b)"}));
     files_.push_back(std::move(owned).value());
   }
-  files_.push_back(std::move(mapped).value());
   return Status::Ok();
 }
 

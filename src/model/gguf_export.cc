@@ -511,7 +511,15 @@ Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const
       MLA_RETURN_IF_ERROR(add(blk + "attn_v_b.weight", {lora, v, heads}, v_type, Encoded(v_b, v_type, buffers)));
     }
   }
-  MLA_RETURN_IF_ERROR(w.Write(out_path));
+  if (options.split_max_tensors > 0) {
+    const std::string prefix = out_path.ends_with(".gguf") ? out_path.substr(0, out_path.size() - 5) : out_path;
+    auto paths = w.WriteSplit(prefix, options.split_max_tensors);
+    if (!paths.ok()) return paths.status();
+    report.paths = std::move(paths).value();
+  } else {
+    MLA_RETURN_IF_ERROR(w.Write(out_path));
+    report.paths = {out_path};
+  }
   return report;
 }
 

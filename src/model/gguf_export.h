@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "model/gguf.h"
@@ -24,11 +25,15 @@ namespace mlaserve {
 struct GgufExportOptions {
   GgmlType matrix_type = GgmlType::kBF16;  // kF32, kF16, kBF16, kQ8_0, kQ6_K, kQ5_K, kQ4_K or kQ4_0
   bool split_kv_b = false;
+  // > 0: a split GGUF of at most this many tensors a shard (gguf-split's --split-max-tensors),
+  // out_path without ".gguf" as the shards' prefix.
+  size_t split_max_tensors = 0;
 };
 
 struct GgufExportReport {
   size_t num_tensors = 0;
   uint64_t output_bytes = 0;
+  std::vector<std::string> paths;  // the file, or the shards
 };
 
 Result<GgufExportReport> WriteGgufCheckpoint(const std::string& model_dir, const std::string& out_path,

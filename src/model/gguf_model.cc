@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <regex>
+#include <set>
 
 #include "model/safetensors.h"
 
@@ -122,10 +125,6 @@ Result<json> HfConfigFromGguf(const GgufFile& f, const std::string& source) {
   if (*arch != "deepseek2") {
     return Status::Error(source + ": architecture '" + *arch + "' is not supported (supported: deepseek2, i.e. "
                          "DeepSeek-V2/V3/R1 and Kimi-K2 as llama.cpp names them)");
-  }
-  if (auto split = f.OptionalInteger("split.count"); split && *split > 1) {
-    return Status::Error(source + ": one shard of " + std::to_string(*split) + " (split.count); sharded GGUF is not "
-                         "read yet: merge the shards into one file (llama.cpp's llama-gguf-split --merge)");
   }
   const std::string a = *arch;
   for (const auto& [key, value] : f.metadata) {
@@ -246,10 +245,70 @@ Result<ModelConfig> ModelConfigFromGguf(const GgufFile& f, const std::string& so
   return ParseModelConfig(c->dump(), source + " (its deepseek2 metadata)");
 }
 
+Result<std::vector<std::string>> GgufShardPaths(const std::string& path) {
+  // PREFIX-NNNNN-of-MMMMM.gguf (gguf-split's llama_split_path: five digits each).
+  static const std::regex kSplit(R"((.*)-([0-9]{5})-of-([0-9]{5})\.gguf)");
+  std::smatch m;
+  if (!std::regex_match(path, m, kSplit)) return std::vector<std::string>{path};
+  const int count = std::stoi(m[3].str()), no = std::stoi(m[2].str());
+  if (count < 1 || no < 1 || no > count) return Status::Error(path + ": a split GGUF name with shard " + m[2].str() + " of " + m[3].str());
+  std::vector<std::string> shards;
+  for (int i = 1; i <= count; ++i) {
+    char suffix[32];
+    std::snprintf(suffix, sizeof suffix, "-%05d-of-%05d.gguf", i, count);
+    shards.push_back(m[1].str() + suffix);
+    std::error_code ec;
+    if (!std::filesystem::exists(shards.back(), ec)) {
+      return Status::Error(shards.back() + ": missing (shard " + std::to_string(i) + " of the " + std::to_string(count) +
+                           " this split GGUF is named for)");
+    }
+  }
+  return shards;
+}
+
 Result<GgufFile> ReadGgufFile(const std::string& path) {
-  auto mapped = MappedFile::Open(path);
-  if (!mapped.ok()) return mapped.status();
-  return ParseGguf(std::string_view(reinterpret_cast<const char*>((*mapped)->data()), (*mapped)->size()), path);
+  auto shards = GgufShardPaths(path);
+  if (!shards.ok()) return shards.status();
+  auto read = [](const std::string& p) -> Result<GgufFile> {
+    auto mapped = MappedFile::Open(p);
+    if (!mapped.ok()) return mapped.status();
+    return ParseGguf(std::string_view(reinterpret_cast<const char*>((*mapped)->data()), (*mapped)->size()), p);
+  };
+  auto first = read(shards->front());
+  if (!first.ok()) return first;
+  if (shards->size() == 1) {
+    if (auto n = first->OptionalInteger("split.count"); n && *n > 1) {
+      return Status::Error(path + ": one shard of " + std::to_string(*n) + " (split.count), but not named as one "
+                           "(PREFIX-00001-of-" + std::string(5 - std::min<size_t>(5, std::to_string(*n).size()), '0') +
+                           std::to_string(*n) + ".gguf ...): its other shards cannot be found");
+    }
+    return first;
+  }
+  const int count = int(shards->size());
+  std::set<std::string> names;
+  for (const GgufTensorInfo& t : first->tensors) names.insert(t.name);
+  for (int i = 0; i < count; ++i) {
+    Result<GgufFile> shard = i == 0 ? Result<GgufFile>(*first) : read((*shards)[size_t(i)]);
+    if (!shard.ok()) return shard.status();
+    const std::string& p = (*shards)[size_t(i)];
+    if (auto n = shard->OptionalInteger("split.count"); n && *n != count) {
+      return Status::Error(p + ": split.count says " + std::to_string(*n) + " shards, its name " + std::to_string(count));
+    }
+    if (auto n = shard->OptionalInteger("split.no"); n && *n != i) {
+      return Status::Error(p + ": split.no says shard " + std::to_string(*n) + ", its name " + std::to_string(i));
+    }
+    if (i == 0) continue;
+    for (GgufTensorInfo& t : shard->tensors) {
+      if (!names.insert(t.name).second) return Status::Error(p + ": tensor '" + t.name + "' is in another shard too");
+      t.shard = i;
+      first->tensors.push_back(std::move(t));
+    }
+  }
+  if (auto n = first->OptionalInteger("split.tensors.count"); n && *n != int64_t(first->tensors.size())) {
+    return Status::Error(shards->front() + ": split.tensors.count says " + std::to_string(*n) + " tensors, the shards hold " +
+                         std::to_string(first->tensors.size()));
+  }
+  return first;
 }
 
 bool IsGgufFile(const std::string& path) {

@@ -56,7 +56,14 @@ Result<ModelConfig> ModelConfigFromGguf(const GgufFile& f, const std::string& so
 
 // True when `path` names a GGUF file (by its first four bytes).
 bool IsGgufFile(const std::string& path);
-// The GGUF file at `path`, mapped and parsed (metadata and tensor infos only).
+// A split GGUF (llama.cpp's gguf-split names: PREFIX-00001-of-00009.gguf ... -00009-of-00009.gguf,
+// the metadata in the first, the tensors spread over all): every shard's path in order, from any
+// one of them. A file not named so: itself alone. An error names a shard that is missing.
+Result<std::vector<std::string>> GgufShardPaths(const std::string& path);
+// The GGUF file at `path`, mapped and parsed (metadata and tensor infos only). A split GGUF:
+// the first shard's metadata, and every shard's tensor infos (GgufTensorInfo::shard, offsets
+// in their own shard), checked: split.count and split.no where the shards say them, no tensor
+// twice.
 Result<GgufFile> ReadGgufFile(const std::string& path);
 
 }  // namespace mlaserve

@@ -1,5 +1,7 @@
 #include "model/gguf_writer.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 
@@ -93,16 +95,44 @@ Status GgufWriter::AddTensor(const std::string& name, std::vector<int64_t> ne, G
   return Status::Ok();
 }
 
-Status GgufWriter::Write(const std::string& path) const {
+Status GgufWriter::Write(const std::string& path) const { return WriteFile(path, metadata_, num_metadata_, tensors_); }
+
+Result<std::vector<std::string>> GgufWriter::WriteSplit(const std::string& prefix, size_t max_tensors) const {
+  const size_t count = std::max<size_t>(1, (tensors_.size() + max_tensors - 1) / max_tensors);
+  if (count > 99999) return Status::Error(prefix + ": more than 99999 shards");
+  std::vector<std::string> paths;
+  for (size_t i = 0; i < count; ++i) {
+    // gguf-split's keys: every shard says its number and the count; the first also the total.
+    GgufWriter keys;
+    keys.Key("split.no", GgufValueType::kU16);
+    Put<uint16_t>(keys.metadata_, uint16_t(i));
+    keys.Key("split.count", GgufValueType::kU16);
+    Put<uint16_t>(keys.metadata_, uint16_t(count));
+    keys.Key("split.tensors.count", GgufValueType::kI32);
+    Put<int32_t>(keys.metadata_, int32_t(tensors_.size()));
+    const std::string metadata = i == 0 ? metadata_ + keys.metadata_ : keys.metadata_;
+    const uint64_t num_metadata = (i == 0 ? num_metadata_ : 0) + keys.num_metadata_;
+    const size_t begin = i * max_tensors, end = std::min(tensors_.size(), begin + max_tensors);
+    char suffix[32];
+    std::snprintf(suffix, sizeof suffix, "-%05zu-of-%05zu.gguf", i + 1, count);
+    paths.push_back(prefix + suffix);
+    MLA_RETURN_IF_ERROR(WriteFile(paths.back(), metadata, num_metadata,
+                                  std::vector<Tensor>(tensors_.begin() + ptrdiff_t(begin), tensors_.begin() + ptrdiff_t(end))));
+  }
+  return paths;
+}
+
+Status GgufWriter::WriteFile(const std::string& path, const std::string& metadata, uint64_t num_metadata,
+                             const std::vector<Tensor>& tensors) const {
   std::string head;
   Put<uint32_t>(head, 0x46554747);  // "GGUF"
   Put<uint32_t>(head, 3);
-  Put<uint64_t>(head, tensors_.size());
-  Put<uint64_t>(head, num_metadata_);
-  head += metadata_;
+  Put<uint64_t>(head, tensors.size());
+  Put<uint64_t>(head, num_metadata);
+  head += metadata;
   uint64_t offset = 0;
   auto aligned = [&](uint64_t x) { return (x + alignment_ - 1) / alignment_ * alignment_; };
-  for (const Tensor& t : tensors_) {
+  for (const Tensor& t : tensors) {
     PutString(head, t.name);
     Put<uint32_t>(head, uint32_t(t.ne.size()));
     for (int64_t d : t.ne) Put<uint64_t>(head, uint64_t(d));
@@ -117,7 +147,7 @@ Status GgufWriter::Write(const std::string& path) const {
   out.write(head.data(), std::streamsize(head.size()));
   uint64_t written = 0;
   const std::string padding(alignment_, '\0');
-  for (const Tensor& t : tensors_) {
+  for (const Tensor& t : tensors) {
     const uint64_t pad = aligned(written) - written;
     out.write(padding.data(), std::streamsize(pad));
     out.write(reinterpret_cast<const char*>(t.data.data()), std::streamsize(t.data.size()));

@@ -32,6 +32,10 @@ class GgufWriter {
   Status AddTensor(const std::string& name, std::vector<int64_t> ne, GgmlType type, std::span<const std::byte> data);
 
   Status Write(const std::string& path) const;
+  // As llama.cpp's gguf-split writes a split GGUF: PREFIX-00001-of-0000N.gguf ..., at most
+  // max_tensors tensors a shard (>= 1), the metadata in the first, and every shard's split.no
+  // (from 0), split.count and split.tensors.count. Returns the paths written.
+  Result<std::vector<std::string>> WriteSplit(const std::string& prefix, size_t max_tensors) const;
 
  private:
   void Key(const std::string& key, GgufValueType type);
@@ -41,6 +45,8 @@ class GgufWriter {
     GgmlType type;
     std::span<const std::byte> data;
   };
+  Status WriteFile(const std::string& path, const std::string& metadata, uint64_t num_metadata,
+                   const std::vector<Tensor>& tensors) const;
   std::string metadata_;  // the encoded key/values
   uint64_t num_metadata_ = 0;
   uint64_t alignment_ = 32;

@@ -235,6 +235,37 @@ TEST_F(GgufCli, AnUncomputedTensorTypeIsRefusedByName) {
   EXPECT_NE(junk.err.find("junk.gguf"), std::string::npos) << junk.err;
 }
 
+// A split GGUF (gguf-split's layout, as published DeepSeek / Kimi files come), given by any shard:
+// the same scores and greedy text as the one-file GGUF; plan reads it; a missing shard is named.
+TEST_F(GgufCli, ASplitGgufLoadsAsTheOneFile) {
+  const std::string one = Write("one.gguf", "--weights q8_0");
+  const std::string prefix = dir_.path() + "/split";
+  auto w = RunMlaserve("quantize --model-path " + ShellQuote(testing::BundledModelPath()) +
+                       " --out-format gguf --weights q8_0 --gguf-split-max-tensors 20 --out " + ShellQuote(prefix + ".gguf"));
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  EXPECT_NE(w.out.find("in 4 shards: " + prefix + "-00001-of-00004.gguf"), std::string::npos) << w.out;
+  const std::string second = prefix + "-00002-of-00004.gguf";
+  const std::string args = " --kv-cache-dtype fp32 --text " + kText;
+  auto a = RunMlaserve("score --model-path " + ShellQuote(one) + args);
+  auto b = RunMlaserve("score --model-path " + ShellQuote(second) + args);
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_EQ(b.out, a.out);
+  const std::string gen = " --chat --prompt 'JULIET:' --max-new-tokens 16 --temperature 0";
+  auto ga = RunMlaserve("generate --model-path " + ShellQuote(one) + gen);
+  auto gb = RunMlaserve("generate --model-path " + ShellQuote(prefix + "-00001-of-00004.gguf") + gen);
+  ASSERT_EQ(gb.exit_code, 0) << gb.err;
+  EXPECT_EQ(gb.out, ga.out);
+  auto plan = RunMlaserve("plan --model-path " + ShellQuote(second));
+  EXPECT_EQ(plan.exit_code, 0) << plan.err;
+  std::filesystem::rename(prefix + "-00004-of-00004.gguf", dir_.path() + "/elsewhere.gguf");
+  auto missing = RunMlaserve("score --model-path " + ShellQuote(second) + args);
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find(prefix + "-00004-of-00004.gguf: missing (shard 4 of the 4"), std::string::npos) << missing.err;
+  // A shard under another name says split.count but cannot find its siblings.
+  auto renamed = RunMlaserve("score --model-path " + ShellQuote(dir_.path() + "/elsewhere.gguf") + args);
+  EXPECT_NE(renamed.err.find("one shard of 4 (split.count), but not named as one"), std::string::npos) << renamed.err;
+}
+
 // A Kimi-K2 style directory (tiktoken.model + tokenizer_config.json; the bundled tokenizer's
 // tokens as ranks, a few Han tokens after them) written as GGUF: the file says "kimi-k2", and its
 // tokenizer (byte-level tokens, one converter-derived merge per token) encodes every text as

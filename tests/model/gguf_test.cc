@@ -508,7 +508,6 @@ TEST(Gguf, Deepseek2KeysBecomeTheConfigAndUnknownOnesAreRefused) {
   } cases[] = {
       {[](GgufWriter& w) { w.SetF32("deepseek2.attention.temperature_scale", 0.1f); },
        "metadata deepseek2.attention.temperature_scale is not supported"},
-      {[](GgufWriter& w) { w.SetU32("split.count", 3); }, "sharded GGUF is not read yet"},
       {[](GgufWriter& w) { w.SetU32("deepseek2.expert_gating_func", 7); }, "expert_gating_func 7"},
       {[](GgufWriter& w) { w.SetString("deepseek2.rope.scaling.type", "linear"); }, "rope scaling 'linear'"},
   };
@@ -517,6 +516,11 @@ TEST(Gguf, Deepseek2KeysBecomeTheConfigAndUnknownOnesAreRefused) {
     ASSERT_FALSE(r.ok()) << c.message;
     EXPECT_NE(r.error().find(c.message), std::string::npos) << r.error();
   }
+  // A shard (split.count > 1) not named as one: ReadGgufFile cannot find the others.
+  ASSERT_TRUE(ConfigOf(dir.path(), [](GgufWriter& w) { w.SetU32("split.count", 3); }).ok());
+  auto shard = ReadGgufFile(dir.path() + "/c.gguf");
+  ASSERT_FALSE(shard.ok());
+  EXPECT_NE(shard.error().find("one shard of 3 (split.count), but not named as one"), std::string::npos) << shard.error();
 }
 
 }  // namespace
