@@ -287,17 +287,23 @@ Result<GgufFile> ReadGgufFile(const std::string& path) {
   const int count = int(shards->size());
   std::set<std::string> names;
   for (const GgufTensorInfo& t : first->tensors) names.insert(t.name);
-  for (int i = 0; i < count; ++i) {
-    Result<GgufFile> shard = i == 0 ? Result<GgufFile>(*first) : read((*shards)[size_t(i)]);
-    if (!shard.ok()) return shard.status();
+  // The split keys of shard i (split.no counts from 0) against its name.
+  const auto check = [&](const GgufFile& f, int i) -> Status {
     const std::string& p = (*shards)[size_t(i)];
-    if (auto n = shard->OptionalInteger("split.count"); n && *n != count) {
+    if (auto n = f.OptionalInteger("split.count"); n && *n != count) {
       return Status::Error(p + ": split.count says " + std::to_string(*n) + " shards, its name " + std::to_string(count));
     }
-    if (auto n = shard->OptionalInteger("split.no"); n && *n != i) {
+    if (auto n = f.OptionalInteger("split.no"); n && *n != i) {
       return Status::Error(p + ": split.no says shard " + std::to_string(*n) + ", its name " + std::to_string(i));
     }
-    if (i == 0) continue;
+    return Status::Ok();
+  };
+  MLA_RETURN_IF_ERROR(check(*first, 0));
+  for (int i = 1; i < count; ++i) {
+    Result<GgufFile> shard = read((*shards)[size_t(i)]);
+    if (!shard.ok()) return shard.status();
+    MLA_RETURN_IF_ERROR(check(*shard, i));
+    const std::string& p = (*shards)[size_t(i)];
     for (GgufTensorInfo& t : shard->tensors) {
       if (!names.insert(t.name).second) return Status::Error(p + ": tensor '" + t.name + "' is in another shard too");
       t.shard = i;
