@@ -7,7 +7,6 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <unordered_map>
 #include <vector>
 
 #include "core/float16.h"
@@ -17,9 +16,9 @@
 #include "model/gguf_writer.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
-#include "tokenizer/byte_level.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/gguf_tokenizer.h"
+#include "tokenizer/tiktoken_merges.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mlaserve {
@@ -301,60 +300,6 @@ Status WriteModelMetadata(const ModelConfig& c, bool split_kv_b, GgufWriter& w) 
   return Status::Ok();
 }
 
-// The cut of a tiktoken token in two that tiktoken's own merging reaches last (llama.cpp's and
-// transformers' converters write it as the token's merge): from single bytes, repeatedly merge
-// the adjacent pair whose concatenation has the lowest rank below the token's own. Empty when
-// that does not end in two parts.
-std::vector<std::string> LastTiktokenCut(const std::string& token, int64_t token_rank,
-                                         const std::unordered_map<std::string, int64_t>& rank_of) {
-  std::vector<std::string> parts;
-  for (char byte : token) parts.emplace_back(1, byte);
-  while (parts.size() > 2) {
-    size_t best = parts.size();
-    int64_t best_rank = token_rank;
-    for (size_t i = 0; i + 1 < parts.size(); ++i) {
-      auto it = rank_of.find(parts[i] + parts[i + 1]);
-      if (it != rank_of.end() && it->second < best_rank) best = i, best_rank = it->second;
-    }
-    if (best == parts.size()) return {};
-    parts[best] += parts[best + 1];
-    parts.erase(parts.begin() + ptrdiff_t(best) + 1);
-  }
-  return parts.size() == 2 ? parts : std::vector<std::string>{};
-}
-
-// tokenizer.ggml.* of a Kimi-K2 tiktoken.model directory, as llama.cpp's converter writes them:
-// the ranks spelled byte-level in id order, specials as control tokens, one merge per token
-// (LastTiktokenCut), pre-tokenizer "kimi-k2".
-void ReadTiktokenVocab(const Tokenizer& tokenizer, int64_t vocab_size, std::vector<std::string>& tokens,
-                        std::vector<int32_t>& types, std::vector<std::string>& merges) {
-  std::unordered_map<std::string, int64_t> rank_of;
-  for (int64_t id = 0; id < vocab_size; ++id) {
-    if (!tokenizer.IsSpecial(TokenId(id)) && !tokenizer.TokenBytes(TokenId(id)).empty()) {
-      rank_of.insert_or_assign(std::string(tokenizer.TokenBytes(TokenId(id))), id);  // as the loader: the last wins
-    }
-  }
-  for (int64_t id = 0; id < vocab_size; ++id) {
-    const std::string spelling = tokenizer.IdToToken(TokenId(id));
-    if (spelling.empty()) continue;
-    tokens[size_t(id)] = spelling;
-    if (tokenizer.IsSpecial(TokenId(id))) {
-      types[size_t(id)] = 3;
-      continue;
-    }
-    types[size_t(id)] = 1;
-    const std::string bytes(tokenizer.TokenBytes(TokenId(id)));
-    if (bytes.size() < 2) continue;
-    const std::vector<std::string> cut = LastTiktokenCut(bytes, id, rank_of);
-    if (cut.empty()) continue;
-    std::string merge;
-    AppendByteLevelSpelling(cut[0], &merge);
-    merge += ' ';
-    AppendByteLevelSpelling(cut[1], &merge);
-    merges.push_back(std::move(merge));
-  }
-}
-
 // The vocabulary, token types and merges of a byte-level BPE tokenizer.json; `pre` its GGUF
 // pre-tokenizer name.
 Status ReadTokenizerJsonVocab(const std::string& model_dir, int64_t vocab_size, std::vector<std::string>& tokens,
@@ -398,7 +343,7 @@ Status WriteTokenizerMetadata(const std::string& model_dir, const ModelConfig& c
   std::string pre;
   if (!std::filesystem::exists(model_dir + "/tokenizer.json") &&
       std::filesystem::exists(model_dir + "/tiktoken.model")) {
-    ReadTiktokenVocab(*tokenizer, c.vocab_size, tokens, types, merges);
+    TiktokenByteLevelVocab(*tokenizer, c.vocab_size, tokens, types, merges);
     pre = "kimi-k2";
   } else {
     MLA_RETURN_IF_ERROR(ReadTokenizerJsonVocab(model_dir, c.vocab_size, tokens, types, merges, pre));
