@@ -1,6 +1,7 @@
 #include "tokenizer/gguf_tokenizer.h"
 
 #include "model/gguf_model.h"
+#include "tokenizer/long_text_cuts.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -108,9 +109,7 @@ Result<HfTokenizerFiles> HfTokenizerFromGguf(const GgufFile& f, const std::strin
                                {"merges", merges->strings}}}};
   auto config = HfTokenizerConfigFromGguf(f, source);
   if (!config.ok()) return config.status();
-  return HfTokenizerFiles{.tokenizer_json = tokenizer.dump(),
-                          .tokenizer_config_json = std::move(config).value(),
-                          .long_text_cuts = kimi ? kKimiLongTextCuts : LongTextCuts{}};
+  return HfTokenizerFiles{.tokenizer_json = tokenizer.dump(), .tokenizer_config_json = std::move(config).value()};
 }
 
 Result<std::string> HfTokenizerConfigFromGguf(const GgufFile& f, const std::string& source) {
@@ -128,6 +127,10 @@ Result<std::string> HfTokenizerConfigFromGguf(const GgufFile& f, const std::stri
   // Without the key, BOS is added, except for Kimi-K2 (its tokenizer class never adds one).
   const bool kimi = f.Text("tokenizer.ggml.pre").ok() && *f.Text("tokenizer.ggml.pre") == "kimi-k2";
   config["add_bos_token"] = f.OptionalInteger("tokenizer.ggml.add_bos_token").value_or(kimi ? 0 : 1) != 0;
+  if (kimi) {  // read back by ApplyTokenizerConfig, here and in a batch client given these files
+    config["mlaserve_long_text_cuts"] = {{"chunk_chars", kKimiLongTextCuts.chunk_chars},
+                                         {"run_chars", kKimiLongTextCuts.run_chars}};
+  }
   config["add_eos_token"] = f.OptionalInteger("tokenizer.ggml.add_eos_token").value_or(0) != 0;
   if (auto t = f.Text("tokenizer.chat_template"); t.ok()) {
     if (!IsValidUtf8(*t)) return Status::Error(source + ": tokenizer.chat_template is not valid UTF-8");

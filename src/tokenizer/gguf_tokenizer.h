@@ -3,8 +3,9 @@
 // and user-defined tokens as added tokens; the pre-tokenizer named by tokenizer.ggml.pre) and
 // tokenizer_config.json (bos/eos/pad tokens, add_bos_token, tokenizer.chat_template).
 // Tokenizer::FromDirectory and ChatTemplate::ForModel read a GGUF path through this.
-// Pre-tokenizers known: gpt-2, deepseek-v3, kimi-k2 (tiktoken's pattern and whole-token rule,
-// Kimi's long-text cuts, which tokenizer.json cannot express, beside the files). Others
+// Pre-tokenizers known: gpt-2, deepseek-v3, kimi-k2 (tiktoken's pattern and whole-token rule;
+// Kimi's long-text cuts, which tokenizer.json cannot say, as tokenizer_config.json's
+// "mlaserve_long_text_cuts", read back by ApplyTokenizerConfig). Others
 // (deepseek-llm, ...) are refused by name: give --tokenizer-path DIR with the model's own files.
 #pragma once
 
@@ -15,14 +16,12 @@
 
 #include "core/status.h"
 #include "model/gguf.h"
-#include "tokenizer/long_text_cuts.h"
 
 namespace mlaserve {
 
 struct HfTokenizerFiles {
   std::string tokenizer_json;
   std::string tokenizer_config_json;
-  LongTextCuts long_text_cuts;  // applied by Tokenizer::FromDirectory; none but for kimi-k2
 };
 Result<HfTokenizerFiles> HfTokenizerFromGguf(const GgufFile& f, const std::string& source);
 // tokenizer_config.json alone (special tokens, add_bos_token, the chat template): what a chat

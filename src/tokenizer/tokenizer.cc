@@ -85,12 +85,7 @@ Result<Tokenizer> Tokenizer::FromDirectory(const std::string& model_dir) {
   if (IsGgufFile(model_dir)) {
     auto files = ReadGgufTokenizer(model_dir);
     if (!files.ok()) return files.status();
-    Result<std::unique_ptr<TokenizerModel>> model = ParseHfTokenizerJson(files->tokenizer_json, model_dir);
-    if (!model.ok()) return model.status();
-    MLA_RETURN_IF_ERROR(ApplyTokenizerConfig(files->tokenizer_config_json, model_dir,
-                                             /*add_bos_by_default=*/true, model->get()));
-    (*model)->long_text_cuts = files->long_text_cuts;
-    return Tokenizer(std::move(model).value());
+    return FromJsonText(files->tokenizer_json, files->tokenizer_config_json);
   }
   Result<std::unique_ptr<TokenizerModel>> model = LoadModel(model_dir);
   if (!model.ok()) return model.status();

@@ -41,6 +41,17 @@ Status ApplyTokenizerConfig(std::string_view json_text, const std::string& sourc
                                        &model->add_bos));
   // add_bos_token without a bos_token has nothing to add; such configs exist, so no error.
   if (!model->bos_id) model->add_bos = false;
+  // mlaserve's own key, in the tokenizer_config.json a kimi-k2 GGUF stands for (gguf_tokenizer.h):
+  // Kimi's long-text cuts, which tokenizer.json cannot say.
+  if (auto it = root->find("mlaserve_long_text_cuts"); it != root->end()) {
+    const nlohmann::json& cuts = *it;
+    if (!cuts.is_object() || !cuts.value("chunk_chars", nlohmann::json()).is_number_unsigned() ||
+        !cuts.value("run_chars", nlohmann::json()).is_number_unsigned()) {
+      return Status::Error(source + ": mlaserve_long_text_cuts must be {\"chunk_chars\": N, \"run_chars\": N}");
+    }
+    model->long_text_cuts = LongTextCuts{.chunk_chars = cuts["chunk_chars"].get<size_t>(),
+                                         .run_chars = cuts["run_chars"].get<size_t>()};
+  }
   return Status::Ok();
 }
 

@@ -16,6 +16,7 @@
 #include "support/base64.h"
 #include "support/run_binary.h"
 #include "support/server_process.h"
+#include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mlaserve {
@@ -306,6 +307,11 @@ TEST_F(GgufCli, AKimiTiktokenDirectoryWritesAKimiK2GgufThatTokenizesAsTiktoken) 
   auto from_gguf = Tokenizer::FromDirectory(gguf);
   ASSERT_TRUE(tiktoken.ok()) << tiktoken.error();
   ASSERT_TRUE(from_gguf.ok()) << from_gguf.error();
+  // What a GGUF server hands a batch client (GET /tokenizer_file): the same, long-text cuts included.
+  auto files = ReadGgufTokenizer(gguf);
+  ASSERT_TRUE(files.ok()) << files.error();
+  auto served = Tokenizer::FromJsonText(files->tokenizer_json, files->tokenizer_config_json);
+  ASSERT_TRUE(served.ok()) << served.error();
   EXPECT_FALSE(from_gguf->add_bos());
   EXPECT_EQ(from_gguf->bos_id(), tiktoken->bos_id());
   std::string readme;  // prose, code, tables, numbers
@@ -325,6 +331,9 @@ TEST_F(GgufCli, AKimiTiktokenDirectoryWritesAKimiK2GgufThatTokenizesAsTiktoken) 
     ASSERT_TRUE(a.ok() && b.ok());
     EXPECT_EQ(*b, *a) << text.substr(0, 80);
     EXPECT_EQ(from_gguf->Decode(*b), tiktoken->Decode(*a));
+    auto c = served->Encode(text, false);
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(*c, *a) << "served: " << text.substr(0, 80);
   }
   const std::string args = " --kv-cache-dtype fp32 --text " + kText;
   auto original = RunMlaserve("score --model-path " + ShellQuote(kimi) + args);
