@@ -431,6 +431,8 @@ int RunBatch(Args& args) {
   if (args.WasGiven("hidden-layers") && f.dump_hidden_states.empty()) {
     args.Reject("--hidden-layers needs --dump-hidden-states DIR");
   }
+  if (args.WasGiven("dashboard-host") && f.dashboard_port < 0) args.Reject("--dashboard-host needs --dashboard-port");
+  if (f.dry_run && f.dashboard_port >= 0) args.Reject("--dashboard-port: a --dry-run has no run to show");
   if (!f.dump_hidden_states.empty() && engine_options.speculative_algorithm == "EAGLE3") {
     args.Reject("--dump-hidden-states cannot be combined with --speculative-algorithm EAGLE3 (both capture target "
                 "layers; generate the training data without the draft)");

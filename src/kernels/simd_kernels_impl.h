@@ -783,6 +783,17 @@ void MatMulPanelBlocksWidened(const K& k, const float* x, int64_t n, int64_t pan
   }
 }
 
+// Calls fn(panels) with the packed-panel reader of a quantized matrix's format: Fp8Panels, or
+// GroupPanels of its group format.
+template <class V, class Fn>
+inline void WithQuantPanels(const WeightMatrix& w, Fn&& fn) {
+  WithQuantFormat(w.format, [&](auto f) {
+    constexpr WeightFormat F = decltype(f)::value;
+    if constexpr (F == WeightFormat::kFp8Block) fn(Fp8Panels<V>{w});
+    else fn(GroupPanels<V, F>{w});
+  });
+}
+
 template <class V>
 void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t panel_begin,
                   int64_t panel_end, float* y, int64_t ldy) {
@@ -794,11 +805,7 @@ void MatMulPanels(const float* x, int64_t n, const WeightMatrix& w, int64_t pane
     }
     MatMulPanelBlocks<V>(k, x, n, panel_begin, panel_end, y, ldy);
   };
-  if (w.format == WeightFormat::kFp8Block) return quantized(Fp8Panels<V>{w});
-  if (w.format == WeightFormat::kInt4Group) return quantized(GroupPanels<V, WeightFormat::kInt4Group>{w});
-  if (w.format == WeightFormat::kInt8Group) return quantized(GroupPanels<V, WeightFormat::kInt8Group>{w});
-  if (w.format == WeightFormat::kUint4GroupMin) return quantized(GroupPanels<V, WeightFormat::kUint4GroupMin>{w});
-  if (w.format == WeightFormat::kUint8GroupMin) return quantized(GroupPanels<V, WeightFormat::kUint8GroupMin>{w});
+  if (w.quantized()) return WithQuantPanels<V>(w, quantized);
   WithWeightDType(w.dtype, [&](auto d) {
     MatMulPanelBlocks<V>(DensePanels<V, decltype(d)::value>{w}, x, n, panel_begin, panel_end, y, ldy);
   });
@@ -911,25 +918,13 @@ void MatMulPanelBlocksPacked(const K& k, const float* xp, float* scaled, int64_t
 template <class V>
 void MatMulPanelsPacked(const float* x, const float* xp, float* scratch, int64_t n, const WeightMatrix& w,
                         int64_t panel_begin, int64_t panel_end, float* y, int64_t ldy) {
-  if (w.format == WeightFormat::kFp8Block) {
-    if (w.block_rows % (2 * V::kLanes) != 0) return MatMulPanels<V>(x, n, w, panel_begin, panel_end, y, ldy);
-    return MatMulPanelBlocksPacked<V>(Fp8Panels<V>{w}, xp, scratch, n, panel_begin, panel_end, y, ldy);
+  if (w.format == WeightFormat::kFp8Block && w.block_rows % (2 * V::kLanes) != 0) {
+    return MatMulPanels<V>(x, n, w, panel_begin, panel_end, y, ldy);
   }
-  if (w.format == WeightFormat::kInt4Group) {
-    return MatMulPanelBlocksPacked<V>(GroupPanels<V, WeightFormat::kInt4Group>{w}, xp, scratch, n, panel_begin,
-                                      panel_end, y, ldy);
-  }
-  if (w.format == WeightFormat::kInt8Group) {
-    return MatMulPanelBlocksPacked<V>(GroupPanels<V, WeightFormat::kInt8Group>{w}, xp, scratch, n, panel_begin,
-                                      panel_end, y, ldy);
-  }
-  if (w.format == WeightFormat::kUint4GroupMin) {
-    return MatMulPanelBlocksPacked<V>(GroupPanels<V, WeightFormat::kUint4GroupMin>{w}, xp, scratch, n, panel_begin,
-                                      panel_end, y, ldy);
-  }
-  if (w.format == WeightFormat::kUint8GroupMin) {
-    return MatMulPanelBlocksPacked<V>(GroupPanels<V, WeightFormat::kUint8GroupMin>{w}, xp, scratch, n, panel_begin,
-                                      panel_end, y, ldy);
+  if (w.quantized()) {
+    return WithQuantPanels<V>(w, [&](const auto& k) {
+      MatMulPanelBlocksPacked<V>(k, xp, scratch, n, panel_begin, panel_end, y, ldy);
+    });
   }
   WithWeightDType(w.dtype, [&](auto d) {
     MatMulPanelBlocksPacked<V>(DensePanels<V, decltype(d)::value>{w}, xp, scratch, n, panel_begin, panel_end, y,

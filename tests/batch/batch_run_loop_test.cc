@@ -16,6 +16,7 @@
 
 #include "support/batch_job.h"
 #include "support/server_process.h"
+#include "support/wait_for.h"
 
 namespace mlaserve {
 namespace {
@@ -30,19 +31,10 @@ using testing::ServerProcess;
 using testing::SpawnMlaserve;
 using testing::TempDir;
 using testing::WaitExit;
+using testing::WaitFor;
 using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// Polls (a file's content, not a fixed delay) until `ready` or 60 s; false on timeout.
-bool WaitFor(const std::function<bool()>& ready) {
-  const auto deadline = Clock::now() + std::chrono::seconds(60);
-  while (!ready()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
 
 bool Contains(const std::string& path, const std::string& text) {
   return ReadTextFile(path).find(text) != std::string::npos;

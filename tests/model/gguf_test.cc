@@ -177,6 +177,12 @@ TEST(Gguf, Q6_KBlocksLoadAsTheValuesGgmlDequantizes) {
   ExpectWeights(loaded.weights, want, 0.0f, "Q6_K");
 }
 
+// ggml's get_scale_min_k4: the 6-bit scale and min of sub-block j from a K block's 12 bytes.
+void ScaleMinK4(const uint8_t* scales, int j, int& sc, int& m) {
+  sc = j < 4 ? scales[j] & 63 : (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
+  m = j < 4 ? scales[j + 4] & 63 : (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+}
+
 // Q4_K super-blocks (random bits, normal fp16 d and dmin) load as nibbles and F32 (scale, min)
 // pairs per 32 whose weights fma(code, scale, -min) are what ggml's dequantize_row_q4_K makes of
 // them (d * sc * q - dmin * m, written out here as ggml loops over the block), to within the
@@ -194,23 +200,14 @@ TEST(Gguf, Q4_KBlocksLoadAsTheValuesGgmlDequantizes) {
     std::memcpy(block + 2, &dmin_bits, 2);
     const auto* scales = reinterpret_cast<const uint8_t*>(block + 4);
     const auto* q = reinterpret_cast<const uint8_t*>(block + 16);
-    const auto scale_min = [&](int j, uint8_t& sc, uint8_t& m) {
-      if (j < 4) {
-        sc = scales[j] & 63;
-        m = scales[j + 4] & 63;
-      } else {
-        sc = uint8_t((scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4));
-        m = uint8_t((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
-      }
-    };
     const float d = F16ToF32(d_bits), dmin = F16ToF32(dmin_bits);
     float* y = want.data() + b * 256;
     for (int j = 0, is = 0; j < 256; j += 64, is += 2) {
-      uint8_t sc, m;
-      scale_min(is, sc, m);
-      const float d1 = d * sc, m1 = dmin * m;
-      scale_min(is + 1, sc, m);
-      const float d2 = d * sc, m2 = dmin * m;
+      int sc, m;
+      ScaleMinK4(scales, is, sc, m);
+      const float d1 = d * float(sc), m1 = dmin * float(m);
+      ScaleMinK4(scales, is + 1, sc, m);
+      const float d2 = d * float(sc), m2 = dmin * float(m);
       for (int l = 0; l < 32; ++l) *y++ = d1 * float(q[l] & 0xF) - m1;
       for (int l = 0; l < 32; ++l) *y++ = d2 * float(q[l] >> 4) - m2;
       q += 32;
@@ -261,18 +258,14 @@ TEST(Gguf, Q5_KBlocksLoadAsTheValuesGgmlDequantizes) {
     const auto* scales = reinterpret_cast<const uint8_t*>(block + 4);
     const auto* qh = reinterpret_cast<const uint8_t*>(block + 16);
     const auto* ql = reinterpret_cast<const uint8_t*>(block + 48);
-    const auto scale_min = [&](int j, int& sc, int& m) {
-      sc = j < 4 ? scales[j] & 63 : (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
-      m = j < 4 ? scales[j + 4] & 63 : (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
-    };
     const float d = F16ToF32(d_bits), dmin = F16ToF32(dmin_bits);
     float* y = want.data() + b * 256;
     uint8_t u1 = 1, u2 = 2;
     for (int j = 0, is = 0; j < 256; j += 64, is += 2) {
       int sc, m;
-      scale_min(is, sc, m);
+      ScaleMinK4(scales, is, sc, m);
       const float d1 = d * float(sc), m1 = dmin * float(m);
-      scale_min(is + 1, sc, m);
+      ScaleMinK4(scales, is + 1, sc, m);
       const float d2 = d * float(sc), m2 = dmin * float(m);
       for (int l = 0; l < 32; ++l) *y++ = d1 * float((ql[l] & 0xF) + ((qh[l] & u1) ? 16 : 0)) - m1;
       for (int l = 0; l < 32; ++l) *y++ = d2 * float((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;

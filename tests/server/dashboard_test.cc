@@ -14,6 +14,7 @@
 #include "server/request_board.h"
 #include "support/run_binary.h"
 #include "support/server_process.h"
+#include "support/wait_for.h"
 
 namespace mlaserve {
 namespace {
@@ -61,11 +62,10 @@ TEST(Dashboard, KeyDataAndRequestsTable) {
       R"({"rid": "dash-1", "stream": true, "text": ")" + marker + R"( KING:", "sampling_params": )"
       R"({"max_new_tokens": 1900, "ignore_eos": true}})",
       {{"Authorization", std::string("Bearer ") + kKey}}, 60000, [&](std::string_view) {
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-        do {
+        testing::WaitFor([&] {
           during = json::parse(Get(server, "/dashboard/data", true).body);
-          if (during["requests"]["total"] == 1 && during["requests"]["rows"][0]["state"] == "decoding") break;
-        } while (std::chrono::steady_clock::now() < deadline);
+          return during["requests"]["total"] == 1 && during["requests"]["rows"][0]["state"] == "decoding";
+        });
         return false;  // leave
       });
   EXPECT_TRUE(streamed.ok()) << streamed.message();
@@ -77,10 +77,10 @@ TEST(Dashboard, KeyDataAndRequestsTable) {
   EXPECT_GT(row["completion_tokens"].get<int>(), 0);
   EXPECT_EQ(during.dump().find(marker), std::string::npos);
   json after;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  do {  // until the server has noticed the client left and the request ended
+  testing::WaitFor([&] {  // until the server has noticed the client left and the request ended
     after = json::parse(Get(server, "/dashboard/data", true).body);
-  } while (after["requests"]["total"] != 0 && std::chrono::steady_clock::now() < deadline);
+    return after["requests"]["total"] == 0;
+  });
   EXPECT_EQ(after["requests"]["total"], 0) << after.dump();
   EXPECT_EQ(after["latency"]["requests"], 1);
   EXPECT_GT(after["latency"]["ttft_p50_s"].get<double>(), 0.0);
