@@ -80,6 +80,10 @@ struct GgufFile {
   uint32_t version = 0;
   uint64_t alignment = 32;
   uint64_t data_offset = 0;  // where the data section starts in the file
+  // ReadGgufFile: by shard (one for a single file), the size it parsed and its data_offset; a
+  // reader that maps the files again checks the sizes (the infos were checked against them).
+  std::vector<uint64_t> shard_file_bytes;
+  std::vector<uint64_t> shard_data_offsets;
   std::map<std::string, GgufValue> metadata;
   std::vector<GgufTensorInfo> tensors;  // in file order; byte ranges inside the file, not overlapping
 

@@ -259,12 +259,14 @@ Status Checkpoint::AddGgufFile(const std::string& first_path) {
   auto merged = ReadGgufFile(first_path);
   if (!merged.ok()) return merged.status();
   std::vector<const std::byte*> shard_data;
-  for (const std::string& shard : *shard_paths) {
-    auto mapped = MappedFile::Open(shard);
+  for (size_t i = 0; i < shard_paths->size(); ++i) {
+    auto mapped = MappedFile::Open((*shard_paths)[i]);
     if (!mapped.ok()) return mapped.status();
-    auto parsed = ParseGguf(std::string_view(reinterpret_cast<const char*>((*mapped)->data()), (*mapped)->size()), shard);
-    if (!parsed.ok()) return parsed.status();
-    shard_data.push_back((*mapped)->data() + parsed->data_offset);
+    // The tensor infos were checked against the size ReadGgufFile mapped: the same file, or an error.
+    if ((*mapped)->size() != merged->shard_file_bytes[i]) {
+      return Status::Error((*shard_paths)[i] + ": changed while it was being read");
+    }
+    shard_data.push_back((*mapped)->data() + merged->shard_data_offsets[i]);
     files_.push_back(std::move(mapped).value());
   }
   // Errors name the first shard's path (where the metadata is), tensor data the shard's.

@@ -272,7 +272,12 @@ Result<GgufFile> ReadGgufFile(const std::string& path) {
   auto read = [](const std::string& p) -> Result<GgufFile> {
     auto mapped = MappedFile::Open(p);
     if (!mapped.ok()) return mapped.status();
-    return ParseGguf(std::string_view(reinterpret_cast<const char*>((*mapped)->data()), (*mapped)->size()), p);
+    auto f = ParseGguf(std::string_view(reinterpret_cast<const char*>((*mapped)->data()), (*mapped)->size()), p);
+    if (f.ok()) {
+      f->shard_file_bytes = {(*mapped)->size()};
+      f->shard_data_offsets = {f->data_offset};
+    }
+    return f;
   };
   auto first = read(shards->front());
   if (!first.ok()) return first;
@@ -303,6 +308,8 @@ Result<GgufFile> ReadGgufFile(const std::string& path) {
     Result<GgufFile> shard = read((*shards)[size_t(i)]);
     if (!shard.ok()) return shard.status();
     MLA_RETURN_IF_ERROR(check(*shard, i));
+    first->shard_file_bytes.push_back(shard->shard_file_bytes[0]);
+    first->shard_data_offsets.push_back(shard->data_offset);
     const std::string& p = (*shards)[size_t(i)];
     for (GgufTensorInfo& t : shard->tensors) {
       if (!names.insert(t.name).second) return Status::Error(p + ": tensor '" + t.name + "' is in another shard too");
