@@ -108,6 +108,47 @@ WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& poo
   return packed;
 }
 
+bool CanPackTransposed(const WeightMatrix& src) {
+  if (src.packed) return false;
+  if (src.format == WeightFormat::kDense) return true;
+  // Codes in whole 32-bit words of the copy's rows (the int8 panel layout).
+  return src.format == WeightFormat::kInt8Group && src.rows % 4 == 0;
+}
+
+WeightMatrix TransposedShape(const WeightMatrix& src) {
+  WeightMatrix t{.dtype = src.dtype, .rows = src.cols, .cols = src.rows, .format = src.format};
+  if (src.format == WeightFormat::kInt8Group) t.block_cols = int(src.rows);  // one unit-scale group per row
+  return t;
+}
+
+WeightMatrix PackTransposedPanels(const WeightMatrix& src, std::byte* dst) {
+  assert(CanPackTransposed(src));
+  WeightMatrix packed = TransposedShape(src);
+  packed.data = dst;
+  packed.packed = true;
+  const size_t value_bytes = size_t(DTypeBytes(src.dtype));
+  for (int64_t p = 0; p < packed.num_panels(); ++p) {
+    std::byte* panel = dst + size_t(p) * packed.panel_bytes();
+    for (int64_t i = 0; i < std::min<int64_t>(kPanelRows, packed.rows - p * kPanelRows); ++i) {
+      const int64_t c = p * kPanelRows + i;  // the source's column: the copy's row, lane i
+      for (int64_t r = 0; r < src.rows; ++r) {  // the source's row: the copy's column
+        const std::byte* from = src.row(r) + size_t(c) * value_bytes;
+        if (src.format == WeightFormat::kInt8Group) {
+          panel[size_t(r / 4) * 4 * kPanelRows + 4 * size_t(i) + size_t(r % 4)] = *from;  // [cols / 4][16][4]
+        } else {
+          std::memcpy(panel + (size_t(r) * kPanelRows + size_t(i)) * value_bytes, from, value_bytes);
+        }
+      }
+    }
+  }
+  if (src.format == WeightFormat::kInt8Group) {
+    auto* scales = reinterpret_cast<float*>(dst + AlignUp(PackedValueBytes(packed)));  // [panel][1][16]
+    std::fill(scales, scales + packed.num_panels() * kPanelRows, 1.0f);
+    packed.scales = scales;
+  }
+  return packed;
+}
+
 size_t PackedF32PanelsBytes(int64_t rows, int64_t cols, DType dtype) {
   return size_t((rows + kPanelRows - 1) / kPanelRows) * size_t(cols) * kPanelRows * size_t(DTypeBytes(dtype));
 }

@@ -31,6 +31,16 @@ size_t PackedF32PanelsBytes(int64_t rows, int64_t cols, DType dtype);
 WeightMatrix PackF32Panels(const float* src, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
                            DType dtype, void* dst);
 
+// W^T of a row-major matrix [rows, cols] in panels ([cols, rows] packed): a dense matrix keeps
+// its dtype and values; an int8-group matrix (kInt8Group) keeps its codes and leaves its scales
+// behind: the copy's groups are whole rows of unit scale, and the caller multiplies its
+// activations by the source's scales instead (x[r] * scale(r, g) for the copy's rows in column
+// group g of the source). Only the formats CanPackTransposed names; `TransposedShape` is the
+// copy's view before packing (for PackedBytes); dst as PackPanels's.
+bool CanPackTransposed(const WeightMatrix& src);
+WeightMatrix TransposedShape(const WeightMatrix& src);
+WeightMatrix PackTransposedPanels(const WeightMatrix& src, std::byte* dst);
+
 // Packs every matrix `matrices` points at (row-major) into one block, storage (replaced, zero
 // filled, in 2 MB pages where the system grants them: a decode step streams it; owned by the
 // caller), and points each at its packed copy. after_each (optional) sees each source view once it

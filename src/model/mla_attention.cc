@@ -10,6 +10,7 @@
 // or the MHA form for prompt chunks (mla_prefill_attention.cc), which decompresses k and v per
 // head from the cache; then proj = o_proj(out).
 #include "kvcache/kv_storage.h"
+#include "model/absorbed_weights.h"
 #include "model/model.h"
 
 namespace mlaserve {
@@ -76,8 +77,14 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, const Att
         for (size_t i = 0, run = 0; i < absorbed.size(); i += run) {
           const int32_t t0 = absorbed[i];
           for (run = 1; i + run < absorbed.size() && absorbed[i + run] == t0 + int32_t(run);) ++run;
-          k.matmul_rows(ws.o_lat.data() + (h * ws.max_tokens + t0) * L, int64_t(run), w_uv, 0, v_dim,
-                        ws.attn_out.data() + int64_t(t0) * heads * v_dim + h * v_dim, int64_t(heads) * v_dim);
+          const float* o_lat = ws.o_lat.data() + (h * ws.max_tokens + t0) * L;
+          float* out = ws.attn_out.data() + int64_t(t0) * heads * v_dim + h * v_dim;
+          if (HasAbsorbedCopies(w)) {  // the head's W_UV in panels (model/absorbed_weights.h)
+            k.matmul_panels(o_lat, int64_t(run), w.uv[size_t(h)], 0, w.uv[size_t(h)].num_panels(), out,
+                            int64_t(heads) * v_dim);
+          } else {
+            k.matmul_rows(o_lat, int64_t(run), w_uv, 0, v_dim, out, int64_t(heads) * v_dim);
+          }
         }
       }
     });

@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "kernels/latent_attention.h"
 #include "kvcache/kv_widen_bf16.h"
+#include "model/absorbed_weights.h"
 #include "model/model.h"
 
 namespace mlaserve {
@@ -20,6 +21,9 @@ namespace {
 // Scores of a tile as one product tile @ q_lat^T need a vector of heads (gemm_f32 runs columns
 // past its last full vector one at a time); fewer heads take a dot product per (row, head).
 constexpr int kGemmScoreMinHeads = 16;
+
+// The longest q_nope the absorbed query's scaling takes (stack scratch; DeepSeek's is 128).
+constexpr int kMaxAbsorbedNope = 512;
 
 static_assert(kKvTileRows <= kLatentSumMaxRows, "latent_sum takes a tile at a time");
 
@@ -237,6 +241,36 @@ void Model::AbsorbQueries(const KernelSet& k, const AttentionWeights& w, std::sp
   const int heads = local_heads_, nope = c.qk_nope_head_dim, L = c.kv_lora_rank;
   const int row_dim = c.kv_cache_dim(), qk_dim = c.qk_head_dim();
   const int64_t kv_b_rows_per_head = nope + c.v_head_dim;
+  if (HasAbsorbedCopies(w)) {
+    // q_lat[t, h, :L] = W_UK^T[h] @ q_nope[t, h, :], a token at a time (each token's product is
+    // its own: batch-invariant). Int8 groups: the query scaled by group g's W_UK scales, then the
+    // copy's rows of group g.
+    const WeightMatrix& kv_b = w.kv_b;
+    const int64_t group_rows = kv_b.quantized() ? kv_b.block_cols : L;
+    MLA_CHECK(nope <= kMaxAbsorbedNope);
+    pool_.ParallelFor(heads, 1, [&](int64_t begin, int64_t end) {
+      float scaled[kMaxAbsorbedNope];
+      for (int64_t h = begin; h < end; ++h) {
+        const WeightMatrix& uk_t = w.uk_t[size_t(h)];
+        for (int32_t t : tokens) {
+          const float* q_head = ws.q.data() + (int64_t(t) * heads + h) * qk_dim;
+          float* q_lat = ws.q_lat.data() + (int64_t(t) * heads + h) * row_dim;
+          if (!kv_b.quantized()) {
+            k.matmul_panels(q_head, 1, uk_t, 0, uk_t.num_panels(), q_lat, L);
+          } else {
+            for (int64_t g = 0; g < L / group_rows; ++g) {
+              ScaleAbsorbedQuery(w, c, h, g, q_head, scaled);
+              k.matmul_panels(scaled, 1, uk_t, g * group_rows / kPanelRows, (g + 1) * group_rows / kPanelRows,
+                              q_lat, L);
+            }
+          }
+          std::copy(q_head + nope, q_head + qk_dim, q_lat + L);
+          rope_.Apply(q_lat + L, token_positions_[size_t(t)]);
+        }
+      }
+    });
+    return;
+  }
   // q_lat[t, h, :L] = sum_d q_nope[t, h, d] * W_UK[h][d, :]: rows outer, tokens inner, so each
   // W_UK row is read once per step for all tokens; every output sums d in order whatever the
   // tokens are (batch-invariant).

@@ -12,6 +12,7 @@
 
 #include "core/float16.h"
 #include "core/log.h"
+#include "model/absorbed_weights.h"
 #include "model/tensor_parallel_weights.h"
 
 namespace mlaserve {
@@ -150,6 +151,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
     }
   }));
   ReleaseCopiedPages(model->weights_, *model->checkpoint_);
+  MLA_RETURN_IF_ERROR(PackAbsorbedWeights(model->weights_, model->config_));
   return model;
 }
 

@@ -34,6 +34,10 @@ struct AttentionWeights {
   std::vector<float> kv_a_norm;     // [kv_lora]
   WeightMatrix kv_b;                // [heads * (nope + v), kv_lora]: per head W_UK rows, then W_UV
   WeightMatrix o_proj;              // [hidden, heads * v]
+  // kv_b's per-head copies in panels for the absorbed decode (model/absorbed_weights.h; empty for
+  // the formats that keep the row-major path), in ModelWeights::absorbed_storage:
+  std::vector<WeightMatrix> uk_t;   // [heads] W_UK^T [kv_lora, nope]
+  std::vector<WeightMatrix> uv;     // [heads] W_UV [v, kv_lora]
 };
 
 struct MoeWeights {
@@ -68,6 +72,8 @@ struct MtpWeights {
 struct ModelWeights {
   // Owns the packed copies of every matrix the matmul kernels read (see PackWeights).
   HugePageBuffer packed_storage;
+  // Owns kv_b's per-head copies (PackAbsorbedWeights).
+  HugePageBuffer absorbed_storage;
   WeightMatrix embed;    // [vocab, hidden]
   WeightMatrix lm_head;  // [vocab, hidden] (the embedding when tie_word_embeddings)
   std::vector<float> final_norm;  // [hidden]

@@ -1,0 +1,37 @@
+// The absorbed decode's per-head copies of kv_b_proj (model/mla_decode_attention.cc): each head's
+// W_UV [v, kv_lora] and W_UK^T [kv_lora, nope] packed in panels, so that both products stream
+// their weights through the matmul kernels (bf16 and int8 dot products, prefetched panels)
+// instead of reading kv_b row by row (~20 GB/s on a host whose panels stream at 60).
+//
+// Formats: dense kv_b (F32, BF16, F16) and int8 groups (GGUF's Q8_0, Q6_K): W_UK^T keeps the
+// codes and leaves the scales in kv_b, where the query's multiply reads them (AbsorbedQuery:
+// x[d] = q_nope[d] * scale(d, g) for output group g). Other formats (fp8 blocks, int4 and the
+// uint-min groups) keep the row-major path: the copies stay empty.
+//
+// Ownership: the copies live in ModelWeights::absorbed_storage; kv_b stays as it is (the MHA
+// prefill and the empty case read it), so resident memory grows by about kv_b's bytes (~0.15% of
+// DeepSeek-V3's weights). Like the workspace, they are not in Model::weight_bytes (the KV budget's
+// subtraction, which `plan` predicts): they live in the headroom --mem-fraction-static leaves.
+#pragma once
+
+#include "core/status.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace mlaserve {
+
+// Fills every layer's AttentionWeights::uk_t and uv (the MTP layer's too) from its kv_b, which
+// holds kv_b.rows / (nope + v) heads (a tensor-parallel rank's). An error only when the memory
+// is not there.
+[[nodiscard]] Status PackAbsorbedWeights(ModelWeights& weights, const ModelConfig& config);
+
+// Whether the layer's absorbed products go through the copies.
+inline bool HasAbsorbedCopies(const AttentionWeights& a) { return !a.uv.empty(); }
+
+// x[d] = q_nope[d] * (the scale of kv_b's W_UK row d of head `head` in column group g), d < nope:
+// the query a W_UK^T copy of int8 groups multiplies for its output group g (rows
+// [g * block_cols, (g + 1) * block_cols)); q_nope itself for a dense copy (not called).
+void ScaleAbsorbedQuery(const AttentionWeights& a, const ModelConfig& config, int64_t head, int64_t group,
+                        const float* q_nope, float* x);
+
+}  // namespace mlaserve

@@ -1,0 +1,134 @@
+// kv_b_proj's per-head copies for the absorbed decode (model/absorbed_weights.h): W_UK^T and W_UV
+// in panels multiply as kv_b's own rows do, through every kernel table this CPU runs, for the
+// formats that get copies; the others get none.
+#include "model/absorbed_weights.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/weight_value.h"
+#include "support/kernel_tables.h"
+#include "support/random_weights.h"
+
+namespace mlaserve {
+namespace {
+
+ModelConfig SmallMla() {
+  ModelConfig c;
+  c.num_attention_heads = 3;
+  c.qk_nope_head_dim = 32;
+  c.v_head_dim = 16;
+  c.kv_lora_rank = 64;
+  return c;
+}
+
+// Every table this CPU runs, and the int8 one where there is one (it quantizes the query).
+std::vector<const KernelSet*> Tables() {
+  std::vector<const KernelSet*> out = testing::RunnableKernelTables();
+  if (const KernelSet* bf16 = CpuSupportsBf16Dot() ? Avx512Bf16Kernels(1) : nullptr) out.push_back(bf16);
+  if (const KernelSet* int8 = CpuSupportsInt8Dot() ? WithInt8Dot(Avx512Kernels()) : nullptr) out.push_back(int8);
+  return out;
+}
+
+// Multiplies by each head's copies as the decode does and compares with kv_b's rows summed in
+// double; exact tables (fp32 products) to 1e-5 of the largest output, rounding ones (bf16 or int8
+// activations) to 2e-2.
+void ExpectCopiesMultiplyAsRows(const WeightMatrix& kv_b) {
+  const ModelConfig c = SmallMla();
+  const int64_t nope = c.qk_nope_head_dim, v = c.v_head_dim, L = c.kv_lora_rank;
+  ModelWeights w;
+  w.layers.resize(1);
+  AttentionWeights& a = w.layers[0].attn;
+  a.kv_b = kv_b;
+  ASSERT_TRUE(PackAbsorbedWeights(w, c).ok());
+  ASSERT_TRUE(HasAbsorbedCopies(a));
+  ASSERT_EQ(a.uk_t.size(), size_t(c.num_attention_heads));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const KernelSet* k : Tables()) {
+    const bool rounds = k->int8_dot || k->bf16_min_tokens > 0;
+    for (int64_t h = 0; h < c.num_attention_heads; ++h) {
+      std::vector<float> q(static_cast<size_t>(nope)), o(static_cast<size_t>(L));
+      for (float& x : q) x = normal(rng);
+      for (float& x : o) x = normal(rng);
+      // W_UK^T: q_lat[col] = sum_d q[d] * W_UK[d][col].
+      std::vector<float> q_lat(static_cast<size_t>(L), 0.0f), scaled(static_cast<size_t>(nope));
+      const int64_t group_rows = kv_b.quantized() ? kv_b.block_cols : L;
+      for (int64_t g = 0; g < L / group_rows; ++g) {
+        const float* x = q.data();
+        if (kv_b.quantized()) {
+          ScaleAbsorbedQuery(a, c, h, g, q.data(), scaled.data());
+          x = scaled.data();
+        }
+        k->matmul_panels(x, 1, a.uk_t[size_t(h)], g * group_rows / kPanelRows, (g + 1) * group_rows / kPanelRows,
+                         q_lat.data(), L);
+      }
+      std::vector<double> want(size_t(L), 0.0);
+      for (int64_t col = 0; col < L; ++col) {
+        for (int64_t d = 0; d < nope; ++d) want[size_t(col)] += double(q[size_t(d)]) * WeightAt(kv_b, h * (nope + v) + d, col);
+      }
+      // W_UV: out[j] = sum_col o[col] * W_UV[j][col].
+      std::vector<float> out(static_cast<size_t>(v));
+      k->matmul_panels(o.data(), 1, a.uv[size_t(h)], 0, a.uv[size_t(h)].num_panels(), out.data(), v);
+      std::vector<double> want_out(size_t(v), 0.0);
+      for (int64_t j = 0; j < v; ++j) {
+        for (int64_t col = 0; col < L; ++col) {
+          want_out[size_t(j)] += double(o[size_t(col)]) * WeightAt(kv_b, h * (nope + v) + nope + j, col);
+        }
+      }
+      for (const auto& [got, expected] : {std::pair{&q_lat, &want}, std::pair{&out, &want_out}}) {
+        double largest = 0.0;
+        for (double e : *expected) largest = std::max(largest, std::abs(e));
+        for (size_t i = 0; i < got->size(); ++i) {
+          EXPECT_NEAR((*got)[i], (*expected)[i], (rounds ? 2e-2 : 1e-5) * largest) << k->name << " head " << h << " " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(AbsorbedWeights, DenseCopiesMultiplyAsKvBRows) {
+  std::mt19937 rng(1);
+  const ModelConfig c = SmallMla();
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const testing::Weights kv_b =
+        testing::RandomWeights(dtype, int64_t(c.num_attention_heads) * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank, rng);
+    ExpectCopiesMultiplyAsRows(kv_b.matrix);
+  }
+}
+
+TEST(AbsorbedWeights, Int8GroupCopiesScaleTheQueryByKvBsScales) {
+  std::mt19937 rng(2);
+  const ModelConfig c = SmallMla();
+  for (int group : {16, 32}) {  // Q6_K's and Q8_0's
+    const testing::QuantWeights kv_b = testing::RandomQuantWeights(
+        WeightFormat::kInt8Group, int64_t(c.num_attention_heads) * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank,
+        1, group, rng);
+    ExpectCopiesMultiplyAsRows(kv_b.matrix);
+  }
+}
+
+TEST(AbsorbedWeights, OtherFormatsKeepTheRowMajorPath) {
+  std::mt19937 rng(3);
+  const ModelConfig c = SmallMla();
+  const int64_t rows = int64_t(c.num_attention_heads) * (c.qk_nope_head_dim + c.v_head_dim);
+  for (const auto& [format, block_rows, block_cols] :
+       {std::tuple{WeightFormat::kFp8Block, 16, 32}, std::tuple{WeightFormat::kInt4Group, 1, 32},
+        std::tuple{WeightFormat::kUint4GroupMin, 1, 32}}) {
+    const testing::QuantWeights kv_b = testing::RandomQuantWeights(format, rows, c.kv_lora_rank, block_rows, block_cols, rng);
+    ModelWeights w;
+    w.layers.resize(1);
+    w.layers[0].attn.kv_b = kv_b.matrix;
+    ASSERT_TRUE(PackAbsorbedWeights(w, c).ok());
+    EXPECT_FALSE(HasAbsorbedCopies(w.layers[0].attn)) << int(format);
+    EXPECT_EQ(w.absorbed_storage.size(), 0u);
+  }
+}
+
+}  // namespace
+}  // namespace mlaserve
