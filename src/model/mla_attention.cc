@@ -24,9 +24,10 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, const Att
   const int L = c.kv_lora_rank, row_dim = c.kv_cache_dim(), v_dim = c.v_head_dim;
   PhaseClock clock(timings_);
 
-  // Queries.
+  // Queries. q_a and kv_a read the same input: one dispatch for both (and, for int8 weights, one
+  // quantization of the input), as SGLang's fused_qkv_a_proj.
   if (c.q_lora_rank > 0) {
-    MatMul(ctx, ws.normed.data(), n, w.q_a, ws.q_a.data());
+    MatMulPair(ctx, ws.normed.data(), n, w.q_a, w.kv_a, ws.q_a.data(), ws.kv_a.data());
     ForTokenRanges(n, [&](int begin, int end, int) {
       for (int t = begin; t < end; ++t) {
         float* r = ws.q_a.data() + int64_t(t) * c.q_lora_rank;
@@ -40,7 +41,7 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, const Att
 
   // The new tokens' cache rows: normalised latent and rotated rope key, quantized once into the
   // storage's format as they are written (tokens write distinct rows, so threads may split them).
-  MatMul(ctx, ws.normed.data(), n, w.kv_a, ws.kv_a.data());
+  if (c.q_lora_rank == 0) MatMul(ctx, ws.normed.data(), n, w.kv_a, ws.kv_a.data());
   ForTokenRanges(n, [&](int begin, int end, int) {
     for (int t = begin; t < end; ++t) {
       const ForwardSegment& seg = segments[size_t(token_segments_[size_t(t)])];
