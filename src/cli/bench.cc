@@ -273,15 +273,24 @@ void PrintDecodePhases(const ForwardTimings& t, int steps, double step_s, double
                           {"lm_head", t.lm_head_ns, double(w.lm_head.stored_bytes())},
                           {"attention over the KV cache (bytes: the cache rows)", t.attention_core_ns, kv_bytes}};
   std::printf("decode step by phase: ms/step, MB/step read, GB/s, share of the machine's read bandwidth\n");
-  double timed_s = 0;
+  auto print = [&](const char* name, double s, double bytes) {
+    std::printf("  %-62s %7.3f ms %8.1f MB %7.2f GB/s %4.0f%%\n", name, 1e3 * s, bytes / 1e6, s > 0 ? bytes / s / 1e9 : 0.0,
+                s > 0 ? 100.0 * bytes / s / bandwidth : 0.0);
+  };
+  double timed_s = 0, weight_s = 0, weight_bytes = 0;
   for (const Phase& p : phases) {
     const double s = double(p.ns) / 1e9 / steps;
     timed_s += s;
-    std::printf("  %-62s %7.3f ms %8.1f MB %7.2f GB/s %4.0f%%\n", p.name, 1e3 * s, p.bytes / 1e6,
-                s > 0 ? p.bytes / s / 1e9 : 0.0, s > 0 ? 100.0 * p.bytes / s / bandwidth : 0.0);
+    if (&p != &phases[std::size(phases) - 1]) {  // every phase but attention over the cache reads weights
+      weight_s += s;
+      weight_bytes += p.bytes;
+    }
+    print(p.name, s, p.bytes);
   }
   std::printf("  %-62s %7.3f ms\n", "the rest (embedding row, norms, residual adds, the step's loop)",
               1e3 * std::max(0.0, step_s - timed_s));
+  // The weights' products together: what a weight format changes (the rest costs every format alike).
+  print("weight products together (the phases above but the cache)", weight_s, weight_bytes);
 }
 
 // Tensor parallelism (--tp-size under mpirun): what rank 0's collectives moved and cost in a

@@ -3,12 +3,16 @@
 #include <cstring>
 #include <vector>
 
+#include "core/check.h"
 #include "kernels/pack.h"
 
 namespace mlaserve {
 namespace {
 
 size_t AlignUp64(size_t n) { return (n + 63) / 64 * 64; }
+
+// Scale groups of a W_UK row the query scaling takes (stack scratch): kv_lora 512 in groups of 16.
+constexpr int64_t kMaxScaleGroups = 64;
 
 template <class Fn>
 void ForEachAttention(ModelWeights& w, Fn&& fn) {
@@ -30,6 +34,7 @@ bool CopiesPay(const WeightMatrix& kv_b, const ModelConfig& c) {
   if (kv_b.data == nullptr || kv_b.packed) return false;
   if (kv_b.format == WeightFormat::kDense) return true;
   return kv_b.format == WeightFormat::kInt8Group && kv_b.block_cols % kPanelRows == 0 &&
+         c.kv_lora_rank / kv_b.block_cols <= kMaxScaleGroups &&
          c.kv_lora_rank % kv_b.block_cols == 0 && c.qk_nope_head_dim % 4 == 0 && kv_b.block_cols % 4 == 0;
 }
 
@@ -72,14 +77,16 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c) {
   return Status::Ok();
 }
 
-void ScaleAbsorbedQuery(const AttentionWeights& a, const ModelConfig& c, int64_t head, int64_t group,
-                        const float* q_nope, float* x) {
+void ScaleAbsorbedQuery(const AttentionWeights& a, const ModelConfig& c, int64_t head, const float* q_nope,
+                        float* x) {
   const WeightMatrix uk = UkRows(a, c, head);
-  const auto* scales = static_cast<const std::byte*>(uk.scales);  // F32 [rows][scale_cols], maybe unaligned
-  for (int64_t d = 0; d < uk.rows; ++d) {
-    float s;
-    std::memcpy(&s, scales + size_t((uk.scale_row0 + d) * uk.scale_cols() + group) * sizeof(float), sizeof(float));
-    x[d] = q_nope[d] * s;
+  const int64_t groups = uk.scale_cols(), nope = uk.rows;
+  const auto* scales = static_cast<const std::byte*>(uk.scales);  // F32 [rows][groups], maybe unaligned
+  float row[kMaxScaleGroups];
+  MLA_CHECK(groups <= kMaxScaleGroups);
+  for (int64_t d = 0; d < nope; ++d) {
+    std::memcpy(row, scales + size_t((uk.scale_row0 + d) * groups) * sizeof(float), size_t(groups) * sizeof(float));
+    for (int64_t g = 0; g < groups; ++g) x[g * nope + d] = q_nope[d] * row[g];
   }
 }
 

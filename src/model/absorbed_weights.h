@@ -28,10 +28,11 @@ namespace mlaserve {
 // Whether the layer's absorbed products go through the copies.
 inline bool HasAbsorbedCopies(const AttentionWeights& a) { return !a.uv.empty(); }
 
-// x[d] = q_nope[d] * (the scale of kv_b's W_UK row d of head `head` in column group g), d < nope:
-// the query a W_UK^T copy of int8 groups multiplies for its output group g (rows
-// [g * block_cols, (g + 1) * block_cols)); q_nope itself for a dense copy (not called).
-void ScaleAbsorbedQuery(const AttentionWeights& a, const ModelConfig& config, int64_t head, int64_t group,
-                        const float* q_nope, float* x);
+// x[g * nope + d] = q_nope[d] * (the scale of kv_b's W_UK row d of head `head` in column group g)
+// for every group g < kv_lora / block_cols and d < nope: the queries a W_UK^T copy of int8 groups
+// multiplies, x + g * nope for its output group g (rows [g * block_cols, (g + 1) * block_cols)).
+// Not for a dense copy (it multiplies q_nope itself).
+void ScaleAbsorbedQuery(const AttentionWeights& a, const ModelConfig& config, int64_t head, const float* q_nope,
+                        float* x);
 
 }  // namespace mlaserve

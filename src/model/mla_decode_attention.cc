@@ -22,8 +22,9 @@ namespace {
 // past its last full vector one at a time); fewer heads take a dot product per (row, head).
 constexpr int kGemmScoreMinHeads = 16;
 
-// The longest q_nope the absorbed query's scaling takes (stack scratch; DeepSeek's is 128).
-constexpr int kMaxAbsorbedNope = 512;
+// The absorbed query's scaled copies, one per W_UK scale group (stack scratch, floats: DeepSeek's
+// nope 128 times 512 / 32 groups of Q8_0 is 2048, 4096 for Q6_K's groups of 16).
+constexpr int64_t kMaxAbsorbedQuery = 8192;
 
 static_assert(kKvTileRows <= kLatentSumMaxRows, "latent_sum takes a tile at a time");
 
@@ -247,9 +248,9 @@ void Model::AbsorbQueries(const KernelSet& k, const AttentionWeights& w, std::sp
     // copy's rows of group g.
     const WeightMatrix& kv_b = w.kv_b;
     const int64_t group_rows = kv_b.quantized() ? kv_b.block_cols : L;
-    MLA_CHECK(nope <= kMaxAbsorbedNope);
+    MLA_CHECK(int64_t(nope) * (L / group_rows) <= kMaxAbsorbedQuery);
     pool_.ParallelFor(heads, 1, [&](int64_t begin, int64_t end) {
-      float scaled[kMaxAbsorbedNope];
+      float scaled[kMaxAbsorbedQuery];  // [groups, nope]
       for (int64_t h = begin; h < end; ++h) {
         const WeightMatrix& uk_t = w.uk_t[size_t(h)];
         for (int32_t t : tokens) {
@@ -258,10 +259,10 @@ void Model::AbsorbQueries(const KernelSet& k, const AttentionWeights& w, std::sp
           if (!kv_b.quantized()) {
             k.matmul_panels(q_head, 1, uk_t, 0, uk_t.num_panels(), q_lat, L);
           } else {
+            ScaleAbsorbedQuery(w, c, h, q_head, scaled);
             for (int64_t g = 0; g < L / group_rows; ++g) {
-              ScaleAbsorbedQuery(w, c, h, g, q_head, scaled);
-              k.matmul_panels(scaled, 1, uk_t, g * group_rows / kPanelRows, (g + 1) * group_rows / kPanelRows,
-                              q_lat, L);
+              k.matmul_panels(scaled + g * nope, 1, uk_t, g * group_rows / kPanelRows,
+                              (g + 1) * group_rows / kPanelRows, q_lat, L);
             }
           }
           std::copy(q_head + nope, q_head + qk_dim, q_lat + L);

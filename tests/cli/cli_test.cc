@@ -152,19 +152,24 @@ TEST(Cli, InitRandomAndBenchRun) {
   // The decode phase table: disjoint parts of the steps, so together no longer than the steps;
   // every phase ran.
   const double decode_s = BenchFigure(r.out, "decode: 4 tokens in ");
+  auto phase_ms = [&](const char* phase) {
+    const size_t at = r.out.find(phase);
+    if (at == std::string::npos) return -1.0;
+    const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+    const size_t ms_at = line.find(" ms ");
+    return ms_at == std::string::npos ? -1.0 : std::stod(line.substr(line.rfind(' ', ms_at - 1) + 1));
+  };
   double phases_ms = 0;
   for (const char* phase : {"  MLP products", "  attention projections", "  kv_b products", "  router (", "  lm_head",
                             "  attention over the KV cache"}) {
-    const size_t at = r.out.find(phase);
-    ASSERT_NE(at, std::string::npos) << phase << "\n" << r.out;
-    const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
-    const size_t ms_at = line.find(" ms ");
-    ASSERT_NE(ms_at, std::string::npos) << line;
-    const double ms = std::stod(line.substr(line.rfind(' ', ms_at - 1) + 1));
-    EXPECT_GT(ms, 0.0) << line;
+    const double ms = phase_ms(phase);
+    EXPECT_GT(ms, 0.0) << phase << "\n" << r.out;
     phases_ms += ms;
   }
   EXPECT_LE(phases_ms, 1e3 * (decode_s + 0.0005) / 4 + 0.003) << r.out;  // within the printed roundings
+  // The weight products' total: every phase but attention over the cache.
+  EXPECT_NEAR(phase_ms("  weight products together"), phases_ms - phase_ms("  attention over the KV cache"), 0.004)
+      << r.out;
   r = RunMlaserve("bench --model-path " + ShellQuote(dir.path()) + " --compare-model-path " + ShellQuote(dir.path()) +
                   " --prompt-len 20 --decode-tokens 2 --bandwidth-buffer-mb 16");
   ASSERT_EQ(r.exit_code, 0) << r.err;

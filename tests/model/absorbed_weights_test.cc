@@ -57,14 +57,11 @@ void ExpectCopiesMultiplyAsRows(const WeightMatrix& kv_b) {
       for (float& x : q) x = normal(rng);
       for (float& x : o) x = normal(rng);
       // W_UK^T: q_lat[col] = sum_d q[d] * W_UK[d][col].
-      std::vector<float> q_lat(static_cast<size_t>(L), 0.0f), scaled(static_cast<size_t>(nope));
       const int64_t group_rows = kv_b.quantized() ? kv_b.block_cols : L;
+      std::vector<float> q_lat(static_cast<size_t>(L), 0.0f), scaled(static_cast<size_t>(nope * (L / group_rows)));
+      if (kv_b.quantized()) ScaleAbsorbedQuery(a, c, h, q.data(), scaled.data());
       for (int64_t g = 0; g < L / group_rows; ++g) {
-        const float* x = q.data();
-        if (kv_b.quantized()) {
-          ScaleAbsorbedQuery(a, c, h, g, q.data(), scaled.data());
-          x = scaled.data();
-        }
+        const float* x = kv_b.quantized() ? scaled.data() + g * nope : q.data();
         k->matmul_panels(x, 1, a.uk_t[size_t(h)], g * group_rows / kPanelRows, (g + 1) * group_rows / kPanelRows,
                          q_lat.data(), L);
       }
