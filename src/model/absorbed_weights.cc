@@ -46,7 +46,8 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c) {
   ForEachAttention(w, [&](AttentionWeights& a) {
     if (!CopiesPay(a.kv_b, c)) return;
     for (int64_t h = 0; h < a.kv_b.rows / rows_per_head; ++h) {
-      total += AlignUp64(PackedBytes(TransposedShape(UkRows(a, c, h)))) + AlignUp64(PackedBytes(UvRows(a, c, h)));
+      total += AlignUp64(PackedBytes(TransposedShape(UkRows(a, c, h)))) + AlignUp64(PackedBytes(UvRows(a, c, h))) +
+               AlignUp64(PackedBytes(UkRows(a, c, h)));
     }
   });
   if (total == 0) return Status::Ok();
@@ -61,8 +62,10 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c) {
     const int64_t heads = a.kv_b.rows / rows_per_head;
     a.uk_t.resize(size_t(heads));
     a.uv.resize(size_t(heads));
-    // A layer's W_UK^T copies, then its W_UV ones, each head after the previous: a thread's run
-    // of heads is one stream (the kernels' prefetch runs on into the next head).
+    a.uk.resize(size_t(heads));
+    // A layer's W_UK^T copies, then its W_UV ones, then its W_UK ones, each head after the
+    // previous: a thread's run of heads is one stream (the kernels' prefetch runs on into the next
+    // head).
     for (int64_t h = 0; h < heads; ++h) {
       const WeightMatrix uk = UkRows(a, c, h);
       a.uk_t[size_t(h)] = PackTransposedPanels(uk, at);
@@ -72,6 +75,11 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c) {
       const WeightMatrix uv = UvRows(a, c, h);
       a.uv[size_t(h)] = PackPanels(uv, at, one);
       at += AlignUp64(PackedBytes(uv));
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      const WeightMatrix uk = UkRows(a, c, h);
+      a.uk[size_t(h)] = PackPanels(uk, at, one);
+      at += AlignUp64(PackedBytes(uk));
     }
   });
   return Status::Ok();

@@ -1,17 +1,21 @@
-// The absorbed decode's per-head copies of kv_b_proj (model/mla_decode_attention.cc): each head's
-// W_UV [v, kv_lora] and W_UK^T [kv_lora, nope] packed in panels, so that both products stream
-// their weights through the matmul kernels (bf16 and int8 dot products, prefetched panels)
-// instead of reading kv_b row by row (~20 GB/s on a host whose panels stream at 60).
+// Per-head copies of kv_b_proj in panels: each head's W_UK^T [kv_lora, nope] and W_UV [v, kv_lora]
+// for the absorbed decode (model/mla_decode_attention.cc, mla_attention.cc), and W_UK [nope,
+// kv_lora] with the same W_UV for the MHA prefill's keys and values (mla_prefill_attention.cc), so
+// that every kv_b product runs through the matmul kernels (bf16 and int8 dot products, prefetched
+// panels, packed activations) instead of reading kv_b row by row (decode: ~20 GB/s on a host
+// whose panels stream at 60; a Q8_0 prefill spent about as long decompressing keys and values as
+// in every other product).
 //
 // Formats: dense kv_b (F32, BF16, F16) and int8 groups (GGUF's Q8_0, Q6_K): W_UK^T keeps the
-// codes and leaves the scales in kv_b, where the query's multiply reads them (AbsorbedQuery:
+// codes and leaves the scales in kv_b, where the query's multiply reads them (ScaleAbsorbedQuery:
 // x[d] = q_nope[d] * scale(d, g) for output group g). Other formats (fp8 blocks, int4 and the
 // uint-min groups) keep the row-major path: the copies stay empty.
 //
-// Ownership: the copies live in ModelWeights::absorbed_storage; kv_b stays as it is (the MHA
-// prefill and the empty case read it), so resident memory grows by about kv_b's bytes (~0.15% of
-// DeepSeek-V3's weights). Like the workspace, they are not in Model::weight_bytes (the KV budget's
-// subtraction, which `plan` predicts): they live in the headroom --mem-fraction-static leaves.
+// Ownership: the copies live in ModelWeights::absorbed_storage; kv_b stays as it is (the formats
+// without copies read it, the int8 query scaling its scales), so resident memory grows by about
+// 1.5 times kv_b's bytes (~0.25% of a bf16 or Q8_0 DeepSeek-V3's weights; its own fp8 gets none).
+// Like the workspace, they are not in Model::weight_bytes (the KV budget's subtraction, which
+// `plan` predicts): they live in the headroom --mem-fraction-static leaves.
 #pragma once
 
 #include "core/status.h"
@@ -20,12 +24,12 @@
 
 namespace mlaserve {
 
-// Fills every layer's AttentionWeights::uk_t and uv (the MTP layer's too) from its kv_b, which
+// Fills every layer's AttentionWeights::uk_t, uv and uk (the MTP layer's too) from its kv_b, which
 // holds kv_b.rows / (nope + v) heads (a tensor-parallel rank's). An error only when the memory
 // is not there.
 [[nodiscard]] Status PackAbsorbedWeights(ModelWeights& weights, const ModelConfig& config);
 
-// Whether the layer's absorbed products go through the copies.
+// Whether the layer's kv_b products go through the copies.
 inline bool HasAbsorbedCopies(const AttentionWeights& a) { return !a.uv.empty(); }
 
 // x[g * nope + d] = q_nope[d] * (the scale of kv_b's W_UK row d of head `head` in column group g)

@@ -93,7 +93,7 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, const Att
   }
   for (int s = 0, first_token = 0; s < int(segments.size()); first_token += segments[size_t(s)].num_tokens, ++s) {
     if (UseMhaPrefill(segments[size_t(s)])) {
-      MhaPrefillAttention(k, w, kv, layer_index, first_token, segments[size_t(s)]);
+      MhaPrefillAttention(k, w, kv, layer_index, first_token, segments[size_t(s)], ctx.gemm_scratch);
       clock.Add(&ForwardTimings::attention_core_ns);
     }
   }

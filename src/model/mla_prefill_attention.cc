@@ -15,7 +15,9 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/ops.h"
 #include "kernels/pack.h"
+#include "model/absorbed_weights.h"
 #include "model/model.h"
 
 namespace mlaserve {
@@ -41,7 +43,7 @@ bool Model::UseMhaPrefill(const ForwardSegment& seg) const {
 }
 
 void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, const KvHostRows& kv, int layer,
-                                int first_token, const ForwardSegment& seg) {
+                                int first_token, const ForwardSegment& seg, std::span<float> gemm_scratch) {
   const ModelConfig& c = config_;
   Workspace& ws = workspace_;
   const int heads = local_heads_, nope = c.qk_nope_head_dim, R = c.qk_rope_head_dim;
@@ -85,8 +87,24 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
       }
     });
 
+    // With kv_b's per-head copies (model/absorbed_weights.h): the block's latents packed once for
+    // every head's key and value products (one layout: the copies share format and columns), where
+    // the product pays and the scratch has room; else each product takes them unpacked.
+    const bool copies = HasAbsorbedCopies(w);
+    const int threads = pool_.num_threads();
+    float* packed = nullptr;
+    if (copies && PackedProductPays(k, rows, w.uk[0]) && SharePackedActivations(w.uk[0], w.uv[0]) &&
+        PackedFloatsFor(k, rows, w.uk[0]) + threads * GemmThreadScratchFloats(rows) <= int64_t(gemm_scratch.size())) {
+      packed = gemm_scratch.data();
+      pool_.ParallelFor(GemmTiles(rows), 1, [&](int64_t begin, int64_t end) {
+        k.pack_activations(ws.mha_ckv.data(), rows, w.uk[0], begin, end, packed);
+      });
+    }
     std::atomic<int> next_head{0};
     pool_.RunOnAll([&](int thread) {
+      float* product_scratch = packed == nullptr ? nullptr
+                                                 : gemm_scratch.data() + PackedFloatsFor(k, rows, w.uk[0]) +
+                                                       int64_t(thread) * GemmThreadScratchFloats(rows);
       float* keys = ws.mha_k.data() + int64_t(thread) * C * qk_dim;      // [C, nope + R]
       float* values = ws.mha_v.data() + int64_t(thread) * C * v_dim;     // [C, v]
       float* scores = ws.mha_scores.data() + int64_t(thread) * B * C;    // [B, rows]
@@ -96,12 +114,23 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
       for (int h = next_head.fetch_add(1, std::memory_order_relaxed); h < heads;
            h = next_head.fetch_add(1, std::memory_order_relaxed)) {
         // Decompress this head's keys and values for the block.
-        k.matmul_rows(ws.mha_ckv.data(), rows, w.kv_b.Slice(h * kv_b_rows_per_head, nope), 0, nope, keys, qk_dim);
+        if (copies) {  // the head's W_UK and W_UV in panels
+          const WeightMatrix &uk = w.uk[size_t(h)], &uv = w.uv[size_t(h)];
+          if (packed != nullptr) {
+            k.matmul_panels_packed(ws.mha_ckv.data(), packed, product_scratch, rows, uk, 0, uk.num_panels(), keys, qk_dim);
+            k.matmul_panels_packed(ws.mha_ckv.data(), packed, product_scratch, rows, uv, 0, uv.num_panels(), values, v_dim);
+          } else {
+            k.matmul_panels(ws.mha_ckv.data(), rows, uk, 0, uk.num_panels(), keys, qk_dim);
+            k.matmul_panels(ws.mha_ckv.data(), rows, uv, 0, uv.num_panels(), values, v_dim);
+          }
+        } else {
+          k.matmul_rows(ws.mha_ckv.data(), rows, w.kv_b.Slice(h * kv_b_rows_per_head, nope), 0, nope, keys, qk_dim);
+          k.matmul_rows(ws.mha_ckv.data(), rows, w.kv_b.Slice(h * kv_b_rows_per_head + nope, v_dim), 0, v_dim,
+                        values, v_dim);
+        }
         for (int r = 0; r < rows; ++r) {
           std::copy_n(ws.mha_rows.data() + int64_t(r) * row_dim + L, R, keys + int64_t(r) * qk_dim + nope);
         }
-        k.matmul_rows(ws.mha_ckv.data(), rows, w.kv_b.Slice(h * kv_b_rows_per_head + nope, v_dim), 0, v_dim,
-                      values, v_dim);
         // Both products as panels for the table's matmul: keys [rows x (nope + R)] (scores =
         // q @ keys^T) and values transposed [v x rows] (p @ values), in bf16 where the table
         // multiplies query blocks in bf16 (its dot-product instructions), else in fp32.

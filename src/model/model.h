@@ -219,9 +219,10 @@ class Model {
   void AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const int32_t> tokens,
                          std::span<const ForwardSegment> segments);
   // mla_prefill_attention.cc: the MHA form for one segment whose tokens start at first_token;
-  // writes their attn_out rows (UseMhaPrefill says when).
+  // writes their attn_out rows (UseMhaPrefill says when). gemm_scratch: ComputeContext's (the
+  // latents packed once per block for every head's key and value products, where it has room).
   void MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, const KvHostRows& kv, int layer,
-                           int first_token, const ForwardSegment& seg);
+                           int first_token, const ForwardSegment& seg, std::span<float> gemm_scratch);
   void DenseMlp(const ComputeContext& ctx, const MlpWeights& w, int num_tokens, float* out);
   // Tensor parallelism (tensor_parallel_forward.cc). An MLP whose gate/up and down hold this
   // rank's output rows: out [n, H] = down(silu(gate(x)) * up(x)), gathering the intermediate

@@ -34,10 +34,12 @@ struct AttentionWeights {
   std::vector<float> kv_a_norm;     // [kv_lora]
   WeightMatrix kv_b;                // [heads * (nope + v), kv_lora]: per head W_UK rows, then W_UV
   WeightMatrix o_proj;              // [hidden, heads * v]
-  // kv_b's per-head copies in panels for the absorbed decode (model/absorbed_weights.h; empty for
-  // the formats that keep the row-major path), in ModelWeights::absorbed_storage:
-  std::vector<WeightMatrix> uk_t;   // [heads] W_UK^T [kv_lora, nope]
-  std::vector<WeightMatrix> uv;     // [heads] W_UV [v, kv_lora]
+  // kv_b's per-head copies in panels for the absorbed decode and the MHA prefill
+  // (model/absorbed_weights.h; empty for the formats that keep the row-major path), in
+  // ModelWeights::absorbed_storage:
+  std::vector<WeightMatrix> uk_t;   // [heads] W_UK^T [kv_lora, nope] (the absorbed query)
+  std::vector<WeightMatrix> uv;     // [heads] W_UV [v, kv_lora] (both forms' values)
+  std::vector<WeightMatrix> uk;     // [heads] W_UK [nope, kv_lora] (the MHA form's keys)
 };
 
 struct MoeWeights {

@@ -1,5 +1,5 @@
-// kv_b_proj's per-head copies for the absorbed decode (model/absorbed_weights.h): W_UK^T and W_UV
-// in panels multiply as kv_b's own rows do, through every kernel table this CPU runs, for the
+// kv_b_proj's per-head copies (model/absorbed_weights.h): W_UK^T, W_UV and W_UK in panels
+// multiply as kv_b's own rows do, through every kernel table this CPU runs, for the
 // formats that get copies; the others get none.
 #include "model/absorbed_weights.h"
 
@@ -78,7 +78,15 @@ void ExpectCopiesMultiplyAsRows(const WeightMatrix& kv_b) {
           want_out[size_t(j)] += double(o[size_t(col)]) * WeightAt(kv_b, h * (nope + v) + nope + j, col);
         }
       }
-      for (const auto& [got, expected] : {std::pair{&q_lat, &want}, std::pair{&out, &want_out}}) {
+      // W_UK (the MHA form's keys): key[d] = sum_col o[col] * W_UK[d][col].
+      std::vector<float> key(static_cast<size_t>(nope));
+      k->matmul_panels(o.data(), 1, a.uk[size_t(h)], 0, a.uk[size_t(h)].num_panels(), key.data(), nope);
+      std::vector<double> want_key(size_t(nope), 0.0);
+      for (int64_t d = 0; d < nope; ++d) {
+        for (int64_t col = 0; col < L; ++col) want_key[size_t(d)] += double(o[size_t(col)]) * WeightAt(kv_b, h * (nope + v) + d, col);
+      }
+      for (const auto& [got, expected] :
+           {std::pair{&q_lat, &want}, std::pair{&out, &want_out}, std::pair{&key, &want_key}}) {
         double largest = 0.0;
         for (double e : *expected) largest = std::max(largest, std::abs(e));
         for (size_t i = 0; i < got->size(); ++i) {
