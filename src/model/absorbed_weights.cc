@@ -11,7 +11,7 @@ namespace {
 
 size_t AlignUp64(size_t n) { return (n + 63) / 64 * 64; }
 
-// Scale groups of a W_UK row the query scaling takes (stack scratch): kv_lora 512 in groups of 16.
+// Scale groups of a W_UK row the query scaling takes (stack scratch): kv_lora 1024 in groups of 16.
 constexpr int64_t kMaxScaleGroups = 64;
 
 template <class Fn>
@@ -35,6 +35,7 @@ bool CopiesPay(const WeightMatrix& kv_b, const ModelConfig& c) {
   if (kv_b.format == WeightFormat::kDense) return true;
   return kv_b.format == WeightFormat::kInt8Group && kv_b.block_cols % kPanelRows == 0 &&
          c.kv_lora_rank / kv_b.block_cols <= kMaxScaleGroups &&
+         int64_t(c.qk_nope_head_dim) * (c.kv_lora_rank / kv_b.block_cols) <= kMaxAbsorbedQueryFloats &&
          c.kv_lora_rank % kv_b.block_cols == 0 && c.qk_nope_head_dim % 4 == 0 && kv_b.block_cols % 4 == 0;
 }
 
@@ -55,7 +56,8 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c) {
     return Status::Error("out of memory packing kv_b_proj's per-head copies (" + std::to_string(total) + " bytes)");
   }
   std::byte* at = w.absorbed_storage.data();
-  // One thread: a few MB for a small model, ~1 GB for DeepSeek-V3 (memory-bound copies).
+  // One thread: a few MB for a small model, 1.5 times kv_b's bytes for DeepSeek-V3 (1.6 GB at
+  // Q8_0, 3.1 GB at bf16; memory-bound copies).
   ThreadPool one(1);
   ForEachAttention(w, [&](AttentionWeights& a) {
     if (!CopiesPay(a.kv_b, c)) return;

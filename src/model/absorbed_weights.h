@@ -13,7 +13,8 @@
 //
 // Ownership: the copies live in ModelWeights::absorbed_storage; kv_b stays as it is (the formats
 // without copies read it, the int8 query scaling its scales), so resident memory grows by about
-// 1.5 times kv_b's bytes (~0.25% of a bf16 or Q8_0 DeepSeek-V3's weights; its own fp8 gets none).
+// 1.5 times kv_b's bytes (~0.25% of a bf16 or Q8_0 DeepSeek-V3's weights; its own fp8 gets none;
+// a GGUF's split kv_b pair of a block type, held in F32, gets F32 copies: ~6 GB for DeepSeek-V3).
 // Like the workspace, they are not in Model::weight_bytes (the KV budget's subtraction, which
 // `plan` predicts): they live in the headroom --mem-fraction-static leaves.
 #pragma once
@@ -23,6 +24,11 @@
 #include "model/weights.h"
 
 namespace mlaserve {
+
+// The absorbed query's scaled copies, one per W_UK scale group, on a worker's stack (floats:
+// DeepSeek's nope 128 times 512 / 32 groups of Q8_0 is 2048, 4096 for Q6_K's groups of 16); a
+// kv_b whose copies would need more gets none.
+inline constexpr int64_t kMaxAbsorbedQueryFloats = 8192;
 
 // Fills every layer's AttentionWeights::uk_t, uv and uk (the MTP layer's too) from its kv_b, which
 // holds kv_b.rows / (nope + v) heads (a tensor-parallel rank's). An error only when the memory

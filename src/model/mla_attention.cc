@@ -24,10 +24,17 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, const Att
   const int L = c.kv_lora_rank, row_dim = c.kv_cache_dim(), v_dim = c.v_head_dim;
   PhaseClock clock(timings_);
 
-  // Queries. q_a and kv_a read the same input: one dispatch for both (and, for int8 weights, one
-  // quantization of the input), as SGLang's fused_qkv_a_proj.
+  // Queries. q_a and kv_a read the same input: one dispatch for both (as SGLang's
+  // fused_qkv_a_proj) where they take the same packed activations (one packing, or one int8
+  // quantization, serves both); a GGUF file that mixes their types gets two products, each with
+  // its own packing (MatMulPair would pack neither).
+  const bool fused_qkv_a = c.q_lora_rank > 0 && SharePackedActivations(w.q_a, w.kv_a);
   if (c.q_lora_rank > 0) {
-    MatMulPair(ctx, ws.normed.data(), n, w.q_a, w.kv_a, ws.q_a.data(), ws.kv_a.data());
+    if (fused_qkv_a) {
+      MatMulPair(ctx, ws.normed.data(), n, w.q_a, w.kv_a, ws.q_a.data(), ws.kv_a.data());
+    } else {
+      MatMul(ctx, ws.normed.data(), n, w.q_a, ws.q_a.data());
+    }
     ForTokenRanges(n, [&](int begin, int end, int) {
       for (int t = begin; t < end; ++t) {
         float* r = ws.q_a.data() + int64_t(t) * c.q_lora_rank;
@@ -41,7 +48,7 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, const Att
 
   // The new tokens' cache rows: normalised latent and rotated rope key, quantized once into the
   // storage's format as they are written (tokens write distinct rows, so threads may split them).
-  if (c.q_lora_rank == 0) MatMul(ctx, ws.normed.data(), n, w.kv_a, ws.kv_a.data());
+  if (!fused_qkv_a) MatMul(ctx, ws.normed.data(), n, w.kv_a, ws.kv_a.data());
   ForTokenRanges(n, [&](int begin, int end, int) {
     for (int t = begin; t < end; ++t) {
       const ForwardSegment& seg = segments[size_t(token_segments_[size_t(t)])];

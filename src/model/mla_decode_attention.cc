@@ -22,9 +22,6 @@ namespace {
 // past its last full vector one at a time); fewer heads take a dot product per (row, head).
 constexpr int kGemmScoreMinHeads = 16;
 
-// The absorbed query's scaled copies, one per W_UK scale group (stack scratch, floats: DeepSeek's
-// nope 128 times 512 / 32 groups of Q8_0 is 2048, 4096 for Q6_K's groups of 16).
-constexpr int64_t kMaxAbsorbedQuery = 8192;
 
 static_assert(kKvTileRows <= kLatentSumMaxRows, "latent_sum takes a tile at a time");
 
@@ -248,9 +245,9 @@ void Model::AbsorbQueries(const KernelSet& k, const AttentionWeights& w, std::sp
     // copy's rows of group g.
     const WeightMatrix& kv_b = w.kv_b;
     const int64_t group_rows = kv_b.quantized() ? kv_b.block_cols : L;
-    MLA_CHECK(int64_t(nope) * (L / group_rows) <= kMaxAbsorbedQuery);
+    MLA_CHECK(int64_t(nope) * (L / group_rows) <= kMaxAbsorbedQueryFloats);  // CopiesPay's limit
     pool_.ParallelFor(heads, 1, [&](int64_t begin, int64_t end) {
-      float scaled[kMaxAbsorbedQuery];  // [groups, nope]
+      float scaled[kMaxAbsorbedQueryFloats];  // [groups, nope]
       for (int64_t h = begin; h < end; ++h) {
         const WeightMatrix& uk_t = w.uk_t[size_t(h)];
         for (int32_t t : tokens) {

@@ -111,7 +111,7 @@ TEST_P(KvSplits, MergeToTheUnsplitSoftmax) {
     for (KvFormat format : {KvFormat::kBF16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla, KvFormat::kFP4E2M1,
                             KvFormat::kNVFP4}) {
       for (int page_size : {1, 16, 64}) {
-        for (int context : {200, 1100}) {
+        for (int context : {100, 200, 1100}) {  // one split (kKvSplitRows 128), two, nine
           SCOPED_TRACE(std::string(k->name) + " " + KvFormatName(format) + " page " + std::to_string(page_size) +
                        " context " + std::to_string(context));
           const RandomCache cache = FillCache(format, page_size, context, shape, rng);
@@ -280,7 +280,7 @@ TEST(MlaAttention, MhaPrefillMatchesAbsorbedFormOnLongContexts) {
   }
 }
 
-// Deterministic mode at a context of five KV splits: the same logits, bit for bit, whether the
+// Deterministic mode at a context of nine KV splits: the same logits, bit for bit, whether the
 // prompt is computed in chunks of 64 on one thread (the splits then span several waves of work
 // items) or of 512 on two, and through the decode steps after it.
 TEST(MlaAttention, DeterministicModeIsChunkAndThreadInvariantAtLongContexts) {
