@@ -9,8 +9,6 @@
 namespace mlaserve {
 namespace {
 
-size_t AlignUp64(size_t n) { return (n + 63) / 64 * 64; }
-
 // Scale groups of a W_UK row the query scaling takes (stack scratch): kv_lora 1024 in groups of 16.
 constexpr int64_t kMaxScaleGroups = 64;
 
@@ -28,28 +26,54 @@ WeightMatrix UvRows(const AttentionWeights& a, const ModelConfig& c, int64_t h) 
   return a.kv_b.Slice(h * (c.qk_nope_head_dim + c.v_head_dim) + c.qk_nope_head_dim, c.v_head_dim);
 }
 
-// The copies pay where both pack: dense, or int8 groups whose groups hold whole panels of W_UK^T
-// rows (the query is scaled per group) and whose W_UV slice packs as a matrix of its own.
-bool CopiesPay(const WeightMatrix& kv_b, const ModelConfig& c) {
+// W_UV and W_UK copies: a head's rows pack as a matrix of their own in every grouped format
+// (group scales are per row) and dense; fp8 blocks span heads' rows (no copies).
+bool PanelCopiesPay(const WeightMatrix& kv_b) {
   if (kv_b.data == nullptr || kv_b.packed) return false;
+  switch (kv_b.format) {
+    case WeightFormat::kDense: return true;
+    case WeightFormat::kInt4Group: return kv_b.cols % 2 == 0;
+    case WeightFormat::kInt8Group:
+    case WeightFormat::kUint8GroupMin: return kv_b.cols % 4 == 0 && kv_b.block_cols % 4 == 0;
+    case WeightFormat::kUint4GroupMin: return kv_b.cols % 8 == 0 && kv_b.block_cols % 8 == 0;
+    case WeightFormat::kFp8Block: return false;
+  }
+  return false;
+}
+
+// The W_UK^T copy: dense, or int8 groups whose groups hold whole panels of W_UK^T rows (the query
+// is scaled per group) within the query scaling's scratch.
+bool TransposedCopyPays(const WeightMatrix& kv_b, const ModelConfig& c) {
+  if (!PanelCopiesPay(kv_b)) return false;
   if (kv_b.format == WeightFormat::kDense) return true;
-  return kv_b.format == WeightFormat::kInt8Group && kv_b.block_cols % kPanelRows == 0 &&
+  return kv_b.format == WeightFormat::kInt8Group && kv_b.block_cols % kPanelRows == 0 && c.kv_lora_rank % kv_b.block_cols == 0 &&
          c.kv_lora_rank / kv_b.block_cols <= kMaxScaleGroups &&
          int64_t(c.qk_nope_head_dim) * (c.kv_lora_rank / kv_b.block_cols) <= kMaxAbsorbedQueryFloats &&
-         c.kv_lora_rank % kv_b.block_cols == 0 && c.qk_nope_head_dim % 4 == 0 && kv_b.block_cols % 4 == 0;
+         c.qk_nope_head_dim % 4 == 0;
 }
 
 }  // namespace
 
 Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c) {
   const int64_t rows_per_head = c.qk_nope_head_dim + c.v_head_dim;
+  // The copies of one layer, in storage order: its W_UK^T ones (where they pay), then W_UV, then
+  // W_UK, each head after the previous: a thread's run of heads is one stream (the kernels'
+  // prefetch runs on into the next head). visit(copy list, head, its rows, transposed).
+  auto for_each_copy = [&](AttentionWeights& a, auto&& visit) {
+    if (!PanelCopiesPay(a.kv_b)) return;
+    const int64_t heads = a.kv_b.rows / rows_per_head;
+    for (int64_t h = 0; TransposedCopyPays(a.kv_b, c) && h < heads; ++h) visit(a.uk_t, h, UkRows(a, c, h), true);
+    for (int64_t h = 0; h < heads; ++h) visit(a.uv, h, UvRows(a, c, h), false);
+    for (int64_t h = 0; h < heads; ++h) visit(a.uk, h, UkRows(a, c, h), false);
+  };
+  auto bytes = [](const WeightMatrix& rows, bool transposed) {
+    return (PackedBytes(transposed ? TransposedShape(rows) : rows) + 63) / 64 * 64;  // each 64-byte aligned
+  };
   size_t total = 0;
   ForEachAttention(w, [&](AttentionWeights& a) {
-    if (!CopiesPay(a.kv_b, c)) return;
-    for (int64_t h = 0; h < a.kv_b.rows / rows_per_head; ++h) {
-      total += AlignUp64(PackedBytes(TransposedShape(UkRows(a, c, h)))) + AlignUp64(PackedBytes(UvRows(a, c, h))) +
-               AlignUp64(PackedBytes(UkRows(a, c, h)));
-    }
+    for_each_copy(a, [&](std::vector<WeightMatrix>&, int64_t, const WeightMatrix& rows, bool transposed) {
+      total += bytes(rows, transposed);
+    });
   });
   if (total == 0) return Status::Ok();
   if (!w.absorbed_storage.Assign(total)) {
@@ -60,29 +84,11 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c) {
   // Q8_0, 3.1 GB at bf16; memory-bound copies).
   ThreadPool one(1);
   ForEachAttention(w, [&](AttentionWeights& a) {
-    if (!CopiesPay(a.kv_b, c)) return;
-    const int64_t heads = a.kv_b.rows / rows_per_head;
-    a.uk_t.resize(size_t(heads));
-    a.uv.resize(size_t(heads));
-    a.uk.resize(size_t(heads));
-    // A layer's W_UK^T copies, then its W_UV ones, then its W_UK ones, each head after the
-    // previous: a thread's run of heads is one stream (the kernels' prefetch runs on into the next
-    // head).
-    for (int64_t h = 0; h < heads; ++h) {
-      const WeightMatrix uk = UkRows(a, c, h);
-      a.uk_t[size_t(h)] = PackTransposedPanels(uk, at);
-      at += AlignUp64(PackedBytes(TransposedShape(uk)));
-    }
-    for (int64_t h = 0; h < heads; ++h) {
-      const WeightMatrix uv = UvRows(a, c, h);
-      a.uv[size_t(h)] = PackPanels(uv, at, one);
-      at += AlignUp64(PackedBytes(uv));
-    }
-    for (int64_t h = 0; h < heads; ++h) {
-      const WeightMatrix uk = UkRows(a, c, h);
-      a.uk[size_t(h)] = PackPanels(uk, at, one);
-      at += AlignUp64(PackedBytes(uk));
-    }
+    for_each_copy(a, [&](std::vector<WeightMatrix>& copies, int64_t h, const WeightMatrix& rows, bool transposed) {
+      if (copies.size() <= size_t(h)) copies.resize(size_t(h) + 1);
+      copies[size_t(h)] = transposed ? PackTransposedPanels(rows, at) : PackPanels(rows, at, one);
+      at += bytes(rows, transposed);
+    });
   });
   return Status::Ok();
 }

@@ -6,10 +6,12 @@
 // whose panels stream at 60; a Q8_0 prefill spent about as long decompressing keys and values as
 // in every other product).
 //
-// Formats: dense kv_b (F32, BF16, F16) and int8 groups (GGUF's Q8_0, Q6_K): W_UK^T keeps the
-// codes and leaves the scales in kv_b, where the query's multiply reads them (ScaleAbsorbedQuery:
-// x[d] = q_nope[d] * scale(d, g) for output group g). Other formats (fp8 blocks, int4 and the
-// uint-min groups) keep the row-major path: the copies stay empty.
+// Formats: W_UV and W_UK copies for dense kv_b (F32, BF16, F16) and every grouped format (int4,
+// int8 = GGUF's Q8_0 / Q6_K, uint4 and uint8 with mins = Q4_K / Q4_0 / Q5_K); the W_UK^T copy for
+// dense and int8 groups only: it keeps the codes and leaves the scales in kv_b, where the query's
+// multiply reads them (ScaleAbsorbedQuery: x[d] = q_nope[d] * scale(d, g) for output group g).
+// fp8 blocks (a block spans heads' rows) get none. A product without its copy keeps the row-major
+// path.
 //
 // Ownership: the copies live in ModelWeights::absorbed_storage; kv_b stays as it is (the formats
 // without copies read it, the int8 query scaling its scales), so resident memory grows by about
@@ -35,8 +37,10 @@ inline constexpr int64_t kMaxAbsorbedQueryFloats = 8192;
 // is not there.
 [[nodiscard]] Status PackAbsorbedWeights(ModelWeights& weights, const ModelConfig& config);
 
-// Whether the layer's kv_b products go through the copies.
-inline bool HasAbsorbedCopies(const AttentionWeights& a) { return !a.uv.empty(); }
+// Whether the layer's W_UV and W_UK products (the absorbed output, the MHA form's keys and
+// values) go through copies, and whether the absorbed query does (W_UK^T).
+inline bool HasPanelCopies(const AttentionWeights& a) { return !a.uv.empty(); }
+inline bool HasTransposedCopies(const AttentionWeights& a) { return !a.uk_t.empty(); }
 
 // x[g * nope + d] = q_nope[d] * (the scale of kv_b's W_UK row d of head `head` in column group g)
 // for every group g < kv_lora / block_cols and d < nope: the queries a W_UK^T copy of int8 groups

@@ -87,7 +87,7 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, const Att
           for (run = 1; i + run < absorbed.size() && absorbed[i + run] == t0 + int32_t(run);) ++run;
           const float* o_lat = ws.o_lat.data() + (h * ws.max_tokens + t0) * L;
           float* out = ws.attn_out.data() + int64_t(t0) * heads * v_dim + h * v_dim;
-          if (HasAbsorbedCopies(w)) {  // the head's W_UV in panels (model/absorbed_weights.h)
+          if (HasPanelCopies(w)) {  // the head's W_UV in panels (model/absorbed_weights.h)
             k.matmul_panels(o_lat, int64_t(run), w.uv[size_t(h)], 0, w.uv[size_t(h)].num_panels(), out,
                             int64_t(heads) * v_dim);
           } else {

@@ -239,7 +239,7 @@ void Model::AbsorbQueries(const KernelSet& k, const AttentionWeights& w, std::sp
   const int heads = local_heads_, nope = c.qk_nope_head_dim, L = c.kv_lora_rank;
   const int row_dim = c.kv_cache_dim(), qk_dim = c.qk_head_dim();
   const int64_t kv_b_rows_per_head = nope + c.v_head_dim;
-  if (HasAbsorbedCopies(w)) {
+  if (HasTransposedCopies(w)) {
     // q_lat[t, h, :L] = W_UK^T[h] @ q_nope[t, h, :], a token at a time (each token's product is
     // its own: batch-invariant). Int8 groups: the query scaled by group g's W_UK scales, then the
     // copy's rows of group g.

@@ -90,7 +90,7 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
     // With kv_b's per-head copies (model/absorbed_weights.h): the block's latents packed once for
     // every head's key and value products (one layout: the copies share format and columns), where
     // the product pays and the scratch has room; else each product takes them unpacked.
-    const bool copies = HasAbsorbedCopies(w);
+    const bool copies = HasPanelCopies(w);
     const int threads = pool_.num_threads();
     float* packed = nullptr;
     if (copies && PackedProductPays(k, rows, w.uk[0]) && SharePackedActivations(w.uk[0], w.uv[0]) &&

@@ -38,7 +38,7 @@ std::vector<const KernelSet*> Tables() {
 // Multiplies by each head's copies as the decode does and compares with kv_b's rows summed in
 // double; exact tables (fp32 products) to 1e-5 of the largest output, rounding ones (bf16 or int8
 // activations) to 2e-2.
-void ExpectCopiesMultiplyAsRows(const WeightMatrix& kv_b) {
+void ExpectCopiesMultiplyAsRows(const WeightMatrix& kv_b, bool transposed_copy) {
   const ModelConfig c = SmallMla();
   const int64_t nope = c.qk_nope_head_dim, v = c.v_head_dim, L = c.kv_lora_rank;
   ModelWeights w;
@@ -46,8 +46,13 @@ void ExpectCopiesMultiplyAsRows(const WeightMatrix& kv_b) {
   AttentionWeights& a = w.layers[0].attn;
   a.kv_b = kv_b;
   ASSERT_TRUE(PackAbsorbedWeights(w, c).ok());
-  ASSERT_TRUE(HasAbsorbedCopies(a));
-  ASSERT_EQ(a.uk_t.size(), size_t(c.num_attention_heads));
+  ASSERT_TRUE(HasPanelCopies(a));
+  ASSERT_EQ(a.uv.size(), size_t(c.num_attention_heads));
+  ASSERT_EQ(a.uk.size(), size_t(c.num_attention_heads));
+  ASSERT_EQ(HasTransposedCopies(a), transposed_copy);
+  if (transposed_copy) {
+    ASSERT_EQ(a.uk_t.size(), size_t(c.num_attention_heads));
+  }
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (const KernelSet* k : Tables()) {
@@ -59,8 +64,8 @@ void ExpectCopiesMultiplyAsRows(const WeightMatrix& kv_b) {
       // W_UK^T: q_lat[col] = sum_d q[d] * W_UK[d][col].
       const int64_t group_rows = kv_b.quantized() ? kv_b.block_cols : L;
       std::vector<float> q_lat(static_cast<size_t>(L), 0.0f), scaled(static_cast<size_t>(nope * (L / group_rows)));
-      if (kv_b.quantized()) ScaleAbsorbedQuery(a, c, h, q.data(), scaled.data());
-      for (int64_t g = 0; g < L / group_rows; ++g) {
+      if (transposed_copy && kv_b.quantized()) ScaleAbsorbedQuery(a, c, h, q.data(), scaled.data());
+      for (int64_t g = 0; transposed_copy && g < L / group_rows; ++g) {
         const float* x = kv_b.quantized() ? scaled.data() + g * nope : q.data();
         k->matmul_panels(x, 1, a.uk_t[size_t(h)], g * group_rows / kPanelRows, (g + 1) * group_rows / kPanelRows,
                          q_lat.data(), L);
@@ -85,6 +90,7 @@ void ExpectCopiesMultiplyAsRows(const WeightMatrix& kv_b) {
       for (int64_t d = 0; d < nope; ++d) {
         for (int64_t col = 0; col < L; ++col) want_key[size_t(d)] += double(o[size_t(col)]) * WeightAt(kv_b, h * (nope + v) + d, col);
       }
+      if (!transposed_copy) std::fill(want.begin(), want.end(), 0.0);  // no query product: q_lat stays 0
       for (const auto& [got, expected] :
            {std::pair{&q_lat, &want}, std::pair{&out, &want_out}, std::pair{&key, &want_key}}) {
         double largest = 0.0;
@@ -103,7 +109,7 @@ TEST(AbsorbedWeights, DenseCopiesMultiplyAsKvBRows) {
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
     const testing::Weights kv_b =
         testing::RandomWeights(dtype, int64_t(c.num_attention_heads) * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank, rng);
-    ExpectCopiesMultiplyAsRows(kv_b.matrix);
+    ExpectCopiesMultiplyAsRows(kv_b.matrix, true);
   }
 }
 
@@ -114,25 +120,35 @@ TEST(AbsorbedWeights, Int8GroupCopiesScaleTheQueryByKvBsScales) {
     const testing::QuantWeights kv_b = testing::RandomQuantWeights(
         WeightFormat::kInt8Group, int64_t(c.num_attention_heads) * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank,
         1, group, rng);
-    ExpectCopiesMultiplyAsRows(kv_b.matrix);
+    ExpectCopiesMultiplyAsRows(kv_b.matrix, true);
   }
 }
 
-TEST(AbsorbedWeights, OtherFormatsKeepTheRowMajorPath) {
+// int4 and the uint-min groups (Q4_K, Q4_0, Q5_K): W_UV and W_UK copies, no W_UK^T (the absorbed
+// query keeps the row-major path).
+TEST(AbsorbedWeights, OtherGroupedFormatsCopyWUvAndWUkOnly) {
+  std::mt19937 rng(4);
+  const ModelConfig c = SmallMla();
+  const int64_t rows = int64_t(c.num_attention_heads) * (c.qk_nope_head_dim + c.v_head_dim);
+  for (WeightFormat format : {WeightFormat::kInt4Group, WeightFormat::kUint4GroupMin, WeightFormat::kUint8GroupMin}) {
+    SCOPED_TRACE(int(format));
+    const testing::QuantWeights kv_b = testing::RandomQuantWeights(format, rows, c.kv_lora_rank, 1, 32, rng);
+    ExpectCopiesMultiplyAsRows(kv_b.matrix, false);
+  }
+}
+
+TEST(AbsorbedWeights, Fp8BlocksKeepTheRowMajorPath) {
   std::mt19937 rng(3);
   const ModelConfig c = SmallMla();
   const int64_t rows = int64_t(c.num_attention_heads) * (c.qk_nope_head_dim + c.v_head_dim);
-  for (const auto& [format, block_rows, block_cols] :
-       {std::tuple{WeightFormat::kFp8Block, 16, 32}, std::tuple{WeightFormat::kInt4Group, 1, 32},
-        std::tuple{WeightFormat::kUint4GroupMin, 1, 32}}) {
-    const testing::QuantWeights kv_b = testing::RandomQuantWeights(format, rows, c.kv_lora_rank, block_rows, block_cols, rng);
-    ModelWeights w;
-    w.layers.resize(1);
-    w.layers[0].attn.kv_b = kv_b.matrix;
-    ASSERT_TRUE(PackAbsorbedWeights(w, c).ok());
-    EXPECT_FALSE(HasAbsorbedCopies(w.layers[0].attn)) << int(format);
-    EXPECT_EQ(w.absorbed_storage.size(), 0u);
-  }
+  const testing::QuantWeights kv_b = testing::RandomQuantWeights(WeightFormat::kFp8Block, rows, c.kv_lora_rank, 16, 32, rng);
+  ModelWeights w;
+  w.layers.resize(1);
+  w.layers[0].attn.kv_b = kv_b.matrix;
+  ASSERT_TRUE(PackAbsorbedWeights(w, c).ok());
+  EXPECT_FALSE(HasPanelCopies(w.layers[0].attn));
+  EXPECT_FALSE(HasTransposedCopies(w.layers[0].attn));
+  EXPECT_EQ(w.absorbed_storage.size(), 0u);
 }
 
 }  // namespace
