@@ -22,7 +22,6 @@ namespace {
 // past its last full vector one at a time); fewer heads take a dot product per (row, head).
 constexpr int kGemmScoreMinHeads = 16;
 
-
 static_assert(kKvTileRows <= kLatentSumMaxRows, "latent_sum takes a tile at a time");
 
 // Heads in lanes over bf16 rows (KernelSet::latent_*, kernels/latent_attention.h): bf16 pages
@@ -245,7 +244,7 @@ void Model::AbsorbQueries(const KernelSet& k, const AttentionWeights& w, std::sp
     // copy's rows of group g.
     const WeightMatrix& kv_b = w.kv_b;
     const int64_t group_rows = kv_b.quantized() ? kv_b.block_cols : L;
-    MLA_CHECK(int64_t(nope) * (L / group_rows) <= kMaxAbsorbedQueryFloats);  // CopiesPay's limit
+    MLA_CHECK(int64_t(nope) * (L / group_rows) <= kMaxAbsorbedQueryFloats);  // TransposedCopyPays's limit
     pool_.ParallelFor(heads, 1, [&](int64_t begin, int64_t end) {
       float scaled[kMaxAbsorbedQueryFloats];  // [groups, nope]
       for (int64_t h = begin; h < end; ++h) {

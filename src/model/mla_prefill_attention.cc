@@ -92,7 +92,7 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
     // the product pays and the scratch has room; else each product takes them unpacked.
     const bool copies = HasPanelCopies(w);
     const int threads = pool_.num_threads();
-    float* packed = nullptr;
+    float* packed = nullptr;  // [PackedFloatsFor(k, rows, uk[0])] the latents [rows, L] packed
     if (copies && PackedProductPays(k, rows, w.uk[0]) && SharePackedActivations(w.uk[0], w.uv[0]) &&
         PackedFloatsFor(k, rows, w.uk[0]) + threads * GemmThreadScratchFloats(rows) <= int64_t(gemm_scratch.size())) {
       packed = gemm_scratch.data();
@@ -102,6 +102,7 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
     }
     std::atomic<int> next_head{0};
     pool_.RunOnAll([&](int thread) {
+      // [GemmThreadScratchFloats(rows)] this thread's, after the packed latents
       float* product_scratch = packed == nullptr ? nullptr
                                                  : gemm_scratch.data() + PackedFloatsFor(k, rows, w.uk[0]) +
                                                        int64_t(thread) * GemmThreadScratchFloats(rows);
