@@ -110,14 +110,19 @@ WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& poo
 
 bool CanPackTransposed(const WeightMatrix& src) {
   if (src.packed) return false;
-  if (src.format == WeightFormat::kDense) return true;
-  // Codes in whole 32-bit words of the copy's rows (the int8 panel layout).
-  return src.format == WeightFormat::kInt8Group && src.rows % 4 == 0;
+  switch (src.format) {
+    case WeightFormat::kDense: return true;
+    // Codes in whole 32-bit words of the copy's rows (the int8 and uint4-min panel layouts).
+    case WeightFormat::kInt8Group:
+    case WeightFormat::kUint8GroupMin: return src.rows % 4 == 0;
+    case WeightFormat::kUint4GroupMin: return src.rows % 8 == 0;
+    default: return false;
+  }
 }
 
 WeightMatrix TransposedShape(const WeightMatrix& src) {
   WeightMatrix t{.dtype = src.dtype, .rows = src.cols, .cols = src.rows, .format = src.format};
-  if (src.format == WeightFormat::kInt8Group) t.block_cols = int(src.rows);  // one unit-scale group per row
+  if (src.quantized()) t.block_cols = int(src.rows);  // one group per row: unit scale (and zero min)
   return t;
 }
 
@@ -132,8 +137,16 @@ WeightMatrix PackTransposedPanels(const WeightMatrix& src, std::byte* dst) {
     for (int64_t i = 0; i < std::min<int64_t>(kPanelRows, packed.rows - p * kPanelRows); ++i) {
       const int64_t c = p * kPanelRows + i;  // the source's column: the copy's row, lane i
       for (int64_t r = 0; r < src.rows; ++r) {  // the source's row: the copy's column
+        if (src.format == WeightFormat::kUint4GroupMin) {
+          // [cols / 8][16][4]: byte k of lane i's word in eight j holds columns 8j + k (low nibble)
+          // and 8j + 4 + k (high); the source's nibble c % 2 of byte c / 2.
+          const uint8_t code = (uint8_t(src.row(r)[c / 2]) >> (4 * (c % 2))) & 0x0F;
+          std::byte& to = panel[size_t(r / 8) * 4 * kPanelRows + 4 * size_t(i) + size_t(r % 8 % 4)];
+          to |= std::byte(code << (4 * (r % 8 / 4)));
+          continue;
+        }
         const std::byte* from = src.row(r) + size_t(c) * value_bytes;
-        if (src.format == WeightFormat::kInt8Group) {
+        if (src.format == WeightFormat::kInt8Group || src.format == WeightFormat::kUint8GroupMin) {
           panel[size_t(r / 4) * 4 * kPanelRows + 4 * size_t(i) + size_t(r % 4)] = *from;  // [cols / 4][16][4]
         } else {
           std::memcpy(panel + (size_t(r) * kPanelRows + size_t(i)) * value_bytes, from, value_bytes);
@@ -141,9 +154,14 @@ WeightMatrix PackTransposedPanels(const WeightMatrix& src, std::byte* dst) {
       }
     }
   }
-  if (src.format == WeightFormat::kInt8Group) {
-    auto* scales = reinterpret_cast<float*>(dst + AlignUp(PackedValueBytes(packed)));  // [panel][1][16]
-    std::fill(scales, scales + packed.num_panels() * kPanelRows, 1.0f);
+  if (src.quantized()) {
+    // [panel][1][16] unit scales; with mins, [panel][1][2][16]: 16 unit scales, then 16 zero mins.
+    auto* scales = reinterpret_cast<float*>(dst + AlignUp(PackedValueBytes(packed)));
+    for (int64_t p = 0; p < packed.num_panels(); ++p) {
+      const int64_t stride = src.has_mins() ? 2 * kPanelRows : kPanelRows;
+      std::fill(scales + p * stride, scales + p * stride + kPanelRows, 1.0f);
+      if (src.has_mins()) std::fill(scales + p * stride + kPanelRows, scales + (p + 1) * stride, 0.0f);
+    }
     packed.scales = scales;
   }
   return packed;

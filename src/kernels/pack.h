@@ -32,10 +32,11 @@ WeightMatrix PackF32Panels(const float* src, int64_t rows, int64_t cols, int64_t
                            DType dtype, void* dst);
 
 // W^T of a row-major matrix [rows, cols] in panels ([cols, rows] packed): a dense matrix keeps
-// its dtype and values; an int8-group matrix (kInt8Group) keeps its codes and leaves its scales
-// behind: the copy's groups are whole rows of unit scale, and the caller multiplies its
-// activations by the source's scales instead (x[r] * scale(r, g) for the copy's rows in column
-// group g of the source). Only the formats CanPackTransposed names; `TransposedShape` is the
+// its dtype and values; a grouped matrix of int8 codes or of uint4 / uint8 codes with mins keeps
+// its codes and leaves its scales (and mins) behind: the copy's groups are whole rows of unit
+// scale (and zero min), and the caller multiplies its activations by the source's scales instead
+// (x[r] * scale(r, g) for the copy's rows in column group g of the source; with mins it also
+// subtracts sum_r x_unscaled[r] * min(r, g) from them). Only the formats CanPackTransposed names; `TransposedShape` is the
 // copy's view before packing (for PackedBytes); dst as PackPanels's.
 bool CanPackTransposed(const WeightMatrix& src);
 WeightMatrix TransposedShape(const WeightMatrix& src);

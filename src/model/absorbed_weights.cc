@@ -9,9 +9,6 @@
 namespace mlaserve {
 namespace {
 
-// Scale groups of a W_UK row the query scaling takes (stack scratch): kv_lora 1024 in groups of 16.
-constexpr int64_t kMaxScaleGroups = 64;
-
 template <class Fn>
 void ForEachAttention(ModelWeights& w, Fn&& fn) {
   for (LayerWeights& layer : w.layers) fn(layer.attn);
@@ -46,8 +43,10 @@ bool PanelCopiesPay(const WeightMatrix& kv_b) {
 bool TransposedCopyPays(const WeightMatrix& kv_b, const ModelConfig& c) {
   if (!PanelCopiesPay(kv_b)) return false;
   if (kv_b.format == WeightFormat::kDense) return true;
-  return kv_b.format == WeightFormat::kInt8Group && kv_b.block_cols % kPanelRows == 0 && c.kv_lora_rank % kv_b.block_cols == 0 &&
-         c.kv_lora_rank / kv_b.block_cols <= kMaxScaleGroups &&
+  const bool codes = kv_b.format == WeightFormat::kInt8Group || kv_b.format == WeightFormat::kUint8GroupMin ||
+                     (kv_b.format == WeightFormat::kUint4GroupMin && c.qk_nope_head_dim % 8 == 0);
+  return codes && kv_b.block_cols % kPanelRows == 0 && c.kv_lora_rank % kv_b.block_cols == 0 &&
+         c.kv_lora_rank / kv_b.block_cols <= kMaxAbsorbedQueryGroups &&
          int64_t(c.qk_nope_head_dim) * (c.kv_lora_rank / kv_b.block_cols) <= kMaxAbsorbedQueryFloats &&
          c.qk_nope_head_dim % 4 == 0;
 }
@@ -93,16 +92,22 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c) {
   return Status::Ok();
 }
 
-void ScaleAbsorbedQuery(const AttentionWeights& a, const ModelConfig& c, int64_t head, const float* q_nope,
-                        float* x) {
+void ScaleAbsorbedQuery(const AttentionWeights& a, const ModelConfig& c, int64_t head, const float* q_nope, float* x,
+                        float* min_sums) {
   const WeightMatrix uk = UkRows(a, c, head);
   const int64_t groups = uk.scale_cols(), nope = uk.rows;
-  const auto* scales = static_cast<const std::byte*>(uk.scales);  // F32 [rows][groups], maybe unaligned
-  float row[kMaxScaleGroups];
-  MLA_CHECK(groups <= kMaxScaleGroups);
+  const int64_t per_group = uk.has_mins() ? 2 : 1;  // F32 scale, or (scale, min) pairs
+  const auto* scales = static_cast<const std::byte*>(uk.scales);  // F32 [rows][groups][per_group], maybe unaligned
+  float row[2 * kMaxAbsorbedQueryGroups];
+  MLA_CHECK(groups <= kMaxAbsorbedQueryGroups);
+  if (uk.has_mins()) std::fill(min_sums, min_sums + groups, 0.0f);
   for (int64_t d = 0; d < nope; ++d) {
-    std::memcpy(row, scales + size_t((uk.scale_row0 + d) * groups) * sizeof(float), size_t(groups) * sizeof(float));
-    for (int64_t g = 0; g < groups; ++g) x[g * nope + d] = q_nope[d] * row[g];
+    std::memcpy(row, scales + size_t((uk.scale_row0 + d) * groups * per_group) * sizeof(float),
+                size_t(groups * per_group) * sizeof(float));
+    for (int64_t g = 0; g < groups; ++g) {
+      x[g * nope + d] = q_nope[d] * row[g * per_group];
+      if (uk.has_mins()) min_sums[g] += q_nope[d] * row[g * per_group + 1];
+    }
   }
 }
 

@@ -8,10 +8,10 @@
 //
 // Formats: W_UV and W_UK copies for dense kv_b (F32, BF16, F16) and every grouped format (int4,
 // int8 = GGUF's Q8_0 / Q6_K, uint4 and uint8 with mins = Q4_K / Q4_0 / Q5_K); the W_UK^T copy for
-// dense and int8 groups only: it keeps the codes and leaves the scales in kv_b, where the query's
-// multiply reads them (ScaleAbsorbedQuery: x[d] = q_nope[d] * scale(d, g) for output group g).
-// fp8 blocks (a block spans heads' rows) get none. A product without its copy keeps the row-major
-// path.
+// dense and the grouped codes but int4: it keeps the codes and leaves the scales (and mins) in
+// kv_b, where the query's multiply reads them (ScaleAbsorbedQuery: x[d] = q_nope[d] * scale(d, g)
+// for output group g, minus sum_d q_nope[d] * min(d, g) after the product). fp8 blocks (a block
+// spans heads' rows) get none. A product without its copy keeps the row-major path.
 //
 // Ownership: the copies live in ModelWeights::absorbed_storage; kv_b stays as it is (the formats
 // without copies read it, the int8 query scaling its scales), so resident memory grows by about
@@ -31,6 +31,8 @@ namespace mlaserve {
 // DeepSeek's nope 128 times 512 / 32 groups of Q8_0 is 2048, 4096 for Q6_K's groups of 16); a
 // kv_b whose copies would need more gets none.
 inline constexpr int64_t kMaxAbsorbedQueryFloats = 8192;
+// Scale groups of a W_UK row the query scaling takes (stack scratch): kv_lora 1024 in groups of 16.
+inline constexpr int64_t kMaxAbsorbedQueryGroups = 64;
 
 // Fills every layer's AttentionWeights::uk_t, uv and uk (the MTP layer's too) from its kv_b, which
 // holds kv_b.rows / (nope + v) heads (a tensor-parallel rank's). An error only when the memory
@@ -43,10 +45,12 @@ inline bool HasPanelCopies(const AttentionWeights& a) { return !a.uv.empty(); }
 inline bool HasTransposedCopies(const AttentionWeights& a) { return !a.uk_t.empty(); }
 
 // x[g * nope + d] = q_nope[d] * (the scale of kv_b's W_UK row d of head `head` in column group g)
-// for every group g < kv_lora / block_cols and d < nope: the queries a W_UK^T copy of int8 groups
+// for every group g < kv_lora / block_cols and d < nope: the queries a W_UK^T copy of grouped codes
 // multiplies, x + g * nope for its output group g (rows [g * block_cols, (g + 1) * block_cols)).
-// Not for a dense copy (it multiplies q_nope itself).
+// With mins (uint4 / uint8 codes), min_sums[g] = sum_d q_nope[d] * (that row's min in group g):
+// the caller subtracts it from each of group g's outputs (real = code * scale - min). Not for a
+// dense copy (it multiplies q_nope itself).
 void ScaleAbsorbedQuery(const AttentionWeights& a, const ModelConfig& config, int64_t head, const float* q_nope,
-                        float* x);
+                        float* x, float* min_sums);
 
 }  // namespace mlaserve

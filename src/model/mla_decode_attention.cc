@@ -244,9 +244,11 @@ void Model::AbsorbQueries(const KernelSet& k, const AttentionWeights& w, std::sp
     // copy's rows of group g.
     const WeightMatrix& kv_b = w.kv_b;
     const int64_t group_rows = kv_b.quantized() ? kv_b.block_cols : L;
-    MLA_CHECK(int64_t(nope) * (L / group_rows) <= kMaxAbsorbedQueryFloats);  // TransposedCopyPays's limit
+    MLA_CHECK(int64_t(nope) * (L / group_rows) <= kMaxAbsorbedQueryFloats &&
+              L / group_rows <= kMaxAbsorbedQueryGroups);  // TransposedCopyPays's limits
     pool_.ParallelFor(heads, 1, [&](int64_t begin, int64_t end) {
       float scaled[kMaxAbsorbedQueryFloats];  // [groups, nope]
+      float min_sums[kMaxAbsorbedQueryGroups];  // [groups] (codes with mins)
       for (int64_t h = begin; h < end; ++h) {
         const WeightMatrix& uk_t = w.uk_t[size_t(h)];
         for (int32_t t : tokens) {
@@ -255,10 +257,13 @@ void Model::AbsorbQueries(const KernelSet& k, const AttentionWeights& w, std::sp
           if (!kv_b.quantized()) {
             k.matmul_panels(q_head, 1, uk_t, 0, uk_t.num_panels(), q_lat, L);
           } else {
-            ScaleAbsorbedQuery(w, c, h, q_head, scaled);
+            ScaleAbsorbedQuery(w, c, h, q_head, scaled, min_sums);
             for (int64_t g = 0; g < L / group_rows; ++g) {
               k.matmul_panels(scaled + g * nope, 1, uk_t, g * group_rows / kPanelRows,
                               (g + 1) * group_rows / kPanelRows, q_lat, L);
+              if (kv_b.has_mins()) {
+                for (int64_t r = g * group_rows; r < (g + 1) * group_rows; ++r) q_lat[r] -= min_sums[g];
+              }
             }
           }
           std::copy(q_head + nope, q_head + qk_dim, q_lat + L);

@@ -64,11 +64,15 @@ void ExpectCopiesMultiplyAsRows(const WeightMatrix& kv_b, bool transposed_copy) 
       // W_UK^T: q_lat[col] = sum_d q[d] * W_UK[d][col].
       const int64_t group_rows = kv_b.quantized() ? kv_b.block_cols : L;
       std::vector<float> q_lat(static_cast<size_t>(L), 0.0f), scaled(static_cast<size_t>(nope * (L / group_rows)));
-      if (transposed_copy && kv_b.quantized()) ScaleAbsorbedQuery(a, c, h, q.data(), scaled.data());
+      std::vector<float> min_sums(static_cast<size_t>(L / group_rows));
+      if (transposed_copy && kv_b.quantized()) ScaleAbsorbedQuery(a, c, h, q.data(), scaled.data(), min_sums.data());
       for (int64_t g = 0; transposed_copy && g < L / group_rows; ++g) {
         const float* x = kv_b.quantized() ? scaled.data() + g * nope : q.data();
         k->matmul_panels(x, 1, a.uk_t[size_t(h)], g * group_rows / kPanelRows, (g + 1) * group_rows / kPanelRows,
                          q_lat.data(), L);
+        if (kv_b.has_mins()) {
+          for (int64_t r = g * group_rows; r < (g + 1) * group_rows; ++r) q_lat[size_t(r)] -= min_sums[size_t(g)];
+        }
       }
       std::vector<double> want(size_t(L), 0.0);
       for (int64_t col = 0; col < L; ++col) {
@@ -124,17 +128,26 @@ TEST(AbsorbedWeights, Int8GroupCopiesScaleTheQueryByKvBsScales) {
   }
 }
 
-// int4 and the uint-min groups (Q4_K, Q4_0, Q5_K): W_UV and W_UK copies, no W_UK^T (the absorbed
-// query keeps the row-major path).
-TEST(AbsorbedWeights, OtherGroupedFormatsCopyWUvAndWUkOnly) {
+// Codes with mins (Q4_K, Q4_0, Q5_K): the query scaled as int8 groups' and each group's outputs
+// less sum_d q[d] * min(d, g).
+TEST(AbsorbedWeights, CodesWithMinsSubtractTheQuerysMinSums) {
+  std::mt19937 rng(5);
+  const ModelConfig c = SmallMla();
+  const int64_t rows = int64_t(c.num_attention_heads) * (c.qk_nope_head_dim + c.v_head_dim);
+  for (WeightFormat format : {WeightFormat::kUint4GroupMin, WeightFormat::kUint8GroupMin}) {
+    SCOPED_TRACE(int(format));
+    const testing::QuantWeights kv_b = testing::RandomQuantWeights(format, rows, c.kv_lora_rank, 1, 32, rng);
+    ExpectCopiesMultiplyAsRows(kv_b.matrix, true);
+  }
+}
+
+// int4 groups: W_UV and W_UK copies, no W_UK^T (the absorbed query keeps the row-major path).
+TEST(AbsorbedWeights, Int4GroupsCopyWUvAndWUkOnly) {
   std::mt19937 rng(4);
   const ModelConfig c = SmallMla();
   const int64_t rows = int64_t(c.num_attention_heads) * (c.qk_nope_head_dim + c.v_head_dim);
-  for (WeightFormat format : {WeightFormat::kInt4Group, WeightFormat::kUint4GroupMin, WeightFormat::kUint8GroupMin}) {
-    SCOPED_TRACE(int(format));
-    const testing::QuantWeights kv_b = testing::RandomQuantWeights(format, rows, c.kv_lora_rank, 1, 32, rng);
-    ExpectCopiesMultiplyAsRows(kv_b.matrix, false);
-  }
+  const testing::QuantWeights kv_b = testing::RandomQuantWeights(WeightFormat::kInt4Group, rows, c.kv_lora_rank, 1, 32, rng);
+  ExpectCopiesMultiplyAsRows(kv_b.matrix, false);
 }
 
 TEST(AbsorbedWeights, Fp8BlocksKeepTheRowMajorPath) {
