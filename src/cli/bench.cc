@@ -265,13 +265,14 @@ void PrintDecodePhases(const ForwardTimings& t, int steps, double step_s, double
     const char* name;
     int64_t ns;
     double bytes;
+    bool reads_weights = true;  // bytes are weights (else the KV cache's rows)
   };
   const Phase phases[] = {{"MLP products (dense MLPs, routed and shared experts)", t.mlp_ns, mlp_bytes},
                           {"attention projections (q, kv_a and the cache write, o_proj)", t.projections_ns, projection_bytes},
                           {"kv_b products (absorbed W_UK, W_UV)", t.kv_b_ns, kv_b_bytes},
                           {"router (product, top-k, the experts' combine)", t.router_ns, router_bytes},
                           {"lm_head", t.lm_head_ns, double(w.lm_head.stored_bytes())},
-                          {"attention over the KV cache (bytes: the cache rows)", t.attention_core_ns, kv_bytes}};
+                          {"attention over the KV cache (bytes: the cache rows)", t.attention_core_ns, kv_bytes, false}};
   std::printf("decode step by phase: ms/step, MB/step read, GB/s, share of the machine's read bandwidth\n");
   auto print = [&](const char* name, double s, double bytes) {
     std::printf("  %-62s %7.3f ms %8.1f MB %7.2f GB/s %4.0f%%\n", name, 1e3 * s, bytes / 1e6, s > 0 ? bytes / s / 1e9 : 0.0,
@@ -281,7 +282,7 @@ void PrintDecodePhases(const ForwardTimings& t, int steps, double step_s, double
   for (const Phase& p : phases) {
     const double s = double(p.ns) / 1e9 / steps;
     timed_s += s;
-    if (&p != &phases[std::size(phases) - 1]) {  // every phase but attention over the cache reads weights
+    if (p.reads_weights) {
       weight_s += s;
       weight_bytes += p.bytes;
     }

@@ -53,7 +53,7 @@ bool TransposedCopyPays(const WeightMatrix& kv_b, const ModelConfig& c) {
 
 }  // namespace
 
-Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c) {
+Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& pool) {
   const int64_t rows_per_head = c.qk_nope_head_dim + c.v_head_dim;
   // The copies of one layer, in storage order: its W_UK^T ones (where they pay), then W_UV, then
   // W_UK, each head after the previous: a thread's run of heads is one stream (the kernels'
@@ -79,13 +79,10 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c) {
     return Status::Error("out of memory packing kv_b_proj's per-head copies (" + std::to_string(total) + " bytes)");
   }
   std::byte* at = w.absorbed_storage.data();
-  // One thread: a few MB for a small model, 1.5 times kv_b's bytes for DeepSeek-V3 (1.6 GB at
-  // Q8_0, 3.1 GB at bf16; memory-bound copies).
-  ThreadPool one(1);
   ForEachAttention(w, [&](AttentionWeights& a) {
     for_each_copy(a, [&](std::vector<WeightMatrix>& copies, int64_t h, const WeightMatrix& rows, bool transposed) {
       if (copies.size() <= size_t(h)) copies.resize(size_t(h) + 1);
-      copies[size_t(h)] = transposed ? PackTransposedPanels(rows, at) : PackPanels(rows, at, one);
+      copies[size_t(h)] = transposed ? PackTransposedPanels(rows, at) : PackPanels(rows, at, pool);
       at += bytes(rows, transposed);
     });
   });

@@ -22,6 +22,7 @@
 #pragma once
 
 #include "core/status.h"
+#include "core/thread_pool.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -37,7 +38,7 @@ inline constexpr int64_t kMaxAbsorbedQueryGroups = 64;
 // Fills every layer's AttentionWeights::uk_t, uv and uk (the MTP layer's too) from its kv_b, which
 // holds kv_b.rows / (nope + v) heads (a tensor-parallel rank's). An error only when the memory
 // is not there.
-[[nodiscard]] Status PackAbsorbedWeights(ModelWeights& weights, const ModelConfig& config);
+[[nodiscard]] Status PackAbsorbedWeights(ModelWeights& weights, const ModelConfig& config, ThreadPool& pool);
 
 // Whether the layer's W_UV and W_UK products (the absorbed output, the MHA form's keys and
 // values) go through copies, and whether the absorbed query does (W_UK^T).

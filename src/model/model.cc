@@ -151,7 +151,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
     }
   }));
   ReleaseCopiedPages(model->weights_, *model->checkpoint_);
-  MLA_RETURN_IF_ERROR(PackAbsorbedWeights(model->weights_, model->config_));
+  MLA_RETURN_IF_ERROR(PackAbsorbedWeights(model->weights_, model->config_, model->pool_));
   return model;
 }
 

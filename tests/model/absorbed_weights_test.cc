@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -25,6 +26,11 @@ ModelConfig SmallMla() {
   c.v_head_dim = 16;
   c.kv_lora_rank = 64;
   return c;
+}
+
+ThreadPool& pool() {
+  static ThreadPool p(2);
+  return p;
 }
 
 // Every table this CPU runs, and the int8 one where there is one (it quantizes the query).
@@ -45,7 +51,7 @@ void ExpectCopiesMultiplyAsRows(const WeightMatrix& kv_b, bool transposed_copy) 
   w.layers.resize(1);
   AttentionWeights& a = w.layers[0].attn;
   a.kv_b = kv_b;
-  ASSERT_TRUE(PackAbsorbedWeights(w, c).ok());
+  ASSERT_TRUE(PackAbsorbedWeights(w, c, pool()).ok());
   ASSERT_TRUE(HasPanelCopies(a));
   ASSERT_EQ(a.uv.size(), size_t(c.num_attention_heads));
   ASSERT_EQ(a.uk.size(), size_t(c.num_attention_heads));
@@ -117,48 +123,38 @@ TEST(AbsorbedWeights, DenseCopiesMultiplyAsKvBRows) {
   }
 }
 
-TEST(AbsorbedWeights, Int8GroupCopiesScaleTheQueryByKvBsScales) {
+// kv_b of a grouped format, heads x (nope + v) rows of SmallMla's kv_lora.
+testing::QuantWeights RandomKvB(WeightFormat format, int block_rows, int block_cols, std::mt19937& rng) {
+  const ModelConfig c = SmallMla();
+  return testing::RandomQuantWeights(format, int64_t(c.num_attention_heads) * (c.qk_nope_head_dim + c.v_head_dim),
+                                     c.kv_lora_rank, block_rows, block_cols, rng);
+}
+
+// Grouped codes: W_UV and W_UK copies, and a W_UK^T copy of the codes for all but int4 (the
+// absorbed query scaled by kv_b's group scales; with mins, each group's outputs less
+// sum_d q[d] * min(d, g)); int4 keeps the row-major path for the query.
+TEST(AbsorbedWeights, GroupedCopiesMultiplyAsKvBRows) {
   std::mt19937 rng(2);
-  const ModelConfig c = SmallMla();
-  for (int group : {16, 32}) {  // Q6_K's and Q8_0's
-    const testing::QuantWeights kv_b = testing::RandomQuantWeights(
-        WeightFormat::kInt8Group, int64_t(c.num_attention_heads) * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank,
-        1, group, rng);
-    ExpectCopiesMultiplyAsRows(kv_b.matrix, true);
+  const struct {
+    WeightFormat format;
+    int group;
+    bool transposed_copy;
+  } cases[] = {{WeightFormat::kInt8Group, 16, true},      {WeightFormat::kInt8Group, 32, true},  // Q6_K's, Q8_0's
+               {WeightFormat::kUint4GroupMin, 32, true},  {WeightFormat::kUint8GroupMin, 32, true},
+               {WeightFormat::kInt4Group, 32, false}};
+  for (const auto& t : cases) {
+    SCOPED_TRACE(std::to_string(int(t.format)) + " group " + std::to_string(t.group));
+    ExpectCopiesMultiplyAsRows(RandomKvB(t.format, 1, t.group, rng).matrix, t.transposed_copy);
   }
-}
-
-// Codes with mins (Q4_K, Q4_0, Q5_K): the query scaled as int8 groups' and each group's outputs
-// less sum_d q[d] * min(d, g).
-TEST(AbsorbedWeights, CodesWithMinsSubtractTheQuerysMinSums) {
-  std::mt19937 rng(5);
-  const ModelConfig c = SmallMla();
-  const int64_t rows = int64_t(c.num_attention_heads) * (c.qk_nope_head_dim + c.v_head_dim);
-  for (WeightFormat format : {WeightFormat::kUint4GroupMin, WeightFormat::kUint8GroupMin}) {
-    SCOPED_TRACE(int(format));
-    const testing::QuantWeights kv_b = testing::RandomQuantWeights(format, rows, c.kv_lora_rank, 1, 32, rng);
-    ExpectCopiesMultiplyAsRows(kv_b.matrix, true);
-  }
-}
-
-// int4 groups: W_UV and W_UK copies, no W_UK^T (the absorbed query keeps the row-major path).
-TEST(AbsorbedWeights, Int4GroupsCopyWUvAndWUkOnly) {
-  std::mt19937 rng(4);
-  const ModelConfig c = SmallMla();
-  const int64_t rows = int64_t(c.num_attention_heads) * (c.qk_nope_head_dim + c.v_head_dim);
-  const testing::QuantWeights kv_b = testing::RandomQuantWeights(WeightFormat::kInt4Group, rows, c.kv_lora_rank, 1, 32, rng);
-  ExpectCopiesMultiplyAsRows(kv_b.matrix, false);
 }
 
 TEST(AbsorbedWeights, Fp8BlocksKeepTheRowMajorPath) {
   std::mt19937 rng(3);
-  const ModelConfig c = SmallMla();
-  const int64_t rows = int64_t(c.num_attention_heads) * (c.qk_nope_head_dim + c.v_head_dim);
-  const testing::QuantWeights kv_b = testing::RandomQuantWeights(WeightFormat::kFp8Block, rows, c.kv_lora_rank, 16, 32, rng);
+  const testing::QuantWeights kv_b = RandomKvB(WeightFormat::kFp8Block, 16, 32, rng);
   ModelWeights w;
   w.layers.resize(1);
   w.layers[0].attn.kv_b = kv_b.matrix;
-  ASSERT_TRUE(PackAbsorbedWeights(w, c).ok());
+  ASSERT_TRUE(PackAbsorbedWeights(w, SmallMla(), pool()).ok());
   EXPECT_FALSE(HasPanelCopies(w.layers[0].attn));
   EXPECT_FALSE(HasTransposedCopies(w.layers[0].attn));
   EXPECT_EQ(w.absorbed_storage.size(), 0u);
