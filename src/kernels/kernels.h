@@ -106,7 +106,8 @@ struct KernelSet {
   // o[h * latent_dim + c] = o[...] * corr[h] + sum_r bf16(p[r * hp + h]) * rows[r][c] for
   // h < heads, c < latent_dim, n <= kLatentSumMaxRows, hp <= kLatentSumMaxHeads: the
   // probabilities rounded to bf16 (nearest even), each pair of rows (2i, 2i + 1) one vdpbf16ps,
-  // pairs in order into fp32. Fetches `next`'s rows into L2 meanwhile.
+  // pairs in order into fp32. corr nullptr: o's old values are not read (o = the sum; a partial's
+  // first tile). Fetches `next`'s rows into L2 meanwhile.
   void (*latent_sum)(const float* p, int64_t hp, int64_t heads, const float* corr, const uint16_t* const* rows,
                      int64_t n, int64_t latent_dim, float* o, const RowPrefetch& next) = nullptr;
 

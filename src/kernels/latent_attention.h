@@ -26,7 +26,7 @@ struct RowPrefetch {
 
 // The kernels' limits: latent_sum's rows (a tile) and padded heads (MLA models have up to 128),
 // latent_pack_query's row length (stack scratch).
-inline constexpr int64_t kLatentSumMaxRows = 64;
+inline constexpr int64_t kLatentSumMaxRows = 128;  // a tile (model/workspace.h kKvTileRows)
 inline constexpr int64_t kLatentSumMaxHeads = 256;
 inline constexpr int64_t kLatentMaxRowDim = 4096;
 

@@ -97,6 +97,10 @@ inline void SumBlock(const uint32_t* pp, int64_t hp, int64_t h0, const float* co
   const __m512i to_lo = ToLowColumns(), to_hi = ToHighColumns();
 #pragma GCC unroll 8
   for (int j = 0; j < H; ++j) {
+    if (corr == nullptr) {  // a partial's first tile: o's old values are not read
+      acc_lo[j] = acc_hi[j] = _mm512_setzero_ps();
+      continue;
+    }
     const float* oh = o + (h0 + j) * latent_dim + c0;
     const __m512 first = _mm512_loadu_ps(oh), second = _mm512_loadu_ps(oh + 16);
     const __m512 c = _mm512_set1_ps(corr[h0 + j]);

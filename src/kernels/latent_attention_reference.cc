@@ -42,7 +42,7 @@ void LatentSumReference(const float* p, int64_t hp, int64_t heads, const float* 
   auto prob = [&](int64_t r, int64_t h) { return Bf16ToF32(F32ToBf16(p[r * hp + h])); };
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t c = 0; c < latent_dim; ++c) {
-      float acc = o[h * latent_dim + c] * corr[h];
+      float acc = corr == nullptr ? 0.0f : o[h * latent_dim + c] * corr[h];
       for (int64_t r = 0; r < n; r += 2) {
         // The pair's two products are exact in fp32.
         const float second = r + 1 < n ? prob(r + 1, h) * Bf16ToF32(rows[r + 1][c]) : 0.0f;

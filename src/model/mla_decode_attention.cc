@@ -88,8 +88,8 @@ void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::sp
        part_begin += part_rows, o += int64_t(heads) * L, max_sum += int64_t(heads) * 2) {
     std::fill(run_max, run_max + hp, -std::numeric_limits<float>::infinity());
     std::fill(run_sum, run_sum + hp, 0.0f);
-    std::fill(o, o + int64_t(heads) * L, 0.0f);
-    // Tiles as AttendF32Rows's: kKvTileRows positions from a multiple of it.
+    // Tiles as AttendF32Rows's: kKvTileRows positions from a multiple of it; the first one's sum
+    // starts o afresh (no correction: o is not read).
     for (int p0 = part_begin, part_end = std::min(end, part_begin + part_rows); p0 < part_end; t ^= 1) {
       const int next_n = p0 + n < end ? point(p0 + n, stored[t ^ 1]) : 0;
       if (!in_place) {
@@ -103,7 +103,7 @@ void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::sp
       const uint16_t* const* rows = in_place ? stored[t] : tile_rows;
       k.latent_scores(q_pack, hp, rows, n, row_dim, scratch.scores);
       k.softmax_columns(scratch.scores, n, hp, scale * value_scale, run_max, run_sum, corr);
-      k.latent_sum(scratch.scores, hp, heads, corr, rows, n, L, o,
+      k.latent_sum(scratch.scores, hp, heads, p0 == part_begin ? nullptr : corr, rows, n, L, o,
                    {.rows = stored[t ^ 1], .count = next_n, .bytes = row_bytes});
       p0 += n;
       n = next_n;

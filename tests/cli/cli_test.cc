@@ -10,6 +10,7 @@
 
 #include "kernels/kernels.h"
 #include "kvcache/kv_format.h"
+#include "model/workspace.h"
 #include "server/http_client.h"
 #include "support/run_binary.h"
 #include "support/server_process.h"
@@ -247,7 +248,9 @@ TEST(Cli, BenchKernelsTimesEveryWeightFormat) {
   }
   if (CpuSupportsBf16Dot()) {
     EXPECT_NE(r.out.find("kernels alone, 16 heads", attention), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("WidenKvRowsBf16, one 64-row tile in cache: bf16 ", attention), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("WidenKvRowsBf16, one " + std::to_string(kKvTileRows) + "-row tile in cache: bf16 ", attention),
+              std::string::npos)
+        << r.out;
   }
   // --attention-only times that table alone: a flag of the others is refused, not ignored.
   r = RunMlaserve("bench-kernels --attention-only --stream-mb 8");

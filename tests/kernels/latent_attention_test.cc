@@ -77,7 +77,7 @@ TEST(LatentAttention, ScoresMatchTheReference) {
       std::vector<uint32_t> q_pack(size_t(LatentQueryWords(heads, row_dim)));
       LatentPackQueryReference(q.data(), heads, row_dim, q_pack.data());
       const int64_t hp = LatentHeadsPadded(heads);
-      for (int64_t n : {1, 5, 12, 13, 64}) {
+      for (int64_t n : {1, 5, 12, 13, 64, 128}) {
         SCOPED_TRACE("heads " + std::to_string(heads) + " row_dim " + std::to_string(row_dim) + " n " +
                      std::to_string(n));
         const Rows rows = RandomRows(n, row_dim, rng);
@@ -114,29 +114,34 @@ TEST(LatentAttention, WeightedSumMatchesTheReference) {
   for (int64_t heads : kHeadCounts) {
     for (auto [row_dim, latent_dim] : kShapes) {
       const int64_t hp = LatentHeadsPadded(heads);
-      for (int64_t n : {1, 3, 17, 64}) {
-        SCOPED_TRACE("heads " + std::to_string(heads) + " latent " + std::to_string(latent_dim) + " n " +
-                     std::to_string(n));
-        const Rows rows = RandomRows(n, row_dim, rng);
-        std::vector<float> p(size_t(n * hp)), corr(static_cast<size_t>(hp));
-        for (float& x : p) x = unit(rng);
-        for (float& x : corr) x = unit(rng);
-        corr[0] = 0.0f;  // a first tile's correction
-        const std::vector<float> o = Random(size_t(heads * latent_dim), 2.0f, rng);
-        std::vector<float> want = o, got = o;
-        LatentSumReference(p.data(), hp, heads, corr.data(), rows.ptrs.data(), n, latent_dim, want.data(), {});
-        k->latent_sum(p.data(), hp, heads, corr.data(), rows.ptrs.data(), n, latent_dim, got.data(),
-                      {rows.ptrs.data(), n, 2 * row_dim});
-        for (int64_t h = 0; h < heads; ++h) {
-          for (int64_t c = 0; c < latent_dim; ++c) {
-            // Rounding bound: an ulp of each running sum, at most the sum of |terms|.
-            double abs_terms = std::fabs(double(o[size_t(h * latent_dim + c)]) * corr[size_t(h)]);
-            for (int64_t r = 0; r < n; ++r) {
-              abs_terms += std::fabs(double(Bf16ToF32(F32ToBf16(p[size_t(r * hp + h)]))) *
-                                     double(Bf16ToF32(rows.ptrs[size_t(r)][c])));
+      for (int64_t n : {1, 3, 17, 64, 127, 128}) {
+        for (bool fresh : {false, true}) {  // fresh: a partial's first tile (corr nullptr, o not read)
+          SCOPED_TRACE("heads " + std::to_string(heads) + " latent " + std::to_string(latent_dim) + " n " +
+                       std::to_string(n) + (fresh ? " fresh" : ""));
+          const Rows rows = RandomRows(n, row_dim, rng);
+          std::vector<float> p(size_t(n * hp)), corr(static_cast<size_t>(hp));
+          for (float& x : p) x = unit(rng);
+          for (float& x : corr) x = unit(rng);
+          corr[0] = 0.0f;  // a correction that underflowed
+          const std::vector<float> o = fresh ? std::vector<float>(size_t(heads * latent_dim), std::nanf(""))
+                                             : Random(size_t(heads * latent_dim), 2.0f, rng);
+          const float* c = fresh ? nullptr : corr.data();
+          std::vector<float> want = o, got = o;
+          LatentSumReference(p.data(), hp, heads, c, rows.ptrs.data(), n, latent_dim, want.data(), {});
+          k->latent_sum(p.data(), hp, heads, c, rows.ptrs.data(), n, latent_dim, got.data(),
+                        {rows.ptrs.data(), n, 2 * row_dim});
+          for (int64_t h = 0; h < heads; ++h) {
+            for (int64_t v = 0; v < latent_dim; ++v) {
+              // Rounding bound: an ulp of each running sum, at most the sum of |terms|.
+              double abs_terms = fresh ? 0.0 : std::fabs(double(o[size_t(h * latent_dim + v)]) * corr[size_t(h)]);
+              for (int64_t r = 0; r < n; ++r) {
+                abs_terms += std::fabs(double(Bf16ToF32(F32ToBf16(p[size_t(r * hp + h)]))) *
+                                       double(Bf16ToF32(rows.ptrs[size_t(r)][v])));
+              }
+              const size_t i = size_t(h * latent_dim + v);
+              ASSERT_TRUE(std::isfinite(want[i]));
+              ASSERT_NEAR(got[i], want[i], 1e-6 * abs_terms + 1e-30) << "head " << h << " value " << v;
             }
-            const size_t i = size_t(h * latent_dim + c);
-            ASSERT_NEAR(got[i], want[i], 1e-6 * abs_terms + 1e-30) << "head " << h << " value " << c;
           }
         }
       }
@@ -144,13 +149,11 @@ TEST(LatentAttention, WeightedSumMatchesTheReference) {
   }
 }
 
-// Two tiles through softmax_columns, from the initial state (max -inf, sum 0): every SIMD table
-// against the portable reference, and the reference against its definition.
 TEST(LatentAttention, SoftmaxColumnsMatchesTheReference) {
   std::mt19937 rng(4);
   const float inf = std::numeric_limits<float>::infinity();
   for (int64_t hp : {16, 32}) {
-    for (int64_t n : {1, 7, 64}) {
+    for (int64_t n : {1, 7, 64, 128}) {
       SCOPED_TRACE("hp " + std::to_string(hp) + " n " + std::to_string(n));
       const std::vector<float> tile0 = Random(size_t(n * hp), 20.0f, rng), tile1 = Random(size_t(n * hp), 20.0f, rng);
       const float scale = 0.125f;
