@@ -96,12 +96,16 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
           // Items of `group` splits (the last one fewer), as the model makes them.
           const int group = SplitsPerItem(splits, all_threads ? pool.num_threads() : 1);
           const int items = (splits + group - 1) / group;
+          // As the model: a thread packs the layer's query once, for its first item of the layer.
+          std::vector<int> packed_layer(size_t(pool.num_threads()), -1);
           auto attend = [&](int layer, int item, int thread) {
             const int first = item * group;
             AttendLatentSplits(*k, rows, layer, cache.pages, kContext, first, std::min(group, splits - first), shape,
                                q.data(), 0.07f, scratch[size_t(thread)].view(),
+                               /*query_packed=*/packed_layer[size_t(thread)] == layer,
                                split_o.data() + size_t(first) * heads * kLatent,
                                split_stats.data() + size_t(first) * heads * 2);
+            packed_layer[size_t(thread)] = layer;
           };
           const double s = BestSeconds(3, [&] {
             for (int layer = 0; layer < kLayers; ++layer) {

@@ -37,7 +37,7 @@ static_assert(kKvTileRows <= kLatentSumMaxRows, "latent_sum takes a tile at a ti
 // fetched. No rows: one empty partial.
 void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages, int begin,
                     int end, int part_rows, const LatentAttentionShape& shape, const float* q_lat, float scale,
-                    const LatentScratch& scratch, float* o, float* max_sum) {
+                    const LatentScratch& scratch, bool query_packed, float* o, float* max_sum) {
   const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
   MLA_CHECK(begin % kKvTileRows == 0 && part_rows > 0 && part_rows % kKvTileRows == 0);
   if (begin >= end) {
@@ -82,7 +82,7 @@ void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::sp
     const auto* row = reinterpret_cast<const char*>(stored[0][r]);
     for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b, 0, 2);  // into L2
   }
-  k.latent_pack_query(q_lat, heads, row_dim, q_pack);
+  if (!query_packed) k.latent_pack_query(q_lat, heads, row_dim, q_pack);
   int t = 0;  // which of `stored` holds this tile
   for (int part_begin = begin; part_begin < end;
        part_begin += part_rows, o += int64_t(heads) * L, max_sum += int64_t(heads) * 2) {
@@ -191,21 +191,22 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
                       const LatentScratch& scratch, float* o, float* max_sum) {
   if (LatentRowsInBf16(k, kv.format(), shape)) {  // one partial: all the rows
     const int part_rows = std::max(kKvTileRows, (end - begin + kKvTileRows - 1) / kKvTileRows * kKvTileRows);
-    return AttendBf16Rows(k, kv, layer, pages, begin, end, part_rows, shape, q_lat, scale, scratch, o, max_sum);
+    return AttendBf16Rows(k, kv, layer, pages, begin, end, part_rows, shape, q_lat, scale, scratch,
+                          /*query_packed=*/false, o, max_sum);
   }
   AttendF32Rows(k, kv, layer, pages, begin, end, shape, q_lat, scale, scratch, o, max_sum);
 }
 
 void AttendLatentSplits(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages,
                         int context, int first_split, int num_splits, const LatentAttentionShape& shape,
-                        const float* q_lat, float scale, const LatentScratch& scratch, float* o_splits,
-                        float* max_sum_splits) {
+                        const float* q_lat, float scale, const LatentScratch& scratch, bool query_packed,
+                        float* o_splits, float* max_sum_splits) {
   const int begin = first_split * kKvSplitRows;
   const int end = std::min(context, (first_split + num_splits) * kKvSplitRows);
   MLA_CHECK(num_splits >= 1 && begin < end);
   if (LatentRowsInBf16(k, kv.format(), shape)) {
-    return AttendBf16Rows(k, kv, layer, pages, begin, end, kKvSplitRows, shape, q_lat, scale, scratch, o_splits,
-                          max_sum_splits);
+    return AttendBf16Rows(k, kv, layer, pages, begin, end, kKvSplitRows, shape, q_lat, scale, scratch, query_packed,
+                          o_splits, max_sum_splits);
   }
   for (int s = 0; s < num_splits && begin + s * kKvSplitRows < end; ++s) {  // the splits the context has
     const int split_begin = begin + s * kKvSplitRows;
@@ -340,6 +341,7 @@ void Model::AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int laye
                                   .scores = ws.tile_scores.data() + int64_t(thread) * kKvTileRows * score_cols,
                                   .probs = ws.tile_probs.data() + int64_t(thread) * heads * kKvTileRows,
                                   .stats = ws.tile_stats.data() + int64_t(thread) * 3 * score_cols};
+      int packed_token = -1;  // whose query this thread's scratch holds packed (one token's items share it)
       for (int i = next_item.fetch_add(1, std::memory_order_relaxed); i < num_items;
            i = next_item.fetch_add(1, std::memory_order_relaxed)) {
         const KvSplitItem item = ws.kv_split_items[size_t(i)];
@@ -348,7 +350,9 @@ void Model::AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int laye
         AttendLatentSplits(k, kv, layer, segments[size_t(token_segments_[size_t(t)])].pages,
                            token_positions_[size_t(t)] + 1, item.split, item.count, shape,
                            ws.q_lat.data() + int64_t(t) * heads * row_dim, scale, scratch,
-                           ws.split_o.data() + partial * heads * L, ws.split_max_sum.data() + partial * heads * 2);
+                           /*query_packed=*/packed_token == t, ws.split_o.data() + partial * heads * L,
+                           ws.split_max_sum.data() + partial * heads * 2);
+        packed_token = t;
       }
     });
     // Merge each (token, head) over its splits, in split order, into o_lat.

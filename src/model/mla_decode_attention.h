@@ -87,12 +87,16 @@ void AttendLatentRows(const KernelSet& k, const KvHostRows& kv, int layer, std::
 // Splits [first_split, first_split + num_splits) of a token's context [0, context), in order, on
 // the calling thread (only those the context has; none past it is written): split s's partial
 // in o_splits[s - first_split] ([heads, L]) and max_sum_splits[s - first_split] ([heads, 2]),
-// bit for bit what AttendLatentRows gives over the split's rows alone. The bf16 path runs one tile pipeline through them (the query packed once;
-// the next split's first rows fetched while the previous split's last tile computes).
+// bit for bit what AttendLatentRows gives over the split's rows alone. The bf16 path runs one
+// tile pipeline through them (the next split's first rows fetched while the previous split's
+// last tile computes) and packs the query into scratch.q_t, unless query_packed: the caller's
+// previous call on this scratch packed this same q_lat (same shape, values unchanged since), as a
+// thread's next item of the same token (a 128-head query is ~147 KB packed: once per thread and
+// token, not once per item). The fp32 path ignores query_packed.
 void AttendLatentSplits(const KernelSet& k, const KvHostRows& kv, int layer, std::span<const PageId> pages,
                         int context, int first_split, int num_splits, const LatentAttentionShape& shape,
-                        const float* q_lat, float scale, const LatentScratch& scratch, float* o_splits,
-                        float* max_sum_splits);
+                        const float* q_lat, float scale, const LatentScratch& scratch, bool query_packed,
+                        float* o_splits, float* max_sum_splits);
 
 // out[L] = head `head`'s softmax-weighted latent over num_splits partials, merged in split order:
 // m = max_s m_s; out = (sum_s exp(m_s - m) * o_s) / (sum_s exp(m_s - m) * sum_s).

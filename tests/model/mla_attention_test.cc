@@ -159,13 +159,14 @@ TEST_P(KvSplits, MergeToTheUnsplitSoftmax) {
             EXPECT_EQ(merged, unsplit);
           }
           // Several splits by one call (the model's work items): each split's partial bit for bit,
-          // whichever call holds it (all at once; the first alone, then the rest; in twos).
+          // whichever call holds it (all at once; the first alone, then the rest; in twos), the
+          // query packed by a group's first call only (as a thread's next item of the same token).
           for (int group : {splits, 1, 2}) {
             std::vector<float> grouped_o(split_o.size(), -1.0f), grouped_stats(split_stats.size(), -1.0f);
             for (int s0 = 0, count = group; s0 < splits;
                  s0 += count, count = group == 1 ? splits - s0 : std::min(group, splits - s0)) {
               AttendLatentSplits(*k, rows, 0, cache.pages, context, s0, count, shape, q_lat.data(), scale, scratch,
-                                 grouped_o.data() + size_t(s0) * heads * L,
+                                 /*query_packed=*/s0 > 0, grouped_o.data() + size_t(s0) * heads * L,
                                  grouped_stats.data() + size_t(s0) * heads * 2);
             }
             EXPECT_EQ(grouped_o, split_o);
