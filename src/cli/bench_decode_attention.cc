@@ -96,23 +96,23 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
           // Items of `group` splits (the last one fewer), as the model makes them.
           const int group = SplitsPerItem(splits, all_threads ? pool.num_threads() : 1);
           const int items = (splits + group - 1) / group;
-          // As the model: a thread packs the layer's query once, for its first item of the layer.
-          std::vector<int> packed_layer(size_t(pool.num_threads()), -1);
-          auto attend = [&](int layer, int item, int thread) {
+          // As the model: a thread packs the layer's query for its first item of the layer only.
+          auto attend = [&](int layer, int item, int thread, bool query_packed) {
             const int first = item * group;
             AttendLatentSplits(*k, rows, layer, cache.pages, kContext, first, std::min(group, splits - first), shape,
-                               q.data(), 0.07f, scratch[size_t(thread)].view(),
-                               /*query_packed=*/packed_layer[size_t(thread)] == layer,
+                               q.data(), 0.07f, scratch[size_t(thread)].view(), query_packed,
                                split_o.data() + size_t(first) * heads * kLatent,
                                split_stats.data() + size_t(first) * heads * 2);
-            packed_layer[size_t(thread)] = layer;
           };
           const double s = BestSeconds(3, [&] {
             for (int layer = 0; layer < kLayers; ++layer) {
               if (all_threads) {
                 std::atomic<int> next{0};
                 pool.RunOnAll([&](int thread) {
-                  for (int i = next.fetch_add(1); i < items; i = next.fetch_add(1)) attend(layer, i, thread);
+                  bool packed = false;
+                  for (int i = next.fetch_add(1); i < items; i = next.fetch_add(1), packed = true) {
+                    attend(layer, i, thread, packed);
+                  }
                 });
                 pool.ParallelFor(heads, 1, [&](int64_t begin, int64_t end) {
                   for (int64_t h = begin; h < end; ++h) {
@@ -121,7 +121,7 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
                   }
                 });
               } else {
-                for (int i = 0; i < items; ++i) attend(layer, i, 0);
+                for (int i = 0; i < items; ++i) attend(layer, i, 0, /*query_packed=*/i > 0);
                 for (int h = 0; h < heads; ++h) {
                   MergeLatentSplits(*k, shape, h, splits, split_o.data(), split_stats.data(),
                                     out.data() + size_t(h) * kLatent);
@@ -141,7 +141,7 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
     }
   }
 
-  // The heads-in-lanes kernels alone, one 64-row tile of bf16 rows (in L1/L2), 16 heads.
+  // The heads-in-lanes kernels alone, one tile (kKvTileRows) of bf16 rows (in L1/L2), 16 heads.
   const KernelSet* bf16_table = nullptr;
   for (const KernelSet* k : tables) {
     if (k->latent_scores != nullptr) bf16_table = k;
@@ -183,7 +183,7 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
               k.name, kHeads, kKvTileRows, pack_s * 1e6, scores_s * 1e6, 100.0 * score_flops / scores_s / bf16->one_thread_flops,
               softmax_s * 1e6, sum_s * 1e6, 100.0 * sum_flops / sum_s / bf16->one_thread_flops);
 
-  // The widening of a 64-row tile into bf16 (WidenKvRowsBf16, what fp8 pages cost before the
+  // The widening of a tile into bf16 (WidenKvRowsBf16, what fp8 pages cost before the
   // kernels above), per format, rows in cache.
   std::printf("WidenKvRowsBf16, one %d-row tile in cache:", kKvTileRows);
   std::vector<float> values(kRowDim);

@@ -7,7 +7,8 @@
 //   scores[n, hp]  = rows @ q^T             latent_scores (bf16 x bf16 dot products)
 //   p[n, hp]       = online softmax step    softmax_columns (per column: a head)
 //   o[heads, L]    = o * corr + p^T @ rows  latent_sum (p rounded to bf16; bf16 x bf16 products
-//                                           of row pairs, fp32 sums, over the rows' first L values)
+//                                           of row pairs, fp32 sums, over the rows' first L values;
+//                                           corr nullptr: o = p^T @ rows, o not read)
 // hp = LatentHeadsPadded(heads): scores and p hold whole vectors of heads; the padded heads'
 // queries are zero and their columns are never read back into o.
 #pragma once

@@ -95,17 +95,18 @@ inline void SumBlock(const uint32_t* pp, int64_t hp, int64_t h0, const float* co
                      const uint16_t* const* row_b, int64_t pairs, int64_t c0, int64_t latent_dim, float* o) {
   __m512 acc_lo[H], acc_hi[H];
   const __m512i to_lo = ToLowColumns(), to_hi = ToHighColumns();
+  if (corr == nullptr) {  // a partial's first tile: o's old values are not read
 #pragma GCC unroll 8
-  for (int j = 0; j < H; ++j) {
-    if (corr == nullptr) {  // a partial's first tile: o's old values are not read
-      acc_lo[j] = acc_hi[j] = _mm512_setzero_ps();
-      continue;
+    for (int j = 0; j < H; ++j) acc_lo[j] = acc_hi[j] = _mm512_setzero_ps();
+  } else {
+#pragma GCC unroll 8
+    for (int j = 0; j < H; ++j) {
+      const float* oh = o + (h0 + j) * latent_dim + c0;
+      const __m512 first = _mm512_loadu_ps(oh), second = _mm512_loadu_ps(oh + 16);
+      const __m512 c = _mm512_set1_ps(corr[h0 + j]);
+      acc_lo[j] = _mm512_mul_ps(_mm512_permutex2var_ps(first, to_lo, second), c);
+      acc_hi[j] = _mm512_mul_ps(_mm512_permutex2var_ps(first, to_hi, second), c);
     }
-    const float* oh = o + (h0 + j) * latent_dim + c0;
-    const __m512 first = _mm512_loadu_ps(oh), second = _mm512_loadu_ps(oh + 16);
-    const __m512 c = _mm512_set1_ps(corr[h0 + j]);
-    acc_lo[j] = _mm512_mul_ps(_mm512_permutex2var_ps(first, to_lo, second), c);
-    acc_hi[j] = _mm512_mul_ps(_mm512_permutex2var_ps(first, to_hi, second), c);
   }
   for (int64_t i = 0; i < pairs; ++i) {
     const __m512i a = _mm512_loadu_si512(row_a[i] + c0), b = _mm512_loadu_si512(row_b[i] + c0);

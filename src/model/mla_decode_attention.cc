@@ -27,7 +27,8 @@ static_assert(kKvTileRows <= kLatentSumMaxRows, "latent_sum takes a tile at a ti
 // Heads in lanes over bf16 rows (KernelSet::latent_*, kernels/latent_attention.h): bf16 pages
 // are read where they are stored; fp8 ones are widened exactly into the tile first (a tile in
 // cache, never the context), their tensor scale applied to the scores and the output instead.
-// The queries are rounded to bf16 once per call.
+// The queries are rounded to bf16 and packed once per call, or not at all where the caller says
+// the scratch holds them packed (query_packed: AttendLatentSplits).
 //
 // Rows [begin, end) (begin a multiple of kKvTileRows) as consecutive partials of `part_rows`
 // positions each (a multiple of kKvTileRows; the last one fewer): partial j's softmax starts

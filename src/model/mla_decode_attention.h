@@ -18,11 +18,11 @@
 namespace mlaserve {
 
 // Positions per KV split: a multiple of the tile (today one tile), so a split's tiles are the
-// tiles of the whole context. 128 splits a 272-position context 128 + 128 + 16 over two threads where 256
-// left one thread 256 rows and the other 16: attention over the cache 0.17-0.22 ms a step instead
-// of 0.23 (`bench --prompt-len 256`, reference shape, Q8_0, two alternating rounds), the same at
-// 3.8K (1.28-1.30 vs 1.23-1.29 ms). The partials' scratch doubles (Workspace::split_o: ~335 MB at
-// DeepSeek-V3's 163,840 positions and 128 heads).
+// tiles of the whole context. 128 splits a 272-position context 128 + 128 + 16 over two threads
+// where 256 left one thread 256 rows and the other 16: attention over the cache 0.17-0.22 ms a
+// step instead of 0.23 (`bench --prompt-len 256`, reference shape, Q8_0, two alternating
+// rounds), the same at 3.8K (1.28-1.30 vs 1.23-1.29 ms). The partials' scratch doubles
+// (Workspace::split_o: ~335 MB at DeepSeek-V3's 163,840 positions and 128 heads).
 inline constexpr int kKvSplitRows = 128;
 static_assert(kKvSplitRows % kKvTileRows == 0);
 

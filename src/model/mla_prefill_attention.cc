@@ -25,6 +25,9 @@ namespace {
 
 // Segments of fewer new tokens stay in the absorbed form.
 constexpr int kMhaPrefillMinTokens = 32;
+// Cache rows a thread dequantizes at a time into a block's keys (the grain of that ParallelFor,
+// a quarter of kMhaKvRows: every thread of a 4-core host takes part).
+constexpr int kMhaReadGrainRows = 64;
 
 }  // namespace
 
@@ -76,7 +79,7 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
   for (int c0 = 0; c0 < prefix; c0 += C) {
     const int rows = std::min(C, prefix - c0);
     // The block's cache rows, dequantized once for every head and query (reads never cross a page).
-    pool_.ParallelFor(rows, kKvTileRows, [&](int64_t begin, int64_t end) {
+    pool_.ParallelFor(rows, kMhaReadGrainRows, [&](int64_t begin, int64_t end) {
       for (int p = c0 + int(begin), count = 0; p < c0 + end; p += count) {
         const int page_end = (p / kv.page_size() + 1) * kv.page_size();
         count = std::min(c0 + int(end), page_end) - p;

@@ -149,6 +149,8 @@ TEST(LatentAttention, WeightedSumMatchesTheReference) {
   }
 }
 
+// Two tiles through softmax_columns, from the initial state (max -inf, sum 0): every SIMD table
+// against the portable reference, and the reference against its definition.
 TEST(LatentAttention, SoftmaxColumnsMatchesTheReference) {
   std::mt19937 rng(4);
   const float inf = std::numeric_limits<float>::infinity();

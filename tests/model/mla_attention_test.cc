@@ -105,6 +105,7 @@ TEST_P(KvSplits, MergeToTheUnsplitSoftmax) {
                               .probs = tile_probs.data(), .stats = tile_stats.data()};
   std::vector<const KernelSet*> tables = testing::RunnableKernelTables();
   if (CpuSupportsBf16Dot()) tables.push_back(Avx512Bf16Kernels(1));
+  const std::vector<float> nan_q(q_lat.size(), std::nanf(""));
   std::vector<float> q_bf16(q_lat.size());
   for (size_t i = 0; i < q_lat.size(); ++i) q_bf16[i] = Bf16ToF32(F32ToBf16(q_lat[i]));
   for (const KernelSet* k : tables) {
@@ -161,11 +162,18 @@ TEST_P(KvSplits, MergeToTheUnsplitSoftmax) {
           // Several splits by one call (the model's work items): each split's partial bit for bit,
           // whichever call holds it (all at once; the first alone, then the rest; in twos), the
           // query packed by a group's first call only (as a thread's next item of the same token).
+          // The outputs start as NaN (a first tile that read them would show), the scratch's query
+          // too (the first call must pack), and where the table packs (LatentRowsInBf16) the later
+          // calls get a NaN query (they must use the packed one).
+          const bool packs = LatentRowsInBf16(*k, format, shape);
           for (int group : {splits, 1, 2}) {
-            std::vector<float> grouped_o(split_o.size(), -1.0f), grouped_stats(split_stats.size(), -1.0f);
+            std::vector<float> grouped_o(split_o.size(), std::nanf(""));
+            std::vector<float> grouped_stats(split_stats.size(), std::nanf(""));
+            std::fill(q_t.begin(), q_t.end(), std::nanf(""));
             for (int s0 = 0, count = group; s0 < splits;
                  s0 += count, count = group == 1 ? splits - s0 : std::min(group, splits - s0)) {
-              AttendLatentSplits(*k, rows, 0, cache.pages, context, s0, count, shape, q_lat.data(), scale, scratch,
+              const float* q = packs && s0 > 0 ? nan_q.data() : q_lat.data();
+              AttendLatentSplits(*k, rows, 0, cache.pages, context, s0, count, shape, q, scale, scratch,
                                  /*query_packed=*/s0 > 0, grouped_o.data() + size_t(s0) * heads * L,
                                  grouped_stats.data() + size_t(s0) * heads * 2);
             }
