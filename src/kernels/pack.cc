@@ -132,6 +132,8 @@ WeightMatrix PackTransposedPanels(const WeightMatrix& src, std::byte* dst) {
   packed.data = dst;
   packed.packed = true;
   const size_t value_bytes = size_t(DTypeBytes(src.dtype));
+  // uint4 codes are or-ed into their bytes (two columns a byte): start from zero, whatever dst held.
+  if (src.format == WeightFormat::kUint4GroupMin) std::memset(dst, 0, PackedValueBytes(packed));
   for (int64_t p = 0; p < packed.num_panels(); ++p) {
     std::byte* panel = dst + size_t(p) * packed.panel_bytes();
     for (int64_t i = 0; i < std::min<int64_t>(kPanelRows, packed.rows - p * kPanelRows); ++i) {

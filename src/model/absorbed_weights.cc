@@ -66,7 +66,7 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& po
     for (int64_t h = 0; h < heads; ++h) visit(a.uk, h, UkRows(a, c, h), false);
   };
   auto bytes = [](const WeightMatrix& rows, bool transposed) {
-    return (PackedBytes(transposed ? TransposedShape(rows) : rows) + 63) / 64 * 64;  // each 64-byte aligned
+    return PackedBytes(transposed ? TransposedShape(rows) : rows);  // a multiple of 64: each copy 64-byte aligned
   };
   size_t total = 0;
   ForEachAttention(w, [&](AttentionWeights& a) {
