@@ -161,7 +161,10 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
     for (int i = 0; i < kCalls; ++i) k.latent_pack_query(q.data(), kHeads, kRowDim, q_pack.data());
   }) / kCalls;
   const double scores_s = BestSeconds(5, [&] {
-    for (int i = 0; i < kCalls; ++i) k.latent_scores(q_pack.data(), kHp, row_ptrs.data(), kKvTileRows, kRowDim, scores.data());
+    for (int i = 0; i < kCalls; ++i) {
+      RowPrefetch none;
+      k.latent_scores(q_pack.data(), kHp, row_ptrs.data(), kKvTileRows, kRowDim, scores.data(), none);
+    }
   }) / kCalls;
   saved = scores;
   const double softmax_s = BestSeconds(5, [&] {
@@ -174,7 +177,10 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
   }) / kCalls;
   std::fill(corr.begin(), corr.end(), 1.0f);
   const double sum_s = BestSeconds(5, [&] {
-    for (int i = 0; i < kCalls; ++i) k.latent_sum(scores.data(), kHp, kHeads, corr.data(), row_ptrs.data(), kKvTileRows, kLatent, o.data(), {});
+    for (int i = 0; i < kCalls; ++i) {
+      RowPrefetch none;
+      k.latent_sum(scores.data(), kHp, kHeads, corr.data(), row_ptrs.data(), kKvTileRows, kLatent, o.data(), none);
+    }
   }) / kCalls;
   const double score_flops = 2.0 * kHeads * kKvTileRows * kRowDim, sum_flops = 2.0 * kHeads * kKvTileRows * kLatent;
   std::printf("%s kernels alone, %d heads, one %d-row tile in cache: latent_pack_query %.2f us; latent_scores %.2f us "

@@ -101,15 +101,17 @@ struct KernelSet {
   void (*latent_pack_query)(const float* q, int64_t heads, int64_t row_dim, uint32_t* q_pack) = nullptr;
   // scores[r * hp + h] = q_pack's head h . rows[r], r < n, h < hp: bf16 products (exact) summed
   // in fp32 in a fixed order of dimensions (a score depends on its query and row alone).
+  // Fetches `next`'s rows into L2 meanwhile, paced (latent_attention.h RowPrefetch).
   void (*latent_scores)(const uint32_t* q_pack, int64_t hp, const uint16_t* const* rows, int64_t n, int64_t row_dim,
-                        float* scores) = nullptr;
+                        float* scores, RowPrefetch& next) = nullptr;
   // o[h * latent_dim + c] = o[...] * corr[h] + sum_r bf16(p[r * hp + h]) * rows[r][c] for
   // h < heads, c < latent_dim, n <= kLatentSumMaxRows, hp <= kLatentSumMaxHeads: the
   // probabilities rounded to bf16 (nearest even), each pair of rows (2i, 2i + 1) one vdpbf16ps,
   // pairs in order into fp32. corr nullptr: o's old values are not read (o = the sum; a partial's
-  // first tile). Fetches `next`'s rows into L2 meanwhile.
+  // first tile). Fetches the rest of `next`'s rows into L2 meanwhile: all of them are issued when
+  // it returns.
   void (*latent_sum)(const float* p, int64_t hp, int64_t heads, const float* corr, const uint16_t* const* rows,
-                     int64_t n, int64_t latent_dim, float* o, const RowPrefetch& next) = nullptr;
+                     int64_t n, int64_t latent_dim, float* o, RowPrefetch& next) = nullptr;
 
   // Products with at least this many tokens of the weights Bf16DotMultiplies names (and of
   // row-major BF16 and fp8-block rows) round the activations to bf16 and multiply with bf16 dot

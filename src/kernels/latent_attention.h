@@ -17,12 +17,20 @@
 
 namespace mlaserve {
 
-// Rows a kernel fetches into L2 while it computes, spread over its work (the next tile's rows,
-// whose latency the hardware prefetcher would not hide: a row is a short stream of ~18 lines).
+// The next tile's rows, fetched into L2 while this tile computes: a row is a short stream of ~18
+// lines whose latency the hardware prefetcher would not hide. latent_scores and then latent_sum
+// take turns over one RowPrefetch: each issues lines row by row from `issued` and advances it,
+// latent_scores one line per step of its inner loop, latent_sum the rest spread evenly over its
+// blocks (every line issued when it returns). Paced so: the fetch spans the whole tile's work
+// instead of bursting ahead of one kernel, which filled the core's miss buffers and stalled the
+// loads that hit L2 (the kernels ran at about half their in-cache speed in the model).
 struct RowPrefetch {
   const uint16_t* const* rows = nullptr;  // [count]
   int64_t count = 0;
-  int64_t bytes = 0;  // of each row
+  int64_t bytes = 0;   // of each row
+  int64_t issued = 0;  // lines issued so far, row-major over rows (the kernels advance it)
+  int64_t lines_per_row() const { return (bytes + 63) / 64; }
+  int64_t lines() const { return count * lines_per_row(); }
 };
 
 // The kernels' limits: latent_sum's rows (a tile) and padded heads (MLA models have up to 128),
@@ -55,20 +63,20 @@ inline constexpr int64_t LatentQueryIndex(int64_t row_dim, int64_t head, int64_t
 
 // The references: scalar, in the order of the bf16 kernels' sums (latent_scores: each head's two
 // chains of pairs; latent_sum: row pairs in order), equal to the kernels within the rounding of
-// how a vdpbf16ps adds its two products to its accumulator.
+// how a vdpbf16ps adds its two products to its accumulator. They fetch nothing (`next` unread).
 void LatentPackQueryReference(const float* q, int64_t heads, int64_t row_dim, uint32_t* q_pack);
 void LatentScoresReference(const uint32_t* q_pack, int64_t hp, const uint16_t* const* rows, int64_t n,
-                           int64_t row_dim, float* scores);
+                           int64_t row_dim, float* scores, RowPrefetch& next);
 void LatentSumReference(const float* p, int64_t hp, int64_t heads, const float* corr, const uint16_t* const* rows,
-                        int64_t n, int64_t latent_dim, float* o, const RowPrefetch& next);
+                        int64_t n, int64_t latent_dim, float* o, RowPrefetch& next);
 
 namespace avx512bf16 {
 // The bf16 tables' kernels (latent_attention_avx512bf16.cc): only where CpuSupportsBf16Dot().
 void LatentPackQuery(const float* q, int64_t heads, int64_t row_dim, uint32_t* q_pack);
 void LatentScores(const uint32_t* q_pack, int64_t hp, const uint16_t* const* rows, int64_t n, int64_t row_dim,
-                  float* scores);
+                  float* scores, RowPrefetch& next);
 void LatentSum(const float* p, int64_t hp, int64_t heads, const float* corr, const uint16_t* const* rows, int64_t n,
-               int64_t latent_dim, float* o, const RowPrefetch& next);
+               int64_t latent_dim, float* o, RowPrefetch& next);
 }  // namespace avx512bf16
 
 }  // namespace mlaserve

@@ -36,6 +36,38 @@ inline void WithCount(int64_t n, Fn&& fn) {
   }
 }
 
+// RowPrefetch's lines one at a time, row by row from next.issued; Finish() writes the progress back.
+class LinePacer {
+ public:
+  explicit LinePacer(const RowPrefetch& next)
+      : rows_(next.rows), count_(next.count), bytes_(next.bytes), row_(0), offset_(0) {
+    const int64_t per_row = next.lines_per_row();
+    if (per_row > 0) {
+      row_ = next.issued / per_row;
+      offset_ = next.issued % per_row * 64;
+    } else {
+      row_ = count_;
+    }
+  }
+  // Fetches the next line into L2, if any is left.
+  void Step() {
+    if (row_ < count_) {
+      _mm_prefetch(reinterpret_cast<const char*>(rows_[row_]) + offset_, _MM_HINT_T1);
+      offset_ += 64;
+      if (offset_ >= bytes_) {
+        offset_ = 0;
+        ++row_;
+      }
+    }
+  }
+  void Finish(RowPrefetch& next) const { next.issued = std::min(row_ * next.lines_per_row() + offset_ / 64, next.lines()); }
+
+ private:
+  const uint16_t* const* rows_;
+  int64_t count_, bytes_;
+  int64_t row_, offset_;  // the next line: rows_[row_] + offset_
+};
+
 // Lanes of (even, odd) words: index vectors picking a pair's two lanes from two accumulators.
 inline __m512i EvenLanes() { return _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30); }
 inline __m512i OddLanes() { return _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31); }
@@ -48,8 +80,10 @@ inline __m512i HighInterleave() {
 }
 
 // R rows x 16 heads (group g's packed query qg, `quads` quads) into scores[r * hp].
+// One line of `pacer` each step over the quads.
 template <int R>
-inline void ScoreBlock(const uint32_t* qg, int64_t quads, const uint16_t* const* rows, float* scores, int64_t hp) {
+inline void ScoreBlock(const uint32_t* qg, int64_t quads, const uint16_t* const* rows, float* scores, int64_t hp,
+                       LinePacer& pacer) {
   __m512 acc[R][2];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -57,6 +91,7 @@ inline void ScoreBlock(const uint32_t* qg, int64_t quads, const uint16_t* const*
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) row[r] = reinterpret_cast<const std::byte*>(rows[r]);
   for (int64_t d = 0; d < quads; ++d) {
+    pacer.Step();
     const __m512bh q0 = (__m512bh)_mm512_loadu_si512(qg + d * 32);
     const __m512bh q1 = (__m512bh)_mm512_loadu_si512(qg + d * 32 + 16);
 #pragma GCC unroll 16
@@ -159,20 +194,22 @@ void LatentPackQuery(const float* q, int64_t heads, int64_t row_dim, uint32_t* q
 }
 
 void LatentScores(const uint32_t* q_pack, int64_t hp, const uint16_t* const* rows, int64_t n, int64_t row_dim,
-                  float* scores) {
+                  float* scores, RowPrefetch& next) {
   const int64_t quads = row_dim / 4;
+  LinePacer pacer(next);
   for (int64_t g = 0; g < hp / 16; ++g) {
     const uint32_t* qg = q_pack + g * quads * 32;
     for (int64_t r = 0; r < n; r += kScoreRows) {
       WithCount<kScoreRows>(std::min<int64_t>(kScoreRows, n - r), [&](auto count) {
-        ScoreBlock<decltype(count)::value>(qg, quads, rows + r, scores + r * hp + g * 16, hp);
+        ScoreBlock<decltype(count)::value>(qg, quads, rows + r, scores + r * hp + g * 16, hp, pacer);
       });
     }
   }
+  pacer.Finish(next);
 }
 
 void LatentSum(const float* p, int64_t hp, int64_t heads, const float* corr, const uint16_t* const* rows, int64_t n,
-               int64_t latent_dim, float* o, const RowPrefetch& next) {
+               int64_t latent_dim, float* o, RowPrefetch& next) {
   MLA_CHECK(n <= kLatentSumMaxRows && hp <= kLatentSumMaxHeads);
   // The probabilities as bf16 pairs of rows, per head (an odd n's last pair: its only row, with
   // probability 0 the second time).
@@ -193,21 +230,20 @@ void LatentSum(const float* p, int64_t hp, int64_t heads, const float* corr, con
       _mm512_store_si512(pp + i * hp + h, _mm512_permutexvar_epi16(interleave, words));
     }
   }
-  // The next rows' lines, an even share before each block.
-  const int64_t lines_per_row = (next.bytes + 63) / 64, lines = next.count * lines_per_row;
+  // The next rows' lines latent_scores left, an even share before each block.
+  LinePacer pacer(next);
+  const int64_t left = next.lines() - next.issued;
   const int64_t blocks = latent_dim / 32 * ((heads + kSumHeads - 1) / kSumHeads);
   int64_t line = 0, block = 0;
   for (int64_t c0 = 0; c0 < latent_dim; c0 += 32) {
     for (int64_t h0 = 0; h0 < heads; h0 += kSumHeads) {
-      for (const int64_t until = lines * ++block / blocks; line < until; ++line) {
-        const auto* row = reinterpret_cast<const char*>(next.rows[line / lines_per_row]);
-        _mm_prefetch(row + (line % lines_per_row) * 64, _MM_HINT_T1);
-      }
+      for (const int64_t until = left * ++block / blocks; line < until; ++line) pacer.Step();
       WithCount<kSumHeads>(std::min<int64_t>(kSumHeads, heads - h0), [&](auto count) {
         SumBlock<decltype(count)::value>(pp, hp, h0, corr, row_a, row_b, pairs, c0, latent_dim, o);
       });
     }
   }
+  pacer.Finish(next);
 }
 
 }  // namespace mlaserve::avx512bf16

@@ -21,7 +21,7 @@ void LatentPackQueryReference(const float* q, int64_t heads, int64_t row_dim, ui
 }
 
 void LatentScoresReference(const uint32_t* q_pack, int64_t hp, const uint16_t* const* rows, int64_t n,
-                           int64_t row_dim, float* scores) {
+                           int64_t row_dim, float* scores, RowPrefetch&) {
   auto half = [](uint32_t word, int k) { return Bf16ToF32(uint16_t(word >> (16 * k))); };
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t h = 0; h < hp; ++h) {
@@ -38,7 +38,7 @@ void LatentScoresReference(const uint32_t* q_pack, int64_t hp, const uint16_t* c
 }
 
 void LatentSumReference(const float* p, int64_t hp, int64_t heads, const float* corr, const uint16_t* const* rows,
-                        int64_t n, int64_t latent_dim, float* o, const RowPrefetch&) {
+                        int64_t n, int64_t latent_dim, float* o, RowPrefetch&) {
   auto prob = [&](int64_t r, int64_t h) { return Bf16ToF32(F32ToBf16(p[r * hp + h])); };
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t c = 0; c < latent_dim; ++c) {

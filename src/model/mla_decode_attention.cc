@@ -59,8 +59,8 @@ void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::sp
   float* run_max = scratch.stats;
   float* run_sum = scratch.stats + hp;
   float* corr = scratch.stats + 2 * hp;
-  // Where a tile's rows are stored, for this tile and the next (which latent_sum fetches into L2
-  // as it computes), and the bf16 rows the kernels read: the stored ones, or the tile's.
+  // Where a tile's rows are stored, for this tile and the next (which latent_scores and latent_sum
+  // fetch into L2 as they compute), and the bf16 rows the kernels read: the stored ones, or the tile's.
   const uint16_t* stored[2][kKvTileRows];
   const uint16_t* tile_rows[kKvTileRows];
   for (int r = 0; r < kKvTileRows; ++r) tile_rows[r] = tile + int64_t(r) * row_dim;
@@ -102,10 +102,10 @@ void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::sp
         }
       }
       const uint16_t* const* rows = in_place ? stored[t] : tile_rows;
-      k.latent_scores(q_pack, hp, rows, n, row_dim, scratch.scores);
+      RowPrefetch next{.rows = stored[t ^ 1], .count = next_n, .bytes = row_bytes};
+      k.latent_scores(q_pack, hp, rows, n, row_dim, scratch.scores, next);
       k.softmax_columns(scratch.scores, n, hp, scale * value_scale, run_max, run_sum, corr);
-      k.latent_sum(scratch.scores, hp, heads, p0 == part_begin ? nullptr : corr, rows, n, L, o,
-                   {.rows = stored[t ^ 1], .count = next_n, .bytes = row_bytes});
+      k.latent_sum(scratch.scores, hp, heads, p0 == part_begin ? nullptr : corr, rows, n, L, o, next);
       p0 += n;
       n = next_n;
     }

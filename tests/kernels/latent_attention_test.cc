@@ -82,8 +82,12 @@ TEST(LatentAttention, ScoresMatchTheReference) {
                      std::to_string(n));
         const Rows rows = RandomRows(n, row_dim, rng);
         std::vector<float> want(size_t(n * hp)), got(size_t(n * hp), std::nanf(""));
-        LatentScoresReference(q_pack.data(), hp, rows.ptrs.data(), n, row_dim, want.data());
-        k->latent_scores(q_pack.data(), hp, rows.ptrs.data(), n, row_dim, got.data());
+        // The next tile's rows fetched meanwhile (here the same rows): paced, some lines issued.
+        RowPrefetch next{.rows = rows.ptrs.data(), .count = n, .bytes = 2 * row_dim}, unread;
+        LatentScoresReference(q_pack.data(), hp, rows.ptrs.data(), n, row_dim, want.data(), unread);
+        k->latent_scores(q_pack.data(), hp, rows.ptrs.data(), n, row_dim, got.data(), next);
+        EXPECT_GT(next.issued, 0);
+        EXPECT_LE(next.issued, next.lines());
         for (int64_t r = 0; r < n; ++r) {
           for (int64_t h = 0; h < hp; ++h) {
             // Rounding bound: every fp32 addition of a chain errs by at most an ulp of its
@@ -127,9 +131,12 @@ TEST(LatentAttention, WeightedSumMatchesTheReference) {
                                              : Random(size_t(heads * latent_dim), 2.0f, rng);
           const float* c = fresh ? nullptr : corr.data();
           std::vector<float> want = o, got = o;
-          LatentSumReference(p.data(), hp, heads, c, rows.ptrs.data(), n, latent_dim, want.data(), {});
-          k->latent_sum(p.data(), hp, heads, c, rows.ptrs.data(), n, latent_dim, got.data(),
-                        {rows.ptrs.data(), n, 2 * row_dim});
+          // latent_scores issued some of the next rows' lines; latent_sum issues the rest.
+          RowPrefetch next{.rows = rows.ptrs.data(), .count = n, .bytes = 2 * row_dim}, unread;
+          next.issued = next.lines() / 3;
+          LatentSumReference(p.data(), hp, heads, c, rows.ptrs.data(), n, latent_dim, want.data(), unread);
+          k->latent_sum(p.data(), hp, heads, c, rows.ptrs.data(), n, latent_dim, got.data(), next);
+          EXPECT_EQ(next.issued, next.lines());
           for (int64_t h = 0; h < heads; ++h) {
             for (int64_t v = 0; v < latent_dim; ++v) {
               // Rounding bound: an ulp of each running sum, at most the sum of |terms|.
