@@ -71,11 +71,13 @@ struct Scratch {
 void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, ThreadPool& pool, const FmaPeak& fma,
                                const std::optional<FmaPeak>& bf16, std::mt19937& rng) {
   std::printf("\ndecode attention: one token over a %d-position context of a layer (%d + %d values a row, %d-row "
-              "pages; %d layers in turn, from memory), its %d-position splits in work items of "
+              "pages; %d layers in turn, from memory), its splits (%d positions at 16 heads, %d at 128) in work items of "
               "SplitsPerItem splits taken by the threads as the model takes them, then the merge; per "
               "layer: GFLOP/s, share of the bound at the threads' peak of the products taken (bf16 dot "
               "products, else FMA)\n",
-              kContext, kLatent, kRope, kPageSize, kLayers, kKvSplitRows);
+              kContext, kLatent, kRope, kPageSize, kLayers,
+              LatentAttentionShape{.heads = 16, .latent_dim = kLatent, .rope_dim = kRope}.split_rows(),
+              LatentAttentionShape{.heads = 128, .latent_dim = kLatent, .rope_dim = kRope}.split_rows());
   std::printf("%-16s %-11s %6s %8s %9s %9s %9s %8s\n", "kernels", "kv format", "heads", "threads", "ms", "GFLOP/s",
               "KV GB/s", "of bound");
   std::normal_distribution<float> normal;
@@ -88,7 +90,7 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
       for (float& x : q) x = normal(rng) * 0.05f;
       std::vector<Scratch> scratch;
       for (int t = 0; t < pool.num_threads(); ++t) scratch.emplace_back(heads);
-      const int splits = NumKvSplits(kContext);
+      const int splits = shape.num_splits(kContext);
       std::vector<float> split_o(size_t(splits) * heads * kLatent), split_stats(size_t(splits) * heads * 2);
       std::vector<float> out(size_t(heads) * kLatent);
       for (const KernelSet* k : tables) {

@@ -202,16 +202,17 @@ void AttendLatentSplits(const KernelSet& k, const KvHostRows& kv, int layer, std
                         int context, int first_split, int num_splits, const LatentAttentionShape& shape,
                         const float* q_lat, float scale, const LatentScratch& scratch, bool query_packed,
                         float* o_splits, float* max_sum_splits) {
-  const int begin = first_split * kKvSplitRows;
-  const int end = std::min(context, (first_split + num_splits) * kKvSplitRows);
+  const int split_rows = shape.split_rows();
+  const int begin = first_split * split_rows;
+  const int end = std::min(context, (first_split + num_splits) * split_rows);
   MLA_CHECK(num_splits >= 1 && begin < end);
   if (LatentRowsInBf16(k, kv.format(), shape)) {
-    return AttendBf16Rows(k, kv, layer, pages, begin, end, kKvSplitRows, shape, q_lat, scale, scratch, query_packed,
+    return AttendBf16Rows(k, kv, layer, pages, begin, end, split_rows, shape, q_lat, scale, scratch, query_packed,
                           o_splits, max_sum_splits);
   }
-  for (int s = 0; s < num_splits && begin + s * kKvSplitRows < end; ++s) {  // the splits the context has
-    const int split_begin = begin + s * kKvSplitRows;
-    AttendF32Rows(k, kv, layer, pages, split_begin, std::min(end, split_begin + kKvSplitRows), shape, q_lat, scale,
+  for (int s = 0; s < num_splits && begin + s * split_rows < end; ++s) {  // the splits the context has
+    const int split_begin = begin + s * split_rows;
+    AttendF32Rows(k, kv, layer, pages, split_begin, std::min(end, split_begin + split_rows), shape, q_lat, scale,
                   scratch, o_splits + int64_t(s) * shape.heads * shape.latent_dim,
                   max_sum_splits + int64_t(s) * shape.heads * 2);
   }
@@ -312,12 +313,13 @@ void Model::AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int laye
   const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
   const int64_t score_cols = ScoreColumns(c.num_attention_heads);  // a thread's scratch (workspace.cc)
   const float scale = float(c.SoftmaxScale());
-  // Waves of whole tokens whose splits fit the partials' scratch (capacity >= one token's splits).
+  // Waves of whole tokens whose splits fit the partials' scratch (capacity >= one token's splits
+  // of the shortest length, kKvSplitRows).
   for (size_t first = 0; first < tokens.size();) {
     int num_splits = 0;
     size_t last = first;
     for (; last < tokens.size(); ++last) {
-      const int splits = NumKvSplits(token_positions_[size_t(tokens[last])] + 1);
+      const int splits = shape.num_splits(token_positions_[size_t(tokens[last])] + 1);
       if (num_splits + splits > ws.kv_split_capacity) break;
       ws.kv_split_first[last - first] = int32_t(num_splits);  // a token's partials follow the previous ones'
       num_splits += splits;
@@ -328,7 +330,7 @@ void Model::AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int laye
     const int group = SplitsPerItem(num_splits, pool_.num_threads());
     int num_items = 0;
     for (size_t j = 0; j < wave.size(); ++j) {
-      const int splits = NumKvSplits(token_positions_[size_t(wave[j])] + 1);
+      const int splits = shape.num_splits(token_positions_[size_t(wave[j])] + 1);
       for (int s = 0; s < splits; s += group) {
         ws.kv_split_items[size_t(num_items++)] = {.token = int32_t(j), .split = s,
                                                   .count = std::min(group, splits - s)};
@@ -361,7 +363,7 @@ void Model::AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int laye
       for (int64_t w = begin; w < end; ++w) {
         const size_t j = size_t(w / heads);
         const int h = int(w % heads), t = wave[j], first_partial = ws.kv_split_first[j];
-        MergeLatentSplits(k, shape, h, NumKvSplits(token_positions_[size_t(t)] + 1),
+        MergeLatentSplits(k, shape, h, shape.num_splits(token_positions_[size_t(t)] + 1),
                           ws.split_o.data() + int64_t(first_partial) * heads * L,
                           ws.split_max_sum.data() + int64_t(first_partial) * heads * 2,
                           ws.o_lat.data() + (int64_t(h) * ws.max_tokens + t) * L);

@@ -12,9 +12,9 @@
 
 namespace mlaserve {
 
-// Rows of KV cache the absorbed attention dequantizes at a time (read page by page): today a
-// whole KV split (kKvSplitRows, mla_decode_attention.h), so a split's weighted sum is stored
-// once and never reloaded and corrected; the bf16 kernels' per-tile costs (the sum's loads and
+// Rows of KV cache the absorbed attention dequantizes at a time (read page by page): a whole KV
+// split of the shortest length (kKvSplitRows, mla_decode_attention.h), so such a split's weighted
+// sum is stored once and never reloaded and corrected; the bf16 kernels' per-tile costs (the sum's loads and
 // stores of its outputs, the softmax step) spread over twice the rows of 64. With the query
 // packed once a thread: `bench-kernels --attention-only`, 4K context, 128 heads, two threads,
 // three alternating rounds: 56-60% -> 65-70% of the compute bound (docs/benchmarks.md).
@@ -32,7 +32,7 @@ inline constexpr int kMhaQueryRows = 32;
 // consecutive KV splits of its context, run by one thread (AttendLatentSplits).
 struct KvSplitItem {
   int32_t token;  // index into the wave's tokens
-  int32_t split;  // the first: rows [split * kKvSplitRows, ...) of its context
+  int32_t split;  // the first: rows [split * split_rows, ...) of its context (LatentAttentionShape)
   int32_t count;  // splits (SplitsPerItem)
 };
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/float16.h"
@@ -81,17 +82,22 @@ double MaxAbsDiff(std::span<const float> a, std::span<const double> b) {
   return d;
 }
 
-// The split computation the model runs (fixed spans of kKvSplitRows, merged in order) and one
+// The split computation the model runs (fixed spans of split_rows(), merged in order) and one
 // unsplit pass over the same rows agree with the double reference, for quantized formats and
 // page sizes down to one row; a context within one split gives the unsplit pass's bits exactly.
 // Splits run several to a call (AttendLatentSplits) give each split's partial bit for bit.
 // 4 heads take a dot product per score, 16 one product per tile; bf16 and fp8 pages with a bf16
 // table take the heads-in-lanes kernels (LatentRowsInBf16), whose reference has the query in
 // bf16 and whose tolerance covers probabilities rounded to bf16.
-class KvSplits : public ::testing::TestWithParam<int> {};
+// The parameter: heads, and the model's heads (0: the same), which decide the split length
+// (split_rows(): 512 positions where every head's partial fits 32 KB, here 4 and 16 heads; 128
+// for a rank of a 128-head model).
+class KvSplits : public ::testing::TestWithParam<std::pair<int, int>> {};
 
 TEST_P(KvSplits, MergeToTheUnsplitSoftmax) {
-  const LatentAttentionShape shape{.heads = GetParam(), .latent_dim = 128, .rope_dim = 32, .gemm_scores = GetParam() >= 16};
+  const auto [num_heads, model_heads] = GetParam();
+  const LatentAttentionShape shape{.heads = num_heads, .latent_dim = 128, .rope_dim = 32,
+                                   .gemm_scores = num_heads >= 16, .model_heads = model_heads};
   const int heads = shape.heads, L = shape.latent_dim, row_dim = shape.row_dim();
   const float scale = 0.3f;
   std::mt19937 rng(7);
@@ -112,7 +118,7 @@ TEST_P(KvSplits, MergeToTheUnsplitSoftmax) {
     for (KvFormat format : {KvFormat::kBF16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla, KvFormat::kFP4E2M1,
                             KvFormat::kNVFP4}) {
       for (int page_size : {1, 16, 64}) {
-        for (int context : {100, 200, 1100}) {  // one split (kKvSplitRows 128), two, nine
+        for (int context : {100, 200, 1100}) {  // splits of 512: one, one, three; of 128: one, two, nine
           SCOPED_TRACE(std::string(k->name) + " " + KvFormatName(format) + " page " + std::to_string(page_size) +
                        " context " + std::to_string(context));
           const RandomCache cache = FillCache(format, page_size, context, shape, rng);
@@ -144,10 +150,11 @@ TEST_P(KvSplits, MergeToTheUnsplitSoftmax) {
           }
           EXPECT_LT(MaxAbsDiff(unsplit, expected), tolerance);
 
-          const int splits = NumKvSplits(context);
+          const int splits = shape.num_splits(context);
+          EXPECT_EQ(shape.split_rows(), model_heads == 128 ? kKvSplitRows : kLongKvSplitRows);
           std::vector<float> split_o(size_t(splits) * heads * L), split_stats(size_t(splits) * heads * 2);
           for (int s = 0; s < splits; ++s) {
-            const int begin = s * kKvSplitRows, end = std::min(context, begin + kKvSplitRows);
+            const int begin = s * shape.split_rows(), end = std::min(context, begin + shape.split_rows());
             AttendLatentRows(*k, rows, 0, cache.pages, begin, end, shape, q_lat.data(), scale, scratch,
                              split_o.data() + size_t(s) * heads * L, split_stats.data() + size_t(s) * heads * 2);
           }
@@ -186,7 +193,8 @@ TEST_P(KvSplits, MergeToTheUnsplitSoftmax) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(MlaAttention, KvSplits, ::testing::Values(4, 16));
+INSTANTIATE_TEST_SUITE_P(MlaAttention, KvSplits,
+                         ::testing::Values(std::pair{4, 0}, std::pair{16, 0}, std::pair{16, 128}));
 
 // A tensor-parallel rank computes a subset of the heads with the scores path of the whole model:
 // its heads' outputs and softmax statistics are bit-identical to the same heads computed with all
