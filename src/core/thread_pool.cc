@@ -7,8 +7,11 @@
 namespace mlaserve {
 namespace {
 
-// How long an idle worker spins before it sleeps (a core each worker keeps busy that long after
-// the last job: within a forward pass, always; an idle server's workers sleep after it).
+// How long an idle worker waits for the next job before it sleeps on the futex: spinning on
+// its core for the first kSpinOnly (a one-thread phase of a forward pass lasts tens of us), then
+// yielding the core between looks (other processes on a small machine run meanwhile; with
+// nothing else to run, a yield returns at once).
+constexpr std::chrono::microseconds kSpinOnly{100};
 constexpr std::chrono::microseconds kSpinBeforeSleep{1000};
 
 // A spin-wait hint (x86 pause): the waiting core draws less power and yields the pipeline.
@@ -61,17 +64,28 @@ void ThreadPool::WaitForWorkers() {
 void ThreadPool::WorkerLoop(int thread_index) {
   uint64_t seen = 0;
   for (;;) {
-    // Spin for kSpinBeforeSleep (kernels come back to back during a forward pass, some with
-    // work for one thread only), then sleep on the futex. By time, not by count: 20,000 loads
-    // (~10 us) let a worker fall asleep while the caller ran a one-thread phase, and waking it
-    // cost the next ParallelFor ~20 us in a VM (decode attention over a short context: 0.17-0.18
-    // ms a step -> 0.11, `bench --prompt-len 32`, reference shape).
+    // Spin, then yield, for kSpinBeforeSleep in all (kernels come back to back during a forward
+    // pass, some with work for one thread only), then sleep on the futex. By time, not by count:
+    // 20,000 loads (~10 us) let a worker fall asleep while the caller ran a one-thread phase, and
+    // waking it cost the next ParallelFor ~20 us in a VM (decode attention over a short context:
+    // 0.14-0.27 ms a step -> 0.11-0.17, `bench --prompt-len 32`, reference shape). Spinning the
+    // whole 1 ms took the cores from the test suite's other processes (ctest -j 2: 182-187 s ->
+    // 309 s; yielding after kSpinOnly: 194 s).
     uint64_t gen = generation_.load(std::memory_order_acquire);
-    const auto sleep_at = std::chrono::steady_clock::now() + kSpinBeforeSleep;
+    const auto start = std::chrono::steady_clock::now();
+    bool yielding = false;
     for (int spin = 1; gen == seen; ++spin) {
-      SpinPause();
+      if (yielding) {
+        std::this_thread::yield();
+      } else {
+        SpinPause();
+      }
       gen = generation_.load(std::memory_order_acquire);
-      if (spin % 256 == 0 && std::chrono::steady_clock::now() >= sleep_at) break;
+      if (yielding || spin % 256 == 0) {
+        const auto waited = std::chrono::steady_clock::now() - start;
+        if (waited >= kSpinBeforeSleep) break;
+        yielding = waited >= kSpinOnly;
+      }
     }
     if (gen == seen) {
       generation_.wait(seen, std::memory_order_acquire);
