@@ -76,8 +76,8 @@ void PrintDecodeAttentionTable(const std::vector<const KernelSet*>& tables, Thre
               "layer: GFLOP/s, share of the bound at the threads' peak of the products taken (bf16 dot "
               "products, else FMA)\n",
               kContext, kLatent, kRope, kPageSize, kLayers,
-              LatentAttentionShape{.heads = 16, .latent_dim = kLatent, .rope_dim = kRope}.split_rows(),
-              LatentAttentionShape{.heads = 128, .latent_dim = kLatent, .rope_dim = kRope}.split_rows());
+              LatentAttentionShape{.heads = 16, .latent_dim = kLatent, .rope_dim = kRope}.split_rows(kContext),
+              LatentAttentionShape{.heads = 128, .latent_dim = kLatent, .rope_dim = kRope}.split_rows(kContext));
   std::printf("%-16s %-11s %6s %8s %9s %9s %9s %8s\n", "kernels", "kv format", "heads", "threads", "ms", "GFLOP/s",
               "KV GB/s", "of bound");
   std::normal_distribution<float> normal;

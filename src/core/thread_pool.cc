@@ -68,9 +68,9 @@ void ThreadPool::WorkerLoop(int thread_index) {
     // pass, some with work for one thread only), then sleep on the futex. By time, not by count:
     // 20,000 loads (~10 us) let a worker fall asleep while the caller ran a one-thread phase, and
     // waking it cost the next ParallelFor ~20 us in a VM (decode attention over a short context:
-    // 0.14-0.27 ms a step -> 0.11-0.17, `bench --prompt-len 32`, reference shape). Spinning the
-    // whole 1 ms took the cores from the test suite's other processes (ctest -j 2: 182-187 s ->
-    // 309 s; yielding after kSpinOnly: 194 s).
+    // 0.22-0.27 ms a step -> 0.14-0.17, `bench --prompt-len 32 --decode-tokens 256`, reference
+    // shape, docs/benchmarks.md). Spinning the whole 1 ms took the cores from the test suite's
+    // other processes (ctest -j 2: 182-187 s -> 309 s; yielding after kSpinOnly: 194 s).
     uint64_t gen = generation_.load(std::memory_order_acquire);
     const auto start = std::chrono::steady_clock::now();
     bool yielding = false;

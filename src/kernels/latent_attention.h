@@ -20,16 +20,20 @@ namespace mlaserve {
 // The next tile's rows, fetched into L2 while this tile computes: a row is a short stream of ~18
 // lines whose latency the hardware prefetcher would not hide. latent_scores and then latent_sum
 // take turns over one RowPrefetch: each issues lines row by row from `issued` and advances it,
-// latent_scores one line per step of its inner loop, latent_sum the rest spread evenly over its
-// blocks (every line issued when it returns). Paced so: the fetch spans the whole tile's work
-// instead of bursting ahead of one kernel, which filled the core's miss buffers and stalled the
-// loads that hit L2 (the kernels ran at about half their in-cache speed in the model).
+// latent_scores one line per step of its inner loop (at 16 heads about two thirds of a bf16
+// tile's lines; with more heads, or fp8_ds_mla's shorter rows, all of them within the scores),
+// latent_sum the rest spread evenly over its blocks (every line issued when it returns). So the
+// fetch runs at a steady pace instead of bursting ahead of latent_sum's blocks, which filled
+// the core's miss buffers and stalled the loads that hit L2 (in the model the kernels ran at
+// about half their in-cache speed). A row whose length is not a whole number of lines may cross
+// one line more than its length fills: its lines are counted with that one, the last one
+// fetched at the row's last byte.
 struct RowPrefetch {
   const uint16_t* const* rows = nullptr;  // [count]
   int64_t count = 0;
   int64_t bytes = 0;   // of each row
   int64_t issued = 0;  // lines issued so far, row-major over rows (the kernels advance it)
-  int64_t lines_per_row() const { return (bytes + 63) / 64; }
+  int64_t lines_per_row() const { return (bytes + 63) / 64 + (bytes % 64 != 0 ? 1 : 0); }
   int64_t lines() const { return count * lines_per_row(); }
 };
 

@@ -40,32 +40,30 @@ inline void WithCount(int64_t n, Fn&& fn) {
 class LinePacer {
  public:
   explicit LinePacer(const RowPrefetch& next)
-      : rows_(next.rows), count_(next.count), bytes_(next.bytes), row_(0), offset_(0) {
-    const int64_t per_row = next.lines_per_row();
-    if (per_row > 0) {
-      row_ = next.issued / per_row;
-      offset_ = next.issued % per_row * 64;
+      : rows_(next.rows), count_(next.count), last_byte_(next.bytes - 1), per_row_(next.lines_per_row()) {
+    if (per_row_ > 0) {
+      row_ = next.issued / per_row_;
+      line_ = next.issued % per_row_;
     } else {
       row_ = count_;
     }
   }
-  // Fetches the next line into L2, if any is left.
+  // Fetches the next line into L2, if any is left (a row's last one at its last byte).
   void Step() {
     if (row_ < count_) {
-      _mm_prefetch(reinterpret_cast<const char*>(rows_[row_]) + offset_, _MM_HINT_T1);
-      offset_ += 64;
-      if (offset_ >= bytes_) {
-        offset_ = 0;
+      _mm_prefetch(reinterpret_cast<const char*>(rows_[row_]) + std::min(line_ * 64, last_byte_), _MM_HINT_T1);
+      if (++line_ == per_row_) {
+        line_ = 0;
         ++row_;
       }
     }
   }
-  void Finish(RowPrefetch& next) const { next.issued = std::min(row_ * next.lines_per_row() + offset_ / 64, next.lines()); }
+  void Finish(RowPrefetch& next) const { next.issued = std::min(row_ * per_row_ + line_, next.lines()); }
 
  private:
   const uint16_t* const* rows_;
-  int64_t count_, bytes_;
-  int64_t row_, offset_;  // the next line: rows_[row_] + offset_
+  int64_t count_, last_byte_, per_row_;
+  int64_t row_ = 0, line_ = 0;  // the next line: line_ of rows_[row_]
 };
 
 // Lanes of (even, odd) words: index vectors picking a pair's two lanes from two accumulators.
@@ -210,7 +208,7 @@ void LatentScores(const uint32_t* q_pack, int64_t hp, const uint16_t* const* row
 
 void LatentSum(const float* p, int64_t hp, int64_t heads, const float* corr, const uint16_t* const* rows, int64_t n,
                int64_t latent_dim, float* o, RowPrefetch& next) {
-  MLA_CHECK(n <= kLatentSumMaxRows && hp <= kLatentSumMaxHeads);
+  MLA_CHECK(n <= kLatentSumMaxRows && hp <= kLatentSumMaxHeads && heads > 0 && latent_dim > 0 && latent_dim % 32 == 0);
   // The probabilities as bf16 pairs of rows, per head (an odd n's last pair: its only row, with
   // probability 0 the second time).
   alignas(64) uint32_t pp[kLatentSumMaxRows / 2 * kLatentSumMaxHeads];

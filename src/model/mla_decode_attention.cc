@@ -182,7 +182,7 @@ void AttendF32Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::spa
 }  // namespace
 
 bool LatentRowsInBf16(const KernelSet& k, KvFormat format, const LatentAttentionShape& shape) {
-  const int heads = shape.model_heads > 0 ? shape.model_heads : shape.heads;
+  const int heads = shape.all_heads();
   return k.latent_scores != nullptr && k.bf16_min_tokens > 0 && heads >= k.bf16_min_tokens &&
          KvRowsWidenToBf16(format) && LatentShapeOk(shape.row_dim(), shape.latent_dim, heads);
 }
@@ -202,7 +202,7 @@ void AttendLatentSplits(const KernelSet& k, const KvHostRows& kv, int layer, std
                         int context, int first_split, int num_splits, const LatentAttentionShape& shape,
                         const float* q_lat, float scale, const LatentScratch& scratch, bool query_packed,
                         float* o_splits, float* max_sum_splits) {
-  const int split_rows = shape.split_rows();
+  const int split_rows = shape.split_rows(context);
   const int begin = first_split * split_rows;
   const int end = std::min(context, (first_split + num_splits) * split_rows);
   MLA_CHECK(num_splits >= 1 && begin < end);

@@ -1,5 +1,5 @@
 // Absorbed-form MLA attention over the cache, split along the KV length (flash-decoding).
-// A query token's context [0, context) is cut into splits of S = LatentAttentionShape::split_rows()
+// A query token's context [0, context) is cut into splits of S = LatentAttentionShape::split_rows(context)
 // positions ([s * S, (s + 1) * S), the last one clipped). Each split yields, per head,
 // a partial softmax (max, sum, unnormalized o_lat[L]); the partials are merged with log-sum-exp in
 // split order. The splits depend only on positions and the merge order is fixed, so a token's
@@ -21,18 +21,23 @@ namespace mlaserve {
 // the tiles of the whole context. 128 splits a 272-position context 128 + 128 + 16 over two
 // threads where 256 left one thread 256 rows and the other 16: attention over the cache 0.17-0.22
 // ms a step instead of 0.23 (`bench --prompt-len 256`, reference shape, Q8_0, two alternating
-// rounds), the same at 3.8K (1.28-1.30 vs 1.23-1.29 ms). The partials' scratch is sized for
-// splits of this length (Workspace::split_o: ~335 MB at DeepSeek-V3's 163,840 positions and 128
-// heads). LatentAttentionShape::split_rows() takes longer ones where partials are small.
+// rounds). The partials' scratch is sized for splits of this length (Workspace::split_o: ~335 MB
+// at DeepSeek-V3's 163,840 positions and 128 heads). LatentAttentionShape::split_rows() takes
+// longer ones where partials are small and the context long.
 inline constexpr int kKvSplitRows = 128;
 static_assert(kKvSplitRows % kKvTileRows == 0);
 // Longer splits where a split's partial (heads x L fp32, every rank's heads) fits in this many
-// bytes: a split of several tiles reloads and corrects its partial once a tile, cheap while it
-// stays in L1, and the merge, which reads every split's partial back from memory, reads fewer:
-// at 16 heads it was ~16% of the attention over a 3.8K context (perf of `bench --prompt-len
-// 3700 --decode-tokens 390`, reference shape).
+// bytes and the context has at least kLongSplitMinContext positions: a split of several tiles
+// reloads and corrects its partial once a tile, cheap while it stays in L1, and the merge, which
+// reads every split's partial back from memory, reads a quarter of them: at 16 heads it had ~18%
+// of the attention over a 3.7K context (perf of `bench --prompt-len 3700 --decode-tokens 390`,
+// reference shape). Shorter contexts keep splits of 128, which share a lone request's few rows
+// out evenly: with 512 everywhere, 256-320 positions took 0.26-0.33 ms a step instead of
+// 0.17-0.19, 600-664 took 0.33-0.41 instead of 0.30-0.36 (docs/benchmarks.md).
 inline constexpr int64_t kLongSplitMaxPartialBytes = 32 * 1024;
 inline constexpr int kLongKvSplitRows = 4 * kKvSplitRows;
+static_assert(kLongKvSplitRows % kKvTileRows == 0);
+inline constexpr int kLongSplitMinContext = 4 * kLongKvSplitRows;
 
 // Splits per work item when `num_splits` splits (every token's of a wave) share `threads`
 // threads: few enough items that each split's first rows arrive while the previous split of the
@@ -55,13 +60,16 @@ struct LatentAttentionShape {
   // in bf16 (LatentRowsInBf16) is decided by them, so a rank's heads compute as one rank's do.
   int model_heads = 0;
   int row_dim() const { return latent_dim + rope_dim; }
-  // Positions per KV split: decided by the model's heads, so every rank splits as one rank does
-  // and a token's result depends on its positions only.
-  int split_rows() const {
-    const int64_t all_heads = model_heads > 0 ? model_heads : heads;
-    return all_heads * latent_dim * 4 <= kLongSplitMaxPartialBytes ? kLongKvSplitRows : kKvSplitRows;
+  int all_heads() const { return model_heads > 0 ? model_heads : heads; }
+  // Positions per KV split of a token whose context is `context` positions: decided by the
+  // model's heads and the context alone, so every rank splits as one process does and a token's
+  // result depends on its positions only.
+  int split_rows(int context) const {
+    const bool long_splits = int64_t(all_heads()) * latent_dim * 4 <= kLongSplitMaxPartialBytes &&
+                             context >= kLongSplitMinContext;
+    return long_splits ? kLongKvSplitRows : kKvSplitRows;
   }
-  int num_splits(int context) const { return (context + split_rows() - 1) / split_rows(); }
+  int num_splits(int context) const { return (context + split_rows(context) - 1) / split_rows(context); }
 };
 
 // Columns of the scores product for `heads` heads: whole vectors of 16 (LatentScratch's q_t

@@ -86,8 +86,8 @@ TEST(LatentAttention, ScoresMatchTheReference) {
         RowPrefetch next{.rows = rows.ptrs.data(), .count = n, .bytes = 2 * row_dim}, unread;
         LatentScoresReference(q_pack.data(), hp, rows.ptrs.data(), n, row_dim, want.data(), unread);
         k->latent_scores(q_pack.data(), hp, rows.ptrs.data(), n, row_dim, got.data(), next);
-        EXPECT_GT(next.issued, 0);
-        EXPECT_LE(next.issued, next.lines());
+        // One line a step: a step per 16 heads, 12-row block and quad of the row.
+        EXPECT_EQ(next.issued, std::min(next.lines(), hp / 16 * ((n + 11) / 12) * (row_dim / 4)));
         for (int64_t r = 0; r < n; ++r) {
           for (int64_t h = 0; h < hp; ++h) {
             // Rounding bound: every fp32 addition of a chain errs by at most an ulp of its
@@ -133,7 +133,7 @@ TEST(LatentAttention, WeightedSumMatchesTheReference) {
           std::vector<float> want = o, got = o;
           // latent_scores issued some of the next rows' lines; latent_sum issues the rest.
           RowPrefetch next{.rows = rows.ptrs.data(), .count = n, .bytes = 2 * row_dim}, unread;
-          next.issued = next.lines() / 3;
+          next.issued = n == 17 ? next.lines() : next.lines() / 3;  // some left, or none (fp8's, 128 heads')
           LatentSumReference(p.data(), hp, heads, c, rows.ptrs.data(), n, latent_dim, want.data(), unread);
           k->latent_sum(p.data(), hp, heads, c, rows.ptrs.data(), n, latent_dim, got.data(), next);
           EXPECT_EQ(next.issued, next.lines());

@@ -82,16 +82,17 @@ double MaxAbsDiff(std::span<const float> a, std::span<const double> b) {
   return d;
 }
 
-// The split computation the model runs (fixed spans of split_rows(), merged in order) and one
+// The split computation the model runs (fixed spans of split_rows(context), merged in order) and one
 // unsplit pass over the same rows agree with the double reference, for quantized formats and
 // page sizes down to one row; a context within one split gives the unsplit pass's bits exactly.
 // Splits run several to a call (AttendLatentSplits) give each split's partial bit for bit.
 // 4 heads take a dot product per score, 16 one product per tile; bf16 and fp8 pages with a bf16
 // table take the heads-in-lanes kernels (LatentRowsInBf16), whose reference has the query in
 // bf16 and whose tolerance covers probabilities rounded to bf16.
-// The parameter: heads, and the model's heads (0: the same), which decide the split length
-// (split_rows(): 512 positions where every head's partial fits 32 KB, here 4 and 16 heads; 128
-// for a rank of a 128-head model).
+// The parameter: heads, and the model's heads (0: the same), which with the context decide the
+// split length (split_rows(context): 512 positions where every head's partial fits 32 KB, here 4
+// and 16 heads, and the context is at least kLongSplitMinContext; else 128, as for a rank of a
+// 128-head model).
 class KvSplits : public ::testing::TestWithParam<std::pair<int, int>> {};
 
 TEST_P(KvSplits, MergeToTheUnsplitSoftmax) {
@@ -118,7 +119,7 @@ TEST_P(KvSplits, MergeToTheUnsplitSoftmax) {
     for (KvFormat format : {KvFormat::kBF16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla, KvFormat::kFP4E2M1,
                             KvFormat::kNVFP4}) {
       for (int page_size : {1, 16, 64}) {
-        for (int context : {100, 200, 1100}) {  // splits of 512: one, one, three; of 128: one, two, nine
+        for (int context : {100, 200, 2100}) {  // one split, two, and 5 of 512 (17 of 128)
           SCOPED_TRACE(std::string(k->name) + " " + KvFormatName(format) + " page " + std::to_string(page_size) +
                        " context " + std::to_string(context));
           const RandomCache cache = FillCache(format, page_size, context, shape, rng);
@@ -150,11 +151,12 @@ TEST_P(KvSplits, MergeToTheUnsplitSoftmax) {
           }
           EXPECT_LT(MaxAbsDiff(unsplit, expected), tolerance);
 
-          const int splits = shape.num_splits(context);
-          EXPECT_EQ(shape.split_rows(), model_heads == 128 ? kKvSplitRows : kLongKvSplitRows);
+          const int split_rows = shape.split_rows(context), splits = shape.num_splits(context);
+          const bool long_splits = model_heads != 128 && context >= kLongSplitMinContext;
+          ASSERT_EQ(split_rows, long_splits ? kLongKvSplitRows : kKvSplitRows);
           std::vector<float> split_o(size_t(splits) * heads * L), split_stats(size_t(splits) * heads * 2);
           for (int s = 0; s < splits; ++s) {
-            const int begin = s * shape.split_rows(), end = std::min(context, begin + shape.split_rows());
+            const int begin = s * split_rows, end = std::min(context, begin + split_rows);
             AttendLatentRows(*k, rows, 0, cache.pages, begin, end, shape, q_lat.data(), scale, scratch,
                              split_o.data() + size_t(s) * heads * L, split_stats.data() + size_t(s) * heads * 2);
           }
