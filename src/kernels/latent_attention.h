@@ -25,16 +25,57 @@ namespace mlaserve {
 // latent_sum the rest spread evenly over its blocks (every line issued when it returns). So the
 // fetch runs at a steady pace instead of bursting ahead of latent_sum's blocks, which filled
 // the core's miss buffers and stalled the loads that hit L2 (in the model the kernels ran at
-// about half their in-cache speed). A row whose length is not a whole number of lines may cross
-// one line more than its length fills: its lines are counted with that one, the last one
-// fetched at the row's last byte.
+// about half their in-cache speed). A row that does not start a line crosses one line more than
+// its length fills: every row's lines are counted with that one, the last one fetched at the
+// row's last byte (RowLinePacer; for a row that starts a line, a second fetch of its last line).
 struct RowPrefetch {
   const uint16_t* const* rows = nullptr;  // [count]
   int64_t count = 0;
   int64_t bytes = 0;   // of each row
   int64_t issued = 0;  // lines issued so far, row-major over rows (the kernels advance it)
-  int64_t lines_per_row() const { return (bytes + 63) / 64 + (bytes % 64 != 0 ? 1 : 0); }
+  // The most lines a row can cross: its length's own, one more where it does not start a line.
+  int64_t lines_per_row() const { return bytes > 0 ? (bytes + 62) / 64 + 1 : 0; }
   int64_t lines() const { return count * lines_per_row(); }
+};
+
+// A RowPrefetch's lines one at a time, row by row from its `issued`: Step() hands the next
+// line's address to fetch (line k of a row at byte min(64 k, bytes - 1): from the row's first
+// byte to its last in steps of at most 64, so every line the row crosses, however aligned);
+// Finish() writes the progress back. The kernels' fetch is a prefetch into L2.
+template <class Fetch>
+class RowLinePacer {
+ public:
+  explicit RowLinePacer(const RowPrefetch& next, Fetch fetch = Fetch())
+      : fetch_(fetch), rows_(next.rows), count_(next.count), last_byte_(next.bytes - 1),
+        per_row_(next.lines_per_row()) {
+    if (per_row_ > 0) {
+      row_ = next.issued / per_row_;
+      line_ = next.issued % per_row_;
+    } else {
+      row_ = count_;
+    }
+  }
+  // Fetches the next line, if any is left.
+  void Step() {
+    if (row_ < count_) {
+      const int64_t offset = line_ * 64 < last_byte_ ? line_ * 64 : last_byte_;
+      fetch_(reinterpret_cast<const char*>(rows_[row_]) + offset);
+      if (++line_ == per_row_) {
+        line_ = 0;
+        ++row_;
+      }
+    }
+  }
+  void Finish(RowPrefetch& next) const {
+    const int64_t issued = row_ * per_row_ + line_;
+    next.issued = issued < next.lines() ? issued : next.lines();
+  }
+
+ private:
+  Fetch fetch_;
+  const uint16_t* const* rows_;
+  int64_t count_, last_byte_, per_row_;
+  int64_t row_ = 0, line_ = 0;  // the next line: line_ of rows_[row_]
 };
 
 // The kernels' limits: latent_sum's rows (a tile) and padded heads (MLA models have up to 128),

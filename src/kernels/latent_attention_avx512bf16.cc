@@ -36,35 +36,11 @@ inline void WithCount(int64_t n, Fn&& fn) {
   }
 }
 
-// RowPrefetch's lines one at a time, row by row from next.issued; Finish() writes the progress back.
-class LinePacer {
- public:
-  explicit LinePacer(const RowPrefetch& next)
-      : rows_(next.rows), count_(next.count), last_byte_(next.bytes - 1), per_row_(next.lines_per_row()) {
-    if (per_row_ > 0) {
-      row_ = next.issued / per_row_;
-      line_ = next.issued % per_row_;
-    } else {
-      row_ = count_;
-    }
-  }
-  // Fetches the next line into L2, if any is left (a row's last one at its last byte).
-  void Step() {
-    if (row_ < count_) {
-      _mm_prefetch(reinterpret_cast<const char*>(rows_[row_]) + std::min(line_ * 64, last_byte_), _MM_HINT_T1);
-      if (++line_ == per_row_) {
-        line_ = 0;
-        ++row_;
-      }
-    }
-  }
-  void Finish(RowPrefetch& next) const { next.issued = std::min(row_ * per_row_ + line_, next.lines()); }
-
- private:
-  const uint16_t* const* rows_;
-  int64_t count_, last_byte_, per_row_;
-  int64_t row_ = 0, line_ = 0;  // the next line: line_ of rows_[row_]
+// LinePacer's fetch: into L2.
+struct FetchIntoL2 {
+  void operator()(const char* address) const { _mm_prefetch(address, _MM_HINT_T1); }
 };
+using LinePacer = RowLinePacer<FetchIntoL2>;
 
 // Lanes of (even, odd) words: index vectors picking a pair's two lanes from two accumulators.
 inline __m512i EvenLanes() { return _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30); }

@@ -4,7 +4,9 @@
 // against the portable one (std::exp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <random>
 #include <string>
@@ -50,6 +52,69 @@ const KernelSet* Bf16Table() { return CpuSupportsBf16Dot() ? Avx512Bf16Kernels(1
 constexpr int64_t kHeadCounts[] = {1, 4, 8, 16, 24, 128};
 // (row_dim, latent_dim): the DeepSeek shape, the bundled model's, a small one.
 constexpr std::pair<int64_t, int64_t> kShapes[] = {{576, 512}, {160, 128}, {40, 32}};
+
+// The prefetch pacer hands out every cache line each row crosses, rows in order, whatever the
+// row's length and alignment (fp8_ds_mla's 656-byte rows start anywhere in a line), resuming
+// where `issued` says and stopping at the last line.
+TEST(LatentAttention, RowLinePacerFetchesEveryLineOfEveryRow) {
+  struct Record {
+    std::vector<uintptr_t>* lines;
+    void operator()(const char* address) const { lines->push_back(reinterpret_cast<uintptr_t>(address) / 64); }
+  };
+  alignas(64) static char buffer[8 * 4096];
+  for (int64_t bytes : {80, 640, 656, 1152}) {
+    for (int64_t start : {0, 2, 60}) {  // the first row's offset in its line (rows are bytes apart)
+      SCOPED_TRACE("bytes " + std::to_string(bytes) + " start " + std::to_string(start));
+      const int64_t count = 5;
+      std::vector<const uint16_t*> rows;
+      for (int64_t r = 0; r < count; ++r) {
+        rows.push_back(reinterpret_cast<const uint16_t*>(buffer + start + r * bytes));
+      }
+      // Each row's lines, in order (the lines it crosses, from its first byte to its last).
+      std::vector<std::vector<uintptr_t>> want(static_cast<size_t>(count));
+      for (int64_t r = 0; r < count; ++r) {
+        const auto first = reinterpret_cast<uintptr_t>(rows[size_t(r)]);
+        for (uintptr_t line = first / 64; line <= (first + uintptr_t(bytes) - 1) / 64; ++line) {
+          want[size_t(r)].push_back(line);
+        }
+      }
+      for (int64_t resume : {int64_t(0), int64_t(7)}) {
+        RowPrefetch next{.rows = rows.data(), .count = count, .bytes = bytes, .issued = resume};
+        std::vector<uintptr_t> got;
+        RowLinePacer<Record> pacer(next, Record{&got});
+        for (int64_t i = 0; i < next.lines() + 3; ++i) pacer.Step();  // 3 past the end: no-ops
+        pacer.Finish(next);
+        EXPECT_EQ(next.issued, next.lines());
+        ASSERT_EQ(int64_t(got.size()), next.lines() - resume);
+        // Fetched in order; every row's lines are among those fetched for it, no other line.
+        const int64_t per_row = next.lines_per_row();
+        for (int64_t k = resume; k < next.lines(); ++k) {
+          const int64_t r = k / per_row;
+          const uintptr_t line = got[size_t(k - resume)];
+          EXPECT_TRUE(std::find(want[size_t(r)].begin(), want[size_t(r)].end(), line) != want[size_t(r)].end())
+              << "fetch " << k << " is outside row " << r;
+        }
+        for (int64_t r = (resume + per_row - 1) / per_row; r < count; ++r) {  // the rows fetched whole
+          for (uintptr_t line : want[size_t(r)]) {
+            EXPECT_TRUE(std::find(got.begin() + (r * per_row - resume), got.begin() + ((r + 1) * per_row - resume),
+                                  line) != got.begin() + ((r + 1) * per_row - resume))
+                << "row " << r << " line " << line << " not fetched";
+          }
+        }
+      }
+      // No rows, or nothing left: nothing fetched.
+      RowPrefetch none{.rows = rows.data(), .count = 0, .bytes = bytes};
+      std::vector<uintptr_t> got;
+      RowLinePacer<Record> empty(none, Record{&got});
+      empty.Step();
+      RowPrefetch done{.rows = rows.data(), .count = count, .bytes = bytes};
+      done.issued = done.lines();
+      RowLinePacer<Record> finished(done, Record{&got});
+      finished.Step();
+      EXPECT_TRUE(got.empty());
+    }
+  }
+}
 
 TEST(LatentAttention, PackedQueryIsTheReferenceLayout) {
   const KernelSet* k = Bf16Table();
