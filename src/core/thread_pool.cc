@@ -66,8 +66,8 @@ void ThreadPool::WorkerLoop(int thread_index) {
   for (;;) {
     // Spin, then yield, for kSpinBeforeSleep in all (kernels come back to back during a forward
     // pass, some with work for one thread only), then sleep on the futex. By time, not by count:
-    // 20,000 loads (~10 us) let a worker fall asleep while the caller ran a one-thread phase, and
-    // waking it cost the next ParallelFor ~20 us in a VM (decode attention over a short context:
+    // 20,000 loads let a worker fall asleep while the caller ran a one-thread phase, and waking
+    // it delayed the next ParallelFor by a futex wake-up (decode attention over a short context:
     // 0.22-0.27 ms a step -> 0.14-0.17, `bench --prompt-len 32 --decode-tokens 256`, reference
     // shape, docs/benchmarks.md). Spinning the whole 1 ms took the cores from the test suite's
     // other processes (ctest -j 2: 182-187 s -> 309 s; yielding after kSpinOnly: 194 s).

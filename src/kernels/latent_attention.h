@@ -66,6 +66,11 @@ class RowLinePacer {
       }
     }
   }
+  // Fetches every line left (a tile's rows at once: the first tile of a run, which no kernel
+  // before it fetches).
+  void StepAll() {
+    while (row_ < count_) Step();
+  }
   void Finish(RowPrefetch& next) const {
     const int64_t issued = row_ * per_row_ + line_;
     next.issued = issued < next.lines() ? issued : next.lines();
@@ -76,6 +81,11 @@ class RowLinePacer {
   const uint16_t* const* rows_;
   int64_t count_, last_byte_, per_row_;
   int64_t row_ = 0, line_ = 0;  // the next line: line_ of rows_[row_]
+};
+
+// The kernels' fetch: a line into L2 (prefetcht1).
+struct PrefetchIntoL2 {
+  void operator()(const char* address) const { __builtin_prefetch(address, 0, 2); }
 };
 
 // The kernels' limits: latent_sum's rows (a tile) and padded heads (MLA models have up to 128),

@@ -36,11 +36,7 @@ inline void WithCount(int64_t n, Fn&& fn) {
   }
 }
 
-// LinePacer's fetch: into L2.
-struct FetchIntoL2 {
-  void operator()(const char* address) const { _mm_prefetch(address, _MM_HINT_T1); }
-};
-using LinePacer = RowLinePacer<FetchIntoL2>;
+using LinePacer = RowLinePacer<PrefetchIntoL2>;
 
 // Lanes of (even, odd) words: index vectors picking a pair's two lanes from two accumulators.
 inline __m512i EvenLanes() { return _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30); }

@@ -79,10 +79,7 @@ void AttendBf16Rows(const KernelSet& k, const KvHostRows& kv, int layer, std::sp
   };
   int n = point(begin, stored[0]);
   // The first tile: fetched while the query is packed.
-  for (int r = 0; r < n; ++r) {
-    const auto* row = reinterpret_cast<const char*>(stored[0][r]);
-    for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b, 0, 2);  // into L2
-  }
+  RowLinePacer<PrefetchIntoL2>(RowPrefetch{.rows = stored[0], .count = n, .bytes = row_bytes}).StepAll();
   if (!query_packed) k.latent_pack_query(q_lat, heads, row_dim, q_pack);
   int t = 0;  // which of `stored` holds this tile
   for (int part_begin = begin; part_begin < end;

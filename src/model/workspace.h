@@ -13,9 +13,9 @@
 namespace mlaserve {
 
 // Rows of KV cache the absorbed attention dequantizes at a time (read page by page): a whole KV
-// split of the shortest length (kKvSplitRows, mla_decode_attention.h), so such a split's weighted
-// sum is stored once and never reloaded and corrected; the bf16 kernels' per-tile costs (the sum's loads and
-// stores of its outputs, the softmax step) spread over twice the rows of 64. With the query
+// split of the shortest length (kKvSplitRows, mla_decode_attention.h), so such a split's
+// weighted sum is stored once and never reloaded and corrected; the bf16 kernels' per-tile costs
+// (the sum's loads and stores of its outputs, the softmax step) spread over twice the rows of 64. With the query
 // packed once a thread: `bench-kernels --attention-only`, 4K context, 128 heads, two threads,
 // three alternating rounds: 56-60% -> 65-70% of the compute bound (docs/benchmarks.md).
 inline constexpr int kKvTileRows = 128;

@@ -102,6 +102,15 @@ TEST(LatentAttention, RowLinePacerFetchesEveryLineOfEveryRow) {
           }
         }
       }
+      // StepAll: the same lines at once.
+      {
+        RowPrefetch all{.rows = rows.data(), .count = count, .bytes = bytes};
+        std::vector<uintptr_t> stepped, at_once;
+        RowLinePacer<Record> one(all, Record{&stepped});
+        for (int64_t i = 0; i < all.lines(); ++i) one.Step();
+        RowLinePacer<Record>(all, Record{&at_once}).StepAll();
+        EXPECT_EQ(at_once, stepped);
+      }
       // No rows, or nothing left: nothing fetched.
       RowPrefetch none{.rows = rows.data(), .count = 0, .bytes = bytes};
       std::vector<uintptr_t> got;
