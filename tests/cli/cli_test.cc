@@ -177,6 +177,44 @@ TEST(Cli, InitRandomAndBenchRun) {
   EXPECT_NE(r.out.find("prefill of peak"), std::string::npos) << r.out;
 }
 
+// The prompt's phase table, from the fastest of --prefill-repeats runs: every phase ran, together
+// no longer than the prefill, and their FLOPs add up to the prompt's.
+TEST(Cli, BenchPrefillPhasesOfTheFastestRun) {
+  testing::TempDir dir;
+  ASSERT_TRUE(InitTinyCheckpoint(dir.path()));
+  auto r = RunMlaserve("bench --model-path " + ShellQuote(dir.path()) +
+                       " --prompt-len 24 --decode-tokens 2 --prefill-repeats 3 --bandwidth-buffer-mb 16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("tokens/s (the fastest of 3 runs)"), std::string::npos) << r.out;
+  const std::string prefill_line = r.out.substr(r.out.find("prefill: 24 tokens in "));
+  const double prefill_s = 24 / BenchFigure(prefill_line, " s = ");  // from tokens/s: more digits
+  const double prompt_gflop = BenchFigure(r.out, "GFLOP/s achieved (");  // "(X GFLOP in the prompt)"
+  const size_t table = r.out.find("prefill by phase: ms, GFLOP, GFLOP/s, share of the ");
+  ASSERT_NE(table, std::string::npos) << r.out;
+  const std::string rows = r.out.substr(table);
+  double ms_sum = 0, gflop_sum = 0;
+  for (const char* phase : {"  MLP products", "  attention projections", "  attention (kv_b products",
+                            "  router (", "  lm_head (each chunk's last token)"}) {
+    const size_t at = rows.find(phase);
+    ASSERT_NE(at, std::string::npos) << phase << "\n" << r.out;
+    const std::string line = rows.substr(at, rows.find('\n', at) - at);
+    const size_t ms_at = line.find(" ms "), gflop_at = line.find(" GFLOP ");
+    ASSERT_NE(ms_at, std::string::npos) << line;
+    ASSERT_NE(gflop_at, std::string::npos) << line;
+    const double ms = std::stod(line.substr(line.rfind(' ', ms_at - 1) + 1));
+    const double gflop = std::stod(line.substr(line.rfind(' ', gflop_at - 1) + 1));
+    EXPECT_GT(ms, 0.0) << line;
+    EXPECT_GT(gflop, 0.0) << line;
+    ms_sum += ms, gflop_sum += gflop;
+  }
+  EXPECT_LE(ms_sum, 1e3 * prefill_s * 1.001 + 0.003) << r.out;  // within the printed roundings
+  EXPECT_NEAR(gflop_sum, prompt_gflop, 0.001 * prompt_gflop) << r.out;
+  EXPECT_NE(rows.find("  the rest ("), std::string::npos) << r.out;
+  r = RunMlaserve("bench --model-path " + ShellQuote(dir.path()) + " --batch 2 --prefill-repeats 2");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--prefill-repeats times one sequence's prompt"), std::string::npos) << r.err;
+}
+
 TEST(Cli, BenchBatchReportsThePerStepBoundAndTheAttentionShare) {
   testing::TempDir dir;
   ASSERT_TRUE(InitTinyCheckpoint(dir.path()));
