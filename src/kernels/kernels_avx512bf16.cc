@@ -48,22 +48,9 @@ inline __m512i ConvertPairs(const float* row, int64_t left) {
   return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi_mask, row + 16), _mm512_maskz_loadu_ps(lo_mask, row));
 }
 
-// Pairs of columns [c0, c0 + len) of T rows of x (cols apart), rounded to bf16: dst[pair * kTile
-// + t]. An odd len's last pair has a zero high half.
-void ConvertBlock(const float* x, int64_t cols, int tokens, int64_t len, uint32_t* dst) {
-  const int64_t pairs = (len + 1) / 2;
-  for (int t = 0; t < tokens; ++t) {
-    const float* row = x + t * cols;
-    for (int64_t j = 0; j < pairs; j += 16) {
-      alignas(64) uint32_t packed[16];
-      _mm512_store_si512(packed, ConvertPairs(row + 2 * j, len - 2 * j));
-      const int64_t count = std::min<int64_t>(16, pairs - j);
-      for (int64_t i = 0; i < count; ++i) dst[(j + i) * kTile + t] = packed[i];
-    }
-  }
-}
-
-// The same pairs in token rows: dst[t * token_stride + pair], converted 16 pairs at a time.
+// Pairs of columns [0, len) of `tokens` rows of x (cols apart), rounded to bf16 (nearest even),
+// in token rows: dst[t * token_stride + pair], 16 pairs at a time. An odd len's last pair has a
+// zero high half.
 void ConvertRows(const float* x, int64_t cols, int tokens, int64_t len, uint32_t* dst, int64_t token_stride) {
   const int64_t pairs = (len + 1) / 2;
   for (int t = 0; t < tokens; ++t) {
@@ -91,10 +78,12 @@ inline __m512bh LoadPanelLastColumn(const std::byte* p, __m512i interleave) {
 }
 
 // Where a block's activation pairs are: token t's pair j at xb[t * kTokenStride + j * kPairStride].
-// Packed (pack_activations, ConvertBlock): kPairStride = kTile, kTokenStride 1. Rows (ConvertRows,
-// the in-register product): kPairStride 1, kTokenStride the row length. Both strides are
-// constants, so each token's pair is one load at a fixed offset (a run-time token stride cost the
-// T = 12 kernel a third of its speed).
+// Token rows (ConvertRows), as both the packed activations (pack_activations: a tile's rows are a
+// column block's kPairsPerBlock pairs long) and the in-register product's blocks have them:
+// kPairStride 1, kTokenStride the row length. (Pairs in token columns, kPairStride = kTile and
+// kTokenStride 1, multiply as fast but cost a transposing store per value to pack.) Both strides
+// are constants, so each token's pair is one load at a fixed offset (a run-time token stride cost
+// the T = 12 kernel a third of its speed).
 template <int64_t kPairStride, int64_t kTokenStride>
 struct PairLayout {
   const uint32_t* xb;
@@ -220,7 +209,8 @@ void BlockProduct(PairLayout<kPairStride, kTokenStride> x, int64_t tile_stride, 
 }
 
 // Packed activations (kernels.h Bf16PackedActivationFloats): the fp32 layout's blocks and tiles
-// at half the size, a tile of a column block holding kPairsPerBlock pairs x kTile tokens of uint32.
+// at half the size, a tile of a column block holding kTile token rows of kPairsPerBlock pairs
+// (uint32), so that packing is a row conversion (ConvertRows) with whole-vector stores.
 int64_t PackedTileIndex(int64_t n, int64_t tile, int64_t c0) {
   return (c0 / kGemmColumns * GemmTiles(n) + tile) * kPairsPerBlock * kTile;
 }
@@ -238,7 +228,8 @@ void PackBf16(const float* x, int64_t n, int64_t cols, int64_t tile_begin, int64
     const int64_t t0 = tile * kGemmTileTokens;
     const int tokens = int(std::min<int64_t>(kGemmTileTokens, n - t0));
     for (int64_t c0 = 0; c0 < cols; c0 += kGemmColumns) {
-      ConvertBlock(x + t0 * cols + c0, cols, tokens, std::min(kGemmColumns, cols - c0), PackedTile(xp, n, tile, c0));
+      ConvertRows(x + t0 * cols + c0, cols, tokens, std::min(kGemmColumns, cols - c0), PackedTile(xp, n, tile, c0),
+                  kPairsPerBlock);
     }
   }
 }
@@ -248,7 +239,7 @@ void MatMulPanelsPackedBf16(const float* xp, int64_t n, const WeightMatrix& w, i
   const int64_t row_end = std::min(w.rows, panel_end * kPanelRows);
   for (int64_t c0 = 0; c0 < w.cols; c0 += kGemmColumns) {
     // A column block's tiles follow each other in xp.
-    BlockProduct(PairLayout<kTile, 1>{PackedTile(xp, n, 0, c0)}, kPairsPerBlock * kTile, n, w, c0,
+    BlockProduct(PairLayout<1, kPairsPerBlock>{PackedTile(xp, n, 0, c0)}, kPairsPerBlock * kTile, n, w, c0,
                  std::min(kGemmColumns, w.cols - c0), panel_begin * kPanelRows, row_end, y, ldy);
   }
 }
@@ -703,7 +694,7 @@ void MatMulQuantPacked(const float* xp, int64_t n, const WeightMatrix& w, int64_
   QuantWidened q;
   const int64_t row_end = std::min(w.rows, panel_end * kPanelRows);
   for (int64_t c0 = 0; c0 < w.cols; c0 += kGemmColumns) {
-    QuantBlockProduct(PairLayout<kTile, 1>{PackedTile(xp, n, 0, c0)}, kPairsPerBlock * kTile, n, w, c0,
+    QuantBlockProduct(PairLayout<1, kPairsPerBlock>{PackedTile(xp, n, 0, c0)}, kPairsPerBlock * kTile, n, w, c0,
                       std::min(kGemmColumns, w.cols - c0), panel_begin * kPanelRows, row_end, y, ldy, q);
   }
 }

@@ -141,42 +141,70 @@ void Model::RunMlps(const ComputeContext& ctx, int num_groups) {
     scratch_used += floats;
   }
 
-  // The queue: every group's gather and packing, then every gate/up tile, then every down tile.
+  // Two queues. A group of at most one token tile (kGemmTileTokens) reads each weight once for
+  // a handful of tokens: it streams memory, where the larger groups multiply weights held in
+  // cache. The compute queue holds the larger groups, the streaming queue the small ones (a
+  // prefill's rarely chosen experts), each as: its groups' gathers and packings, then their
+  // gate/up tiles, then their down tiles. Most threads take the compute queue first, the last
+  // quarter (at least one) the streaming queue first, each turning to the other queue when its
+  // own is empty: so while some threads multiply, others read the small experts' weights, instead
+  // of every thread waiting on memory at the end.
+  const auto streams = [](const MlpGroup& group) { return group.packed == nullptr && group.count <= kGemmTileTokens; };
   int num_tiles = 0;
-  for (int g = 0; g < num_groups; ++g) {
-    const MlpGroup& group = groups[size_t(g)];
-    const bool prepare = group.gather_rows != nullptr || group.packed != nullptr;
-    if (prepare) ws.mlp_tiles[size_t(num_tiles++)] = {MlpTile::kPrepare, g, 0, 0};
-    ws.mlp_pending_prepare[size_t(g)].store(prepare ? 1 : 0, std::memory_order_relaxed);
-  }
-  for (int g = 0; g < num_groups; ++g) {
-    const MlpGroup& group = groups[size_t(g)];
-    const WeightMatrix& gate = group.w->gate;
-    const int64_t per_tile = PanelGrain(k, group.count, gate, group.packed != nullptr, threads);
-    int32_t tiles = 0;
-    for (int64_t p = 0; p < gate.num_panels(); p += per_tile, ++tiles) {
-      ws.mlp_tiles[size_t(num_tiles++)] = {MlpTile::kGateUp, g, int32_t(p), int32_t(std::min(gate.num_panels(), p + per_tile))};
+  const auto enqueue = [&](bool streaming) {
+    for (int g = 0; g < num_groups; ++g) {
+      const MlpGroup& group = groups[size_t(g)];
+      if (streams(group) != streaming) continue;
+      const bool prepare = group.gather_rows != nullptr || group.packed != nullptr;
+      if (prepare) ws.mlp_tiles[size_t(num_tiles++)] = {MlpTile::kPrepare, g, 0, 0};
+      ws.mlp_pending_prepare[size_t(g)].store(prepare ? 1 : 0, std::memory_order_relaxed);
     }
-    // + 1: the down input's packing, done by whichever thread finishes the last gate/up tile.
-    ws.mlp_pending_gate_up[size_t(g)].store(tiles + (group.packed != nullptr ? 1 : 0), std::memory_order_relaxed);
-  }
-  for (int g = 0; g < num_groups; ++g) {
-    const MlpGroup& group = groups[size_t(g)];
-    const WeightMatrix& down = group.w->down;
-    const int64_t per_tile = PanelGrain(k, group.count, down, group.packed != nullptr, threads);
-    for (int64_t p = 0; p < down.num_panels(); p += per_tile) {
-      ws.mlp_tiles[size_t(num_tiles++)] = {MlpTile::kDown, g, int32_t(p), int32_t(std::min(down.num_panels(), p + per_tile))};
+    for (int g = 0; g < num_groups; ++g) {
+      const MlpGroup& group = groups[size_t(g)];
+      if (streams(group) != streaming) continue;
+      const WeightMatrix& gate = group.w->gate;
+      const int64_t per_tile = PanelGrain(k, group.count, gate, group.packed != nullptr, threads);
+      int32_t tiles = 0;
+      for (int64_t p = 0; p < gate.num_panels(); p += per_tile, ++tiles) {
+        ws.mlp_tiles[size_t(num_tiles++)] = {MlpTile::kGateUp, g, int32_t(p), int32_t(std::min(gate.num_panels(), p + per_tile))};
+      }
+      // + 1: the down input's packing, done by whichever thread finishes the last gate/up tile.
+      ws.mlp_pending_gate_up[size_t(g)].store(tiles + (group.packed != nullptr ? 1 : 0), std::memory_order_relaxed);
     }
-  }
+    for (int g = 0; g < num_groups; ++g) {
+      const MlpGroup& group = groups[size_t(g)];
+      if (streams(group) != streaming) continue;
+      const WeightMatrix& down = group.w->down;
+      const int64_t per_tile = PanelGrain(k, group.count, down, group.packed != nullptr, threads);
+      for (int64_t p = 0; p < down.num_panels(); p += per_tile) {
+        ws.mlp_tiles[size_t(num_tiles++)] = {MlpTile::kDown, g, int32_t(p), int32_t(std::min(down.num_panels(), p + per_tile))};
+      }
+    }
+  };
+  enqueue(false);
+  const int32_t streaming_begin = num_tiles;  // tiles [0, streaming_begin): compute; the rest: streaming
+  enqueue(true);
+  const int stream_first_threads = std::max(1, threads / 4);
 
-  // Every thread takes the next tile until none is left. A tile waits only for tiles queued
-  // before it, which other threads have already taken, so the waits always end.
-  std::atomic<int32_t> next{0};
+  // Every thread takes the next tile of a queue until neither has one left. A tile waits only for
+  // tiles queued before it in its own queue, which other threads have already taken (and which
+  // wait only for earlier ones), so the waits always end.
+  std::atomic<int32_t> next_compute{0}, next_streaming{streaming_begin};
   pool_.RunOnAll([&](int thread) {
     // The thread's block of the scratch (used only when some group is packed, which needs it).
     float* scratch = ctx.gemm_scratch.empty() ? nullptr : ctx.gemm_scratch.data() + thread * thread_floats;
-    for (int32_t i = next.fetch_add(1, std::memory_order_relaxed); i < num_tiles;
-         i = next.fetch_add(1, std::memory_order_relaxed)) {
+    const bool streaming_first = threads > 1 && thread >= threads - stream_first_threads;
+    const auto take = [&]() -> int32_t {
+      for (int pass = 0; pass < 2; ++pass) {
+        std::atomic<int32_t>& next = (pass == 0) == streaming_first ? next_streaming : next_compute;
+        const int32_t end = &next == &next_streaming ? num_tiles : streaming_begin;
+        if (next.load(std::memory_order_relaxed) >= end) continue;
+        const int32_t i = next.fetch_add(1, std::memory_order_relaxed);
+        if (i < end) return i;
+      }
+      return -1;
+    };
+    for (int32_t i = take(); i >= 0; i = take()) {
       const MlpTile& tile = ws.mlp_tiles[size_t(i)];
       const MlpGroup& group = groups[size_t(tile.group)];
       const MlpWeights& w = *group.w;
