@@ -213,9 +213,17 @@ ComputePeak PeakFor(const Peaks& peaks, const KernelSet& kernels, const ModelCon
               : ComputePeak{peaks.fp32.all_threads_flops, "FMA"};
 }
 
+// GFLOP to four significant digits, without an exponent (a tiny test model's prompt is ~1e-4).
+std::string GflopText(double flops) {
+  char text[32];
+  const double gflop = flops / 1e9;
+  std::snprintf(text, sizeof text, gflop >= 1000 ? "%.0f" : "%.4g", gflop);
+  return text;
+}
+
 void PrintPrefillCompute(double flops, double seconds, const ComputePeak& peak) {
-  std::printf("prefill compute: %.1f GFLOP/s achieved (%.4g GFLOP in the prompt), %.0f%% of the %s peak\n",
-              flops / seconds / 1e9, flops / 1e9, 100.0 * flops / seconds / peak.flops, peak.name);
+  std::printf("prefill compute: %.1f GFLOP/s achieved (%s GFLOP in the prompt), %.0f%% of the %s peak\n",
+              flops / seconds / 1e9, GflopText(flops).c_str(), 100.0 * flops / seconds / peak.flops, peak.name);
 }
 
 void PrintAttentionShare(const ForwardTimings& timings, double decode_s) {
@@ -310,8 +318,9 @@ void PrintDecodePhases(const ForwardTimings& t, int steps, double step_s, double
 // FLOPs each phase's products do, their rate and its share of `peak` (the peak the whole prefill
 // is compared with). The MLPs count the dense MLPs, the shared experts and top-k routed experts per
 // token; the attention line joins kv_b and attention over the prompt (in the MHA form kv_b's
-// products run inside it) and gets the rest of PrefillFlops' total. Norms, RoPE, the router's
-// top-k and the residual adds are the rest.
+// products run inside it) and gets the rest of PrefillFlops' total. What no phase times is the
+// rest: the embedding rows, the layers' input norms and residual adds, the final norm and the
+// forward call's own loop (RoPE runs inside the attention phases).
 void PrintPrefillPhases(const ForwardTimings& t, const Model& model, int prompt_len, double prefill_s,
                         const ComputePeak& peak) {
   const ModelConfig& c = model.config();
@@ -348,10 +357,10 @@ void PrintPrefillPhases(const ForwardTimings& t, const Model& model, int prompt_
   for (const Phase& p : phases) {
     const double s = double(p.ns) / 1e9;
     timed_s += s;
-    std::printf("  %-62s %8.3f ms %9.4g GFLOP %7.1f GFLOP/s %4.0f%%\n", p.name, 1e3 * s, p.flops / 1e9,
+    std::printf("  %-62s %8.3f ms %9s GFLOP %7.1f GFLOP/s %4.0f%%\n", p.name, 1e3 * s, GflopText(p.flops).c_str(),
                 s > 0 ? p.flops / s / 1e9 : 0.0, s > 0 ? 100.0 * p.flops / s / peak.flops : 0.0);
   }
-  std::printf("  %-62s %8.3f ms\n", "the rest (embedding rows, norms, RoPE, residual adds)",
+  std::printf("  %-62s %8.3f ms\n", "the rest (embedding rows, norms, residual adds, the calls' loop)",
               1e3 * std::max(0.0, prefill_s - timed_s));
 }
 

@@ -51,7 +51,8 @@ struct KernelSet {
   // xp = the activations [n, w.cols] packed for the product with w (matmul_panels_packed with
   // the same n and w): in the layout GemmPackedIndex gives (fp32), or, where the table multiplies
   // w in bf16 (bf16_min_tokens), as bf16 column pairs in the same blocks and tiles, each half as
-  // long (Bf16PackedActivationFloats; ops.h PackedFloatsFor says which).
+  // long, a tile's tokens in rows of pairs rather than in columns (Bf16PackedActivationFloats;
+  // ops.h PackedFloatsFor says which; int8 tables: Int8PackedActivationFloats).
   // For token tiles [tile_begin, tile_end) (tiles of kGemmTileTokens; a tail tile's missing
   // tokens are not written). Threads may pack disjoint tile ranges of one xp concurrently.
   void (*pack_activations)(const float* x, int64_t n, const WeightMatrix& w, int64_t tile_begin, int64_t tile_end,

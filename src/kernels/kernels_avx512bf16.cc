@@ -77,14 +77,14 @@ inline __m512bh LoadPanelLastColumn(const std::byte* p, __m512i interleave) {
   return (__m512bh)_mm512_permutexvar_epi16(interleave, _mm512_maskz_loadu_epi16(0x0000FFFFu, p));
 }
 
-// Where a block's activation pairs are: token t's pair j at xb[t * kTokenStride + j * kPairStride].
-// Token rows (ConvertRows), as both the packed activations (pack_activations: a tile's rows are a
-// column block's kPairsPerBlock pairs long) and the in-register product's blocks have them:
-// kPairStride 1, kTokenStride the row length. (Pairs in token columns, kPairStride = kTile and
-// kTokenStride 1, multiply as fast but cost a transposing store per value to pack.) Both strides
-// are constants, so each token's pair is one load at a fixed offset (a run-time token stride cost
-// the T = 12 kernel a third of its speed).
-template <int64_t kPairStride, int64_t kTokenStride>
+// Where a block's activation pairs are: token t's pair j at xb[t * kTokenStride + j], token rows
+// (ConvertRows) as both the packed activations (pack_activations: a tile's rows are a column
+// block's kPairsPerBlock pairs long) and the in-register product's blocks have them. (Pairs in
+// token columns, xb[j * kTile + t], were packed by a transposing store per value: 2.7% of a
+// 256-token prefill's samples, docs/benchmarks.md.) The stride is a constant, so each token's pair
+// is one load at a fixed offset (a run-time token stride cost the T = 12 kernel a third of its
+// speed).
+template <int64_t kTokenStride>
 struct PairLayout {
   const uint32_t* xb;
 };
@@ -131,12 +131,12 @@ inline void StoreOutputs(const __m512 (&acc)[T][2], float* y, int64_t ldy, int r
 }
 
 // The micro-kernel: y[T tokens][32 rows] (partial sums; zero when `first`) += the block's products
-// over `pairs` column pairs in order. xb: the tokens' activation pairs, kTile apart per pair;
+// over `pairs` column pairs in order. x: the tokens' activation pairs (token rows, PairLayout);
 // p[v]: panel v's bytes at the block's first column (v = 1 may repeat v = 0 past the matrix: not
 // stored). next[v]: the next block's bytes, fetched into L2 as the pairs go (nullptr: none).
 // odd_tail: the last pair has no second column.
-template <int T, int64_t kPairStride, int64_t kTokenStride>
-inline void DotBlock(PairLayout<kPairStride, kTokenStride> x, const std::byte* const (&p)[2],
+template <int T, int64_t kTokenStride>
+inline void DotBlock(PairLayout<kTokenStride> x, const std::byte* const (&p)[2],
                      const std::byte* const (&next)[2], int64_t pairs, bool odd_tail, bool first, float* y,
                      int64_t ldy, int rows_valid) {
   __m512 acc[T][2];
@@ -154,12 +154,12 @@ inline void DotBlock(PairLayout<kPairStride, kTokenStride> x, const std::byte* c
       _mm_prefetch(reinterpret_cast<const char*>(next[0] + j * kPanelPairBytes), _MM_HINT_T1);
       _mm_prefetch(reinterpret_cast<const char*>(next[1] + j * kPanelPairBytes), _MM_HINT_T1);
     }
-    DotPair<T, kTokenStride>(x.xb + j * kPairStride, LoadPanelPair(p[0] + j * kPanelPairBytes, interleave),
+    DotPair<T, kTokenStride>(x.xb + j, LoadPanelPair(p[0] + j * kPanelPairBytes, interleave),
                LoadPanelPair(p[1] + j * kPanelPairBytes, interleave), acc);
   }
   if (odd_tail) {
     const int64_t j = pairs - 1;
-    DotPair<T, kTokenStride>(x.xb + j * kPairStride, LoadPanelLastColumn(p[0] + j * kPanelPairBytes, interleave),
+    DotPair<T, kTokenStride>(x.xb + j, LoadPanelLastColumn(p[0] + j * kPanelPairBytes, interleave),
                LoadPanelLastColumn(p[1] + j * kPanelPairBytes, interleave), acc);
   }
   StoreOutputs<T>(acc, y, ldy, rows_valid);
@@ -176,8 +176,8 @@ inline void WithTokens(int n, Fn&& fn) {
 // Rows [row_begin, row_end) of y for `tokens` tokens over columns [c0, c0 + len): x holds their
 // pairs, tile after tile (tile_stride uint32 apart). Blocks of rows outside, tiles inside: the
 // block's weights (32 rows of the column block) stay in L1 while every tile passes.
-template <int64_t kPairStride, int64_t kTokenStride>
-void BlockProduct(PairLayout<kPairStride, kTokenStride> x, int64_t tile_stride, int64_t tokens, const WeightMatrix& w, int64_t c0,
+template <int64_t kTokenStride>
+void BlockProduct(PairLayout<kTokenStride> x, int64_t tile_stride, int64_t tokens, const WeightMatrix& w, int64_t c0,
                   int64_t len, int64_t row_begin, int64_t row_end, float* y, int64_t ldy) {
   const int64_t pairs = (len + 1) / 2;
   const bool odd_tail = len % 2 != 0;
@@ -199,7 +199,7 @@ void BlockProduct(PairLayout<kPairStride, kTokenStride> x, int64_t tile_stride, 
     }
     static const std::byte* const kNone[2] = {nullptr, nullptr};
     for (int64_t t = 0; t < tokens; t += kTile) {
-      const PairLayout<kPairStride, kTokenStride> xt{x.xb + (t / kTile) * tile_stride};
+      const PairLayout<kTokenStride> xt{x.xb + (t / kTile) * tile_stride};
       WithTokens<kTile>(int(std::min<int64_t>(kTile, tokens - t)), [&](auto count) {
         DotBlock<decltype(count)::value>(xt, p, t == 0 ? next : kNone, pairs, odd_tail, c0 == 0, y + t * ldy + row0,
                                          ldy, rows_valid);
@@ -239,7 +239,7 @@ void MatMulPanelsPackedBf16(const float* xp, int64_t n, const WeightMatrix& w, i
   const int64_t row_end = std::min(w.rows, panel_end * kPanelRows);
   for (int64_t c0 = 0; c0 < w.cols; c0 += kGemmColumns) {
     // A column block's tiles follow each other in xp.
-    BlockProduct(PairLayout<1, kPairsPerBlock>{PackedTile(xp, n, 0, c0)}, kPairsPerBlock * kTile, n, w, c0,
+    BlockProduct(PairLayout<kPairsPerBlock>{PackedTile(xp, n, 0, c0)}, kPairsPerBlock * kTile, n, w, c0,
                  std::min(kGemmColumns, w.cols - c0), panel_begin * kPanelRows, row_end, y, ldy);
   }
 }
@@ -259,7 +259,7 @@ void GroupProduct(const float* x, int64_t group, const WeightMatrix& w, int64_t 
   for (int64_t c0 = 0; c0 < w.cols; c0 += 2 * kBlockPairs) {
     const int64_t len = std::min(2 * kBlockPairs, w.cols - c0);
     ConvertRows(x + c0, w.cols, int(group), len, xb, kBlockPairs);
-    BlockProduct(PairLayout<1, kBlockPairs>{xb}, kTile * kBlockPairs, group, w, c0, len, row_begin, row_end, y, ldy);
+    BlockProduct(PairLayout<kBlockPairs>{xb}, kTile * kBlockPairs, group, w, c0, len, row_begin, row_end, y, ldy);
   }
 }
 
@@ -542,8 +542,8 @@ NextCodes CodesOf(const WeightMatrix& w, int64_t row0, int64_t row_end, int64_t 
 }
 
 // y[T tokens][32 rows] (partial sums; zero when `first`) += the widened block's products.
-template <int T, int64_t kPairStride, int64_t kTokenStride>
-inline void QuantDotBlock(PairLayout<kPairStride, kTokenStride> x, const QuantWidened& q, const NextCodes& next,
+template <int T, int64_t kTokenStride>
+inline void QuantDotBlock(PairLayout<kTokenStride> x, const QuantWidened& q, const NextCodes& next,
                           bool first, float* y, int64_t ldy, int rows_valid) {
   __m512 acc[T][2];
   if (first) {
@@ -560,7 +560,7 @@ inline void QuantDotBlock(PairLayout<kPairStride, kTokenStride> x, const QuantWi
         _mm_prefetch(reinterpret_cast<const char*>(next.run[0] + j * 64), _MM_HINT_T1);
         _mm_prefetch(reinterpret_cast<const char*>(next.run[1] + j * 64), _MM_HINT_T1);
       }
-      DotPair<T, kTokenStride>(x.xb + j * kPairStride, (__m512bh)_mm512_load_si512(q.pairs[j][0]),
+      DotPair<T, kTokenStride>(x.xb + j, (__m512bh)_mm512_load_si512(q.pairs[j][0]),
                                (__m512bh)_mm512_load_si512(q.pairs[j][1]), part);
     }
     const __m512 s0 = _mm512_load_ps(q.scales[g][0]), s1 = _mm512_load_ps(q.scales[g][1]);
@@ -580,8 +580,8 @@ inline void QuantDotBlock(PairLayout<kPairStride, kTokenStride> x, const QuantWi
 // block (docs/benchmarks.md); a routed expert gets ~6 tokens at 64 requests.
 constexpr int kDirectTokens = 6;
 
-template <int T, int64_t kPairStride, int64_t kTokenStride>
-void QuantDotDirect(PairLayout<kPairStride, kTokenStride> x, const WeightMatrix& w, int64_t row0, int64_t row_end,
+template <int T, int64_t kTokenStride>
+void QuantDotDirect(PairLayout<kTokenStride> x, const WeightMatrix& w, int64_t row0, int64_t row_end,
                     int64_t c0, int64_t len, float* y, int64_t ldy) {
   const int64_t first_row[2] = {row0, row0 + kPanelRows < row_end ? row0 + kPanelRows : row0};
   const int rows_valid = int(std::min<int64_t>(2 * kPanelRows, row_end - row0));
@@ -613,14 +613,14 @@ void QuantDotDirect(PairLayout<kPairStride, kTokenStride> x, const WeightMatrix&
     __m512 part[T][2];
 #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) part[t][0] = part[t][1] = _mm512_setzero_ps();
-    const uint32_t* xg = x.xb + ((c - c0) / 2) * kPairStride;
+    const uint32_t* xg = x.xb + (c - c0) / 2;
     // (Each format a loop of its own, the last pair of an odd-width fp8 matrix after it: one
     // generic loop kept the pairs in memory and ran at half speed.)
     if (fp8) {
       const int64_t full_end = end == w.cols && w.cols % 2 != 0 ? end - 1 : end;
       const std::byte* a = p[0] + c * kPanelRows;
       const std::byte* b = p[1] + c * kPanelRows;
-      for (; c < full_end; c += 2, a += 2 * kPanelRows, b += 2 * kPanelRows, xg += kPairStride) {
+      for (; c < full_end; c += 2, a += 2 * kPanelRows, b += 2 * kPanelRows, ++xg) {
         _mm_prefetch(reinterpret_cast<const char*>(a + 2048), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(b + 2048), _MM_HINT_T0);
         DotPair<T, kTokenStride>(xg, (__m512bh)WidenFp8Pair(a, false, interleave, subnormals),
@@ -634,7 +634,7 @@ void QuantDotDirect(PairLayout<kPairStride, kTokenStride> x, const WeightMatrix&
     } else {
       const std::byte* a = p[0] + (c / 2) * kPanelRows;
       const std::byte* b = p[1] + (c / 2) * kPanelRows;
-      for (; c < end; c += 2, a += kPanelRows, b += kPanelRows, xg += kPairStride) {
+      for (; c < end; c += 2, a += kPanelRows, b += kPanelRows, ++xg) {
         if ((c & 7) == 0) {
           _mm_prefetch(reinterpret_cast<const char*>(a + 2048), _MM_HINT_T0);
           _mm_prefetch(reinterpret_cast<const char*>(b + 2048), _MM_HINT_T0);
@@ -656,8 +656,8 @@ void QuantDotDirect(PairLayout<kPairStride, kTokenStride> x, const WeightMatrix&
 // Rows [row_begin, row_end) of y for `tokens` tokens over columns [c0, c0 + len) (within one
 // column block): x holds their pairs, tile after tile (tile_stride uint32 apart, kTile tokens a
 // tile). Each block of 32 rows is widened once, then every token passes.
-template <int64_t kPairStride, int64_t kTokenStride>
-void QuantBlockProduct(PairLayout<kPairStride, kTokenStride> x, int64_t tile_stride, int64_t tokens,
+template <int64_t kTokenStride>
+void QuantBlockProduct(PairLayout<kTokenStride> x, int64_t tile_stride, int64_t tokens,
                        const WeightMatrix& w, int64_t c0, int64_t len, int64_t row_begin, int64_t row_end, float* y,
                        int64_t ldy, QuantWidened& q) {
   if (tokens <= kDirectTokens) {
@@ -679,7 +679,7 @@ void QuantBlockProduct(PairLayout<kPairStride, kTokenStride> x, int64_t tile_str
       next = CodesOf(w, row_begin, row_end, c0 + kGemmColumns, std::min(kGemmColumns, w.cols - c0 - kGemmColumns));
     }
     for (int64_t t = 0; t < tokens; t += kQuantTile) {
-      const PairLayout<kPairStride, kTokenStride> xt{x.xb + (t / kTile) * tile_stride + (t % kTile) * kTokenStride};
+      const PairLayout<kTokenStride> xt{x.xb + (t / kTile) * tile_stride + (t % kTile) * kTokenStride};
       WithTokens<kQuantTile>(int(std::min<int64_t>(kQuantTile, tokens - t)), [&](auto count) {
         QuantDotBlock<decltype(count)::value>(xt, q, t == 0 ? next : NextCodes{}, c0 == 0, y + t * ldy + row0, ldy,
                                               rows_valid);
@@ -694,7 +694,7 @@ void MatMulQuantPacked(const float* xp, int64_t n, const WeightMatrix& w, int64_
   QuantWidened q;
   const int64_t row_end = std::min(w.rows, panel_end * kPanelRows);
   for (int64_t c0 = 0; c0 < w.cols; c0 += kGemmColumns) {
-    QuantBlockProduct(PairLayout<1, kPairsPerBlock>{PackedTile(xp, n, 0, c0)}, kPairsPerBlock * kTile, n, w, c0,
+    QuantBlockProduct(PairLayout<kPairsPerBlock>{PackedTile(xp, n, 0, c0)}, kPairsPerBlock * kTile, n, w, c0,
                       std::min(kGemmColumns, w.cols - c0), panel_begin * kPanelRows, row_end, y, ldy, q);
   }
 }
@@ -709,7 +709,7 @@ void MatMulQuantOneToken(const float* x, const WeightMatrix& w, int64_t row_begi
   ConvertRows(x, w.cols, 1, w.cols, xb, (w.cols + 1) / 2);
   for (int64_t row0 = row_begin; row0 < row_end; row0 += 2 * kPanelRows) {
     for (int64_t c0 = 0; c0 < w.cols; c0 += kGemmColumns) {
-      QuantDotDirect<1>(PairLayout<1, kPairsPerBlock>{xb + c0 / 2}, w, row0, row_end, c0,
+      QuantDotDirect<1>(PairLayout<kPairsPerBlock>{xb + c0 / 2}, w, row0, row_end, c0,
                         std::min(kGemmColumns, w.cols - c0), y + row0, 0);
     }
   }
@@ -729,7 +729,7 @@ void MatMulQuant(const float* x, int64_t n, const WeightMatrix& w, int64_t panel
     for (int64_t c0 = 0; c0 < w.cols; c0 += kGemmColumns) {
       const int64_t len = std::min(kGemmColumns, w.cols - c0);
       ConvertRows(x + g0 * w.cols + c0, w.cols, int(group), len, xb, kPairsPerBlock);
-      QuantBlockProduct(PairLayout<1, kPairsPerBlock>{xb}, kTile * kPairsPerBlock, group, w, c0, len,
+      QuantBlockProduct(PairLayout<kPairsPerBlock>{xb}, kTile * kPairsPerBlock, group, w, c0, len,
                         panel_begin * kPanelRows, row_end, y + g0 * ldy, ldy, q);
     }
   }

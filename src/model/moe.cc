@@ -142,14 +142,15 @@ void Model::RunMlps(const ComputeContext& ctx, int num_groups) {
   }
 
   // Two queues. A group of at most one token tile (kGemmTileTokens) reads each weight once for
-  // a handful of tokens: it streams memory, where the larger groups multiply weights held in
-  // cache. The compute queue holds the larger groups, the streaming queue the small ones (a
-  // prefill's rarely chosen experts), each as: its groups' gathers and packings, then their
-  // gate/up tiles, then their down tiles. Most threads take the compute queue first, the last
-  // quarter (at least one) the streaming queue first, each turning to the other queue when its
-  // own is empty: so while some threads multiply, others read the small experts' weights, instead
-  // of every thread waiting on memory at the end.
-  const auto streams = [](const MlpGroup& group) { return group.packed == nullptr && group.count <= kGemmTileTokens; };
+  // a handful of tokens (packed or not: an int8 table packs any group): it streams memory, where
+  // the larger groups multiply weights held in cache. The compute queue holds the larger groups,
+  // the streaming queue the small ones (a prefill's rarely chosen experts; every group of a decode
+  // step of up to 12 sequences), each as: its groups' gathers and packings, then their gate/up
+  // tiles, then their down tiles. With more than one thread, most take the compute queue first,
+  // the last quarter (at least one) the streaming queue first, each turning to the other queue
+  // when its own is empty: so while some threads multiply, others read the small experts' weights,
+  // instead of every thread waiting on memory at the end.
+  const auto streams = [](const MlpGroup& group) { return group.count <= kGemmTileTokens; };
   int num_tiles = 0;
   const auto enqueue = [&](bool streaming) {
     for (int g = 0; g < num_groups; ++g) {

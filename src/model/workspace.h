@@ -56,8 +56,8 @@ struct MlpGroup {
   float* out = nullptr;    // [count, hidden] (may be x: x is dead once the gate/up tiles ran)
   const float* gather_source = nullptr;  // [tokens, hidden]
   const int32_t* gather_rows = nullptr;  // [count]
-  // Set by RunMlps: x packed for the packed-activation product (kernels.h GemmPackedIndex),
-  // then the down input packed; null: the products read x and gate as they are.
+  // Set by RunMlps: x packed for the packed-activation product (the table's pack_activations
+  // layout, kernels.h), then the down input packed; null: the products read x and gate as they are.
   float* packed = nullptr;
 };
 

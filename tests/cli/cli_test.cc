@@ -186,7 +186,9 @@ TEST(Cli, BenchPrefillPhasesOfTheFastestRun) {
                        " --prompt-len 24 --decode-tokens 2 --prefill-repeats 3 --bandwidth-buffer-mb 16");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("tokens/s (the fastest of 3 runs)"), std::string::npos) << r.out;
-  const std::string prefill_line = r.out.substr(r.out.find("prefill: 24 tokens in "));
+  const size_t prefill_at = r.out.find("prefill: 24 tokens in ");
+  ASSERT_NE(prefill_at, std::string::npos) << r.out;
+  const std::string prefill_line = r.out.substr(prefill_at);
   const double prefill_s = 24 / BenchFigure(prefill_line, " s = ");  // from tokens/s: more digits
   const double prompt_gflop = BenchFigure(r.out, "GFLOP/s achieved (");  // "(X GFLOP in the prompt)"
   const size_t table = r.out.find("prefill by phase: ms, GFLOP, GFLOP/s, share of the ");
