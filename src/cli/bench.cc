@@ -264,33 +264,44 @@ void PrintAttentionBound(const ForwardTimings& timings, int steps, int sequences
 // `step_s` each), with the weight bytes each phase reads and the rate it reads them at: the MLPs'
 // large products stream; the fixed per-step costs (attention over the cache, small products,
 // norms) weigh more, the fewer bytes the weights take.
+// A measure of the matrices one token multiplies by, summed per phase of the decode and prefill
+// tables (ForwardTimings): the attention projections, kv_b, the MLPs (dense MLPs, shared experts
+// and top-k routed experts, counted as the first expert's) and the router; lm_head apart.
+struct PhaseSums {
+  double projections = 0, kv_b = 0, mlp = 0, router = 0;
+};
+template <class Measure>
+PhaseSums SumPerPhase(const Model& model, Measure&& measure) {
+  const ModelConfig& c = model.config();
+  const auto mlp_sum = [&](const MlpWeights& m) { return double(measure(m.gate) + measure(m.up) + measure(m.down)); };
+  PhaseSums sums;
+  for (const LayerWeights& l : model.weights().layers) {
+    for (const WeightMatrix* m : {&l.attn.q_a, &l.attn.q_b, &l.attn.q_proj, &l.attn.kv_a, &l.attn.o_proj}) {
+      sums.projections += double(measure(*m));
+    }
+    sums.kv_b += double(measure(l.attn.kv_b));
+    if (!l.is_moe) sums.mlp += mlp_sum(l.mlp);
+    if (l.is_moe && l.moe.has_shared) sums.mlp += mlp_sum(l.moe.shared);
+    if (l.is_moe) sums.router += double(measure(l.moe.router));
+  }
+  if (const MlpWeights* e = FirstExpert(model)) sums.mlp += double(MoeLayers(c)) * c.num_experts_per_tok * mlp_sum(*e);
+  return sums;
+}
+
 void PrintDecodePhases(const ForwardTimings& t, int steps, double step_s, double kv_bytes, const Model& model,
                        double bandwidth) {
-  const ModelConfig& c = model.config();
   const ModelWeights& w = model.weights();
-  double projection_bytes = 0, kv_b_bytes = 0, mlp_bytes = 0, router_bytes = 0;
-  for (const LayerWeights& l : w.layers) {
-    for (const WeightMatrix* m : {&l.attn.q_a, &l.attn.q_b, &l.attn.q_proj, &l.attn.kv_a, &l.attn.o_proj}) {
-      projection_bytes += double(m->stored_bytes());
-    }
-    kv_b_bytes += double(l.attn.kv_b.stored_bytes());
-    const MlpWeights& mlp = l.is_moe ? l.moe.shared : l.mlp;
-    if (!l.is_moe || l.moe.has_shared) {
-      mlp_bytes += double(mlp.gate.stored_bytes() + mlp.up.stored_bytes() + mlp.down.stored_bytes());
-    }
-    if (l.is_moe) router_bytes += double(l.moe.router.stored_bytes());
-  }
-  mlp_bytes += double(MoeLayers(c)) * c.num_experts_per_tok * double(ExpertBytes(model));
+  const PhaseSums weights = SumPerPhase(model, [](const WeightMatrix& m) { return m.stored_bytes(); });
   struct Phase {
     const char* name;
     int64_t ns;
     double bytes;
     bool reads_weights = true;  // bytes are weights (else the KV cache's rows)
   };
-  const Phase phases[] = {{"MLP products (dense MLPs, routed and shared experts)", t.mlp_ns, mlp_bytes},
-                          {"attention projections (q, kv_a and the cache write, o_proj)", t.projections_ns, projection_bytes},
-                          {"kv_b products (absorbed W_UK, W_UV)", t.kv_b_ns, kv_b_bytes},
-                          {"router (product, top-k, the experts' combine)", t.router_ns, router_bytes},
+  const Phase phases[] = {{"MLP products (dense MLPs, routed and shared experts)", t.mlp_ns, weights.mlp},
+                          {"attention projections (q, kv_a and the cache write, o_proj)", t.projections_ns, weights.projections},
+                          {"kv_b products (absorbed W_UK, W_UV)", t.kv_b_ns, weights.kv_b},
+                          {"router (product, top-k, the experts' combine)", t.router_ns, weights.router},
                           {"lm_head", t.lm_head_ns, double(w.lm_head.stored_bytes())},
                           {"attention over the KV cache (bytes: the cache rows)", t.attention_core_ns, kv_bytes, false}};
   std::printf("decode step by phase: ms/step, MB/step read, GB/s, share of the machine's read bandwidth\n");
@@ -323,22 +334,10 @@ void PrintDecodePhases(const ForwardTimings& t, int steps, double step_s, double
 // forward call's own loop (RoPE runs inside the attention phases).
 void PrintPrefillPhases(const ForwardTimings& t, const Model& model, int prompt_len, double prefill_s,
                         const ComputePeak& peak) {
-  const ModelConfig& c = model.config();
-  double projection_params = 0, mlp_params = 0, router_params = 0;
-  for (const LayerWeights& l : model.weights().layers) {
-    for (const WeightMatrix* m : {&l.attn.q_a, &l.attn.q_b, &l.attn.q_proj, &l.attn.kv_a, &l.attn.o_proj}) {
-      projection_params += double(Params(*m));
-    }
-    const MlpWeights& mlp = l.is_moe ? l.moe.shared : l.mlp;
-    if (!l.is_moe || l.moe.has_shared) mlp_params += double(Params(mlp.gate) + Params(mlp.up) + Params(mlp.down));
-    if (l.is_moe) router_params += double(Params(l.moe.router));
-  }
-  if (const MlpWeights* e = FirstExpert(model)) {
-    mlp_params += double(MoeLayers(c)) * c.num_experts_per_tok * double(Params(e->gate) + Params(e->up) + Params(e->down));
-  }
+  const PhaseSums params = SumPerPhase(model, Params);
   const double chunks = std::ceil(double(prompt_len) / model.max_batch_tokens());
-  const double mlp = 2.0 * mlp_params * prompt_len, projections = 2.0 * projection_params * prompt_len;
-  const double router = 2.0 * router_params * prompt_len;
+  const double mlp = 2.0 * params.mlp * prompt_len, projections = 2.0 * params.projections * prompt_len;
+  const double router = 2.0 * params.router * prompt_len;
   const double lm_head = 2.0 * double(Params(model.weights().lm_head)) * chunks;
   const double attention = PrefillFlops(model, prompt_len) - mlp - projections - router - lm_head;
   struct Phase {

@@ -322,12 +322,14 @@ void Model::AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int laye
       num_splits += splits;
     }
     MLA_CHECK(last > first);  // the capacity holds one token's splits at max_context
+    ws.kv_split_first[last - first] = int32_t(num_splits);  // so token j has first[j + 1] - first[j] splits
+    const auto splits_of = [&](size_t j) { return ws.kv_split_first[j + 1] - ws.kv_split_first[j]; };
     const std::span<const int32_t> wave = tokens.subspan(first, last - first);
     // Work items of `group` consecutive splits of a token (the last one fewer).
     const int group = SplitsPerItem(num_splits, pool_.num_threads());
     int num_items = 0;
     for (size_t j = 0; j < wave.size(); ++j) {
-      const int splits = shape.num_splits(token_positions_[size_t(wave[j])] + 1);
+      const int splits = splits_of(j);
       for (int s = 0; s < splits; s += group) {
         ws.kv_split_items[size_t(num_items++)] = {.token = int32_t(j), .split = s,
                                                   .count = std::min(group, splits - s)};
@@ -360,7 +362,7 @@ void Model::AbsorbedAttention(const KernelSet& k, const KvHostRows& kv, int laye
       for (int64_t w = begin; w < end; ++w) {
         const size_t j = size_t(w / heads);
         const int h = int(w % heads), t = wave[j], first_partial = ws.kv_split_first[j];
-        MergeLatentSplits(k, shape, h, shape.num_splits(token_positions_[size_t(t)] + 1),
+        MergeLatentSplits(k, shape, h, splits_of(j),
                           ws.split_o.data() + int64_t(first_partial) * heads * L,
                           ws.split_max_sum.data() + int64_t(first_partial) * heads * 2,
                           ws.o_lat.data() + (int64_t(h) * ws.max_tokens + t) * L);

@@ -69,7 +69,10 @@ struct LatentAttentionShape {
                              context >= kLongSplitMinContext;
     return long_splits ? kLongKvSplitRows : kKvSplitRows;
   }
-  int num_splits(int context) const { return (context + split_rows(context) - 1) / split_rows(context); }
+  int num_splits(int context) const {
+    const int rows = split_rows(context);
+    return (context + rows - 1) / rows;
+  }
 };
 
 // Columns of the scores product for `heads` heads: whole vectors of 16 (LatentScratch's q_t

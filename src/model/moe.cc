@@ -190,18 +190,21 @@ void Model::RunMlps(const ComputeContext& ctx, int num_groups) {
   // Every thread takes the next tile of a queue until neither has one left. A tile waits only for
   // tiles queued before it in its own queue, which other threads have already taken (and which
   // wait only for earlier ones), so the waits always end.
-  std::atomic<int32_t> next_compute{0}, next_streaming{streaming_begin};
+  struct Queue {
+    std::atomic<int32_t> next;  // the next tile to take
+    int32_t end;                // one past the queue's last tile
+  };
+  Queue compute{{0}, streaming_begin}, streaming{{streaming_begin}, num_tiles};
   pool_.RunOnAll([&](int thread) {
     // The thread's block of the scratch (used only when some group is packed, which needs it).
     float* scratch = ctx.gemm_scratch.empty() ? nullptr : ctx.gemm_scratch.data() + thread * thread_floats;
     const bool streaming_first = threads > 1 && thread >= threads - stream_first_threads;
+    Queue* const order[2] = {streaming_first ? &streaming : &compute, streaming_first ? &compute : &streaming};
     const auto take = [&]() -> int32_t {
-      for (int pass = 0; pass < 2; ++pass) {
-        std::atomic<int32_t>& next = (pass == 0) == streaming_first ? next_streaming : next_compute;
-        const int32_t end = &next == &next_streaming ? num_tiles : streaming_begin;
-        if (next.load(std::memory_order_relaxed) >= end) continue;
-        const int32_t i = next.fetch_add(1, std::memory_order_relaxed);
-        if (i < end) return i;
+      for (Queue* q : order) {
+        if (q->next.load(std::memory_order_relaxed) >= q->end) continue;  // spares the line a write
+        const int32_t i = q->next.fetch_add(1, std::memory_order_relaxed);
+        if (i < q->end) return i;
       }
       return -1;
     };

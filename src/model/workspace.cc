@@ -62,7 +62,7 @@ Workspace::Workspace(const ModelConfig& c, int n, int context, int num_threads, 
   absorbed_tokens.resize(N);
   kv_split_capacity = std::max({n, (context + kKvSplitRows - 1) / kKvSplitRows, 4 * num_threads});
   kv_split_items.resize(size_t(kv_split_capacity));
-  kv_split_first.resize(N);
+  kv_split_first.resize(size_t(N) + 1);
   split_o.resize(size_t(kv_split_capacity) * heads * L);
   split_max_sum.resize(size_t(kv_split_capacity) * heads * 2);
   const size_t C = kMhaKvRows, B = kMhaQueryRows;

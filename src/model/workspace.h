@@ -124,7 +124,7 @@ struct Workspace {
   std::vector<int32_t> absorbed_tokens;    // [N] tokens of the step in the absorbed form
   int kv_split_capacity;
   std::vector<KvSplitItem> kv_split_items;  // [<= S] the wave's work items, token-major
-  std::vector<int32_t> kv_split_first;     // [N] a wave token's first partial
+  std::vector<int32_t> kv_split_first;     // [N + 1] a wave token's first partial; then the wave's count
   std::vector<float> split_o;              // [S, heads, L] unnormalized partial o_lat, token-major
   std::vector<float> split_max_sum;        // [S, heads, 2] partial max score and exp-sum
 

@@ -177,8 +177,9 @@ TEST(Cli, InitRandomAndBenchRun) {
   EXPECT_NE(r.out.find("prefill of peak"), std::string::npos) << r.out;
 }
 
-// The prompt's phase table, from the fastest of --prefill-repeats runs: every phase ran, together
-// no longer than the prefill, and their FLOPs add up to the prompt's.
+// The prompt's phase table, from the fastest of --prefill-repeats runs: the phases' times together
+// no longer than the prefill, the large ones timed at all, and every phase's FLOPs positive (the
+// attention line gets the prompt's total less the others', so the others cannot overcount).
 TEST(Cli, BenchPrefillPhasesOfTheFastestRun) {
   testing::TempDir dir;
   ASSERT_TRUE(InitTinyCheckpoint(dir.path()));
@@ -188,29 +189,33 @@ TEST(Cli, BenchPrefillPhasesOfTheFastestRun) {
   EXPECT_NE(r.out.find("tokens/s (the fastest of 3 runs)"), std::string::npos) << r.out;
   const size_t prefill_at = r.out.find("prefill: 24 tokens in ");
   ASSERT_NE(prefill_at, std::string::npos) << r.out;
-  const std::string prefill_line = r.out.substr(prefill_at);
-  const double prefill_s = 24 / BenchFigure(prefill_line, " s = ");  // from tokens/s: more digits
-  const double prompt_gflop = BenchFigure(r.out, "GFLOP/s achieved (");  // "(X GFLOP in the prompt)"
+  const double prefill_s = 24 / BenchFigure(r.out.substr(prefill_at), " s = ");  // from tokens/s: more digits
   const size_t table = r.out.find("prefill by phase: ms, GFLOP, GFLOP/s, share of the ");
   ASSERT_NE(table, std::string::npos) << r.out;
   const std::string rows = r.out.substr(table);
-  double ms_sum = 0, gflop_sum = 0;
-  for (const char* phase : {"  MLP products", "  attention projections", "  attention (kv_b products",
-                            "  router (", "  lm_head (each chunk's last token)"}) {
-    const size_t at = rows.find(phase);
-    ASSERT_NE(at, std::string::npos) << phase << "\n" << r.out;
+  struct Row {
+    const char* phase;
+    bool timed;  // long enough on the tiny model to print a nonzero time
+  };
+  double ms_sum = 0;
+  for (const Row& row : {Row{"  MLP products", true}, Row{"  attention projections", true},
+                         Row{"  attention (kv_b products", true}, Row{"  router (", false},
+                         Row{"  lm_head (each chunk's last token)", false}}) {
+    const size_t at = rows.find(row.phase);
+    ASSERT_NE(at, std::string::npos) << row.phase << "\n" << r.out;
     const std::string line = rows.substr(at, rows.find('\n', at) - at);
     const size_t ms_at = line.find(" ms "), gflop_at = line.find(" GFLOP ");
     ASSERT_NE(ms_at, std::string::npos) << line;
     ASSERT_NE(gflop_at, std::string::npos) << line;
     const double ms = std::stod(line.substr(line.rfind(' ', ms_at - 1) + 1));
-    const double gflop = std::stod(line.substr(line.rfind(' ', gflop_at - 1) + 1));
-    EXPECT_GT(ms, 0.0) << line;
-    EXPECT_GT(gflop, 0.0) << line;
-    ms_sum += ms, gflop_sum += gflop;
+    EXPECT_GE(ms, 0.0) << line;
+    if (row.timed) {
+      EXPECT_GT(ms, 0.0) << line;
+    }
+    EXPECT_GT(std::stod(line.substr(line.rfind(' ', gflop_at - 1) + 1)), 0.0) << line;
+    ms_sum += ms;
   }
   EXPECT_LE(ms_sum, 1e3 * prefill_s * 1.001 + 0.003) << r.out;  // within the printed roundings
-  EXPECT_NEAR(gflop_sum, prompt_gflop, 0.001 * prompt_gflop) << r.out;
   EXPECT_NE(rows.find("  the rest ("), std::string::npos) << r.out;
   r = RunMlaserve("bench --model-path " + ShellQuote(dir.path()) + " --batch 2 --prefill-repeats 2");
   EXPECT_EQ(r.exit_code, 2);
