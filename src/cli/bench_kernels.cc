@@ -1,5 +1,6 @@
 // mlaserve bench-kernels: the packed-panel matmul kernels alone, per weight format (bf16,
-// fp8-block 128x128, int4-g32, GGUF's q8_0), on random weights: the bandwidth one-token products reach
+// fp8-block 128x128, int4-g32, and GGUF's q8_0, q6_k and q4_k as the loader holds them: int8
+// codes with an F32 scale per 32 or 16, uint4 codes with an F32 scale and min per 32), on random weights: the bandwidth one-token products reach
 // streaming from memory on every thread (decode), and the compute rate of one thread on a
 // matrix that fits in L2, for token counts from decode to prefill tiles; then the KV row codecs
 // per cache format, scalar against SIMD. The figures the kernel notes in docs/benchmarks.md
@@ -29,8 +30,8 @@
 namespace mlaserve::cli {
 namespace {
 
-enum class Format { kBf16, kFp8Block, kInt4G32, kQ8_0 };
-constexpr Format kFormats[] = {Format::kBf16, Format::kFp8Block, Format::kInt4G32, Format::kQ8_0};
+enum class Format { kBf16, kFp8Block, kInt4G32, kQ8_0, kQ6K, kQ4K };
+constexpr Format kFormats[] = {Format::kBf16, Format::kFp8Block, Format::kInt4G32, Format::kQ8_0, Format::kQ6K, Format::kQ4K};
 
 const char* FormatName(Format f) {
   switch (f) {
@@ -38,6 +39,8 @@ const char* FormatName(Format f) {
     case Format::kFp8Block: return "fp8-block";
     case Format::kInt4G32: return "int4-g32";
     case Format::kQ8_0: return "q8_0";
+    case Format::kQ6K: return "q6_k";
+    case Format::kQ4K: return "q4_k";
   }
   return "?";
 }
@@ -62,9 +65,13 @@ PackedMatrix RandomPacked(Format f, int64_t rows, int64_t cols, std::mt19937& rn
     w.dtype = DType::kI32;
     w.format = WeightFormat::kInt4Group;
     w.block_cols = 32;
-  } else if (f == Format::kQ8_0) {  // GGUF's Q8_0: int8 codes, an F32 scale per 32
+  } else if (f == Format::kQ8_0 || f == Format::kQ6K) {  // GGUF's Q8_0 / Q6_K as held: int8 codes, an F32 scale per 32 / 16
     w.dtype = DType::kI8;
     w.format = WeightFormat::kInt8Group;
+    w.block_cols = f == Format::kQ8_0 ? 32 : 16;
+  } else if (f == Format::kQ4K) {  // GGUF's Q4_K as held: uint4 codes, an F32 scale and min per 32
+    w.dtype = DType::kI8;
+    w.format = WeightFormat::kUint4GroupMin;
     w.block_cols = 32;
   }
   std::vector<std::byte> values(w.total_bytes()), scales(w.scale_bytes());
@@ -90,9 +97,17 @@ PackedMatrix RandomPacked(Format f, int64_t rows, int64_t cols, std::mt19937& rn
       }
       break;
     case Format::kQ8_0:
+    case Format::kQ6K:
       for (std::byte& b : values) b = std::byte(int8_t(std::clamp(40.0f * normal(rng), -127.0f, 127.0f)));
       for (size_t i = 0; i < scales.size(); i += 4) {
         const float s = 5e-4f;
+        std::memcpy(&scales[i], &s, 4);
+      }
+      break;
+    case Format::kQ4K:
+      for (std::byte& b : values) b = std::byte(rng());
+      for (size_t i = 0; i < scales.size(); i += 4) {  // (scale, min) pairs
+        const float s = (i / 4) % 2 == 0 ? 3e-3f : 2e-2f;
         std::memcpy(&scales[i], &s, 4);
       }
       break;

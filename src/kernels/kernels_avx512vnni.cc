@@ -40,10 +40,13 @@ namespace {
 // prefill's tiles stay at 4 (6 measured slower there).
 constexpr int kTokens = 4;
 constexpr int kOnePassTokens = 6;
-// Software prefetch distances: codes 2 KB ahead of each panel stream, scales 8 groups ahead
-// (`bench-kernels`' q8_0 decode rows measured 1-4 KB alike, all above 1 KB, on the AMD host).
+// Software prefetch distances: codes 2 KB ahead of each panel stream, scales 8 groups ahead, each
+// of a group's scale lines (a panel's 16 scales, and its 16 mins where the format has them: with
+// the scales' line alone, `bench-kernels`' one-token q4_k row streamed at 57-59% of the probe
+// against 71-78% with both, alternating runs on the AMD host; q8_0 measured 1-4 KB alike, all
+// above 1 KB).
 constexpr int64_t kPrefetchBytes = 2048;
-constexpr int64_t kPrefetchGroups = 8;  // tokens per register tile: 4 x 2 int32 sums and 4 x 2 fp32 outputs
+constexpr int64_t kPrefetchGroups = 8;
 
 // The packed activations' parts (kernels.h Int8PackedActivationFloats): codes, then per (token,
 // group) the scale and the offset's correction.
@@ -163,6 +166,8 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
       out[t][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t][1]), _mm512_mul_ps(s1, d), out[t][1]);
     }
     if constexpr (kMin) {
+      _mm_prefetch(reinterpret_cast<const char*>(f0 + kPrefetchGroups * kScaleFloats + kPanelRows), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(f1 + kPrefetchGroups * kScaleFloats + kPanelRows), _MM_HINT_T0);
       const __m512 min0 = _mm512_loadu_ps(f0 + kPanelRows), min1 = _mm512_loadu_ps(f1 + kPanelRows);
       for (int t = 0; t < T; ++t) {
         const __m512 dq = _mm512_set1_ps(a.s[t * groups + g].d * float(a.s[t * groups + g].sum));

@@ -255,7 +255,7 @@ TEST(Cli, BenchKernelsTimesEveryWeightFormat) {
   const size_t kv_table = r.out.find("KV row codecs");
   ASSERT_NE(kv_table, std::string::npos) << r.out;
   const std::string matmul_tables = r.out.substr(0, kv_table), kv_rows = r.out.substr(kv_table);
-  for (const char* format : {"bf16", "fp8-block", "int4-g32"}) {
+  for (const char* format : {"bf16", "fp8-block", "int4-g32", "q8_0", "q6_k", "q4_k"}) {
     // One row in the streaming table, one in the compute table, one in the prefill product's
     // (and one in the bf16 dot-product table's prefill product where the CPU has AVX512-BF16).
     size_t rows = 0;
