@@ -114,6 +114,13 @@ struct KernelSet {
   void (*latent_sum)(const float* p, int64_t hp, int64_t heads, const float* corr, const uint16_t* const* rows,
                      int64_t n, int64_t latent_dim, float* o, RowPrefetch& next) = nullptr;
 
+  // ---- Attention's run-time panels (nullptr: kernels/pack.h PackF32Panels, the plain path) ----
+  // PackF32Panels' contract (the MHA prefill's keys and transposed values); the bf16 tables'
+  // writes BF16 panels with the conversion instruction (nearest even; an fp32 subnormal becomes
+  // a signed zero) and hands F32 ones to PackF32Panels.
+  WeightMatrix (*pack_f32_panels)(const float* src, int64_t rows, int64_t cols, int64_t row_stride,
+                                  int64_t col_stride, DType dtype, void* dst) = nullptr;
+
   // Products with at least this many tokens of the weights Bf16DotMultiplies names (and of
   // row-major BF16 and fp8-block rows) round the activations to bf16 and multiply with bf16 dot
   // products (kernels_avx512bf16.cc); 0: never (every product in fp32).

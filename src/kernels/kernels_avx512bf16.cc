@@ -25,6 +25,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/latent_attention.h"
+#include "kernels/pack.h"
 #include "kernels/weight_value.h"
 
 namespace mlaserve {
@@ -61,6 +62,31 @@ void ConvertRows(const float* x, int64_t cols, int tokens, int64_t len, uint32_t
                                ConvertPairs(row + 2 * j, len - 2 * j));
     }
   }
+}
+
+// KernelSet::pack_f32_panels: a BF16 panel's column is its 16 rows' values, one vector: loaded
+// whole where rows are adjacent (row_stride 1: the transposed values), else gathered (the keys),
+// converted by one instruction and stored as 32 bytes; the missing rows of a last panel are zero.
+WeightMatrix PackF32PanelsBf16(const float* src, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
+                               DType dtype, void* dst) {
+  if (dtype != DType::kBF16 || row_stride * kPanelRows > (int64_t(1) << 28)) {
+    return PackF32Panels(src, rows, cols, row_stride, col_stride, dtype, dst);
+  }
+  const __m512i lane_offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                  _mm512_set1_epi32(int32_t(row_stride)));
+  auto* out = static_cast<uint16_t*>(dst);  // [panels][cols][16]
+  for (int64_t row0 = 0; row0 < rows; row0 += kPanelRows) {
+    const int64_t lanes = std::min<int64_t>(kPanelRows, rows - row0);
+    const __mmask16 valid = lanes == kPanelRows ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1);
+    const float* panel_src = src + row0 * row_stride;
+    for (int64_t c = 0; c < cols; ++c, out += kPanelRows) {
+      const float* column = panel_src + c * col_stride;
+      const __m512 v = row_stride == 1 ? _mm512_maskz_loadu_ps(valid, column)
+                                       : _mm512_mask_i32gather_ps(_mm512_setzero_ps(), valid, lane_offsets, column, 4);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), (__m256i)_mm512_cvtneps_pbh(v));
+    }
+  }
+  return WeightMatrix{.dtype = dtype, .rows = rows, .cols = cols, .data = dst, .packed = true};
 }
 
 // Two bf16 panel columns (2j, 2j + 1) as 16 (even, odd) pairs, one per row: word 2i of the result
@@ -780,6 +806,7 @@ struct Bf16From {
     k.latent_pack_query = LatentPackQuery;
     k.latent_scores = LatentScores;
     k.latent_sum = LatentSum;
+    k.pack_f32_panels = PackF32PanelsBf16;
     return k;
   }
 };

@@ -5,7 +5,7 @@
 //   per head h:  k[h] = [c_kv @ W_UK[h]^T | k_pe]  [C, nope + R],  v[h] = c_kv @ W_UV[h]^T  [C, v]
 //   per query block:  s = q k^T * scale (causal), online softmax, o += p v
 // Both products run through the kernel table's matmul_panels, with k[h] and v[h]^T packed as
-// panels (PackF32Panels): in bf16 where the table multiplies a query block with bf16 dot
+// panels (the table's pack_f32_panels, else PackF32Panels): in bf16 where the table multiplies a query block with bf16 dot
 // products (the host's fastest, kernel_choice.h), else in fp32.
 // q = [q_nope | rope(q_pe)]; out[t, h, :] = o / sum is written to attn_out as the absorbed form
 // writes it. Per pair of (query, key) this is (nope + R + v) multiply-adds per head instead of the
@@ -138,8 +138,9 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
         // Both products as panels for the table's matmul: keys [rows x (nope + R)] (scores =
         // q @ keys^T) and values transposed [v x rows] (p @ values), in bf16 where the table
         // multiplies query blocks in bf16 (its dot-product instructions), else in fp32.
-        const WeightMatrix key_panels = PackF32Panels(keys, rows, qk_dim, qk_dim, 1, panel_dtype, keys_panels);
-        const WeightMatrix value_panels = PackF32Panels(values, v_dim, rows, 1, v_dim, panel_dtype, values_panels);
+        const auto pack = k.pack_f32_panels != nullptr ? k.pack_f32_panels : PackF32Panels;
+        const WeightMatrix key_panels = pack(keys, rows, qk_dim, qk_dim, 1, panel_dtype, keys_panels);
+        const WeightMatrix value_panels = pack(values, v_dim, rows, 1, v_dim, panel_dtype, values_panels);
 
         for (int q0 = 0; q0 < n; q0 += B) {
           const int num_queries = std::min(B, n - q0);

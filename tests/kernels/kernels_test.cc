@@ -7,6 +7,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/float16.h"
@@ -364,32 +365,44 @@ TEST(Kernels, RealShapesSimdMatchPortable) {
   }
 }
 
-// PackF32Panels (attention's keys and transposed values): every element where WeightAt reads it,
-// F32 exactly and BF16 rounded to nearest even, through strides that transpose, and padding
-// lanes zero.
+// PackF32Panels (attention's keys and transposed values), and every SIMD table's pack_f32_panels:
+// every element where WeightAt reads it, F32 exactly and BF16 rounded to nearest even, through
+// strides that transpose (the values) and that gather (the keys), and padding lanes zero.
 TEST(Kernels, PackF32PanelsPlacesEveryElement) {
   std::mt19937 rng(23);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   const int64_t rows = 37, cols = 21;
-  std::vector<float> src(size_t(rows * cols));  // [cols][rows]: the matrix transposed in memory
+  std::vector<float> src(size_t(rows * cols));  // [cols][rows] or [rows][cols]
   for (float& v : src) v = dist(rng);
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
-    std::vector<std::byte> bytes(PackedF32PanelsBytes(rows, cols, dtype), std::byte{0x7f});
-    const WeightMatrix w = PackF32Panels(src.data(), rows, cols, /*row_stride=*/1, /*col_stride=*/rows, dtype,
-                                         bytes.data());
-    ASSERT_TRUE(w.packed);
-    ASSERT_EQ(w.rows, rows);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        const float want = src[size_t(c * rows + r)];
-        EXPECT_EQ(WeightAt(w, r, c), dtype == DType::kF32 ? want : Bf16ToF32(F32ToBf16(want))) << r << "," << c;
-      }
-    }
-    // The last panel's lanes past row 36 are zero.
-    for (int64_t c = 0; c < cols; ++c) {
-      for (int64_t lane = rows % kPanelRows; lane < kPanelRows; ++lane) {
-        const std::byte* p = w.panel(w.num_panels() - 1) + (c * kPanelRows + lane) * DTypeBytes(dtype);
-        for (int b = 0; b < DTypeBytes(dtype); ++b) EXPECT_EQ(p[b], std::byte{0}) << c << "," << lane;
+  using Pack = WeightMatrix (*)(const float*, int64_t, int64_t, int64_t, int64_t, DType, void*);
+  std::vector<std::pair<std::string, Pack>> packers{{"PackF32Panels", PackF32Panels}};
+  std::vector<const KernelSet*> tables = testing::SimdKernelTables();
+  if (CpuSupportsBf16Dot()) tables.push_back(Avx512Bf16Kernels(2));
+  for (const KernelSet* k : tables) {
+    if (k->pack_f32_panels != nullptr) packers.emplace_back(k->name, k->pack_f32_panels);
+  }
+  for (const auto& [name, pack] : packers) {
+    for (bool transposed : {true, false}) {
+      const int64_t row_stride = transposed ? 1 : cols, col_stride = transposed ? rows : 1;
+      for (DType dtype : {DType::kF32, DType::kBF16}) {
+        SCOPED_TRACE(name + (transposed ? " transposed " : " gathered ") + (dtype == DType::kF32 ? "F32" : "BF16"));
+        std::vector<std::byte> bytes(PackedF32PanelsBytes(rows, cols, dtype), std::byte{0x7f});
+        const WeightMatrix w = pack(src.data(), rows, cols, row_stride, col_stride, dtype, bytes.data());
+        ASSERT_TRUE(w.packed);
+        ASSERT_EQ(w.rows, rows);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < cols; ++c) {
+            const float want = src[size_t(r * row_stride + c * col_stride)];
+            EXPECT_EQ(WeightAt(w, r, c), dtype == DType::kF32 ? want : Bf16ToF32(F32ToBf16(want))) << r << "," << c;
+          }
+        }
+        // The last panel's lanes past row 36 are zero.
+        for (int64_t c = 0; c < cols; ++c) {
+          for (int64_t lane = rows % kPanelRows; lane < kPanelRows; ++lane) {
+            const std::byte* p = w.panel(w.num_panels() - 1) + (c * kPanelRows + lane) * DTypeBytes(dtype);
+            for (int b = 0; b < DTypeBytes(dtype); ++b) EXPECT_EQ(p[b], std::byte{0}) << c << "," << lane;
+          }
+        }
       }
     }
   }
