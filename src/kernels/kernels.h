@@ -93,6 +93,9 @@ struct KernelSet {
   // s[r][h] summed over r in order; run_max[h] = m. e^x as exp_sum's.
   void (*softmax_columns)(float* s, int64_t n, int64_t hp, float scale, float* run_max, float* run_sum,
                           float* corr);
+  // y[i] = fma(y[i], b, x[i]) for i < n (one rounding, in every table: the same values from each).
+  // The online softmax's o = o * correction + p @ v; with b = 1 it is axpy_f32 with a = 1.
+  void (*scale_add_f32)(float b, const float* x, float* y, int64_t n);
 
   // ---- Absorbed decode attention over bf16 rows (latent_attention.h; nullptr: not in this table) ----
   // The bf16 tables only. hp = LatentHeadsPadded(heads); rows[r] points at a row's row_dim

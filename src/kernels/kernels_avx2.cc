@@ -128,7 +128,8 @@ const KernelSet* Avx2Kernels() {
                               avx2::FmaChains<Avx2>,
                               avx2::PackActivations<Avx2>, avx2::MatMulPanelsPacked<Avx2>,
                               avx2::RmsNorm<Avx2>, avx2::AddRmsNorm<Avx2>, avx2::SiluMul<Avx2>, avx2::GemmF32<Avx2>,
-                              avx2::ExpSum<Avx2>, avx2::ScaleMax<Avx2>, avx2::SoftmaxColumns<Avx2>};
+                              avx2::ExpSum<Avx2>, avx2::ScaleMax<Avx2>, avx2::SoftmaxColumns<Avx2>,
+                              avx2::ScaleAddF32<Avx2>};
   return &kSet;
 }
 

@@ -126,7 +126,8 @@ const KernelSet* Avx512Kernels() {
                               avx512::AxpyF32<Avx512>, avx512::FmaChains<Avx512>,
                               avx512::PackActivations<Avx512>, avx512::MatMulPanelsPacked<Avx512>,
                               avx512::RmsNorm<Avx512>, avx512::AddRmsNorm<Avx512>, avx512::SiluMul<Avx512>, avx512::GemmF32<Avx512>,
-                              avx512::ExpSum<Avx512>, avx512::ScaleMax<Avx512>, avx512::SoftmaxColumns<Avx512>};
+                              avx512::ExpSum<Avx512>, avx512::ScaleMax<Avx512>, avx512::SoftmaxColumns<Avx512>,
+                              avx512::ScaleAddF32<Avx512>};
   return &kSet;
 }
 

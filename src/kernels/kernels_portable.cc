@@ -54,6 +54,10 @@ void AxpyF32(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+void ScaleAddF32(float b, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::fma(y[i], b, x[i]);
+}
+
 // Plain floats, eight per chain: whatever the baseline ISA's compiler makes of them (SSE2 mul and
 // add on x86-64) is the portable table's peak.
 double FmaChains(int64_t iterations, float* sink) {
@@ -138,7 +142,7 @@ void AddRmsNorm(float* x, const float* add, const float* weight, int64_t dim, do
 const KernelSet& PortableKernels() {
   static const KernelSet kSet{KernelIsa::kPortable, "portable", MatMulRows, MatMulPanels, AxpyRow,
                               DotF32, AxpyF32, FmaChains, PackActivations, MatMulPanelsPacked,
-                              RmsNorm, AddRmsNorm, SiluMul, GemmF32, ExpSum, ScaleMax, SoftmaxColumns};
+                              RmsNorm, AddRmsNorm, SiluMul, GemmF32, ExpSum, ScaleMax, SoftmaxColumns, ScaleAddF32};
   return kSet;
 }
 

@@ -974,6 +974,16 @@ void AxpyF32(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
+template <class V>
+void ScaleAddF32(float b, const float* x, float* y, int64_t n) {
+  const typename V::Reg bv = V::Broadcast(b);
+  int64_t i = 0;
+  for (; i + V::kLanes <= n; i += V::kLanes) {
+    V::StoreF32(y + i, V::Fma(V::LoadF32(y + i), bv, V::LoadF32(x + i)));
+  }
+  for (; i < n; ++i) y[i] = std::fma(y[i], b, x[i]);
+}
+
 // acc = acc * b + a converges to a / (1 - b) = 1 with a = 1 - b: no overflow, no denormals.
 template <class V>
 double FmaChains(int64_t iterations, float* sink) {

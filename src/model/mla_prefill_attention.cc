@@ -148,12 +148,19 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
           const int last_position = first_position + num_queries - 1;
           if (last_position < c0) continue;  // every key of the block is in these queries' future
           const int keys_needed = std::min(rows, last_position + 1 - c0);
+          float* out = ws.attn_out.data() + (int64_t(first_token) + q0) * out_stride + h * v_dim;
+          // The block's outputs (a row of every query, out_stride apart: far apart in memory, and
+          // last touched a KV block ago) fetched while the scores multiply.
+          for (int qi = 0; qi < num_queries; ++qi) {
+            const char* o = reinterpret_cast<const char*>(out + int64_t(qi) * out_stride);
+            for (int64_t byte = 0; byte < int64_t(v_dim) * 4; byte += 64) __builtin_prefetch(o + byte, 1);
+          }
           // scores [num_queries, rows]: the keys the queries can see (a view of the first panels).
           WeightMatrix needed = key_panels;
           needed.rows = keys_needed;
           k.matmul_panels(ws.mha_q.data() + (int64_t(h) * ws.max_tokens + q0) * qk_dim, num_queries, needed, 0,
                           needed.num_panels(), scores, rows);
-          float* out = ws.attn_out.data() + (int64_t(first_token) + q0) * out_stride + h * v_dim;
+          float correction[B];  // per query: what its running output is multiplied by before this block's
           for (int qi = 0; qi < num_queries; ++qi) {
             float* s = scores + int64_t(qi) * rows;
             float* state = ws.mha_state.data() + ((int64_t(first_token) + q0 + qi) * heads + h) * 2;
@@ -161,21 +168,18 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
             const int visible = std::clamp(first_position + qi + 1 - c0, 0, keys_needed);
             const float block_max = k.scale_max(s, visible, scale);
             std::fill(s + visible, s + rows, 0.0f);  // p @ values sums over every row of the block
+            correction[qi] = 1.0f;
             if (visible == 0) continue;
             const float new_max = std::max(state[0], block_max);
-            const float correction = std::exp(state[0] - new_max);  // 0 on the first block
+            correction[qi] = std::exp(state[0] - new_max);  // 0 on the first block
             const float sum = k.exp_sum(s, visible, new_max);
             state[0] = new_max;
-            state[1] = state[1] * correction + sum;
-            if (correction != 1.0f) {
-              float* o = out + int64_t(qi) * out_stride;
-              for (int i = 0; i < v_dim; ++i) o[i] *= correction;
-            }
+            state[1] = state[1] * correction[qi] + sum;
           }
-          // o += p @ values over the block's rows.
+          // o = o * correction + p @ values over the block's rows, one pass over o.
           k.matmul_panels(scores, num_queries, value_panels, 0, value_panels.num_panels(), pv, v_dim);
           for (int qi = 0; qi < num_queries; ++qi) {
-            k.axpy_f32(1.0f, pv + int64_t(qi) * v_dim, out + int64_t(qi) * out_stride, v_dim);
+            k.scale_add_f32(correction[qi], pv + int64_t(qi) * v_dim, out + int64_t(qi) * out_stride, v_dim);
           }
         }
       }

@@ -169,5 +169,31 @@ TEST(ElementwiseKernels, SimdScaleMaxIsTheReference) {
   }
 }
 
+// scale_add_f32 (the online softmax's o = o * correction + p @ v): every SIMD table gives the
+// portable one's values bit for bit (one fused multiply-add), and a factor of 1 adds x to y as
+// axpy_f32 with 1 does.
+TEST(ElementwiseKernels, SimdScaleAddIsTheReference) {
+  std::mt19937 rng(7);
+  if (testing::SimdKernelTables().empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
+  for (const KernelSet* k : testing::SimdKernelTables()) {
+    SCOPED_TRACE(k->name);
+    for (int64_t n : {0, 1, 7, 16, 31, 32, 33, 128, 130}) {
+      const std::vector<float> x = Random(size_t(n), 3.0f, rng), y = Random(size_t(n), 3.0f, rng);
+      for (float b : {0.0f, 0.37f, 1.0f}) {
+        std::vector<float> ref = y, out = y;
+        PortableKernels().scale_add_f32(b, x.data(), ref.data(), n);
+        k->scale_add_f32(b, x.data(), out.data(), n);
+        ASSERT_EQ(out, ref) << n << " " << b;
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(ref[size_t(i)], std::fma(y[size_t(i)], b, x[size_t(i)])) << i;
+        if (b == 1.0f) {
+          std::vector<float> axpy = y;
+          k->axpy_f32(1.0f, x.data(), axpy.data(), n);
+          ASSERT_EQ(out, axpy) << n;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mlaserve
