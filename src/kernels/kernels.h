@@ -118,7 +118,7 @@ struct KernelSet {
                      int64_t n, int64_t latent_dim, float* o, RowPrefetch& next) = nullptr;
 
   // ---- Attention's run-time panels (nullptr: kernels/pack.h PackF32Panels, the plain path) ----
-  // PackF32Panels' contract (the MHA prefill's keys and transposed values); the bf16 tables'
+  // PackF32Panels' contract (the MHA prefill's keys and transposed values); the bf16 tables' entry
   // writes BF16 panels with the conversion instruction (nearest even; an fp32 subnormal becomes
   // a signed zero) and hands F32 ones to PackF32Panels.
   WeightMatrix (*pack_f32_panels)(const float* src, int64_t rows, int64_t cols, int64_t row_stride,

@@ -3,16 +3,17 @@
 // chunk, with prefix = the cached rows plus the new ones:
 //   per KV block of kMhaKvRows rows, dequantized once:  c_kv [C, L], k_pe [C, R]
 //   per head h:  k[h] = [c_kv @ W_UK[h]^T | k_pe]  [C, nope + R],  v[h] = c_kv @ W_UV[h]^T  [C, v]
-//   per query block:  s = q k^T * scale (causal), online softmax, o += p v
+//   per query block:  s = q k^T * scale (causal), online softmax, o = o * correction + p v
 // Both products run through the kernel table's matmul_panels, with k[h] and v[h]^T packed as
-// panels (the table's pack_f32_panels, else PackF32Panels): in bf16 where the table multiplies a query block with bf16 dot
-// products (the host's fastest, kernel_choice.h), else in fp32.
+// panels (the table's pack_f32_panels, else PackF32Panels): in bf16 where the table multiplies a
+// query block with bf16 dot products (the host's fastest, kernel_choice.h), else in fp32.
 // q = [q_nope | rope(q_pe)]; out[t, h, :] = o / sum is written to attn_out as the absorbed form
 // writes it. Per pair of (query, key) this is (nope + R + v) multiply-adds per head instead of the
 // absorbed form's (2 L + R), at the cost of decompressing every prefix row per head once.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "kernels/ops.h"
@@ -58,6 +59,7 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
   // Keys and values as bf16 panels where the table multiplies a query block in bf16 (the host's
   // dot-product instructions), else fp32.
   const DType panel_dtype = k.bf16_min_tokens > 0 && B >= k.bf16_min_tokens ? DType::kBF16 : DType::kF32;
+  const auto pack = k.pack_f32_panels != nullptr ? k.pack_f32_panels : PackF32Panels;
 
   // Queries per head, q_pe rotated; running softmax state and output start empty.
   pool_.ParallelFor(n, 1, [&](int64_t begin, int64_t end) {
@@ -138,7 +140,6 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
         // Both products as panels for the table's matmul: keys [rows x (nope + R)] (scores =
         // q @ keys^T) and values transposed [v x rows] (p @ values), in bf16 where the table
         // multiplies query blocks in bf16 (its dot-product instructions), else in fp32.
-        const auto pack = k.pack_f32_panels != nullptr ? k.pack_f32_panels : PackF32Panels;
         const WeightMatrix key_panels = pack(keys, rows, qk_dim, qk_dim, 1, panel_dtype, keys_panels);
         const WeightMatrix value_panels = pack(values, v_dim, rows, 1, v_dim, panel_dtype, values_panels);
 
@@ -152,15 +153,17 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
           // The block's outputs (a row of every query, out_stride apart: far apart in memory, and
           // last touched a KV block ago) fetched while the scores multiply.
           for (int qi = 0; qi < num_queries; ++qi) {
-            const char* o = reinterpret_cast<const char*>(out + int64_t(qi) * out_stride);
-            for (int64_t byte = 0; byte < int64_t(v_dim) * 4; byte += 64) __builtin_prefetch(o + byte, 1);
+            const auto row = reinterpret_cast<uintptr_t>(out + int64_t(qi) * out_stride);
+            for (uintptr_t line = row & ~uintptr_t(63); line < row + uintptr_t(v_dim) * 4; line += 64) {
+              __builtin_prefetch(reinterpret_cast<const void*>(line), 1);
+            }
           }
           // scores [num_queries, rows]: the keys the queries can see (a view of the first panels).
           WeightMatrix needed = key_panels;
           needed.rows = keys_needed;
           k.matmul_panels(ws.mha_q.data() + (int64_t(h) * ws.max_tokens + q0) * qk_dim, num_queries, needed, 0,
                           needed.num_panels(), scores, rows);
-          float correction[B];  // per query: what its running output is multiplied by before this block's
+          float correction[B];  // [num_queries] what each query's running output is multiplied by before this block's
           for (int qi = 0; qi < num_queries; ++qi) {
             float* s = scores + int64_t(qi) * rows;
             float* state = ws.mha_state.data() + ((int64_t(first_token) + q0 + qi) * heads + h) * 2;

@@ -241,9 +241,12 @@ TEST(KvSplits, ARanksHeadsEqualTheSameHeadsOfAllHeads) {
 // given and not empty), else greedy ones, written to *decode when given, so that a second model
 // can be fed the same tokens (a near-tie may otherwise pick another token and compare logits of
 // different inputs).
+// kernels: the table the model computes with (nullptr: DefaultKernels()).
 std::vector<float> RunLogits(Model& model, const std::vector<TokenId>& prompt, KvFormat format, int page_size,
-                             int decode_steps, std::vector<TokenId>* decode = nullptr) {
-  auto runner = SequenceRunner::Create(model, DefaultKernels(), {.kv_format = format, .page_size = page_size});
+                             int decode_steps, std::vector<TokenId>* decode = nullptr,
+                             const KernelSet* kernels = nullptr) {
+  auto runner = SequenceRunner::Create(model, kernels != nullptr ? *kernels : DefaultKernels(),
+                                       {.kv_format = format, .page_size = page_size});
   EXPECT_TRUE(runner.ok()) << runner.error();
   if (!runner.ok()) return {};
   std::vector<float> logits;
@@ -297,6 +300,26 @@ TEST(MlaAttention, MhaPrefillMatchesAbsorbedFormOnLongContexts) {
       EXPECT_GT(max_diff, 0.0) << "the two forms ran the same code";
     }
   }
+}
+
+// The MHA-form prefill with a bf16 table, whose attention keys and values go into bf16 panels
+// through the table's pack_f32_panels (gathers and the conversion instruction): the same logits,
+// bit for bit, as the same table with that entry taken away (PackF32Panels, the plain reference),
+// over a 1200-token prompt in chunks of 512 (blocks of 256 keys, a short last one).
+TEST(MlaAttention, MhaPrefillPacksBf16PanelsAsTheReferenceDoes) {
+  if (!CpuSupportsBf16Dot()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  auto model = Model::Load(kModel, ModelOptions{.max_batch_tokens = 512, .max_context = 1400});
+  ASSERT_TRUE(model.ok());
+  const KernelSet* fast = Avx512Bf16Kernels(2);
+  ASSERT_NE(fast->pack_f32_panels, nullptr);
+  KernelSet plain = *fast;
+  plain.pack_f32_panels = nullptr;
+  const std::vector<TokenId> prompt = Prompt(1200, 11);
+  std::vector<TokenId> decode;  // the first run's greedy tokens, fed to the second
+  const std::vector<float> want = RunLogits(**model, prompt, KvFormat::kBF16, 16, 2, &decode, &plain);
+  const std::vector<float> got = RunLogits(**model, prompt, KvFormat::kBF16, 16, 2, &decode, fast);
+  ASSERT_FALSE(want.empty());
+  EXPECT_EQ(got, want);
 }
 
 // Deterministic mode at a context of nine KV splits: the same logits, bit for bit, whether the
