@@ -42,9 +42,9 @@ constexpr int kTokens = 4;
 constexpr int kOnePassTokens = 6;
 // Software prefetch distances: codes 2 KB ahead of each panel stream, scales 8 groups ahead, each
 // of a group's scale lines (a panel's 16 scales, and its 16 mins where the format has them: with
-// the scales' line alone, `bench-kernels`' one-token q4_k row streamed at 57-59% of the probe
-// against 71-78% with both, alternating runs on the AMD host; q8_0 measured 1-4 KB alike, all
-// above 1 KB).
+// the scales' line alone, `bench-kernels`' one-token q4_k row streamed at 59% / 57% / 78% of
+// the probe against 71% / 78% / 90% with both, alternating rounds on the AMD host; q8_0 measured
+// 1-4 KB alike, all above 1 KB).
 constexpr int64_t kPrefetchBytes = 2048;
 constexpr int64_t kPrefetchGroups = 8;
 
