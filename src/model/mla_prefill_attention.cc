@@ -27,7 +27,7 @@ namespace {
 // Segments of fewer new tokens stay in the absorbed form.
 constexpr int kMhaPrefillMinTokens = 32;
 // Cache rows a thread dequantizes at a time into a block's keys (the grain of that ParallelFor,
-// a quarter of kMhaKvRows: every thread of a 4-core host takes part).
+// an eighth of kMhaKvRows: every thread of an 8-core host takes part).
 constexpr int kMhaReadGrainRows = 64;
 
 }  // namespace

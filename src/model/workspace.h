@@ -23,9 +23,10 @@ inline constexpr int kKvTileRows = 128;
 // MHA-form prefill (mla_prefill_attention.cc): cache rows decompressed per head at a time, and
 // queries per score block. 256 rows: each query block is converted, scored, soft-maxed and added
 // into its output once per 256 keys instead of once per 64 (a 3,900-token prompt prefilled ~14%
-// faster, docs/benchmarks.md), while one thread's keys, values and their panels (~0.5 MB) stay in
-// L2; 512 measured within noise of 256.
-inline constexpr int kMhaKvRows = 256;
+// faster, docs/benchmarks.md); 512 once the panels' packing and the output's correction became
+// vector work (half the passes over the outputs: 4K prefill attention 7% faster in five
+// alternating rounds; 1024 measured as 512), one thread's keys, values and their panels ~1 MB.
+inline constexpr int kMhaKvRows = 512;
 inline constexpr int kMhaQueryRows = 32;
 
 // One work item of the split (flash-decoding) attention: a token of the wave and `count`

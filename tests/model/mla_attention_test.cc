@@ -305,7 +305,7 @@ TEST(MlaAttention, MhaPrefillMatchesAbsorbedFormOnLongContexts) {
 // The MHA-form prefill with a bf16 table, whose attention keys and values go into bf16 panels
 // through the table's pack_f32_panels (gathers and the conversion instruction): the same logits,
 // bit for bit, as the same table with that entry taken away (PackF32Panels, the plain reference),
-// over a 1200-token prompt in chunks of 512 (blocks of 256 keys, a short last one).
+// over a 1200-token prompt in chunks of 512 (blocks of 512 keys, a short last one).
 TEST(MlaAttention, MhaPrefillPacksBf16PanelsAsTheReferenceDoes) {
   if (!CpuSupportsBf16Dot()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
   auto model = Model::Load(kModel, ModelOptions{.max_batch_tokens = 512, .max_context = 1400});
