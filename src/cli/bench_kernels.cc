@@ -1,7 +1,7 @@
 // mlaserve bench-kernels: the packed-panel matmul kernels alone, per weight format (bf16,
 // fp8-block 128x128, int4-g32, and GGUF's q8_0, q6_k and q4_k as the loader holds them: int8
-// codes with an F32 scale per 32 or 16, uint4 codes with an F32 scale and min per 32), on random weights: the bandwidth one-token products reach
-// streaming from memory on every thread (decode), and the compute rate of one thread on a
+// codes with an F32 scale per 32 or 16, uint4 codes with an F32 scale and min per 32), on random
+// weights: the bandwidth one-token products reach streaming from memory on every thread (decode), and the compute rate of one thread on a
 // matrix that fits in L2, for token counts from decode to prefill tiles; then the KV row codecs
 // per cache format, scalar against SIMD. The figures the kernel notes in docs/benchmarks.md
 // quote come from here.
@@ -31,7 +31,8 @@ namespace mlaserve::cli {
 namespace {
 
 enum class Format { kBf16, kFp8Block, kInt4G32, kQ8_0, kQ6K, kQ4K };
-constexpr Format kFormats[] = {Format::kBf16, Format::kFp8Block, Format::kInt4G32, Format::kQ8_0, Format::kQ6K, Format::kQ4K};
+constexpr Format kFormats[] = {Format::kBf16, Format::kFp8Block, Format::kInt4G32,
+                               Format::kQ8_0, Format::kQ6K,     Format::kQ4K};
 
 const char* FormatName(Format f) {
   switch (f) {
@@ -65,7 +66,8 @@ PackedMatrix RandomPacked(Format f, int64_t rows, int64_t cols, std::mt19937& rn
     w.dtype = DType::kI32;
     w.format = WeightFormat::kInt4Group;
     w.block_cols = 32;
-  } else if (f == Format::kQ8_0 || f == Format::kQ6K) {  // GGUF's Q8_0 / Q6_K as held: int8 codes, an F32 scale per 32 / 16
+  } else if (f == Format::kQ8_0 || f == Format::kQ6K) {
+    // GGUF's Q8_0 / Q6_K as held: int8 codes, an F32 scale per 32 / 16.
     w.dtype = DType::kI8;
     w.format = WeightFormat::kInt8Group;
     w.block_cols = f == Format::kQ8_0 ? 32 : 16;

@@ -72,8 +72,8 @@ WeightMatrix PackF32PanelsBf16(const float* src, int64_t rows, int64_t cols, int
   if (dtype != DType::kBF16 || row_stride * kPanelRows > (int64_t(1) << 28)) {
     return PackF32Panels(src, rows, cols, row_stride, col_stride, dtype, dst);
   }
-  const __m512i lane_offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                                  _mm512_set1_epi32(int32_t(row_stride)));
+  const __m512i lanes16 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i lane_offsets = _mm512_mullo_epi32(lanes16, _mm512_set1_epi32(int32_t(row_stride)));  // floats
   auto* out = static_cast<uint16_t*>(dst);  // [panels][cols][16]
   for (int64_t row0 = 0; row0 < rows; row0 += kPanelRows) {
     const int64_t lanes = std::min<int64_t>(kPanelRows, rows - row0);

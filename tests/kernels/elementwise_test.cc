@@ -169,9 +169,10 @@ TEST(ElementwiseKernels, SimdScaleMaxIsTheReference) {
   }
 }
 
-// scale_add_f32 (the online softmax's o = o * correction + p @ v): every table (one with the entry) gives the
-// portable one's values bit for bit (one fused multiply-add), and a factor of 1 adds x to y as
-// axpy_f32 with 1 does.
+// scale_add_f32 (the online softmax's o = o * correction + p @ v): every table has it (the MHA
+// prefill calls it unchecked), each SIMD one gives the portable one's values bit for bit, the
+// portable one's are one fused multiply-add each, and a factor of 1 adds x to y as axpy_f32 with
+// 1 does.
 TEST(ElementwiseKernels, SimdScaleAddIsTheReference) {
   std::mt19937 rng(7);
   std::vector<const KernelSet*> tables = testing::SimdKernelTables();
