@@ -182,6 +182,41 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
   }
 }
 
+// Block's product for one token of uint4-min codes (GGUF's Q4_K, Q4_0) over one panel's 16 rows
+// (rows_valid of them stored), all groups in one pass: the same integer sums and the same fp32
+// operations per output in the same order, so bit for bit what Block gives those rows. The low
+// and the high nibbles' dot products run in two chains (a group's 8 vpdpbusd, 4 deep each),
+// added at the group's end. See Product for why one panel.
+void OnePanelNibbles(const Int8Activations& a, const WeightMatrix& w, const std::byte* panel, const std::byte* scales,
+                     float* y, int rows_valid) {
+  const int64_t group = w.block_cols;
+  const __mmask16 mask = rows_valid >= kPanelRows ? __mmask16(0xFFFF) : __mmask16((1u << rows_valid) - 1);
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  constexpr int64_t kScaleFloats = 2 * kPanelRows;  // a group's 16 scales, then its 16 mins
+  constexpr int64_t kColumnBytes = kPanelRows / 2;
+  __m512 out = _mm512_setzero_ps();
+  for (int64_t g = 0; g < w.cols / group; ++g) {
+    __m512i low = _mm512_setzero_si512(), high = _mm512_setzero_si512();
+    for (int64_t c = g * group; c < (g + 1) * group; c += 8) {
+      const std::byte* codes = panel + c * kColumnBytes;  // 64 bytes: columns c .. c + 7
+      _mm_prefetch(reinterpret_cast<const char*>(codes) + kPrefetchBytes, _MM_HINT_T0);
+      const __m512i b = _mm512_loadu_si512(codes);
+      int32_t word[2];
+      std::memcpy(word, a.q + c, 8);
+      low = _mm512_dpbusd_epi32(low, _mm512_and_si512(b, nibble), _mm512_set1_epi32(word[0]));
+      high = _mm512_dpbusd_epi32(high, _mm512_and_si512(_mm512_srli_epi16(b, 4), nibble), _mm512_set1_epi32(word[1]));
+    }
+    const auto* f = reinterpret_cast<const float*>(scales) + g * kScaleFloats;
+    _mm_prefetch(reinterpret_cast<const char*>(f + kPrefetchGroups * kScaleFloats), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(f + kPrefetchGroups * kScaleFloats + kPanelRows), _MM_HINT_T0);
+    const __m512 d = _mm512_set1_ps(a.s[g].d);
+    const __m512i sum = _mm512_add_epi32(low, high);
+    out = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(_mm512_loadu_ps(f), d), out);
+    out = _mm512_fnmadd_ps(_mm512_loadu_ps(f + kPanelRows), _mm512_set1_ps(a.s[g].d * float(a.s[g].sum)), out);
+  }
+  _mm512_mask_storeu_ps(y, mask, out);
+}
+
 template <int kMax, class Fn>
 inline void WithTokens(int n, Fn&& fn) {
   if constexpr (kMax > 0) {
@@ -203,6 +238,21 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
   const auto* scale_base = static_cast<const std::byte*>(w.scales);
   const bool min = w.has_mins();
   const size_t panel_scale_bytes = size_t(groups) * kPanelRows * 4 * (min ? 2 : 1);
+  // Panels side by side: two (the activations' words serve both), but one for a single token's
+  // product of nibbles (GGUF's Q4_K and Q4_0), whose groups' scales and mins are half as many
+  // bytes as their codes: each thread then streams one panel's codes and scale lines at a time,
+  // not two of each (docs/benchmarks.md, "Q4_K decode: one panel at a time": 2048 x 2048 and
+  // 1408 x 2048 matrices streamed from memory, one token, 0.88-0.92 of bf16's GB/s with two panels
+  // against 0.93-1.05 with one, paired rounds). Not for more tokens (3 and 6 tokens streamed at
+  // 44 -> 27 and 29 -> 18-21 GB/s), nor for int8 codes (Q8_0, Q6_K: 0.93-0.98 -> 0.83-0.87).
+  if (n == 1 && w.format == WeightFormat::kUint4GroupMin) {
+    for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
+      const int rows_valid = int(std::min<int64_t>(kPanelRows, w.rows - panel * kPanelRows));
+      OnePanelNibbles(a, w, w.panel(panel), scale_base + size_t(panel) * panel_scale_bytes, y + panel * kPanelRows,
+                      rows_valid);
+    }
+    return;
+  }
   for (int64_t row0 = panel_begin * kPanelRows; row0 < row_end; row0 += 2 * kPanelRows) {
     const int64_t panel0 = row0 / kPanelRows;
     const int64_t panel1 = row0 + kPanelRows < row_end ? panel0 + 1 : panel0;
