@@ -8,8 +8,9 @@
 # bench's decode phase table: the MLP products (the large products' own rate) and the weight products
 # together (every product that reads weights: what the format changes, apart from attention over the cache).
 # After the rounds, per batch and file: the median over rounds of its decode tokens/s and of its
-# weight products' share of the read bandwidth (batch 1), each over the dense checkpoint's in the
-# same round: paired, so that the host's drift between rounds cancels.
+# weight products' share of the read bandwidth (batch 1: bench prints it to the whole percent),
+# each over the dense checkpoint's in the same round: paired, so that the host's drift between
+# rounds cancels.
 set -euo pipefail
 model=${1:?usage: scripts/bench-gguf.sh MODEL_DIR [ROUNDS] [TYPES] [BATCHES]}
 rounds=${2:-3}
@@ -22,29 +23,36 @@ for t in $types; do
   [[ -f $out ]] || "$bin" quantize --model-path "$model" --out-format gguf --weights "$t" --out "$out"
   files+=("$out")
 done
-# The median of a list of numbers (one per line).
-median() { sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+# "MEDIANx (N pairs)" of a list of ratios (one per line), or "n/a (0 pairs)".
+median() {
+  sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "n/a (0 pairs)"; else if (NR % 2) printf "%gx (%d pairs)\n", v[(NR + 1) / 2], NR; else printf "%gx (%d pairs)\n", (v[NR / 2] + v[NR / 2 + 1]) / 2, NR}'
+}
 for batch in $batches; do
   declare -A tps_ratios=() share_ratios=()
   for round in $(seq 1 "$rounds"); do
     dense_tps="" dense_share=""
     for f in "${files[@]}"; do
-      out=$("$bin" bench --model-path "$f" --prompt-len 256 --decode-tokens 32 --batch "$batch" 2>&1)
-      echo "batch=$batch round=$round $f | $(echo "$out" | grep -E '^(decode|weights read|  MLP products|  weight products)' | tr -s ' ' | tr '\n' ' ')"
-      tps=$(echo "$out" | sed -nE 's/^decode: .* = ([0-9.]+) tokens\/s.*/\1/p')
-      share=$(echo "$out" | awk '/^  weight products together/ {gsub("%", "", $NF); print $NF; exit}')
+      # A failed run is reported and leaves its round unpaired; the others go on.
+      if ! out=$("$bin" bench --model-path "$f" --prompt-len 256 --decode-tokens 32 --batch "$batch" 2>&1); then
+        printf 'batch=%s round=%s %s: bench failed:\n%s\n' "$batch" "$round" "$f" "$out" >&2
+        [[ $f == "$model" ]] && dense_tps="" dense_share=""
+        continue
+      fi
+      echo "batch=$batch round=$round $f | $(grep -E '^(decode|weights read|  MLP products|  weight products)' <<<"$out" | tr -s ' ' | tr '\n' ' ')"
+      tps=$(sed -nE 's/^decode: .* = ([0-9.]+) tokens\/s.*/\1/p' <<<"$out")
+      share=$(awk '/^  weight products together/ {gsub("%", "", $NF); print $NF; exit}' <<<"$out")
       if [[ $f == "$model" ]]; then
         dense_tps=$tps dense_share=$share
       else
-        [[ -n $tps && -n $dense_tps ]] && tps_ratios[$f]+="$(awk -v a="$tps" -v b="$dense_tps" 'BEGIN {print a / b}') "
-        [[ -n $share && -n $dense_share ]] && share_ratios[$f]+="$(awk -v a="$share" -v b="$dense_share" 'BEGIN {print a / b}') "
+        [[ -n $tps && -n $dense_tps ]] && tps_ratios[$f]+="$(awk -v a="$tps" -v b="$dense_tps" 'BEGIN {if (b > 0) print a / b}') "
+        [[ -n $share && -n $dense_share ]] && share_ratios[$f]+="$(awk -v a="$share" -v b="$dense_share" 'BEGIN {if (b > 0) print a / b}') "
       fi
     done
   done
   for f in "${files[@]:1}"; do
-    echo "batch=$batch $f over $model, median of $rounds paired rounds: decode tokens/s" \
-      "$(echo ${tps_ratios[$f]:-} | tr ' ' '\n' | grep . | median)x, weight products' share of the read bandwidth" \
-      "$(echo ${share_ratios[$f]:-} | tr ' ' '\n' | grep . | median)x"
+    echo "batch=$batch $f over $model, median over paired rounds: decode tokens/s" \
+      "$(tr ' ' '\n' <<<"${tps_ratios[$f]:-}" | grep . | median), weight products' share of the read bandwidth" \
+      "$(tr ' ' '\n' <<<"${share_ratios[$f]:-}" | grep . | median)"
   done
   unset tps_ratios share_ratios
 done

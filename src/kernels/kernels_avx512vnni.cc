@@ -23,6 +23,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -182,10 +183,11 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
   }
 }
 
-// Block's product for one token of uint4-min codes (GGUF's Q4_K, Q4_0) over one panel's 16 rows
+// Block's product for one token of uint4-min codes (GGUF's Q4_K, Q4_0, Q4_1; the absorbed W_UK^T
+// copies of such a kv_b) over one panel's 16 rows
 // (rows_valid of them stored), all groups in one pass: the same integer sums and the same fp32
 // operations per output in the same order, so bit for bit what Block gives those rows. The low
-// and the high nibbles' dot products run in two chains (a group's 8 vpdpbusd, 4 deep each),
+// and the high nibbles' dot products run in two chains (per 8 columns one vpdpbusd in each),
 // added at the group's end. See Product for why one panel.
 void OnePanelNibbles(const Int8Activations& a, const WeightMatrix& w, const std::byte* panel, const std::byte* scales,
                      float* y, int rows_valid) {
@@ -228,7 +230,7 @@ inline void WithTokens(int n, Fn&& fn) {
 // Panels [panel_begin, panel_end) for n tokens from quantized activations. Blocks of 32 rows
 // outermost, then chunks of columns (whole groups, ~512 columns: the block's 16 KB of codes stay in
 // L1 while every token tile passes), then tiles of kTokens tokens; one token reads each panel as
-// one sequential stream.
+// one sequential stream (one token of uint4 codes: a panel at a time, OnePanelNibbles).
 void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t panel_begin, int64_t panel_end,
              float* y, int64_t ldy) {
   const int64_t group = w.block_cols;
@@ -239,13 +241,14 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
   const bool min = w.has_mins();
   const size_t panel_scale_bytes = size_t(groups) * kPanelRows * 4 * (min ? 2 : 1);
   // Panels side by side: two (the activations' words serve both), but one for a single token's
-  // product of nibbles (GGUF's Q4_K and Q4_0), whose groups' scales and mins are half as many
+  // product of nibbles (uint4-min: GGUF's Q4_K, Q4_0, Q4_1), whose groups' scales and mins are half as many
   // bytes as their codes: each thread then streams one panel's codes and scale lines at a time,
   // not two of each (docs/benchmarks.md, "Q4_K decode: one panel at a time": 2048 x 2048 and
-  // 1408 x 2048 matrices streamed from memory, one token, 0.88-0.92 of bf16's GB/s with two panels
+  // 1408 x 2048 matrices streamed from memory, one token, 0.85-0.92 of bf16's GB/s with two panels
   // against 0.93-1.05 with one, paired rounds). Not for more tokens (3 and 6 tokens streamed at
   // 44 -> 27 and 29 -> 18-21 GB/s), nor for int8 codes (Q8_0, Q6_K: 0.93-0.98 -> 0.83-0.87).
   if (n == 1 && w.format == WeightFormat::kUint4GroupMin) {
+    assert(panel_end <= w.num_panels());
     for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
       const int rows_valid = int(std::min<int64_t>(kPanelRows, w.rows - panel * kPanelRows));
       OnePanelNibbles(a, w, w.panel(panel), scale_base + size_t(panel) * panel_scale_bytes, y + panel * kPanelRows,
