@@ -35,7 +35,6 @@ for batch in $batches; do
       # A failed run is reported and leaves its round unpaired; the others go on.
       if ! out=$("$bin" bench --model-path "$f" --prompt-len 256 --decode-tokens 32 --batch "$batch" 2>&1); then
         printf 'batch=%s round=%s %s: bench failed:\n%s\n' "$batch" "$round" "$f" "$out" >&2
-        [[ $f == "$model" ]] && dense_tps="" dense_share=""
         continue
       fi
       echo "batch=$batch round=$round $f | $(grep -E '^(decode|weights read|  MLP products|  weight products)' <<<"$out" | tr -s ' ' | tr '\n' ' ')"
@@ -54,5 +53,4 @@ for batch in $batches; do
       "$(tr ' ' '\n' <<<"${tps_ratios[$f]:-}" | grep . | median), weight products' share of the read bandwidth" \
       "$(tr ' ' '\n' <<<"${share_ratios[$f]:-}" | grep . | median)"
   done
-  unset tps_ratios share_ratios
 done

@@ -184,8 +184,8 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
 }
 
 // Block's product for one token of uint4-min codes (GGUF's Q4_K, Q4_0, Q4_1; the absorbed W_UK^T
-// copies of such a kv_b) over one panel's 16 rows
-// (rows_valid of them stored), all groups in one pass: the same integer sums and the same fp32
+// copies of such a kv_b) over one panel's 16 rows (rows_valid of them stored), all groups in one
+// pass: the same integer sums and the same fp32
 // operations per output in the same order, so bit for bit what Block gives those rows. The low
 // and the high nibbles' dot products run in two chains (per 8 columns one vpdpbusd in each),
 // added at the group's end. See Product for why one panel.
@@ -241,16 +241,15 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
   const bool min = w.has_mins();
   const size_t panel_scale_bytes = size_t(groups) * kPanelRows * 4 * (min ? 2 : 1);
   // Panels side by side: two (the activations' words serve both), but one for a single token's
-  // product of nibbles (uint4-min: GGUF's Q4_K, Q4_0, Q4_1), whose groups' scales and mins are half as many
-  // bytes as their codes: each thread then streams one panel's codes and scale lines at a time,
-  // not two of each (docs/benchmarks.md, "Q4_K decode: one panel at a time": 2048 x 2048 and
-  // 1408 x 2048 matrices streamed from memory, one token, 0.85-0.92 of bf16's GB/s with two panels
-  // against 0.93-1.05 with one, paired rounds). Not for more tokens (3 and 6 tokens streamed at
-  // 44 -> 27 and 29 -> 18-21 GB/s), nor for int8 codes (Q8_0, Q6_K: 0.93-0.98 -> 0.83-0.87).
+  // product of nibbles (uint4-min: GGUF's Q4_K, Q4_0, Q4_1), whose groups' scales and mins are
+  // half as many bytes as their codes: each thread then streams one panel's codes and scale lines
+  // at a time, not two of each. `bench --model-path Q4_K.gguf`, four alternating rounds: weight
+  // products' share of the read probe 67-70% -> 70-76%. Not for more tokens, nor for int8 codes
+  // (Q8_0, Q6_K): slower there (docs/benchmarks.md, "Q4_K decode: one panel at a time").
   if (n == 1 && w.format == WeightFormat::kUint4GroupMin) {
     assert(panel_end <= w.num_panels());
     for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
-      const int rows_valid = int(std::min<int64_t>(kPanelRows, w.rows - panel * kPanelRows));
+      const int rows_valid = int(std::min<int64_t>(kPanelRows, row_end - panel * kPanelRows));
       OnePanelNibbles(a, w, w.panel(panel), scale_base + size_t(panel) * panel_scale_bytes, y + panel * kPanelRows,
                       rows_valid);
     }
