@@ -10,7 +10,8 @@
 # After the rounds, per batch and file: the median over rounds of its decode tokens/s and of its
 # weight products' share of the read bandwidth (batch 1: bench prints it to the whole percent),
 # each over the dense checkpoint's in the same round: paired, so that the host's drift between
-# rounds cancels.
+# rounds cancels; the order within a round flips every round, so that drift within one does not
+# favour the later runs.
 set -euo pipefail
 model=${1:?usage: scripts/bench-gguf.sh MODEL_DIR [ROUNDS] [TYPES] [BATCHES]}
 rounds=${2:-3}
@@ -30,8 +31,15 @@ median() {
 for batch in $batches; do
   declare -A tps_ratios=() share_ratios=()
   for round in $(seq 1 "$rounds"); do
-    dense_tps="" dense_share=""
-    for f in "${files[@]}"; do
+    # Odd rounds run the files in order, even rounds in reverse (the dense checkpoint last): on a
+    # host whose speed drifts within a round, neither side of a pair is always the later run.
+    order=("${files[@]}")
+    if (( round % 2 == 0 )); then
+      order=()
+      for ((i = ${#files[@]} - 1; i >= 0; i--)); do order+=("${files[i]}"); done
+    fi
+    declare -A tps_of=() share_of=()
+    for f in "${order[@]}"; do
       # A failed run is reported and leaves its round unpaired; the others go on.
       if ! out=$("$bin" bench --model-path "$f" --prompt-len 256 --decode-tokens 32 --batch "$batch" 2>&1); then
         printf 'batch=%s round=%s %s: bench failed:\n%s\n' "$batch" "$round" "$f" "$out" >&2
@@ -40,13 +48,15 @@ for batch in $batches; do
       echo "batch=$batch round=$round $f | $(grep -E '^(decode|weights read|  MLP products|  weight products)' <<<"$out" | tr -s ' ' | tr '\n' ' ')"
       tps=$(sed -nE 's/^decode: .* = ([0-9.]+) tokens\/s.*/\1/p' <<<"$out")
       share=$(awk '/^  weight products together/ {gsub("%", "", $NF); print $NF; exit}' <<<"$out")
-      if [[ $f == "$model" ]]; then
-        dense_tps=$tps dense_share=$share
-      else
-        [[ -n $tps && -n $dense_tps ]] && tps_ratios[$f]+="$(awk -v a="$tps" -v b="$dense_tps" 'BEGIN {if (b > 0) print a / b}') "
-        [[ -n $share && -n $dense_share ]] && share_ratios[$f]+="$(awk -v a="$share" -v b="$dense_share" 'BEGIN {if (b > 0) print a / b}') "
-      fi
+      tps_of[$f]=$tps share_of[$f]=$share
     done
+    dense_tps=${tps_of[$model]:-} dense_share=${share_of[$model]:-}
+    for f in "${files[@]:1}"; do
+      tps=${tps_of[$f]:-} share=${share_of[$f]:-}
+      [[ -n $tps && -n $dense_tps ]] && tps_ratios[$f]+="$(awk -v a="$tps" -v b="$dense_tps" 'BEGIN {if (b > 0) print a / b}') "
+      [[ -n $share && -n $dense_share ]] && share_ratios[$f]+="$(awk -v a="$share" -v b="$dense_share" 'BEGIN {if (b > 0) print a / b}') "
+    done
+    unset tps_of share_of
   done
   for f in "${files[@]:1}"; do
     echo "batch=$batch $f over $model, median over paired rounds: decode tokens/s" \

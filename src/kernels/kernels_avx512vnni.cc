@@ -183,38 +183,73 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
   }
 }
 
-// Block's product for one token of uint4-min codes (GGUF's Q4_K, Q4_0, Q4_1; the absorbed W_UK^T
-// copies of such a kv_b) over one panel's 16 rows (rows_valid of them stored), all groups in one
-// pass: the same integer sums and the same fp32
-// operations per output in the same order, so bit for bit what Block gives those rows. The low
-// and the high nibbles' dot products run in two chains (per 8 columns one vpdpbusd in each),
-// added at the group's end. See Product for why one panel.
-void OnePanelNibbles(const Int8Activations& a, const WeightMatrix& w, const std::byte* panel, const std::byte* scales,
-                     float* y, int rows_valid) {
+// Block's product for one token over one panel's 16 rows (rows_valid of them stored), all groups in
+// one pass: the same integer sums and the same fp32 operations per output in the same order, so
+// bit for bit what Block gives those rows. The dot products run in two chains (nibbles: the low
+// and the high ones, per 8 columns one vpdpbusd in each; bytes: alternate 4-column steps), added
+// at the group's end. Product says when: every panel of a single token's uint4-min product
+// (GGUF's Q4_K, Q4_0, Q4_1; the absorbed W_UK^T copies of such a kv_b), and the unpaired last
+// panel of any other single token's product, where Block would multiply that panel twice.
+template <WeightFormat F>
+void OnePanel(const Int8Activations& a, const WeightMatrix& w, const std::byte* panel, const std::byte* scales,
+              float* y, int rows_valid) {
   const int64_t group = w.block_cols;
   const __mmask16 mask = rows_valid >= kPanelRows ? __mmask16(0xFFFF) : __mmask16((1u << rows_valid) - 1);
+  constexpr bool kMin = F != WeightFormat::kInt8Group;
+  constexpr bool kNibbles = F == WeightFormat::kUint4GroupMin;
   const __m512i nibble = _mm512_set1_epi8(0x0F);
-  constexpr int64_t kScaleFloats = 2 * kPanelRows;  // a group's 16 scales, then its 16 mins
-  constexpr int64_t kColumnBytes = kPanelRows / 2;
+  const __m512i sign = _mm512_set1_epi8(int8_t(0x80));
+  constexpr int64_t kScaleFloats = kMin ? 2 * kPanelRows : kPanelRows;  // a group's 16 scales (then 16 mins)
+  constexpr int64_t kColumnBytes = kNibbles ? kPanelRows / 2 : kPanelRows;
+  // Columns per step: 64 bytes of nibbles, or two 64-byte loads of bytes. Nibble groups are whole
+  // steps (Int8DotMultiplies asks block_cols % 8 == 0 of them); byte groups may end in 4 columns.
+  constexpr int64_t kStepColumns = 8;
   __m512 out = _mm512_setzero_ps();
   for (int64_t g = 0; g < w.cols / group; ++g) {
-    __m512i low = _mm512_setzero_si512(), high = _mm512_setzero_si512();
-    for (int64_t c = g * group; c < (g + 1) * group; c += 8) {
-      const std::byte* codes = panel + c * kColumnBytes;  // 64 bytes: columns c .. c + 7
+    __m512i chain0 = kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(-128 * a.s[g].sum);
+    __m512i chain1 = _mm512_setzero_si512();
+    const int64_t c_end = (g + 1) * group;
+    int64_t c = g * group;
+    for (; c + kStepColumns <= c_end; c += kStepColumns) {
+      const std::byte* codes = panel + c * kColumnBytes;  // columns c .. c + 7
       _mm_prefetch(reinterpret_cast<const char*>(codes) + kPrefetchBytes, _MM_HINT_T0);
-      const __m512i b = _mm512_loadu_si512(codes);
       int32_t word[2];
       std::memcpy(word, a.q + c, 8);
-      low = _mm512_dpbusd_epi32(low, _mm512_and_si512(b, nibble), _mm512_set1_epi32(word[0]));
-      high = _mm512_dpbusd_epi32(high, _mm512_and_si512(_mm512_srli_epi16(b, 4), nibble), _mm512_set1_epi32(word[1]));
+      __m512i u0, u1;
+      if constexpr (kNibbles) {
+        const __m512i b = _mm512_loadu_si512(codes);
+        u0 = _mm512_and_si512(b, nibble);
+        u1 = _mm512_and_si512(_mm512_srli_epi16(b, 4), nibble);
+      } else {
+        _mm_prefetch(reinterpret_cast<const char*>(codes) + kPrefetchBytes + 64, _MM_HINT_T0);
+        u0 = _mm512_loadu_si512(codes);
+        u1 = _mm512_loadu_si512(codes + 64);
+        if constexpr (!kMin) {
+          u0 = _mm512_xor_si512(u0, sign);
+          u1 = _mm512_xor_si512(u1, sign);
+        }
+      }
+      chain0 = _mm512_dpbusd_epi32(chain0, u0, _mm512_set1_epi32(word[0]));
+      chain1 = _mm512_dpbusd_epi32(chain1, u1, _mm512_set1_epi32(word[1]));
+    }
+    if constexpr (!kNibbles) {  // a group of 4 (mod 8) columns: its last 4 in the first chain
+      if (c < c_end) {
+        int32_t word;
+        std::memcpy(&word, a.q + c, 4);
+        __m512i u = _mm512_loadu_si512(panel + c * kColumnBytes);
+        if constexpr (!kMin) u = _mm512_xor_si512(u, sign);
+        chain0 = _mm512_dpbusd_epi32(chain0, u, _mm512_set1_epi32(word));
+      }
     }
     const auto* f = reinterpret_cast<const float*>(scales) + g * kScaleFloats;
     _mm_prefetch(reinterpret_cast<const char*>(f + kPrefetchGroups * kScaleFloats), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(f + kPrefetchGroups * kScaleFloats + kPanelRows), _MM_HINT_T0);
     const __m512 d = _mm512_set1_ps(a.s[g].d);
-    const __m512i sum = _mm512_add_epi32(low, high);
+    const __m512i sum = _mm512_add_epi32(chain0, chain1);
     out = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(_mm512_loadu_ps(f), d), out);
-    out = _mm512_fnmadd_ps(_mm512_loadu_ps(f + kPanelRows), _mm512_set1_ps(a.s[g].d * float(a.s[g].sum)), out);
+    if constexpr (kMin) {
+      _mm_prefetch(reinterpret_cast<const char*>(f + kPrefetchGroups * kScaleFloats + kPanelRows), _MM_HINT_T0);
+      out = _mm512_fnmadd_ps(_mm512_loadu_ps(f + kPanelRows), _mm512_set1_ps(a.s[g].d * float(a.s[g].sum)), out);
+    }
   }
   _mm512_mask_storeu_ps(y, mask, out);
 }
@@ -230,7 +265,8 @@ inline void WithTokens(int n, Fn&& fn) {
 // Panels [panel_begin, panel_end) for n tokens from quantized activations. Blocks of 32 rows
 // outermost, then chunks of columns (whole groups, ~512 columns: the block's 16 KB of codes stay in
 // L1 while every token tile passes), then tiles of kTokens tokens; one token reads each panel as
-// one sequential stream (one token of uint4 codes: a panel at a time, OnePanelNibbles).
+// one sequential stream (one token of uint4 codes, or an unpaired last panel: a panel at a time,
+// OnePanel).
 void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t panel_begin, int64_t panel_end,
              float* y, int64_t ldy) {
   const int64_t group = w.block_cols;
@@ -240,6 +276,18 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
   const auto* scale_base = static_cast<const std::byte*>(w.scales);
   const bool min = w.has_mins();
   const size_t panel_scale_bytes = size_t(groups) * kPanelRows * 4 * (min ? 2 : 1);
+  assert(panel_end <= w.num_panels());
+  const auto one_panel = [&](int64_t panel) {
+    const int rows_valid = int(std::min<int64_t>(kPanelRows, row_end - panel * kPanelRows));
+    const std::byte* scales = scale_base + size_t(panel) * panel_scale_bytes;
+    float* out = y + panel * kPanelRows;
+    const std::byte* codes = w.panel(panel);
+    switch (w.format) {
+      case WeightFormat::kUint4GroupMin: return OnePanel<WeightFormat::kUint4GroupMin>(a, w, codes, scales, out, rows_valid);
+      case WeightFormat::kUint8GroupMin: return OnePanel<WeightFormat::kUint8GroupMin>(a, w, codes, scales, out, rows_valid);
+      default: return OnePanel<WeightFormat::kInt8Group>(a, w, codes, scales, out, rows_valid);
+    }
+  };
   // Panels side by side: two (the activations' words serve both), but one for a single token's
   // product of nibbles (uint4-min: GGUF's Q4_K, Q4_0, Q4_1), whose groups' scales and mins are
   // half as many bytes as their codes: each thread then streams one panel's codes and scale lines
@@ -247,17 +295,18 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
   // products' share of the read probe 67-70% -> 70-76%. Not for more tokens, nor for int8 codes
   // (Q8_0, Q6_K): slower there (docs/benchmarks.md, "Q4_K decode: one panel at a time").
   if (n == 1 && w.format == WeightFormat::kUint4GroupMin) {
-    assert(panel_end <= w.num_panels());
-    for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
-      const int rows_valid = int(std::min<int64_t>(kPanelRows, row_end - panel * kPanelRows));
-      OnePanelNibbles(a, w, w.panel(panel), scale_base + size_t(panel) * panel_scale_bytes, y + panel * kPanelRows,
-                      rows_valid);
-    }
+    for (int64_t panel = panel_begin; panel < panel_end; ++panel) one_panel(panel);
     return;
   }
   for (int64_t row0 = panel_begin * kPanelRows; row0 < row_end; row0 += 2 * kPanelRows) {
     const int64_t panel0 = row0 / kPanelRows;
     const int64_t panel1 = row0 + kPanelRows < row_end ? panel0 + 1 : panel0;
+    // A single token's unpaired last panel (the absorbed decode's W_UK^T copies are multiplied a
+    // panel a call): one pass over it, not Block's two.
+    if (n == 1 && panel1 == panel0) {
+      one_panel(panel0);
+      continue;
+    }
     const std::byte* p[2] = {w.panel(panel0), w.panel(panel1)};
     const std::byte* scales[2] = {scale_base + size_t(panel0) * panel_scale_bytes,
                                   scale_base + size_t(panel1) * panel_scale_bytes};

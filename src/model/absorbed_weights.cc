@@ -1,5 +1,6 @@
 #include "model/absorbed_weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -51,6 +52,53 @@ bool TransposedCopyPays(const WeightMatrix& kv_b, const ModelConfig& c) {
          c.qk_nope_head_dim % 4 == 0;
 }
 
+// Floats of a grouped W_UK's scale table: [groups][nope] scales, then with mins [nope][groups].
+int64_t ScaleTableFloats(const WeightMatrix& uk) {
+  if (!uk.quantized()) return 0;
+  return uk.scale_cols() * uk.rows * (uk.has_mins() ? 2 : 1);
+}
+
+// The table from W_UK's F32 [rows][groups] scales (with mins, [rows][groups][scale, min] pairs;
+// maybe unaligned): the scales transposed, so that the query's copy for group g multiplies one
+// contiguous row, and the mins as they are, which the query's min sums read row by row.
+void FillScaleTable(const WeightMatrix& uk, float* table) {
+  const int64_t groups = uk.scale_cols(), nope = uk.rows;
+  const int64_t per_group = uk.has_mins() ? 2 : 1;
+  const auto* scales = static_cast<const std::byte*>(uk.scales);
+  for (int64_t d = 0; d < nope; ++d) {
+    for (int64_t g = 0; g < groups; ++g) {
+      float pair[2];
+      std::memcpy(pair, scales + size_t(((uk.scale_row0 + d) * groups + g) * per_group) * sizeof(float),
+                  size_t(per_group) * sizeof(float));
+      table[g * nope + d] = pair[0];
+      if (uk.has_mins()) table[groups * nope + d * groups + g] = pair[1];
+    }
+  }
+}
+
+// out[i] = a[i] * b[i], i < n (a multiple of 4): four at a time, so that -O2 vectorizes it (the
+// plain loop ran scalar, its stores 77% of ScaleAbsorbedQuery's samples in `perf annotate`).
+void MultiplyFours(const float* __restrict a, const float* __restrict b, int64_t n, float* __restrict out) {
+  for (int64_t i = 0; i < n; i += 4) {
+    out[i] = a[i] * b[i];
+    out[i + 1] = a[i + 1] * b[i + 1];
+    out[i + 2] = a[i + 2] * b[i + 2];
+    out[i + 3] = a[i + 3] * b[i + 3];
+  }
+}
+
+// out[i] += a * b[i], i < n: four at a time as MultiplyFours, then the rest.
+void AddProducts(float a, const float* __restrict b, int64_t n, float* __restrict out) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    out[i] += a * b[i];
+    out[i + 1] += a * b[i + 1];
+    out[i + 2] += a * b[i + 2];
+    out[i + 3] += a * b[i + 3];
+  }
+  for (; i < n; ++i) out[i] += a * b[i];
+}
+
 }  // namespace
 
 Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& pool) {
@@ -65,8 +113,11 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& po
     for (int64_t h = 0; h < heads; ++h) visit(a.uv, h, UvRows(a, c, h), false);
     for (int64_t h = 0; h < heads; ++h) visit(a.uk, h, UkRows(a, c, h), false);
   };
+  // A grouped W_UK^T copy is followed by its head's scale table (ScaleTableFloats).
   auto bytes = [](const WeightMatrix& rows, bool transposed) {
-    return PackedBytes(transposed ? TransposedShape(rows) : rows);  // a multiple of 64: each copy 64-byte aligned
+    if (!transposed) return PackedBytes(rows);  // a multiple of 64: each copy 64-byte aligned
+    const size_t table_bytes = size_t(ScaleTableFloats(rows)) * sizeof(float);
+    return PackedBytes(TransposedShape(rows)) + (table_bytes + 63) / 64 * 64;  // the next copy 64-byte aligned too
   };
   size_t total = 0;
   ForEachAttention(w, [&](AttentionWeights& a) {
@@ -83,6 +134,12 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& po
     for_each_copy(a, [&](std::vector<WeightMatrix>& copies, int64_t h, const WeightMatrix& rows, bool transposed) {
       if (copies.size() <= size_t(h)) copies.resize(size_t(h) + 1);
       copies[size_t(h)] = transposed ? PackTransposedPanels(rows, at) : PackPanels(rows, at, pool);
+      if (transposed && rows.quantized()) {
+        if (a.uk_t_scales.size() <= size_t(h)) a.uk_t_scales.resize(size_t(h) + 1);
+        auto* table = reinterpret_cast<float*>(at + PackedBytes(TransposedShape(rows)));
+        FillScaleTable(rows, table);
+        a.uk_t_scales[size_t(h)] = table;
+      }
       at += bytes(rows, transposed);
     });
   });
@@ -93,19 +150,13 @@ void ScaleAbsorbedQuery(const AttentionWeights& a, const ModelConfig& c, int64_t
                         float* min_sums) {
   const WeightMatrix uk = UkRows(a, c, head);
   const int64_t groups = uk.scale_cols(), nope = uk.rows;
-  const int64_t per_group = uk.has_mins() ? 2 : 1;  // F32 scale, or (scale, min) pairs
-  const auto* scales = static_cast<const std::byte*>(uk.scales);  // F32 [rows][groups][per_group], maybe unaligned
-  float row[2 * kMaxAbsorbedQueryGroups];
-  MLA_CHECK(groups <= kMaxAbsorbedQueryGroups);
-  if (uk.has_mins()) std::fill(min_sums, min_sums + groups, 0.0f);
-  for (int64_t d = 0; d < nope; ++d) {
-    std::memcpy(row, scales + size_t((uk.scale_row0 + d) * groups * per_group) * sizeof(float),
-                size_t(groups * per_group) * sizeof(float));
-    for (int64_t g = 0; g < groups; ++g) {
-      x[g * nope + d] = q_nope[d] * row[g * per_group];
-      if (uk.has_mins()) min_sums[g] += q_nope[d] * row[g * per_group + 1];
-    }
-  }
+  MLA_CHECK(groups <= kMaxAbsorbedQueryGroups && size_t(head) < a.uk_t_scales.size());
+  const float* scales = a.uk_t_scales[size_t(head)];  // [groups][nope]; nope % 4 == 0 (TransposedCopyPays)
+  for (int64_t g = 0; g < groups; ++g) MultiplyFours(q_nope, scales + g * nope, nope, x + g * nope);
+  if (!uk.has_mins()) return;
+  const float* mins = scales + groups * nope;  // [nope][groups]
+  std::fill(min_sums, min_sums + groups, 0.0f);
+  for (int64_t d = 0; d < nope; ++d) AddProducts(q_nope[d], mins + d * groups, groups, min_sums);
 }
 
 }  // namespace mlaserve

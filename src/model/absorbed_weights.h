@@ -8,14 +8,15 @@
 //
 // Formats: W_UV and W_UK copies for dense kv_b (F32, BF16, F16) and every grouped format (int4,
 // int8 = GGUF's Q8_0 / Q6_K, uint4 and uint8 with mins = Q4_K / Q4_0 / Q5_K); the W_UK^T copy for
-// dense and the grouped codes but int4: it keeps the codes and leaves the scales (and mins) in
-// kv_b, where the query's multiply reads them (ScaleAbsorbedQuery: x[d] = q_nope[d] * scale(d, g)
-// for output group g, minus sum_d q_nope[d] * min(d, g) after the product). fp8 blocks (a block
-// spans heads' rows) get none. A product without its copy keeps the row-major path.
+// dense and the grouped codes but int4: it keeps the codes, and after each head's copy a table of
+// that head's W_UK scales transposed (and its mins), which the query's multiply reads
+// (ScaleAbsorbedQuery: x[d] = q_nope[d] * scale(d, g) for output group g, minus sum_d q_nope[d] *
+// min(d, g) after the product; from kv_b's own scales, strided by the groups, it took ~4 us a head
+// on the AMD host, a third of a Q6_K decode's kv_b phase). fp8 blocks (a block spans heads' rows)
+// get none. A product without its copy keeps the row-major path.
 //
-// Ownership: the copies live in ModelWeights::absorbed_storage; kv_b stays as it is (the formats
-// without copies read it, the int8 query scaling its scales), so resident memory grows by about
-// 1.5 times kv_b's bytes (~0.25% of a bf16 or Q8_0 DeepSeek-V3's weights; its own fp8 gets none;
+// Ownership: the copies and tables live in ModelWeights::absorbed_storage; kv_b stays as it is
+// (the formats without copies read it), so resident memory grows by about 1.5 times kv_b's bytes (~0.25% of a bf16 or Q8_0 DeepSeek-V3's weights; its own fp8 gets none;
 // a GGUF's split kv_b pair of a block type, held in F32, gets F32 copies: ~6 GB for DeepSeek-V3).
 // Like the workspace, they are not in Model::weight_bytes (the KV budget's subtraction, which
 // `plan` predicts): they live in the headroom --mem-fraction-static leaves.
@@ -49,8 +50,9 @@ inline bool HasTransposedCopies(const AttentionWeights& a) { return !a.uk_t.empt
 // for every group g < kv_lora / block_cols and d < nope: the queries a W_UK^T copy of grouped codes
 // multiplies, x + g * nope for its output group g (rows [g * block_cols, (g + 1) * block_cols)).
 // With mins (uint4 / uint8 codes), min_sums[g] = sum_d q_nope[d] * (that row's min in group g):
-// the caller subtracts it from each of group g's outputs (real = code * scale - min). Not for a
-// dense copy (it multiplies q_nope itself).
+// the caller subtracts it from each of group g's outputs (real = code * scale - min), summed in d
+// order. Reads the head's table (AttentionWeights::uk_t_scales), not kv_b: only for a grouped
+// W_UK^T copy (a dense copy multiplies q_nope itself).
 void ScaleAbsorbedQuery(const AttentionWeights& a, const ModelConfig& config, int64_t head, const float* q_nope,
                         float* x, float* min_sums);
 

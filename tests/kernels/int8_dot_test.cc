@@ -100,7 +100,8 @@ TEST_F(Int8Dot, IsItsDefinitionBatchInvariantAndCloseToFp32) {
       ASSERT_EQ(in_registers, want);
       ASSERT_EQ(OverPacked(k, x, n, packed.matrix), want);
       // Each token alone gives its outputs in the batch bit for bit (alone, a uint4-min product
-      // takes its panels one at a time rather than in pairs: kernels_avx512vnni.cc Product).
+      // takes its panels one at a time rather than in pairs, and any product its unpaired last
+      // panel: kernels_avx512vnni.cc Product; group 4 ends its byte groups in a half step).
       for (int64_t t = 0; t < n; ++t) {
         const std::vector<float> one(x.begin() + t * s.cols, x.begin() + (t + 1) * s.cols);
         const std::vector<float> alone = InRegisters(k, one, 1, packed.matrix);
