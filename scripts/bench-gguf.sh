@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Decode speed of a dense checkpoint and its GGUF quantizations, alternating rounds so that a noisy
 # host's drift hits every file alike (docs/benchmarks.md, "GGUF block types").
-#   scripts/bench-gguf.sh MODEL_DIR [ROUNDS=3] [TYPES="q8_0 q6_k q4_k q4_0"] [BATCHES="1 8"]
+#   scripts/bench-gguf.sh MODEL_DIR [ROUNDS=4] [TYPES="q8_0 q6_k q4_k q4_0"] [BATCHES="1 8"]
 # MODEL_DIR: a dense DeepSeek checkpoint with its tokenizer (e.g. `mlaserve init-random --out DIR
 # --preset reference --set vocab_size=2048` plus the bundled model's tokenizer files). The GGUF
 # files are written next to it, as MODEL_DIR.TYPE.gguf, once. Batch 1 lines carry two lines of
@@ -14,7 +14,7 @@
 # favour the later runs.
 set -euo pipefail
 model=${1:?usage: scripts/bench-gguf.sh MODEL_DIR [ROUNDS] [TYPES] [BATCHES]}
-rounds=${2:-3}
+rounds=${2:-4}  # even: as many rounds in each order
 types=${3:-"q8_0 q6_k q4_k q4_0"}
 batches=${4:-"1 8"}
 bin=$(dirname "$0")/../build/mlaserve

@@ -292,8 +292,9 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
   // product of nibbles (uint4-min: GGUF's Q4_K, Q4_0, Q4_1), whose groups' scales and mins are
   // half as many bytes as their codes: each thread then streams one panel's codes and scale lines
   // at a time, not two of each. `bench --model-path Q4_K.gguf`, four alternating rounds: weight
-  // products' share of the read probe 67-70% -> 70-76%. Not for more tokens, nor for int8 codes
-  // (Q8_0, Q6_K): slower there (docs/benchmarks.md, "Q4_K decode: one panel at a time").
+  // products' share of the read probe 67-70% -> 70-76%. Not for more tokens, nor for the paired
+  // panels of int8 codes (Q8_0, Q6_K): no faster there (docs/benchmarks.md, "Q4_K decode: one
+  // panel at a time", and "Q6_K decode: the absorbed query's kv_b work").
   if (n == 1 && w.format == WeightFormat::kUint4GroupMin) {
     for (int64_t panel = panel_begin; panel < panel_end; ++panel) one_panel(panel);
     return;

@@ -1,6 +1,7 @@
 #include "model/absorbed_weights.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <vector>
 
@@ -79,6 +80,7 @@ void FillScaleTable(const WeightMatrix& uk, float* table) {
 // out[i] = a[i] * b[i], i < n (a multiple of 4): four at a time, so that -O2 vectorizes it (the
 // plain loop ran scalar, its stores 77% of ScaleAbsorbedQuery's samples in `perf annotate`).
 void MultiplyFours(const float* __restrict a, const float* __restrict b, int64_t n, float* __restrict out) {
+  assert(n % 4 == 0);
   for (int64_t i = 0; i < n; i += 4) {
     out[i] = a[i] * b[i];
     out[i + 1] = a[i + 1] * b[i + 1];

@@ -11,15 +11,18 @@
 // dense and the grouped codes but int4: it keeps the codes, and after each head's copy a table of
 // that head's W_UK scales transposed (and its mins), which the query's multiply reads
 // (ScaleAbsorbedQuery: x[d] = q_nope[d] * scale(d, g) for output group g, minus sum_d q_nope[d] *
-// min(d, g) after the product; from kv_b's own scales, strided by the groups, it took ~4 us a head
-// on the AMD host, a third of a Q6_K decode's kv_b phase). fp8 blocks (a block spans heads' rows)
-// get none. A product without its copy keeps the row-major path.
+// min(d, g) after the product; read from kv_b's own scales, strided by the groups, it was a
+// quarter of a Q6_K decode's kv_b phase: docs/benchmarks.md, "Q6_K decode: the absorbed query's
+// kv_b work"). fp8 blocks (a block spans heads' rows) get none. A product without its copy keeps
+// the row-major path.
 //
 // Ownership: the copies and tables live in ModelWeights::absorbed_storage; kv_b stays as it is
-// (the formats without copies read it), so resident memory grows by about 1.5 times kv_b's bytes (~0.25% of a bf16 or Q8_0 DeepSeek-V3's weights; its own fp8 gets none;
-// a GGUF's split kv_b pair of a block type, held in F32, gets F32 copies: ~6 GB for DeepSeek-V3).
-// Like the workspace, they are not in Model::weight_bytes (the KV budget's subtraction, which
-// `plan` predicts): they live in the headroom --mem-fraction-static leaves.
+// (the formats without copies read it), so resident memory grows by about 1.5 times kv_b's bytes,
+// and the tables by one float (two with mins) per W_UK row and group: ~0.06 times kv_b's bytes
+// for Q8_0, ~0.1 for Q6_K (~0.25% of a bf16 or Q8_0 DeepSeek-V3's weights in all; its own fp8
+// gets none; a GGUF's split kv_b pair of a block type, held in F32, gets F32 copies: ~6 GB for
+// DeepSeek-V3). Like the workspace, they are not in Model::weight_bytes (the KV budget's
+// subtraction, which `plan` predicts): they live in the headroom --mem-fraction-static leaves.
 #pragma once
 
 #include "core/status.h"
