@@ -288,24 +288,21 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
       default: return OnePanel<WeightFormat::kInt8Group>(a, w, codes, scales, out, rows_valid);
     }
   };
-  // Panels side by side: two (the activations' words serve both), but one for a single token's
-  // product of nibbles (uint4-min: GGUF's Q4_K, Q4_0, Q4_1), whose groups' scales and mins are
-  // half as many bytes as their codes: each thread then streams one panel's codes and scale lines
-  // at a time, not two of each. `bench --model-path Q4_K.gguf`, four alternating rounds: weight
-  // products' share of the read probe 67-70% -> 70-76%. Not for more tokens, nor for the paired
-  // panels of int8 codes (Q8_0, Q6_K): no faster there (docs/benchmarks.md, "Q4_K decode: one
-  // panel at a time", and "Q6_K decode: the absorbed query's kv_b work").
-  if (n == 1 && w.format == WeightFormat::kUint4GroupMin) {
-    for (int64_t panel = panel_begin; panel < panel_end; ++panel) one_panel(panel);
-    return;
-  }
   for (int64_t row0 = panel_begin * kPanelRows; row0 < row_end; row0 += 2 * kPanelRows) {
     const int64_t panel0 = row0 / kPanelRows;
     const int64_t panel1 = row0 + kPanelRows < row_end ? panel0 + 1 : panel0;
-    // A single token's unpaired last panel (the absorbed decode's W_UK^T copies are multiplied a
-    // panel a call): one pass over it, not Block's two.
-    if (n == 1 && panel1 == panel0) {
+    // Panels side by side: two (the activations' words serve both), but a single token takes one
+    // at a time (OnePanel) where the pair has one panel (Block would multiply it twice: the
+    // absorbed decode multiplies Q6_K's W_UK^T copies a panel a call) or holds nibbles (uint4-min:
+    // GGUF's Q4_K, Q4_0, Q4_1), whose groups' scales and mins are half as many bytes as their
+    // codes: each thread then streams one panel's codes and scale lines at a time, not two of
+    // each. `bench --model-path Q4_K.gguf`, four alternating rounds: weight products' share of
+    // the read probe 67-70% -> 70-76%. Not for more tokens, nor for the paired panels of int8
+    // codes (Q8_0, Q6_K): no faster there (docs/benchmarks.md, "Q4_K decode: one panel at a
+    // time", and "Q6_K decode: the absorbed query's kv_b work").
+    if (n == 1 && (panel1 == panel0 || w.format == WeightFormat::kUint4GroupMin)) {
       one_panel(panel0);
+      if (panel1 != panel0) one_panel(panel1);
       continue;
     }
     const std::byte* p[2] = {w.panel(panel0), w.panel(panel1)};

@@ -9,9 +9,6 @@
 namespace mlaserve {
 namespace {
 
-constexpr size_t kAlign = 64;
-size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
 size_t PackedValueBytes(const WeightMatrix& src) { return size_t(src.num_panels()) * src.panel_bytes(); }
 
 // Packed scale bytes: fp8 keeps its block grid; grouped formats get [panel][group][16]
@@ -58,8 +55,13 @@ void PackRowValues(const WeightMatrix& src, int64_t r, std::byte* panel, int64_t
 
 }  // namespace
 
+size_t PackAlignUp(size_t bytes) {
+  constexpr size_t kAlign = 64;
+  return (bytes + kAlign - 1) / kAlign * kAlign;
+}
+
 size_t PackedBytes(const WeightMatrix& src) {
-  return AlignUp(PackedValueBytes(src)) + AlignUp(PackedScaleBytes(src));
+  return PackAlignUp(PackedValueBytes(src)) + PackAlignUp(PackedScaleBytes(src));
 }
 
 WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& pool) {
@@ -68,7 +70,7 @@ WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& poo
   assert(src.format != WeightFormat::kInt8Group || (src.cols % 4 == 0 && src.block_cols % 4 == 0));
   assert(src.format != WeightFormat::kUint4GroupMin || (src.cols % 8 == 0 && src.block_cols % 8 == 0));
   assert(src.format != WeightFormat::kUint8GroupMin || (src.cols % 4 == 0 && src.block_cols % 4 == 0));
-  std::byte* scales = dst + AlignUp(PackedValueBytes(src));
+  std::byte* scales = dst + PackAlignUp(PackedValueBytes(src));
   pool.ParallelFor(src.num_panels(), 1, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       std::byte* panel = dst + size_t(p) * src.panel_bytes();
@@ -158,7 +160,7 @@ WeightMatrix PackTransposedPanels(const WeightMatrix& src, std::byte* dst) {
   }
   if (src.quantized()) {
     // [panel][1][16] unit scales; with mins, [panel][1][2][16]: 16 unit scales, then 16 zero mins.
-    auto* scales = reinterpret_cast<float*>(dst + AlignUp(PackedValueBytes(packed)));
+    auto* scales = reinterpret_cast<float*>(dst + PackAlignUp(PackedValueBytes(packed)));
     for (int64_t p = 0; p < packed.num_panels(); ++p) {
       const int64_t stride = src.has_mins() ? 2 * kPanelRows : kPanelRows;
       std::fill(scales + p * stride, scales + p * stride + kPanelRows, 1.0f);

@@ -18,6 +18,9 @@ namespace mlaserve {
 // Bytes the packed copy of `src` takes, scales included (the last panel is padded with zeros).
 size_t PackedBytes(const WeightMatrix& src);
 
+// `bytes` rounded up to the packed layouts' alignment (64: PackedBytes is always a multiple).
+size_t PackAlignUp(size_t bytes);
+
 // Writes `src` (row-major) into dst[PackedBytes(src)], which must be zero-filled and 64-byte
 // aligned, and returns the packed view of dst. Panel p, column c, lane i holds row p*16+i,
 // column c.

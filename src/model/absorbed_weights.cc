@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cassert>
-#include <cstring>
 #include <vector>
 
 #include "core/check.h"
 #include "kernels/pack.h"
+#include "kernels/weight_value.h"
 
 namespace mlaserve {
 namespace {
@@ -59,20 +59,15 @@ int64_t ScaleTableFloats(const WeightMatrix& uk) {
   return uk.scale_cols() * uk.rows * (uk.has_mins() ? 2 : 1);
 }
 
-// The table from W_UK's F32 [rows][groups] scales (with mins, [rows][groups][scale, min] pairs;
-// maybe unaligned): the scales transposed, so that the query's copy for group g multiplies one
-// contiguous row, and the mins as they are, which the query's min sums read row by row.
+// The table from W_UK's scales (and mins): the scales transposed, so that the query's copy for
+// group g multiplies one contiguous row, and the mins as kv_b holds them, which the query's min
+// sums read row by row.
 void FillScaleTable(const WeightMatrix& uk, float* table) {
   const int64_t groups = uk.scale_cols(), nope = uk.rows;
-  const int64_t per_group = uk.has_mins() ? 2 : 1;
-  const auto* scales = static_cast<const std::byte*>(uk.scales);
   for (int64_t d = 0; d < nope; ++d) {
     for (int64_t g = 0; g < groups; ++g) {
-      float pair[2];
-      std::memcpy(pair, scales + size_t(((uk.scale_row0 + d) * groups + g) * per_group) * sizeof(float),
-                  size_t(per_group) * sizeof(float));
-      table[g * nope + d] = pair[0];
-      if (uk.has_mins()) table[groups * nope + d * groups + g] = pair[1];
+      table[g * nope + d] = WeightScaleAt(uk, d, g * uk.block_cols);
+      if (uk.has_mins()) table[groups * nope + d * groups + g] = WeightMinAt(uk, d, g * uk.block_cols);
     }
   }
 }
@@ -87,18 +82,6 @@ void MultiplyFours(const float* __restrict a, const float* __restrict b, int64_t
     out[i + 2] = a[i + 2] * b[i + 2];
     out[i + 3] = a[i + 3] * b[i + 3];
   }
-}
-
-// out[i] += a * b[i], i < n: four at a time as MultiplyFours, then the rest.
-void AddProducts(float a, const float* __restrict b, int64_t n, float* __restrict out) {
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    out[i] += a * b[i];
-    out[i + 1] += a * b[i + 1];
-    out[i + 2] += a * b[i + 2];
-    out[i + 3] += a * b[i + 3];
-  }
-  for (; i < n; ++i) out[i] += a * b[i];
 }
 
 }  // namespace
@@ -118,8 +101,7 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& po
   // A grouped W_UK^T copy is followed by its head's scale table (ScaleTableFloats).
   auto bytes = [](const WeightMatrix& rows, bool transposed) {
     if (!transposed) return PackedBytes(rows);  // a multiple of 64: each copy 64-byte aligned
-    const size_t table_bytes = size_t(ScaleTableFloats(rows)) * sizeof(float);
-    return PackedBytes(TransposedShape(rows)) + (table_bytes + 63) / 64 * 64;  // the next copy 64-byte aligned too
+    return PackedBytes(TransposedShape(rows)) + PackAlignUp(size_t(ScaleTableFloats(rows)) * sizeof(float));
   };
   size_t total = 0;
   ForEachAttention(w, [&](AttentionWeights& a) {
@@ -148,8 +130,8 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& po
   return Status::Ok();
 }
 
-void ScaleAbsorbedQuery(const AttentionWeights& a, const ModelConfig& c, int64_t head, const float* q_nope, float* x,
-                        float* min_sums) {
+void ScaleAbsorbedQuery(const KernelSet& k, const AttentionWeights& a, const ModelConfig& c, int64_t head,
+                        const float* q_nope, float* x, float* min_sums) {
   const WeightMatrix uk = UkRows(a, c, head);
   const int64_t groups = uk.scale_cols(), nope = uk.rows;
   MLA_CHECK(groups <= kMaxAbsorbedQueryGroups && size_t(head) < a.uk_t_scales.size());
@@ -158,7 +140,7 @@ void ScaleAbsorbedQuery(const AttentionWeights& a, const ModelConfig& c, int64_t
   if (!uk.has_mins()) return;
   const float* mins = scales + groups * nope;  // [nope][groups]
   std::fill(min_sums, min_sums + groups, 0.0f);
-  for (int64_t d = 0; d < nope; ++d) AddProducts(q_nope[d], mins + d * groups, groups, min_sums);
+  for (int64_t d = 0; d < nope; ++d) k.axpy_f32(q_nope[d], mins + d * groups, min_sums, groups);
 }
 
 }  // namespace mlaserve

@@ -27,6 +27,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "kernels/kernels.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -54,9 +55,9 @@ inline bool HasTransposedCopies(const AttentionWeights& a) { return !a.uk_t.empt
 // multiplies, x + g * nope for its output group g (rows [g * block_cols, (g + 1) * block_cols)).
 // With mins (uint4 / uint8 codes), min_sums[g] = sum_d q_nope[d] * (that row's min in group g):
 // the caller subtracts it from each of group g's outputs (real = code * scale - min), summed in d
-// order. Reads the head's table (AttentionWeights::uk_t_scales), not kv_b: only for a grouped
-// W_UK^T copy (a dense copy multiplies q_nope itself).
-void ScaleAbsorbedQuery(const AttentionWeights& a, const ModelConfig& config, int64_t head, const float* q_nope,
-                        float* x, float* min_sums);
+// order by k.axpy_f32. Reads the head's table (AttentionWeights::uk_t_scales), not kv_b: only for
+// a grouped W_UK^T copy (a dense copy multiplies q_nope itself).
+void ScaleAbsorbedQuery(const KernelSet& k, const AttentionWeights& a, const ModelConfig& config, int64_t head,
+                        const float* q_nope, float* x, float* min_sums);
 
 }  // namespace mlaserve

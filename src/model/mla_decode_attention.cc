@@ -257,7 +257,7 @@ void Model::AbsorbQueries(const KernelSet& k, const AttentionWeights& w, std::sp
           if (!kv_b.quantized()) {
             k.matmul_panels(q_head, 1, uk_t, 0, uk_t.num_panels(), q_lat, L);
           } else {
-            ScaleAbsorbedQuery(w, c, h, q_head, scaled, min_sums);
+            ScaleAbsorbedQuery(k, w, c, h, q_head, scaled, min_sums);
             for (int64_t g = 0; g < L / group_rows; ++g) {
               k.matmul_panels(scaled + g * nope, 1, uk_t, g * group_rows / kPanelRows,
                               (g + 1) * group_rows / kPanelRows, q_lat, L);

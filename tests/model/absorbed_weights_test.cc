@@ -72,19 +72,21 @@ void ExpectCopiesMultiplyAsRows(const WeightMatrix& kv_b, bool transposed_copy) 
       std::vector<float> q_lat(static_cast<size_t>(L), 0.0f), scaled(static_cast<size_t>(nope * (L / group_rows)));
       std::vector<float> min_sums(static_cast<size_t>(L / group_rows));
       if (transposed_copy && kv_b.quantized()) {
-        ScaleAbsorbedQuery(a, c, h, q.data(), scaled.data(), min_sums.data());
-        // Exactly one rounding a scaled value, and the min sums added in d order, from kv_b's own
-        // scales and mins (the head's table holds them transposed).
-        for (int64_t g = 0; g < L / group_rows; ++g) {
-          float min_sum = 0.0f;
-          for (int64_t d = 0; d < nope; ++d) {
-            const int64_t row = h * (nope + v) + d;
+        ScaleAbsorbedQuery(*k, a, c, h, q.data(), scaled.data(), min_sums.data());
+        // Exactly one rounding a scaled value, and the min sums added row by row in d order, from
+        // kv_b's own scales and mins (the head's table holds them transposed).
+        const int64_t groups = L / group_rows;
+        std::vector<float> want_min_sums(static_cast<size_t>(groups), 0.0f), mins(static_cast<size_t>(groups));
+        for (int64_t d = 0; d < nope; ++d) {
+          const int64_t row = h * (nope + v) + d;
+          for (int64_t g = 0; g < groups; ++g) {
             ASSERT_EQ(scaled[size_t(g * nope + d)], q[size_t(d)] * WeightScaleAt(kv_b, row, g * group_rows));
-            min_sum += q[size_t(d)] * WeightMinAt(kv_b, row, g * group_rows);
+            mins[size_t(g)] = WeightMinAt(kv_b, row, g * group_rows);
           }
-          if (kv_b.has_mins()) {
-            ASSERT_EQ(min_sums[size_t(g)], min_sum);
-          }
+          k->axpy_f32(q[size_t(d)], mins.data(), want_min_sums.data(), groups);
+        }
+        if (kv_b.has_mins()) {
+          ASSERT_EQ(min_sums, want_min_sums);
         }
       }
       for (int64_t g = 0; transposed_copy && g < L / group_rows; ++g) {
