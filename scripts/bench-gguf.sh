@@ -2,6 +2,7 @@
 # Decode speed of a dense checkpoint and its GGUF quantizations, alternating rounds so that a noisy
 # host's drift hits every file alike (docs/benchmarks.md, "GGUF block types").
 #   scripts/bench-gguf.sh MODEL_DIR [ROUNDS=4] [TYPES="q8_0 q6_k q4_k q4_0"] [BATCHES="1 8"]
+# (a type TYPE-split, e.g. q6_k-split, writes kv_b_proj as the newer files' attn_k_b + attn_v_b)
 # MODEL_DIR: a dense DeepSeek checkpoint with its tokenizer (e.g. `mlaserve init-random --out DIR
 # --preset reference --set vocab_size=2048` plus the bundled model's tokenizer files). The GGUF
 # files are written next to it, as MODEL_DIR.TYPE.gguf, once. Batch 1 lines carry two lines of
@@ -21,7 +22,11 @@ bin=$(dirname "$0")/../build/mlaserve
 files=("$model")
 for t in $types; do
   out="${model%/}.$t.gguf"
-  [[ -f $out ]] || "$bin" quantize --model-path "$model" --out-format gguf --weights "$t" --out "$out"
+  # TYPE-split: the newer files' layout, kv_b_proj as attn_k_b and attn_v_b.
+  layout=combined
+  [[ $t == *-split ]] && layout=split
+  [[ -f $out ]] || "$bin" quantize --model-path "$model" --out-format gguf --weights "${t%-split}" \
+    --gguf-kv-layout "$layout" --out "$out"
   files+=("$out")
 done
 # "MEDIANx (N pairs)" of a list of ratios (one per line), or "n/a (0 pairs)".

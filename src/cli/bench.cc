@@ -42,7 +42,7 @@ template <class Visit>
 void ForEachPerTokenMatrix(const Model& model, Visit&& visit) {
   for (const LayerWeights& l : model.weights().layers) {
     const AttentionWeights& a = l.attn;
-    for (const WeightMatrix* m : {&a.q_a, &a.q_b, &a.q_proj, &a.kv_a, &a.kv_b, &a.o_proj}) visit(*m);
+    for (const WeightMatrix* m : {&a.q_a, &a.q_b, &a.q_proj, &a.kv_a, &a.kv_b, &a.k_b, &a.v_b, &a.o_proj}) visit(*m);
     if (l.is_moe) {
       visit(l.moe.router);
       if (l.moe.has_shared) {
@@ -279,7 +279,7 @@ PhaseSums SumPerPhase(const Model& model, Measure&& measure) {
     for (const WeightMatrix* m : {&l.attn.q_a, &l.attn.q_b, &l.attn.q_proj, &l.attn.kv_a, &l.attn.o_proj}) {
       sums.projections += double(measure(*m));
     }
-    sums.kv_b += double(measure(l.attn.kv_b));
+    sums.kv_b += double(measure(l.attn.kv_b) + measure(l.attn.k_b) + measure(l.attn.v_b));  // one or the pair
     if (!l.is_moe) sums.mlp += mlp_sum(l.mlp);
     if (l.is_moe && l.moe.has_shared) sums.mlp += mlp_sum(l.moe.shared);
     if (l.is_moe) sums.router += double(measure(l.moe.router));

@@ -1,6 +1,7 @@
 #include "cli/model_setup.h"
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -160,10 +161,22 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
     // The machine's cores shared by its ranks.
     options.num_threads = std::max(1, ThreadPool::DefaultThreadCount() / group->local_size());
   }
+  // LoadedModel::load_line (SGLang's "Load weight begin." is not printed: a checkpoint that fails
+  // to load gets one line, its error); shared by the ranks of one machine.
+  const double avail_before_bytes = AvailableMemoryBytes();
+  const auto load_start = std::chrono::steady_clock::now();
   auto model = Model::Load(flags.model_path, options);
   MLA_RETURN_IF_ERROR(Agree(group, model.status()));
   loaded.model = std::move(model).value();
   const ModelConfig& config = loaded.model->config();
+  const double avail_after_bytes = AvailableMemoryBytes();
+  char load_line[256];
+  std::snprintf(load_line, sizeof load_line,
+                "Load weight end. elapsed=%.2f s, type=%s, dtype=%s, avail mem=%.2f GB, mem usage=%.2f GB.",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count(),
+                config.model_type.c_str(), config.torch_dtype.empty() ? "bfloat16" : config.torch_dtype.c_str(),
+                avail_after_bytes / 1e9, (avail_before_bytes - avail_after_bytes) / 1e9);
+  loaded.load_line = load_line;
   if (!config.tensor_prefix.empty()) {
     Log(LogLevel::kInfo, "[mlaserve] %s: serving its text model (tensors %s*)%s", config.model_type.c_str(),
         config.tensor_prefix.c_str(),

@@ -60,6 +60,10 @@ struct LoadedModel {
   SequenceRunnerOptions kv_cache;  // the KV cache asked for: format, scales, page size, pool tokens
   std::string kv_scales_source;    // "file PATH", "checkpoint", or "1.0 (none)"
   KvBudget kv_budget;              // what the memory budget holds (SGLang's arithmetic)
+  // SGLang's "Load weight end. elapsed=.. s, type=.., dtype=.., avail mem=.. GB, mem usage=.. GB."
+  // (mem usage: MemAvailable's drop over the load; the file's page cache still counts as
+  // available), for the server's start-up log: commands whose errors are one line do not print it.
+  std::string load_line;
 };
 
 // Logs that --trust-remote-code has no effect when it was given.

@@ -104,6 +104,7 @@ int RunServe(Args& args) {
 
   auto loaded = LoadModel(model_flags, /*need_tokenizer=*/true);
   if (!loaded.ok()) return Fail("serve", loaded.error());
+  Log(LogLevel::kInfo, "%s", loaded->load_line.c_str());
   Model& model = *loaded->model;
   const ModelConfig& c = model.config();
   const std::string served_name = served_name_flag.empty() ? model_flags.model_path : served_name_flag;

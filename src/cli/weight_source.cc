@@ -18,8 +18,8 @@ namespace {
 // the block types (model/gguf_checkpoint.cc): Q8_0 as int8 codes with an F32 scale per 32 (1.125
 // bytes a weight, the file's 1.06), Q6_K with one per 16 (1.25, the file's 0.82), Q5_K as bytes
 // with an F32 scale and min per 32 (1.25, the file's 0.69; Q5_0 / Q5_1 alike), Q4_K / Q4_0 / Q4_1 as
-// nibbles with an F32 scale and min per 32 (0.75, the file's 0.56), and a split kv_b pair of a
-// block type in F32; `plan` counts the types mlaserve does not compute (Q2_K, IQ*, ...) as stored.
+// nibbles with an F32 scale and min per 32 (0.75, the file's 0.56), a split kv_b pair in the same
+// forms (model/gguf_checkpoint.cc); `plan` counts the types mlaserve does not compute (Q2_K, IQ*, ...) as stored.
 std::optional<WeightSource> GgufWeightSource(const std::string& path, const ModelConfig& config) {
   auto f = ReadGgufFile(path);
   if (!f.ok()) return std::nullopt;
@@ -44,8 +44,6 @@ std::optional<WeightSource> GgufWeightSource(const std::string& path, const Mode
                    : four_bit                ? elements * 0.75
                                              : double(t.num_bytes);
     const std::optional<HfTensorName> hf = HfNameOfGgufTensor(t.name);
-    // A split kv_b pair of a block type is held as F32 (model/gguf_checkpoint.cc).
-    if (widened && hf && !hf->kv_part.empty() && !combined_kv_b.count(hf->layer)) bytes = elements * 4;
     bytes_by_type[std::string(GgmlTraits(t.type).name) + (widened ? " (as held)" : "")] += bytes;
     out.total_bytes += bytes;
     const std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());

@@ -10,6 +10,18 @@ double PhysicalMemoryBytes() {
   return double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
 }
 
+double AvailableMemoryBytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  long long kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "MemAvailable: %lld kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return double(kib) * 1024.0;
+}
+
 Result<KvBudget> ComputeKvBudget(const KvBudgetRequest& r) {
   if (r.kv_bytes_per_token == 0 || r.page_size <= 0) return Status::Error("KV budget: bad pool shape");
   if (r.mem_fraction_static <= 0 || r.mem_fraction_static > 1) {

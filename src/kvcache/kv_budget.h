@@ -32,5 +32,8 @@ struct KvBudget {
 Result<KvBudget> ComputeKvBudget(const KvBudgetRequest& request);
 
 double PhysicalMemoryBytes();
+// /proc/meminfo's MemAvailable in bytes (what the system can give without swapping: page cache
+// counts, shared memory does not); 0 where it cannot be read.
+double AvailableMemoryBytes();
 
 }  // namespace mlaserve

@@ -53,6 +53,10 @@ bool TransposedCopyPays(const WeightMatrix& kv_b, const ModelConfig& c) {
          c.qk_nope_head_dim % 4 == 0;
 }
 
+// A split pair's copies (AttentionWeights::k_b, v_b), which pack as they are; PackAbsorbedWeights
+// refuses a pair whose format would not.
+bool SplitPairPacks(const AttentionWeights& a) { return PanelCopiesPay(a.k_b) && PanelCopiesPay(a.v_b); }
+
 // Floats of a grouped W_UK's scale table: [groups][nope] scales, then with mins [nope][groups].
 int64_t ScaleTableFloats(const WeightMatrix& uk) {
   if (!uk.quantized()) return 0;
@@ -87,26 +91,52 @@ void MultiplyFours(const float* __restrict a, const float* __restrict b, int64_t
 }  // namespace
 
 Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& pool) {
-  const int64_t rows_per_head = c.qk_nope_head_dim + c.v_head_dim;
+  const int64_t rows_per_head = c.qk_nope_head_dim + c.v_head_dim, L = c.kv_lora_rank;
+  // How a copy is made from its source rows: packed as they are, transposed (kv_b's W_UK^T, with
+  // its scale table where grouped), or transposed and widened exactly to F32 (a split pair's W_UK
+  // for the MHA form: k_b's groups run along nope, which W_UK's products sum across).
+  enum class Copy { kRows, kTransposed, kTransposedF32 };
   // The copies of one layer, in storage order: its W_UK^T ones (where they pay), then W_UV, then
   // W_UK, each head after the previous: a thread's run of heads is one stream (the kernels'
-  // prefetch runs on into the next head). visit(copy list, head, its rows, transposed).
+  // prefetch runs on into the next head). visit(copy list, head, its source rows, how).
   auto for_each_copy = [&](AttentionWeights& a, auto&& visit) {
+    if (a.kv_b.data == nullptr && a.k_b.data != nullptr) {  // a split pair: W_UK^T and W_UV as stored
+      const int64_t heads = a.k_b.rows / L;
+      for (int64_t h = 0; h < heads; ++h) visit(a.uk_t, h, a.k_b.Slice(h * L, L), Copy::kRows);
+      for (int64_t h = 0; h < heads; ++h) visit(a.uv, h, a.v_b.Slice(h * c.v_head_dim, c.v_head_dim), Copy::kRows);
+      for (int64_t h = 0; h < heads; ++h) visit(a.uk, h, a.k_b.Slice(h * L, L), Copy::kTransposedF32);
+      return;
+    }
     if (!PanelCopiesPay(a.kv_b)) return;
     const int64_t heads = a.kv_b.rows / rows_per_head;
-    for (int64_t h = 0; TransposedCopyPays(a.kv_b, c) && h < heads; ++h) visit(a.uk_t, h, UkRows(a, c, h), true);
-    for (int64_t h = 0; h < heads; ++h) visit(a.uv, h, UvRows(a, c, h), false);
-    for (int64_t h = 0; h < heads; ++h) visit(a.uk, h, UkRows(a, c, h), false);
+    for (int64_t h = 0; TransposedCopyPays(a.kv_b, c) && h < heads; ++h) {
+      visit(a.uk_t, h, UkRows(a, c, h), Copy::kTransposed);
+    }
+    for (int64_t h = 0; h < heads; ++h) visit(a.uv, h, UvRows(a, c, h), Copy::kRows);
+    for (int64_t h = 0; h < heads; ++h) visit(a.uk, h, UkRows(a, c, h), Copy::kRows);
   };
   // A grouped W_UK^T copy is followed by its head's scale table (ScaleTableFloats).
-  auto bytes = [](const WeightMatrix& rows, bool transposed) {
-    if (!transposed) return PackedBytes(rows);  // a multiple of 64: each copy 64-byte aligned
-    return PackedBytes(TransposedShape(rows)) + PackAlignUp(size_t(ScaleTableFloats(rows)) * sizeof(float));
+  auto bytes = [](const WeightMatrix& rows, Copy how) {
+    switch (how) {
+      case Copy::kRows: return PackedBytes(rows);  // a multiple of 64: each copy 64-byte aligned
+      case Copy::kTransposed:
+        return PackedBytes(TransposedShape(rows)) + PackAlignUp(size_t(ScaleTableFloats(rows)) * sizeof(float));
+      case Copy::kTransposedF32: return PackedF32PanelsBytes(rows.cols, rows.rows, DType::kF32);
+    }
+    return size_t(0);
   };
+  bool split_packs = true;
+  ForEachAttention(w, [&](AttentionWeights& a) {
+    if (a.kv_b.data == nullptr && a.k_b.data != nullptr) split_packs = split_packs && SplitPairPacks(a);
+  });
+  if (!split_packs) {
+    return Status::Error("the split attn_k_b / attn_v_b pair's format cannot be packed for the absorbed products "
+                         "(a column count or group not a multiple of the panels' 4 or 8)");
+  }
   size_t total = 0;
   ForEachAttention(w, [&](AttentionWeights& a) {
-    for_each_copy(a, [&](std::vector<WeightMatrix>&, int64_t, const WeightMatrix& rows, bool transposed) {
-      total += bytes(rows, transposed);
+    for_each_copy(a, [&](std::vector<WeightMatrix>&, int64_t, const WeightMatrix& rows, Copy how) {
+      total += bytes(rows, how);
     });
   });
   if (total == 0) return Status::Ok();
@@ -114,17 +144,29 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& po
     return Status::Error("out of memory packing kv_b_proj's per-head copies (" + std::to_string(total) + " bytes)");
   }
   std::byte* at = w.absorbed_storage.data();
+  std::vector<float> widened;  // [nope * kv_lora] a split pair's W_UK^T, widened (kTransposedF32)
   ForEachAttention(w, [&](AttentionWeights& a) {
-    for_each_copy(a, [&](std::vector<WeightMatrix>& copies, int64_t h, const WeightMatrix& rows, bool transposed) {
+    for_each_copy(a, [&](std::vector<WeightMatrix>& copies, int64_t h, const WeightMatrix& rows, Copy how) {
       if (copies.size() <= size_t(h)) copies.resize(size_t(h) + 1);
-      copies[size_t(h)] = transposed ? PackTransposedPanels(rows, at) : PackPanels(rows, at, pool);
-      if (transposed && rows.quantized()) {
+      switch (how) {
+        case Copy::kRows: copies[size_t(h)] = PackPanels(rows, at, pool); break;
+        case Copy::kTransposed: copies[size_t(h)] = PackTransposedPanels(rows, at); break;
+        case Copy::kTransposedF32:
+          // rows: W_UK^T [kv_lora, nope]; the copy W_UK [nope, kv_lora]: (j, c) = rows(c, j).
+          widened.resize(size_t(rows.rows * rows.cols));
+          for (int64_t r = 0; r < rows.rows; ++r) {
+            for (int64_t j = 0; j < rows.cols; ++j) widened[size_t(r * rows.cols + j)] = WeightAt(rows, r, j);
+          }
+          copies[size_t(h)] = PackF32Panels(widened.data(), rows.cols, rows.rows, 1, rows.cols, DType::kF32, at);
+          break;
+      }
+      if (how == Copy::kTransposed && rows.quantized()) {
         if (a.uk_t_scales.size() <= size_t(h)) a.uk_t_scales.resize(size_t(h) + 1);
         auto* table = reinterpret_cast<float*>(at + PackedBytes(TransposedShape(rows)));
         FillScaleTable(rows, table);
         a.uk_t_scales[size_t(h)] = table;
       }
-      at += bytes(rows, transposed);
+      at += bytes(rows, how);
     });
   });
   return Status::Ok();

@@ -14,14 +14,19 @@
 // min(d, g) after the product; read from kv_b's own scales, strided by the groups, it was a
 // quarter of a Q6_K decode's kv_b phase: docs/benchmarks.md, "Q6_K decode: the absorbed query's
 // kv_b work"). fp8 blocks (a block spans heads' rows) get none. A product without its copy keeps
-// the row-major path.
+// the row-major path. A GGUF's split pair kept in its formats (AttentionWeights::k_b, v_b, kv_b
+// empty) always gets copies: W_UK^T and W_UV packed as they are (k_b's groups run along nope, the
+// query's own input: one product a head, no scale table), and W_UK for the MHA form k_b
+// transposed and widened exactly to F32 (its groups would run along W_UK's rows); a pair whose
+// format would not pack is refused at load.
 //
 // Ownership: the copies and tables live in ModelWeights::absorbed_storage; kv_b stays as it is
 // (the formats without copies read it), so resident memory grows by about 1.5 times kv_b's bytes,
 // and the tables by one float (two with mins) per W_UK row and group: ~0.06 times kv_b's bytes
 // for Q8_0, ~0.1 for Q6_K (~0.25% of a bf16 or Q8_0 DeepSeek-V3's weights in all; its own fp8
-// gets none; a GGUF's split kv_b pair of a block type, held in F32, gets F32 copies: ~6 GB for
-// DeepSeek-V3). Like the workspace, they are not in Model::weight_bytes (the KV budget's
+// gets none). A split pair's copies are its bytes again (the pair itself is given back after
+// packing) plus W_UK in F32: 4 bytes a W_UK weight, 32 MiB a layer for DeepSeek-V3's 128 heads
+// (~2 GB over 61 layers). Like the workspace, they are not in Model::weight_bytes (the KV budget's
 // subtraction, which `plan` predicts): they live in the headroom --mem-fraction-static leaves.
 #pragma once
 
@@ -41,8 +46,8 @@ inline constexpr int64_t kMaxAbsorbedQueryFloats = 8192;
 inline constexpr int64_t kMaxAbsorbedQueryGroups = 64;
 
 // Fills every layer's AttentionWeights::uk_t, uv and uk (the MTP layer's too) from its kv_b, which
-// holds kv_b.rows / (nope + v) heads (a tensor-parallel rank's). An error only when the memory
-// is not there.
+// holds kv_b.rows / (nope + v) heads (a tensor-parallel rank's), or from its split pair. An error
+// when the memory is not there or a split pair's format does not pack.
 [[nodiscard]] Status PackAbsorbedWeights(ModelWeights& weights, const ModelConfig& config, ThreadPool& pool);
 
 // Whether the layer's W_UV and W_UK products (the absorbed output, the MHA form's keys and

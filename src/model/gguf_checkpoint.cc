@@ -14,15 +14,18 @@
 // (0.75 bytes a weight, the file's 0.56). Q5_K likewise, its 5-bit codes one a byte with the pairs
 // (`X.weight` I8 [rows, cols], kUint8GroupMin: 1.25 bytes a weight, the file's 0.69), and so do
 // the 32-value Q4_1 (as Q4_0), Q5_0 and Q5_1 (as Q5_K). A stacked expert tensor
-// [experts][rows][cols] becomes one view per expert. The split kv_b layout (attn_k_b, attn_v_b)
-// is rearranged into kv_b_proj's rows, in the pair's own type (F32/F16/BF16) or, for block types
-// or two different types, in F32
-// (their blocks run across kv_b's rows): it stays resident, as kv_b is read by rows; DeepSeek-V3's
-// (128 heads x 256 rows x 512) is 32 MiB a layer in BF16, 64 MiB in F32 (~4 GB over 61 layers). A tensor type mlaserve does not compute is refused,
+// [experts][rows][cols] becomes one view per expert. The split kv_b layout (attn_k_b, attn_v_b):
+// a pair of one float type (F32/F16/BF16) is rearranged into kv_b_proj's rows in that type; any
+// other pair (a block type, or two types: files mix a K type's fallback for k_b's 128-value rows
+// with another type) keeps each tensor in its own format, under kv_b_proj's companion names
+// `kv_b_proj.weight_k_b` [heads * kv_lora, nope] (W_UK^T per head, its blocks along nope) and
+// `kv_b_proj.weight_v_b` [heads * v, kv_lora] (W_UV), each with its scales as any tensor of its
+// type: their blocks run along the absorbed products' inputs, so the absorbed decode multiplies
+// them as they are (model/absorbed_weights.h). A tensor type mlaserve does not compute is refused,
 // naming the type and the tensors that use it.
-#include <cmath>
 #include <cstring>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "core/float16.h"
@@ -210,45 +213,6 @@ void SplitToInt8(uint32_t type, const std::byte* blocks, int64_t elements, int8_
   }
 }
 
-// A tensor of any type DTypeOfGgml knows as F32: float types widened, Q8_0 / Q6_K exactly (code x
-// its group's scale), Q4_K as the kernels form its weights (fma(code, scale, -min)).
-std::vector<float> DequantizeToF32(const GgufTensorInfo& t, const std::byte* blocks) {
-  int64_t elements = 1;
-  for (int64_t d : t.ne) elements *= d;
-  if (const DType dtype = *DTypeOfGgml(t.type); dtype != DType::kI8) {
-    std::vector<float> out(static_cast<size_t>(elements));
-    for (size_t i = 0; i < out.size(); ++i) out[i] = LoadAsF32(dtype, blocks + i * size_t(DTypeBytes(dtype)));
-    return out;
-  }
-  if (IsUint8Min(t.type)) {
-    std::vector<float> out(static_cast<size_t>(elements));
-    std::vector<uint8_t> codes(static_cast<size_t>(elements));
-    std::vector<float> scale_min(static_cast<size_t>(elements / 32 * 2));
-    SplitToUint8(t.type, blocks, elements, codes.data(), scale_min.data());
-    for (size_t e = 0; e < out.size(); ++e) {
-      out[e] = std::fma(float(codes[e]), scale_min[2 * (e / 32)], -scale_min[2 * (e / 32) + 1]);
-    }
-    return out;
-  }
-  if (IsUint4Min(t.type)) {
-    std::vector<float> out(static_cast<size_t>(elements));
-    std::vector<uint8_t> nibbles(static_cast<size_t>(elements / 2));
-    std::vector<float> scale_min(static_cast<size_t>(elements / 32 * 2));
-    SplitToUint4(t.type, blocks, elements, nibbles.data(), scale_min.data());
-    for (size_t e = 0; e < out.size(); ++e) {
-      const float code = float((nibbles[e / 2] >> (4 * (e % 2))) & 0xF);
-      out[e] = std::fma(code, scale_min[2 * (e / 32)], -scale_min[2 * (e / 32) + 1]);
-    }
-    return out;
-  }
-  const int64_t group = Int8GroupOf(t.type);
-  std::vector<int8_t> codes(static_cast<size_t>(elements));
-  std::vector<float> scales(static_cast<size_t>(elements / group)), out(static_cast<size_t>(elements));
-  SplitToInt8(t.type, blocks, elements, codes.data(), scales.data());
-  for (size_t i = 0; i < out.size(); ++i) out[i] = float(codes[i]) * scales[i / size_t(group)];
-  return out;
-}
-
 }  // namespace
 
 Status Checkpoint::AddGgufFile(const std::string& first_path) {
@@ -277,6 +241,29 @@ Status Checkpoint::AddGgufFile(const std::string& first_path) {
     const GgufTensorInfo* v_b = nullptr;
   };
   std::map<int, SplitKv> split_kv;
+  // The split pairs, their layers' combined tensors first: a layer with attn_kv_b reads it and
+  // not the pair; a pair of one float type is rearranged into kv_b_proj below; any other pair
+  // keeps its formats (kept_pair).
+  std::set<int> combined_kv_b;
+  for (const GgufTensorInfo& t : merged->tensors) {
+    const std::optional<HfTensorName> hf = HfNameOfGgufTensor(t.name);
+    if (hf && hf->name.ends_with(".self_attn.kv_b_proj.weight")) combined_kv_b.insert(hf->layer);
+    if (hf && !hf->kv_part.empty()) (hf->kv_part == "k_b" ? split_kv[hf->layer].k_b : split_kv[hf->layer].v_b) = &t;
+  }
+  std::set<int> kept_pair;
+  for (const auto& [layer, kv] : split_kv) {
+    if (combined_kv_b.count(layer)) continue;
+    if (kv.k_b == nullptr || kv.v_b == nullptr) {
+      return Status::Error(path + ": layer " + std::to_string(layer) + " has only one of attn_k_b and attn_v_b");
+    }
+    const GgufTensorInfo &k = *kv.k_b, &v = *kv.v_b;  // ne: k [nope, kv_lora, heads], v [kv_lora, v, heads]
+    if (k.ne.size() != 3 || v.ne.size() != 3 || k.ne[2] != v.ne[2] || k.ne[1] != v.ne[0]) {
+      return Status::Error(path + ": layer " + std::to_string(layer) +
+                           ": attn_k_b and attn_v_b do not fit together as [heads, kv_lora, nope] and [heads, v, kv_lora]");
+    }
+    const std::optional<DType> kd = DTypeOfGgml(k.type), vd = DTypeOfGgml(v.type);
+    if (kd && vd && (*kd == DType::kI8 || *vd == DType::kI8 || k.type != v.type)) kept_pair.insert(layer);
+  }
   auto add = [&](TensorView view) -> Status {
     if (tensors_.count(view.name)) return Status::Error(path + ": tensor '" + view.name + "' appears twice");
     total_tensor_bytes_ += view.num_bytes;
@@ -292,10 +279,8 @@ Status Checkpoint::AddGgufFile(const std::string& first_path) {
       continue;
     }
     const std::optional<HfTensorName> hf = HfNameOfGgufTensor(t.name);
-    if (hf && !hf->kv_part.empty()) {
-      (hf->kv_part == "k_b" ? split_kv[hf->layer].k_b : split_kv[hf->layer].v_b) = &t;
-      continue;
-    }
+    // A split pair: rearranged below, not read (the layer's attn_kv_b is), or kept as it is.
+    if (hf && !hf->kv_part.empty() && !kept_pair.count(hf->layer)) continue;
     // The values' bytes, and for the block types their F32 scales: split out of the blocks into
     // owned memory. Q8_0 / Q6_K: int8 codes, NAME_scale [.., cols / group]; Q4_K / Q4_0: nibbles
     // (two a byte: NAME [.., cols / 2]), NAME_scale_min [.., cols / 32, 2].
@@ -343,14 +328,20 @@ Status Checkpoint::AddGgufFile(const std::string& first_path) {
         MLA_RETURN_IF_ERROR(add(TensorView{.name = name + (with_mins ? "_scale_min" : "_scale"), .dtype = DType::kF32,
                                            .shape = scale_shape,
                                            .data = scales + size_t(first / group) * group_scale_bytes,
-                                           .num_bytes = size_t(count / group) * group_scale_bytes, .file = file}));
+                                           .num_bytes = size_t(count / group) * group_scale_bytes, .file = file,
+                                           .owned = true}));
         if (q4_k) shape.back() /= 2;  // two nibbles a byte
       }
       return add(TensorView{.name = std::move(name), .dtype = *dtype, .shape = std::move(shape),
-                            .data = values + offset, .num_bytes = bytes, .file = file});
+                            .data = values + offset, .num_bytes = bytes, .file = file, .owned = scales != nullptr});
     };
     if (!hf) {
       MLA_RETURN_IF_ERROR(add_tensor(t.name, TorchShape(t.ne), 0, elements));  // its own name (e.g. an MTP layer's)
+    } else if (!hf->kv_part.empty()) {
+      // k_b [heads, kv_lora, nope] as [heads * kv_lora, nope]; v_b [heads, v, kv_lora] as [heads * v, kv_lora].
+      MLA_RETURN_IF_ERROR(add_tensor(
+          "model.layers." + std::to_string(hf->layer) + ".self_attn.kv_b_proj.weight_" + hf->kv_part,
+          {t.ne[2] * t.ne[1], t.ne[0]}, 0, elements));
     } else if (!hf->name.empty()) {
       MLA_RETURN_IF_ERROR(add_tensor(hf->name, TorchShape(t.ne), 0, elements));
     } else {
@@ -371,35 +362,20 @@ Status Checkpoint::AddGgufFile(const std::string& first_path) {
     }
     return Status::Error(message);
   }
-  // The split layout: kv_b_proj[h * (nope + v) + j][c] = j < nope ? k_b[h][c][j] : v_b[h][j - nope][c].
+  // A pair of one float type: kv_b_proj[h * (nope + v) + j][c] = j < nope ? k_b[h][c][j] : v_b[h][j - nope][c].
   for (const auto& [layer, kv] : split_kv) {
+    if (combined_kv_b.count(layer) || kept_pair.count(layer)) continue;
     const std::string name = "model.layers." + std::to_string(layer) + ".self_attn.kv_b_proj.weight";
-    if (tensors_.count(name)) continue;  // the file has the combined tensor too
-    if (kv.k_b == nullptr || kv.v_b == nullptr) {
-      return Status::Error(path + ": layer " + std::to_string(layer) + " has only one of attn_k_b and attn_v_b");
-    }
-    const GgufTensorInfo &k = *kv.k_b, &v = *kv.v_b;  // ne: k [nope, kv_lora, heads], v [kv_lora, v, heads]
-    if (k.ne.size() != 3 || v.ne.size() != 3 || k.ne[2] != v.ne[2] || k.ne[1] != v.ne[0]) {
-      return Status::Error(path + ": layer " + std::to_string(layer) +
-                           ": attn_k_b and attn_v_b do not fit together as [heads, kv_lora, nope] and [heads, v, kv_lora]");
-    }
+    const GgufTensorInfo &k = *kv.k_b, &v = *kv.v_b;  // checked above
     const int64_t nope = k.ne[0], lora = k.ne[1], heads = k.ne[2], vdim = v.ne[1];
-    // A quantized pair, or one of two types (files mix them: k_b's 128-value rows fall back from
-    // a K type), is dequantized exactly to F32 first: block types run across kv_b's rows.
-    const bool q8 = *DTypeOfGgml(k.type) == DType::kI8 || *DTypeOfGgml(v.type) == DType::kI8 || k.type != v.type;
-    std::vector<float> k_f32, v_f32;
-    if (q8) {
-      k_f32 = DequantizeToF32(k, shard_data[size_t(k.shard)] + k.offset);
-      v_f32 = DequantizeToF32(v, shard_data[size_t(v.shard)] + v.offset);
-    }
-    const DType out_dtype = q8 ? DType::kF32 : *DTypeOfGgml(k.type);
+    const DType out_dtype = *DTypeOfGgml(k.type);
     const size_t elem = size_t(DTypeBytes(out_dtype));
     const size_t bytes = size_t(heads * (nope + vdim) * lora) * elem;
     auto owned = MappedFile::SharedAnonymous(bytes);
     if (!owned.ok()) return owned.status();
     std::byte* out = (*owned)->mutable_data();
-    const std::byte* kb = q8 ? reinterpret_cast<const std::byte*>(k_f32.data()) : shard_data[size_t(k.shard)] + k.offset;
-    const std::byte* vb = q8 ? reinterpret_cast<const std::byte*>(v_f32.data()) : shard_data[size_t(v.shard)] + v.offset;
+    const std::byte* kb = shard_data[size_t(k.shard)] + k.offset;
+    const std::byte* vb = shard_data[size_t(v.shard)] + v.offset;
     for (int64_t h = 0; h < heads; ++h) {
       for (int64_t j = 0; j < nope; ++j) {
         std::byte* row = out + size_t((h * (nope + vdim) + j) * lora) * elem;
@@ -411,7 +387,8 @@ Status Checkpoint::AddGgufFile(const std::string& first_path) {
                   size_t(vdim * lora) * elem);
     }
     MLA_RETURN_IF_ERROR(add(TensorView{.name = name, .dtype = out_dtype, .shape = {heads * (nope + vdim), lora},
-                                       .data = out, .num_bytes = bytes, .file = path + " (attn_k_b + attn_v_b)"}));
+                                       .data = out, .num_bytes = bytes, .file = path + " (attn_k_b + attn_v_b)",
+                                       .owned = true}));
     files_.push_back(std::move(owned).value());
   }
   return Status::Ok();

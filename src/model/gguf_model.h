@@ -11,7 +11,7 @@
 //   blk.N.attn_norm, ffn_norm                       input_layernorm, post_attention_layernorm
 //   blk.N.attn_q_a, attn_q_a_norm, attn_q_b, attn_q self_attn.q_a_proj, q_a_layernorm, q_b_proj, q_proj
 //   blk.N.attn_kv_a_mqa, attn_kv_a_norm             self_attn.kv_a_proj_with_mqa, kv_a_layernorm
-//   blk.N.attn_kv_b, or attn_k_b + attn_v_b         self_attn.kv_b_proj (the split pair recombined)
+//   blk.N.attn_kv_b, or attn_k_b + attn_v_b         self_attn.kv_b_proj (the split pair: see gguf_checkpoint.cc)
 //   blk.N.attn_output                               self_attn.o_proj
 //   blk.N.ffn_{gate,up,down}                        mlp.{gate,up,down}_proj (dense layers)
 //   blk.N.ffn_gate_inp, exp_probs_b                 mlp.gate.weight, mlp.gate.e_score_correction_bias

@@ -81,7 +81,6 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, const Att
     const int64_t kv_b_rows_per_head = nope + v_dim;
     pool_.ParallelFor(heads, 1, [&](int64_t begin, int64_t end) {
       for (int64_t h = begin; h < end; ++h) {
-        const WeightMatrix w_uv = w.kv_b.Slice(h * kv_b_rows_per_head + nope, v_dim);
         for (size_t i = 0, run = 0; i < absorbed.size(); i += run) {
           const int32_t t0 = absorbed[i];
           for (run = 1; i + run < absorbed.size() && absorbed[i + run] == t0 + int32_t(run);) ++run;
@@ -91,7 +90,8 @@ void Model::Attention(const ComputeContext& ctx, const KvHostRows& kv, const Att
             k.matmul_panels(o_lat, int64_t(run), w.uv[size_t(h)], 0, w.uv[size_t(h)].num_panels(), out,
                             int64_t(heads) * v_dim);
           } else {
-            k.matmul_rows(o_lat, int64_t(run), w_uv, 0, v_dim, out, int64_t(heads) * v_dim);
+            k.matmul_rows(o_lat, int64_t(run), w.kv_b.Slice(h * kv_b_rows_per_head + nope, v_dim), 0, v_dim, out,
+                          int64_t(heads) * v_dim);
           }
         }
       }

@@ -65,22 +65,24 @@ size_t SkippedMtpLayerBytes(const ModelConfig& config, const Checkpoint& checkpo
 }
 
 // After packing, only the embedding and kv_b_proj (read by rows, with their scales) are read from
-// the mapping; every other tensor's pages (packed matrices, norms copied to fp32, MTP layers) are
-// given back, so resident weights are about the checkpoint's bytes, not twice them.
+// the mapping; every other tensor's pages (packed matrices, kv_b's per-head copies' split pair,
+// norms copied to fp32, MTP layers) are given back, so resident weights are about the
+// checkpoint's bytes, not twice them; a GGUF's block tensors, split into memory at load, are freed.
 // (A tensor-parallel rank's kv_b is a slice: its view points inside the tensor.)
 void ReleaseCopiedPages(const ModelWeights& weights, const Checkpoint& checkpoint) {
-  std::vector<const std::byte*> in_use{static_cast<const std::byte*>(weights.embed.data)};
-  auto keep_kv_b = [&](const LayerWeights& layer) {
-    in_use.push_back(static_cast<const std::byte*>(layer.attn.kv_b.data));
-    in_use.push_back(static_cast<const std::byte*>(layer.attn.kv_b.scales));
+  std::vector<const std::byte*> in_use;
+  auto keep = [&](const WeightMatrix& m) {
+    in_use.push_back(static_cast<const std::byte*>(m.data));
+    in_use.push_back(static_cast<const std::byte*>(m.scales));  // a GGUF block type's, in a tensor of their own
   };
-  for (const LayerWeights& layer : weights.layers) keep_kv_b(layer);
-  if (weights.has_mtp) keep_kv_b(weights.mtp.block);
+  keep(weights.embed);
+  for (const LayerWeights& layer : weights.layers) keep(layer.attn.kv_b);
+  if (weights.has_mtp) keep(weights.mtp.block.attn.kv_b);
   std::sort(in_use.begin(), in_use.end());
   for (const auto& [name, view] : checkpoint.tensors()) {
     const std::byte* begin = view.data;
     const auto first = std::lower_bound(in_use.begin(), in_use.end(), begin);
-    if (first == in_use.end() || *first >= begin + std::max<size_t>(1, view.num_bytes)) checkpoint.ReleasePages(view);
+    if (first == in_use.end() || *first >= begin + std::max<size_t>(1, view.num_bytes)) checkpoint.FreePages(view);
   }
 }
 
@@ -150,8 +152,8 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
       Checkpoint::ReleaseMappedPages(static_cast<const std::byte*>(source.scales) + skipped, source.scale_bytes());
     }
   }));
-  ReleaseCopiedPages(model->weights_, *model->checkpoint_);
   MLA_RETURN_IF_ERROR(PackAbsorbedWeights(model->weights_, model->config_, model->pool_));
+  ReleaseCopiedPages(model->weights_, *model->checkpoint_);  // a split kv_b pair's too: its copies are made
   return model;
 }
 

@@ -65,11 +65,24 @@ Result<std::unique_ptr<MappedFile>> MappedFile::SharedAnonymous(size_t size) {
   return file;
 }
 
-void Checkpoint::ReleaseMappedPages(const void* data, size_t num_bytes) {
+namespace {
+
+// madvise(advice) over the whole pages inside [data, data + num_bytes).
+void AdviseInnerPages(const void* data, size_t num_bytes, int advice) {
   const size_t page = size_t(::sysconf(_SC_PAGESIZE));
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
   const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + num_bytes) / page * page;
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, advice);
+}
+
+}  // namespace
+
+void Checkpoint::ReleaseMappedPages(const void* data, size_t num_bytes) {
+  AdviseInnerPages(data, num_bytes, MADV_DONTNEED);
+}
+
+void Checkpoint::FreePages(const TensorView& t) const {
+  AdviseInnerPages(t.data, t.num_bytes, t.owned ? MADV_REMOVE : MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {

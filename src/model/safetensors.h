@@ -24,6 +24,7 @@ struct TensorView {
   const std::byte* data = nullptr;  // little-endian elements, row-major, possibly unaligned
   size_t num_bytes = 0;
   std::string file;                 // the file it lives in, for error messages
+  bool owned = false;               // in memory the checkpoint filled at load (a GGUF's split blocks)
 
   // (A loaded tensor's product fits: ParseSafetensorsHeader refuses shapes that overflow.)
   int64_t numel() const {
@@ -60,7 +61,8 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view bytes, uint64_
 
 // One mmapped file, or shared anonymous memory that a checkpoint fills at load (a GGUF file's
 // tensors rearranged). Dropping pages of either (Checkpoint::ReleaseMappedPages) keeps their
-// contents: file pages are read again, shared anonymous pages stay in their shmem object.
+// contents: file pages are read again, shared anonymous pages stay in their shmem object, which
+// only Checkpoint::FreePages gives back.
 class MappedFile {
  public:
   static Result<std::unique_ptr<MappedFile>> Open(const std::string& path);
@@ -91,12 +93,15 @@ class Checkpoint {
   // Metadata of the first file ("__metadata__"), string values only.
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   size_t total_tensor_bytes() const { return total_tensor_bytes_; }
-  // Drops the process's pages of `t` (those wholly inside it) once their contents have been
-  // copied elsewhere or are not needed (packed matrices, MTP layers): resident memory stays
-  // near the checkpoint's size. The view stays valid; reading it again faults the pages back in.
-  void ReleasePages(const TensorView& t) const { ReleaseMappedPages(t.data, t.num_bytes); }
-  // The same for any range inside this checkpoint's mappings (never for other memory: dropping
-  // anonymous pages would zero them).
+  // Gives back the pages of `t` (those wholly inside it) once nothing reads it again (its
+  // contents copied elsewhere, or not needed: packed matrices, MTP layers), so that resident
+  // memory stays near what the model holds: file pages are dropped (touching them would read the
+  // file again); memory the checkpoint filled at load (TensorView::owned) is freed for good
+  // (MADV_REMOVE: it would read as zeros).
+  void FreePages(const TensorView& t) const;
+  // Drops the process's pages of a range inside this checkpoint's mappings, keeping their contents:
+  // file pages are read again, filled memory stays in its shared object (never for other memory:
+  // dropping private anonymous pages would zero them). For a range that may still be read.
   static void ReleaseMappedPages(const void* data, size_t num_bytes);
 
  private:

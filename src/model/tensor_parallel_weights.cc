@@ -82,6 +82,10 @@ Result<ModelWeights> ShardWeights(ModelWeights w, const ModelConfig& c, const Tp
     WeightMatrix& q = c.q_lora_rank > 0 ? a.q_b : a.q_proj;
     take(q, PackableRows(q, heads.begin * q_rows, heads.count() * q_rows, p + (c.q_lora_rank > 0 ? "q_b_proj" : "q_proj")));
     a.kv_b = a.kv_b.Slice(heads.begin * kv_rows, heads.count() * kv_rows);  // read by rows: any start
+    if (a.k_b.data != nullptr) {  // a GGUF's split pair (kv_b empty): each cut by heads
+      a.k_b = a.k_b.Slice(heads.begin * c.kv_lora_rank, heads.count() * c.kv_lora_rank);
+      a.v_b = a.v_b.Slice(heads.begin * c.v_head_dim, heads.count() * c.v_head_dim);
+    }
     take(a.o_proj, ByRows(a.o_proj, shard, p + "o_proj"));
     if (layer.is_moe) {
       for (int e = 0; e < c.n_routed_experts; ++e) {
@@ -102,7 +106,7 @@ size_t HeldWeightBytes(const ModelWeights& w, const ModelConfig& c) {
   auto mlp = [&](const MlpWeights& m) { bytes += m.gate.stored_bytes() + m.up.stored_bytes() + m.down.stored_bytes(); };
   for (const LayerWeights& layer : w.layers) {
     const AttentionWeights& a = layer.attn;
-    for (const WeightMatrix* m : {&a.q_a, &a.q_b, &a.q_proj, &a.kv_a, &a.kv_b, &a.o_proj}) bytes += m->stored_bytes();
+    for (const WeightMatrix* m : {&a.q_a, &a.q_b, &a.q_proj, &a.kv_a, &a.kv_b, &a.k_b, &a.v_b, &a.o_proj}) bytes += m->stored_bytes();
     bytes += (layer.input_norm.size() + layer.post_attn_norm.size() + a.q_a_norm.size() + a.kv_a_norm.size()) * 2;
     if (layer.is_moe) {
       bytes += layer.moe.router.stored_bytes() + layer.moe.correction_bias.size() * 4;

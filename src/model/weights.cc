@@ -29,6 +29,9 @@ class Binder {
          std::vector<TensorSpec>* listing = nullptr)
       : ckpt_(ckpt), prefix_(std::move(prefix)), quant_(std::move(quant)), listing_(listing) {}
   const Status& status() const { return status_; }
+  // Whether the checkpoint holds `own_name` (false when listing: a listing names the Hugging Face
+  // tensors).
+  bool Has(const std::string& own_name) const { return listing_ == nullptr && ckpt_->Find(prefix_ + own_name) != nullptr; }
 
   // A Linear weight `X.weight`: dense, fp8 (`X.weight` F8_E4M3 + `X.weight_scale_inv`), int4
   // (`X.weight_packed` + `X.weight_scale` + `X.weight_shape`), grouped int8 (`X.weight` I8 +
@@ -252,8 +255,12 @@ AttentionWeights BindAttention(Binder& b, const ModelConfig& c, const std::strin
   }
   a.kv_a = b.Matrix(p + "kv_a_proj_with_mqa.weight", c.kv_cache_dim(), hidden);
   a.kv_a_norm = b.Vector(p + "kv_a_layernorm.weight", c.kv_lora_rank);
-  a.kv_b = b.Matrix(p + "kv_b_proj.weight", heads * (c.qk_nope_head_dim + c.v_head_dim),
-                    c.kv_lora_rank);
+  if (!b.Has(p + "kv_b_proj.weight") && b.Has(p + "kv_b_proj.weight_k_b")) {  // a GGUF's split pair
+    a.k_b = b.Matrix(p + "kv_b_proj.weight_k_b", heads * c.kv_lora_rank, c.qk_nope_head_dim);
+    a.v_b = b.Matrix(p + "kv_b_proj.weight_v_b", heads * c.v_head_dim, c.kv_lora_rank);
+  } else {
+    a.kv_b = b.Matrix(p + "kv_b_proj.weight", heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank);
+  }
   a.o_proj = b.Matrix(p + "o_proj.weight", hidden, heads * c.v_head_dim);
   return a;
 }

@@ -33,6 +33,9 @@ struct AttentionWeights {
   WeightMatrix kv_a;                // [kv_lora + rope, hidden]
   std::vector<float> kv_a_norm;     // [kv_lora]
   WeightMatrix kv_b;                // [heads * (nope + v), kv_lora]: per head W_UK rows, then W_UV
+  // Or, from a GGUF file's split pair kept in its formats (model/gguf_checkpoint.cc), kv_b empty:
+  WeightMatrix k_b;                 // [heads * kv_lora, nope]: per head W_UK^T, grouped along nope
+  WeightMatrix v_b;                 // [heads * v, kv_lora]: per head W_UV
   WeightMatrix o_proj;              // [hidden, heads * v]
   // kv_b's per-head copies in panels for the absorbed decode and the MHA prefill
   // (model/absorbed_weights.h; empty for the formats that keep the row-major path), in

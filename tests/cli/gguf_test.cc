@@ -73,9 +73,10 @@ TEST_F(GgufCli, ABf16GgufScoresAsItsSafetensorsOriginalInBothKvLayouts) {
 // mins), close to the original on every token in both kv layouts with the kernels --kernels auto
 // takes on this host (int8 activations where it measured them faster; the bounds: what
 // `weights-eval` measured for each, a few times over), not equal to it. With the exact fp32
-// reference kernels the two layouts score alike (a split pair is dequantized exactly at load);
-// int8 activations amplify the layouts' last-bit differences (a code rounds the other way), so
-// only the quality bounds hold there.
+// reference kernels the two layouts score alike (each multiplies its own codes exactly); int8
+// activations amplify the layouts' last-bit differences (a code rounds the other way), so only
+// the quality bounds hold there. A split Q8_0 file sharded over two ranks (its pair cut by heads)
+// scores as one process does.
 TEST_F(GgufCli, BlockTypeGgufsScoreCloseToTheirOriginal) {
   const std::vector<double> original = Logprobs(testing::BundledModelPath());
   struct Case {
@@ -111,6 +112,11 @@ TEST_F(GgufCli, BlockTypeGgufsScoreCloseToTheirOriginal) {
     const std::vector<double> split = Logprobs(split_file, 1, "--kernels portable");
     ASSERT_EQ(split.size(), combined.size());
     for (size_t i = 1; i < combined.size(); ++i) EXPECT_NEAR(split[i], combined[i], k.layouts) << type << " token " << i;
+    if (type == "q8_0") {
+      const std::vector<double> sharded = Logprobs(split_file, 2, "--kernels portable");
+      ASSERT_EQ(sharded.size(), split.size());
+      for (size_t i = 0; i < split.size(); ++i) EXPECT_NEAR(sharded[i], split[i], 1e-4) << "tp 2, token " << i;
+    }
     // plan counts the bytes mlaserve holds for the type.
     auto plan = RunMlaserve("plan --model-path " + ShellQuote(combined_file) + " --device-memory 1");
     std::string held = type + " (as held)";

@@ -167,6 +167,65 @@ TEST(AbsorbedWeights, GroupedCopiesMultiplyAsKvBRows) {
   }
 }
 
+// A GGUF's split pair kept in its formats (AttentionWeights::k_b, v_b; kv_b empty): W_UK^T and
+// W_UV packed as they are, the query one product a head (no scale table: k_b's groups run along
+// nope, the product's input), and W_UK (the MHA form's keys) k_b transposed in exact F32.
+TEST(AbsorbedWeights, SplitPairCopiesMultiplyAsTheirRows) {
+  std::mt19937 rng(4);
+  const ModelConfig c = SmallMla();
+  const int64_t heads = c.num_attention_heads, nope = c.qk_nope_head_dim, v = c.v_head_dim, L = c.kv_lora_rank;
+  const struct {
+    WeightFormat k_format, v_format;
+    int k_group, v_group;
+  } cases[] = {{WeightFormat::kInt8Group, WeightFormat::kInt8Group, 32, 16},       // Q8_0 k_b, Q6_K v_b
+               {WeightFormat::kUint4GroupMin, WeightFormat::kUint8GroupMin, 32, 32}};  // Q4_0, Q5_K
+  for (const auto& t : cases) {
+    SCOPED_TRACE(std::to_string(int(t.k_format)) + " / " + std::to_string(int(t.v_format)));
+    const testing::QuantWeights k_b = testing::RandomQuantWeights(t.k_format, heads * L, nope, 1, t.k_group, rng);
+    const testing::QuantWeights v_b = testing::RandomQuantWeights(t.v_format, heads * v, L, 1, t.v_group, rng);
+    ModelWeights w;
+    w.layers.resize(1);
+    AttentionWeights& a = w.layers[0].attn;
+    a.k_b = k_b.matrix;
+    a.v_b = v_b.matrix;
+    ASSERT_TRUE(PackAbsorbedWeights(w, c, pool()).ok());
+    ASSERT_TRUE(HasPanelCopies(a) && HasTransposedCopies(a));
+    ASSERT_EQ(a.uk_t.size(), size_t(heads));
+    EXPECT_TRUE(a.uk_t_scales.empty());
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (const KernelSet* k : Tables()) {
+      const bool rounds = k->int8_dot || k->bf16_min_tokens > 0;
+      for (int64_t h = 0; h < heads; ++h) {
+        std::vector<float> q(static_cast<size_t>(nope)), o(static_cast<size_t>(L));
+        for (float& x : q) x = normal(rng);
+        for (float& x : o) x = normal(rng);
+        std::vector<float> q_lat(static_cast<size_t>(L)), out(static_cast<size_t>(v)), key(static_cast<size_t>(nope));
+        k->matmul_panels(q.data(), 1, a.uk_t[size_t(h)], 0, a.uk_t[size_t(h)].num_panels(), q_lat.data(), L);
+        k->matmul_panels(o.data(), 1, a.uv[size_t(h)], 0, a.uv[size_t(h)].num_panels(), out.data(), v);
+        k->matmul_panels(o.data(), 1, a.uk[size_t(h)], 0, a.uk[size_t(h)].num_panels(), key.data(), nope);
+        std::vector<double> want_lat(size_t(L), 0.0), want_out(size_t(v), 0.0), want_key(size_t(nope), 0.0);
+        for (int64_t col = 0; col < L; ++col) {
+          for (int64_t d = 0; d < nope; ++d) {
+            const double w_uk = WeightAt(k_b.matrix, h * L + col, d);  // W_UK[d][col] = k_b[h][col][d]
+            want_lat[size_t(col)] += double(q[size_t(d)]) * w_uk;
+            want_key[size_t(d)] += double(o[size_t(col)]) * w_uk;
+          }
+          for (int64_t j = 0; j < v; ++j) want_out[size_t(j)] += double(o[size_t(col)]) * WeightAt(v_b.matrix, h * v + j, col);
+        }
+        const std::pair<const std::vector<float>*, const std::vector<double>*> checks[] = {
+            {&q_lat, &want_lat}, {&out, &want_out}, {&key, &want_key}};
+        for (const auto& [got, expected] : checks) {
+          double largest = 0.0;
+          for (double e : *expected) largest = std::max(largest, std::abs(e));
+          for (size_t i = 0; i < got->size(); ++i) {
+            EXPECT_NEAR((*got)[i], (*expected)[i], (rounds ? 2e-2 : 1e-5) * largest) << k->name << " head " << h << " " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(AbsorbedWeights, Fp8BlocksKeepTheRowMajorPath) {
   std::mt19937 rng(3);
   const testing::QuantWeights kv_b = RandomKvB(WeightFormat::kFp8Block, 16, 32, rng);

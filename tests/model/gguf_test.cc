@@ -10,6 +10,7 @@
 #include <functional>
 #include <random>
 #include <sstream>
+#include <unistd.h>
 
 #include "core/float16.h"
 #include "model/gguf.h"
@@ -316,9 +317,10 @@ TEST(Gguf, Q4_1Q5_0AndQ5_1BlocksLoadAsTheValuesGgmlDequantizes) {
 }
 
 // A split kv_b pair of two types (attn_k_b in Q8_0, attn_v_b in F32, as files mix a K type's
-// fallback with another type) loads as kv_b_proj in F32: per head the nope rows of W_UK (k_b
-// transposed, its Q8_0 blocks dequantized exactly), then the v rows of W_UV.
-TEST(Gguf, ASplitKvPairOfTwoTypesLoadsAsKvBProj) {
+// fallback with another type) keeps each tensor in its format under kv_b_proj's companion names:
+// k_b as int8 codes [heads * lora, nope] with a scale per 32 (its blocks run along nope), v_b as
+// F32 [heads * v, lora]; no kv_b_proj is made (model/absorbed_weights.h multiplies the pair).
+TEST(Gguf, ASplitKvPairOfTwoTypesKeepsEachFormat) {
   constexpr int kNope = 32, kLora = 8, kHeads = 2, kV = 4;
   std::vector<std::byte> k_b(size_t(kHeads * kLora) * kQ8_0Bytes);  // [heads][lora] blocks of nope
   std::vector<float> k_values(size_t(kHeads * kLora * kNope));
@@ -344,21 +346,72 @@ TEST(Gguf, ASplitKvPairOfTwoTypesLoadsAsKvBProj) {
   ASSERT_TRUE(w.Write(path).ok());
   auto ckpt = Checkpoint::Open(path);
   ASSERT_TRUE(ckpt.ok()) << ckpt.error();
-  const TensorView* kv_b = (*ckpt)->Find("model.layers.0.self_attn.kv_b_proj.weight");
-  ASSERT_NE(kv_b, nullptr);
-  EXPECT_EQ(kv_b->dtype, DType::kF32);
-  ASSERT_EQ(kv_b->shape, (std::vector<int64_t>{kHeads * (kNope + kV), kLora}));
-  for (int h = 0; h < kHeads; ++h) {
-    for (int j = 0; j < kNope + kV; ++j) {
-      for (int c = 0; c < kLora; ++c) {
-        float got;
-        std::memcpy(&got, kv_b->data + 4 * size_t((h * (kNope + kV) + j) * kLora + c), 4);
-        const float want = j < kNope ? k_values[size_t((h * kLora + c) * kNope + j)]
-                                     : v_values[size_t((h * kV + (j - kNope)) * kLora + c)];
-        ASSERT_EQ(got, want) << "head " << h << " row " << j << " column " << c;
-      }
+  EXPECT_EQ((*ckpt)->Find("model.layers.0.self_attn.kv_b_proj.weight"), nullptr);
+  const TensorView* codes = (*ckpt)->Find("model.layers.0.self_attn.kv_b_proj.weight_k_b");
+  const TensorView* scales = (*ckpt)->Find("model.layers.0.self_attn.kv_b_proj.weight_k_b_scale");
+  const TensorView* v = (*ckpt)->Find("model.layers.0.self_attn.kv_b_proj.weight_v_b");
+  ASSERT_TRUE(codes != nullptr && scales != nullptr && v != nullptr);
+  EXPECT_EQ(codes->dtype, DType::kI8);
+  ASSERT_EQ(codes->shape, (std::vector<int64_t>{kHeads * kLora, kNope}));
+  ASSERT_EQ(scales->shape, (std::vector<int64_t>{kHeads * kLora, kNope / 32}));
+  for (int r = 0; r < kHeads * kLora; ++r) {
+    float scale;
+    std::memcpy(&scale, scales->data + 4 * size_t(r), 4);
+    for (int j = 0; j < kNope; ++j) {
+      const float got = float(int8_t(codes->data[size_t(r * kNope + j)])) * scale;
+      ASSERT_EQ(got, k_values[size_t(r * kNope + j)]) << "k_b row " << r << " column " << j;
     }
   }
+  EXPECT_EQ(v->dtype, DType::kF32);
+  ASSERT_EQ(v->shape, (std::vector<int64_t>{kHeads * kV, kLora}));
+  ASSERT_EQ(std::memcmp(v->data, v_values.data(), v_values.size() * 4), 0);
+}
+
+// FreePages gives a block tensor's split codes back for good (they read as zeros after: the pages
+// are gone from their shared memory, not only unmapped), while a file-backed tensor's pages are
+// dropped and read again from the file.
+TEST(Gguf, FreePagesGivesSplitBlocksBackAndKeepsFilePages) {
+  constexpr int kRows = 64, kCols = 1024;  // 64 KiB of int8 codes: whole pages
+  std::vector<std::byte> blocks(size_t(kRows * kCols / 32) * kQ8_0Bytes);
+  for (size_t b = 0; b < blocks.size() / kQ8_0Bytes; ++b) {
+    const uint16_t d = F32ToF16(0.5f);
+    std::memcpy(&blocks[b * kQ8_0Bytes], &d, 2);
+    for (int j = 0; j < 32; ++j) blocks[b * kQ8_0Bytes + 2 + size_t(j)] = std::byte(1 + (b + size_t(j)) % 100);
+  }
+  std::vector<float> dense(size_t(kRows * kCols), 1.5f);
+  std::vector<std::byte> dense_bytes(dense.size() * 4);
+  std::memcpy(dense_bytes.data(), dense.data(), dense_bytes.size());
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/free.gguf";
+  GgufWriter w;
+  w.SetString("general.architecture", "deepseek2");
+  ASSERT_TRUE(w.AddTensor("blk.0.ffn_up.weight", {kCols, kRows}, GgmlType::kQ8_0, blocks).ok());
+  ASSERT_TRUE(w.AddTensor("blk.0.ffn_down.weight", {kCols, kRows}, GgmlType::kF32, dense_bytes).ok());
+  ASSERT_TRUE(w.Write(path).ok());
+  auto ckpt = Checkpoint::Open(path);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.error();
+  const TensorView* codes = (*ckpt)->Find("model.layers.0.mlp.up_proj.weight");
+  const TensorView* file_backed = (*ckpt)->Find("model.layers.0.mlp.down_proj.weight");
+  ASSERT_TRUE(codes != nullptr && file_backed != nullptr);
+  EXPECT_TRUE(codes->owned);
+  EXPECT_FALSE(file_backed->owned);
+  const auto nonzero = [](const TensorView& t, size_t from, size_t to) {
+    size_t n = 0;
+    for (size_t i = from; i < to; ++i) n += t.data[i] != std::byte{0};
+    return n;
+  };
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  // The whole pages inside the view: the ones FreePages gives back.
+  const auto begin = size_t((reinterpret_cast<uintptr_t>(codes->data) + page - 1) / page * page -
+                            reinterpret_cast<uintptr_t>(codes->data));
+  const auto end = size_t((reinterpret_cast<uintptr_t>(codes->data) + codes->num_bytes) / page * page -
+                          reinterpret_cast<uintptr_t>(codes->data));
+  ASSERT_LT(begin, end);
+  EXPECT_EQ(nonzero(*codes, begin, end), end - begin);
+  (*ckpt)->FreePages(*codes);
+  EXPECT_EQ(nonzero(*codes, begin, end), 0u);
+  (*ckpt)->FreePages(*file_backed);
+  EXPECT_EQ(std::memcmp(file_backed->data, dense_bytes.data(), dense_bytes.size()), 0);
 }
 
 TEST(Gguf, EveryTruncationIsRefusedWithALine) {

@@ -89,6 +89,12 @@ TEST_F(ServeTest, StartsAndLogsLikeSglang) {
   EXPECT_NE(log.find("max_total_num_tokens=8192"), std::string::npos) << log;
   EXPECT_NE(log.find("kv_cache_dtype=bf16"), std::string::npos) << log;
   EXPECT_NE(log.find("context_len="), std::string::npos) << log;
+  // SGLang's load line, its memory from /proc/meminfo (a number, whatever the host holds).
+  const size_t load = log.find("Load weight end. elapsed=");
+  ASSERT_NE(load, std::string::npos) << log;
+  EXPECT_NE(log.find("type=deepseek_v3, dtype=bfloat16, avail mem=", load), std::string::npos) << log;
+  EXPECT_GT(NumberAfter(log, "avail mem="), 0) << log;
+  EXPECT_NE(log.find(" GB, mem usage=", load), std::string::npos) << log;
   EXPECT_EQ(Get(*server_, "/health").status_code, 200);
   auto models = json::parse(Get(*server_, "/v1/models").body);
   EXPECT_EQ(models["data"][0]["id"], "bard");
