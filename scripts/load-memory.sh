@@ -2,8 +2,8 @@
 # Memory a server holds once a checkpoint is loaded, as the system sees it: /proc/meminfo's
 # MemAvailable before `serve` starts, less MemAvailable once it logs that it is ready (what the
 # system can no longer give: the process's own memory and any shared memory it filled; the
-# file's page cache stays available). Each file is loaded ROUNDS times in turn; the median drop is
-# printed per file.
+# file's page cache stays available), and its largest drop on the way (the load's peak, sampled
+# every 50 ms). Each file is loaded ROUNDS times in turn; the medians are printed per file.
 #   scripts/load-memory.sh [--bin BIN] ROUNDS MODEL...
 # BIN defaults to this checkout's build/mlaserve (another build's binary measures its code).
 # The host must be otherwise idle: another process's allocations count.
@@ -18,31 +18,41 @@ shift
 avail_kb() { awk '/^MemAvailable:/ {print $2}' /proc/meminfo; }
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-declare -A drops=()
+declare -A drops=() peaks=()
 for round in $(seq 1 "$rounds"); do
   for model in "$@"; do
     port=$((20000 + RANDOM % 20000))
     before=$(avail_kb)
     "$bin" serve --model-path "$model" --port "$port" --log-level info >"$log" 2>&1 &
     pid=$!
-    # Wait for the ready line (or the process's end: a failed load).
+    # Wait for the ready line (or the process's end: a failed load), sampling MemAvailable's
+    # lowest point on the way (the load's peak, to the sampling's 50 ms).
+    lowest=$before
     until grep -q "The server is fired up and ready to roll!" "$log"; do
       if ! kill -0 "$pid" 2>/dev/null; then
         cat "$log" >&2
         exit 1
       fi
-      sleep 0.2
+      now=$(avail_kb)
+      (( now < lowest )) && lowest=$now
+      sleep 0.05
     done
     after=$(avail_kb)
+    (( after < lowest )) && lowest=$after
     kill "$pid"
     wait "$pid" || true
     drop_gb=$(awk -v b="$before" -v a="$after" 'BEGIN {printf "%.3f", (b - a) * 1024 / 1e9}')
-    echo "round $round $model: MemAvailable $((before / 1024)) -> $((after / 1024)) MiB, held $drop_gb GB"
+    peak_gb=$(awk -v b="$before" -v a="$lowest" 'BEGIN {printf "%.3f", (b - a) * 1024 / 1e9}')
+    echo "round $round $model: MemAvailable $((before / 1024)) -> $((after / 1024)) MiB, held $drop_gb GB, peak $peak_gb GB"
     drops[$model]+="$drop_gb "
+    peaks[$model]+="$peak_gb "
   done
 done
+median() {
+  tr ' ' '\n' | grep . | sort -g |
+    awk '{v[NR] = $1} END {printf "%.3f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}
 for model in "$@"; do
-  median=$(tr ' ' '\n' <<<"${drops[$model]}" | grep . | sort -g |
-    awk '{v[NR] = $1} END {printf "%.3f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}')
-  echo "$model: held $median GB (median of $rounds)"
+  echo "$model: held $(median <<<"${drops[$model]}") GB, peak while loading $(median <<<"${peaks[$model]}") GB" \
+    "(medians of $rounds)"
 done

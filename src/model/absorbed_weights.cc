@@ -93,8 +93,8 @@ void MultiplyFours(const float* __restrict a, const float* __restrict b, int64_t
 Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& pool) {
   const int64_t rows_per_head = c.qk_nope_head_dim + c.v_head_dim, L = c.kv_lora_rank;
   // How a copy is made from its source rows: packed as they are, transposed (kv_b's W_UK^T, with
-  // its scale table where grouped), or transposed and widened exactly to F32 (a split pair's W_UK
-  // for the MHA form: k_b's groups run along nope, which W_UK's products sum across).
+  // its scale table where grouped), or transposed and widened to F32 by WeightAt (a split pair's
+  // W_UK for the MHA form: k_b's groups run along nope, which W_UK's products sum across).
   enum class Copy { kRows, kTransposed, kTransposedF32 };
   // The copies of one layer, in storage order: its W_UK^T ones (where they pay), then W_UV, then
   // W_UK, each head after the previous: a thread's run of heads is one stream (the kernels'

@@ -17,8 +17,8 @@
 // the row-major path. A GGUF's split pair kept in its formats (AttentionWeights::k_b, v_b, kv_b
 // empty) always gets copies: W_UK^T and W_UV packed as they are (k_b's groups run along nope, the
 // query's own input: one product a head, no scale table), and W_UK for the MHA form k_b
-// transposed and widened exactly to F32 (its groups would run along W_UK's rows); a pair whose
-// format would not pack is refused at load.
+// transposed and widened to F32 as WeightAt forms each weight, exact for Q8_0 (its groups would
+// run along W_UK's rows); a pair whose format would not pack is refused at load.
 //
 // Ownership: the copies and tables live in ModelWeights::absorbed_storage; kv_b stays as it is
 // (the formats without copies read it), so resident memory grows by about 1.5 times kv_b's bytes,

@@ -143,13 +143,30 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
                                          std::move(weights).value(), options, max_context, threads));
   model->SetUpTensorParallel(options.tp, shard_bytes);
   model->skipped_mtp_bytes_ = skipped_mtp_bytes;
-  MLA_RETURN_IF_ERROR(PackWeights(model->weights_, model->pool_, [](const WeightMatrix& source) {
-    Checkpoint::ReleaseMappedPages(source.data, source.total_bytes());
+  // Each packed matrix's source is given back as soon as it is copied, so that a GGUF's block
+  // tensors (split into memory at load) are not held twice while the rest packs; the embedding,
+  // read by rows, is only dropped (a tied lm_head is a view of it).
+  const WeightMatrix embed = model->weights_.embed;
+  const Checkpoint& held = *model->checkpoint_;
+  const auto give_back = [&](const void* data, size_t num_bytes) {
+    const auto* p = static_cast<const std::byte*>(data);
+    const auto* e = static_cast<const std::byte*>(embed.data);
+    const auto* es = static_cast<const std::byte*>(embed.scales);
+    const bool embedding = (e != nullptr && p >= e && p < e + embed.total_bytes()) ||
+                           (es != nullptr && p >= es && p < es + embed.scale_bytes());
+    if (embedding) {
+      Checkpoint::ReleaseMappedPages(data, num_bytes);
+    } else {
+      held.FreeRange(data, num_bytes);
+    }
+  };
+  MLA_RETURN_IF_ERROR(PackWeights(model->weights_, model->pool_, [&](const WeightMatrix& source) {
+    give_back(source.data, source.total_bytes());
     if (source.scales != nullptr) {
       // A row slice of a grouped matrix (a tensor-parallel shard) indexes its parent's scale rows.
       const size_t skipped =
           size_t(source.scale_row0) * size_t(source.scale_cols()) * size_t(source.group_scale_bytes());
-      Checkpoint::ReleaseMappedPages(static_cast<const std::byte*>(source.scales) + skipped, source.scale_bytes());
+      give_back(static_cast<const std::byte*>(source.scales) + skipped, source.scale_bytes());
     }
   }));
   MLA_RETURN_IF_ERROR(PackAbsorbedWeights(model->weights_, model->config_, model->pool_));

@@ -57,6 +57,7 @@ Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
 Result<std::unique_ptr<MappedFile>> MappedFile::SharedAnonymous(size_t size) {
   std::unique_ptr<MappedFile> file(new MappedFile());
   file->size_ = size;
+  file->filled_ = true;
   if (size > 0) {
     void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return Status::Error("cannot map " + std::to_string(size) + " bytes: " + std::strerror(errno));
@@ -83,6 +84,18 @@ void Checkpoint::ReleaseMappedPages(const void* data, size_t num_bytes) {
 
 void Checkpoint::FreePages(const TensorView& t) const {
   AdviseInnerPages(t.data, t.num_bytes, t.owned ? MADV_REMOVE : MADV_DONTNEED);
+}
+
+void Checkpoint::FreeRange(const void* data, size_t num_bytes) const {
+  const auto* p = static_cast<const std::byte*>(data);
+  bool filled = false;
+  for (const auto& f : files_) {
+    if (f->filled() && p >= f->data() && p < f->data() + f->size()) {
+      filled = true;
+      break;
+    }
+  }
+  AdviseInnerPages(data, num_bytes, filled ? MADV_REMOVE : MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {

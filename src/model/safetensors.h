@@ -74,11 +74,13 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
   const std::byte* data() const { return data_; }
   size_t size() const { return size_; }
+  bool filled() const { return filled_; }  // SharedAnonymous: memory a checkpoint filled, not a file
 
  private:
   MappedFile() = default;
   const std::byte* data_ = nullptr;
   size_t size_ = 0;
+  bool filled_ = false;
 };
 
 class Checkpoint {
@@ -99,6 +101,9 @@ class Checkpoint {
   // file again); memory the checkpoint filled at load (TensorView::owned) is freed for good
   // (MADV_REMOVE: it would read as zeros).
   void FreePages(const TensorView& t) const;
+  // The same for a range inside one of this checkpoint's mappings (a packed matrix's source, which
+  // may be a slice of a tensor).
+  void FreeRange(const void* data, size_t num_bytes) const;
   // Drops the process's pages of a range inside this checkpoint's mappings, keeping their contents:
   // file pages are read again, filled memory stays in its shared object (never for other memory:
   // dropping private anonymous pages would zero them). For a range that may still be read.

@@ -27,6 +27,9 @@ Role RoleOf(const std::string& name, const ModelConfig& c) {
   if (name.ends_with("q_b_proj.weight") || name.ends_with("self_attn.q_proj.weight")) {
     return {.split = Split::kHeads, .rows_per_head = c.qk_head_dim()};
   }
+  // (A GGUF's split pair reaches the plan as one kv_b_proj of the combined shape: GgufWeightSource
+  // merges it. Its stored names, kv_b_proj.weight_k_b / _v_b, would map here by SpecNameOf but have
+  // heads * kv_lora and heads * v rows, not heads * (nope + v).)
   if (name.ends_with("kv_b_proj.weight")) {
     return {.split = Split::kHeads, .rows_per_head = int64_t(c.qk_nope_head_dim) + c.v_head_dim};
   }

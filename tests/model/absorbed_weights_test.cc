@@ -167,27 +167,37 @@ TEST(AbsorbedWeights, GroupedCopiesMultiplyAsKvBRows) {
   }
 }
 
-// A GGUF's split pair kept in its formats (AttentionWeights::k_b, v_b; kv_b empty): W_UK^T and
+// A GGUF's split pair kept in its formats (AttentionWeights::k_b, v_b; kv_b empty), both in
+// block types or one dense (files mix a K type's fallback with another type): W_UK^T and
 // W_UV packed as they are, the query one product a head (no scale table: k_b's groups run along
-// nope, the product's input), and W_UK (the MHA form's keys) k_b transposed in exact F32.
+// nope, the product's input), and W_UK (the MHA form's keys) k_b transposed in F32 (WeightAt).
 TEST(AbsorbedWeights, SplitPairCopiesMultiplyAsTheirRows) {
   std::mt19937 rng(4);
   const ModelConfig c = SmallMla();
   const int64_t heads = c.num_attention_heads, nope = c.qk_nope_head_dim, v = c.v_head_dim, L = c.kv_lora_rank;
   const struct {
-    WeightFormat k_format, v_format;
+    WeightFormat k_format, v_format;  // kDense: F32
     int k_group, v_group;
-  } cases[] = {{WeightFormat::kInt8Group, WeightFormat::kInt8Group, 32, 16},       // Q8_0 k_b, Q6_K v_b
-               {WeightFormat::kUint4GroupMin, WeightFormat::kUint8GroupMin, 32, 32}};  // Q4_0, Q5_K
+  } cases[] = {{WeightFormat::kInt8Group, WeightFormat::kInt8Group, 32, 16},          // Q8_0 k_b, Q6_K v_b
+               {WeightFormat::kUint4GroupMin, WeightFormat::kUint8GroupMin, 32, 32},  // Q4_0, Q5_K
+               {WeightFormat::kInt8Group, WeightFormat::kDense, 32, 0},               // Q8_0, F32
+               {WeightFormat::kDense, WeightFormat::kUint4GroupMin, 0, 32}};          // F32, Q4_K
   for (const auto& t : cases) {
     SCOPED_TRACE(std::to_string(int(t.k_format)) + " / " + std::to_string(int(t.v_format)));
-    const testing::QuantWeights k_b = testing::RandomQuantWeights(t.k_format, heads * L, nope, 1, t.k_group, rng);
-    const testing::QuantWeights v_b = testing::RandomQuantWeights(t.v_format, heads * v, L, 1, t.v_group, rng);
+    std::vector<testing::Weights> dense;        // the matrices' bytes, kept for the test
+    std::vector<testing::QuantWeights> quantized;
+    dense.reserve(2);
+    quantized.reserve(2);
+    const auto make = [&](WeightFormat format, int64_t rows, int64_t cols, int group) {
+      if (format == WeightFormat::kDense) return dense.emplace_back(testing::RandomWeights(DType::kF32, rows, cols, rng)).matrix;
+      return quantized.emplace_back(testing::RandomQuantWeights(format, rows, cols, 1, group, rng)).matrix;
+    };
     ModelWeights w;
     w.layers.resize(1);
     AttentionWeights& a = w.layers[0].attn;
-    a.k_b = k_b.matrix;
-    a.v_b = v_b.matrix;
+    a.k_b = make(t.k_format, heads * L, nope, t.k_group);
+    a.v_b = make(t.v_format, heads * v, L, t.v_group);
+    const WeightMatrix k_b = a.k_b, v_b = a.v_b;
     ASSERT_TRUE(PackAbsorbedWeights(w, c, pool()).ok());
     ASSERT_TRUE(HasPanelCopies(a) && HasTransposedCopies(a));
     ASSERT_EQ(a.uk_t.size(), size_t(heads));
@@ -206,11 +216,11 @@ TEST(AbsorbedWeights, SplitPairCopiesMultiplyAsTheirRows) {
         std::vector<double> want_lat(size_t(L), 0.0), want_out(size_t(v), 0.0), want_key(size_t(nope), 0.0);
         for (int64_t col = 0; col < L; ++col) {
           for (int64_t d = 0; d < nope; ++d) {
-            const double w_uk = WeightAt(k_b.matrix, h * L + col, d);  // W_UK[d][col] = k_b[h][col][d]
+            const double w_uk = WeightAt(k_b, h * L + col, d);  // W_UK[d][col] = k_b[h][col][d]
             want_lat[size_t(col)] += double(q[size_t(d)]) * w_uk;
             want_key[size_t(d)] += double(o[size_t(col)]) * w_uk;
           }
-          for (int64_t j = 0; j < v; ++j) want_out[size_t(j)] += double(o[size_t(col)]) * WeightAt(v_b.matrix, h * v + j, col);
+          for (int64_t j = 0; j < v; ++j) want_out[size_t(j)] += double(o[size_t(col)]) * WeightAt(v_b, h * v + j, col);
         }
         const std::pair<const std::vector<float>*, const std::vector<double>*> checks[] = {
             {&q_lat, &want_lat}, {&out, &want_out}, {&key, &want_key}};
