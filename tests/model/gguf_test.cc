@@ -367,6 +367,57 @@ TEST(Gguf, ASplitKvPairOfTwoTypesKeepsEachFormat) {
   ASSERT_EQ(std::memcmp(v->data, v_values.data(), v_values.size() * 4), 0);
 }
 
+// A split pair's problems are one line naming the layer: one tensor of the pair without the other,
+// or two that do not fit together; a layer with attn_kv_b as well reads it and not the pair.
+TEST(Gguf, SplitPairProblemsAreOneLineAndACombinedTensorWins) {
+  constexpr int kNope = 32, kLora = 8, kHeads = 2, kV = 4;
+  std::vector<std::byte> k_b(size_t(kHeads * kLora * kNope) * 4), v_b(size_t(kHeads * kV * kLora) * 4),
+      kv_b(size_t(kHeads * (kNope + kV) * kLora) * 4), misfit(size_t(kHeads * kV * (kLora + 1)) * 4);
+  testing::TempDir dir;
+  struct Case {
+    const char* name;
+    bool k, v, combined, misfit_v;
+    const char* error;  // nullptr: loads
+  };
+  for (const Case& c : {Case{"only_k", true, false, false, false, "layer 0 has only one of attn_k_b and attn_v_b"},
+                        Case{"only_v", false, true, false, false, "layer 0 has only one of attn_k_b and attn_v_b"},
+                        Case{"misfit", true, true, false, true, "layer 0: attn_k_b and attn_v_b do not fit together"},
+                        Case{"both", true, true, true, false, nullptr}}) {
+    SCOPED_TRACE(c.name);
+    const std::string path = dir.path() + "/" + c.name + ".gguf";
+    GgufWriter w;
+    w.SetString("general.architecture", "deepseek2");
+    if (c.k) {
+      ASSERT_TRUE(w.AddTensor("blk.0.attn_k_b.weight", {kNope, kLora, kHeads}, GgmlType::kF32, k_b).ok());
+    }
+    if (c.v && !c.misfit_v) {  // F16: a second type
+      ASSERT_TRUE(w.AddTensor("blk.0.attn_v_b.weight", {kLora, kV, kHeads}, GgmlType::kF16,
+                              std::span(v_b).first(v_b.size() / 2))
+                      .ok());
+    }
+    if (c.misfit_v) {  // kv_lora + 1 columns against k_b's kv_lora rows
+      ASSERT_TRUE(w.AddTensor("blk.0.attn_v_b.weight", {kLora + 1, kV, kHeads}, GgmlType::kF32, misfit).ok());
+    }
+    if (c.combined) {
+      ASSERT_TRUE(w.AddTensor("blk.0.attn_kv_b.weight", {kLora, kHeads * (kNope + kV)}, GgmlType::kF32, kv_b).ok());
+    }
+    ASSERT_TRUE(w.Write(path).ok());
+    auto ckpt = Checkpoint::Open(path);
+    if (c.error != nullptr) {
+      ASSERT_FALSE(ckpt.ok());
+      EXPECT_NE(ckpt.error().find(c.error), std::string::npos) << ckpt.error();
+      EXPECT_EQ(ckpt.error().find('\n'), std::string::npos) << ckpt.error();
+      continue;
+    }
+    ASSERT_TRUE(ckpt.ok()) << ckpt.error();
+    const TensorView* combined = (*ckpt)->Find("model.layers.0.self_attn.kv_b_proj.weight");
+    ASSERT_NE(combined, nullptr);
+    EXPECT_EQ(combined->file, path);  // the file's attn_kv_b, not a pair rearranged
+    EXPECT_EQ((*ckpt)->Find("model.layers.0.self_attn.kv_b_proj.weight_k_b"), nullptr);
+    EXPECT_EQ((*ckpt)->Find("model.layers.0.self_attn.kv_b_proj.weight_v_b"), nullptr);
+  }
+}
+
 // FreePages gives a block tensor's split codes back for good (they read as zeros after: the pages
 // are gone from their shared memory, not only unmapped), while a file-backed tensor's pages are
 // dropped and read again from the file.
