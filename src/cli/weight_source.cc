@@ -26,11 +26,7 @@ std::optional<WeightSource> GgufWeightSource(const std::string& path, const Mode
   WeightSource out;
   std::map<std::string, double> bytes_by_type;
   std::map<int, size_t> kv_b_entry;  // layer -> index in out.tensors
-  std::set<int> combined_kv_b;       // layers with attn_kv_b: their split pair is not read (as the checkpoint)
-  for (const GgufTensorInfo& t : f->tensors) {
-    const std::optional<HfTensorName> hf = HfNameOfGgufTensor(t.name);
-    if (hf && hf->name.ends_with(".self_attn.kv_b_proj.weight")) combined_kv_b.insert(hf->layer);
-  }
+  const std::set<int> combined_kv_b = CombinedKvBLayers(f->tensors);  // their split pair is not read
   for (const GgufTensorInfo& t : f->tensors) {
     double elements = 1;
     for (int64_t d : t.ne) elements *= double(d);

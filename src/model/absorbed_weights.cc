@@ -100,7 +100,7 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& po
   // W_UK, each head after the previous: a thread's run of heads is one stream (the kernels'
   // prefetch runs on into the next head). visit(copy list, head, its source rows, how).
   auto for_each_copy = [&](AttentionWeights& a, auto&& visit) {
-    if (a.kv_b.data == nullptr && a.k_b.data != nullptr) {  // a split pair: W_UK^T and W_UV as stored
+    if (HasSplitKvB(a)) {  // W_UK^T and W_UV as stored
       const int64_t heads = a.k_b.rows / L;
       for (int64_t h = 0; h < heads; ++h) visit(a.uk_t, h, a.k_b.Slice(h * L, L), Copy::kRows);
       for (int64_t h = 0; h < heads; ++h) visit(a.uv, h, a.v_b.Slice(h * c.v_head_dim, c.v_head_dim), Copy::kRows);
@@ -127,7 +127,7 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& po
   };
   bool split_packs = true;
   ForEachAttention(w, [&](AttentionWeights& a) {
-    if (a.kv_b.data == nullptr && a.k_b.data != nullptr) split_packs = split_packs && SplitPairPacks(a);
+    if (HasSplitKvB(a)) split_packs = split_packs && SplitPairPacks(a);
   });
   if (!split_packs) {
     return Status::Error("the split attn_k_b / attn_v_b pair's format cannot be packed for the absorbed products "

@@ -274,10 +274,9 @@ Status Checkpoint::AddGgufFile(const std::string& first_path) {
   // The split pairs, their layers' combined tensors first: a layer with attn_kv_b reads it and
   // not the pair; a pair of one float type is rearranged into kv_b_proj below; any other pair
   // keeps its formats (kept_pair).
-  std::set<int> combined_kv_b;
+  const std::set<int> combined_kv_b = CombinedKvBLayers(merged->tensors);
   for (const GgufTensorInfo& t : merged->tensors) {
     const std::optional<HfTensorName> hf = HfNameOfGgufTensor(t.name);
-    if (hf && hf->name.ends_with(".self_attn.kv_b_proj.weight")) combined_kv_b.insert(hf->layer);
     if (hf && !hf->kv_part.empty()) (hf->kv_part == "k_b" ? split_kv[hf->layer].k_b : split_kv[hf->layer].v_b) = &t;
   }
   std::set<int> kept_pair;
@@ -353,12 +352,11 @@ Status Checkpoint::AddGgufFile(const std::string& first_path) {
         MLA_RETURN_IF_ERROR(add(TensorView{.name = name + (with_mins ? "_scale_min" : "_scale"), .dtype = DType::kF32,
                                            .shape = scale_shape,
                                            .data = scales + size_t(first / group) * group_scale_bytes,
-                                           .num_bytes = size_t(count / group) * group_scale_bytes, .file = file,
-                                           .owned = true}));
+                                           .num_bytes = size_t(count / group) * group_scale_bytes, .file = file}));
         if (q4_k) shape.back() /= 2;  // two nibbles a byte
       }
       return add(TensorView{.name = std::move(name), .dtype = *dtype, .shape = std::move(shape),
-                            .data = values + offset, .num_bytes = bytes, .file = file, .owned = scales != nullptr});
+                            .data = values + offset, .num_bytes = bytes, .file = file});
     };
     if (!hf) {
       MLA_RETURN_IF_ERROR(add_tensor(t.name, TorchShape(t.ne), 0, elements));  // its own name (e.g. an MTP layer's)
@@ -425,8 +423,7 @@ Status Checkpoint::AddGgufFile(const std::string& first_path) {
                   size_t(vdim * lora) * elem);
     }
     MLA_RETURN_IF_ERROR(add(TensorView{.name = name, .dtype = out_dtype, .shape = {heads * (nope + vdim), lora},
-                                       .data = out, .num_bytes = bytes, .file = path + " (attn_k_b + attn_v_b)",
-                                       .owned = true}));
+                                       .data = out, .num_bytes = bytes, .file = path + " (attn_k_b + attn_v_b)"}));
     files_.push_back(std::move(owned).value());
   }
   return Status::Ok();

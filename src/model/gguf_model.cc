@@ -91,6 +91,15 @@ std::optional<HfTensorName> HfNameOfGgufTensor(const std::string& gguf_name) {
   return std::nullopt;
 }
 
+std::set<int> CombinedKvBLayers(std::span<const GgufTensorInfo> tensors) {
+  std::set<int> layers;
+  for (const GgufTensorInfo& t : tensors) {
+    const std::optional<HfTensorName> hf = HfNameOfGgufTensor(t.name);
+    if (hf && hf->name.ends_with(".self_attn.kv_b_proj.weight")) layers.insert(hf->layer);
+  }
+  return layers;
+}
+
 std::string HfExpertTensorName(int layer, int64_t expert, const std::string& projection) {
   return "model.layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(expert) + "." + projection +
          ".weight";

@@ -22,6 +22,8 @@
 #pragma once
 
 #include <optional>
+#include <set>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -43,6 +45,8 @@ struct HfTensorName {
 };
 // nullopt: not a deepseek2 tensor name mlaserve knows.
 std::optional<HfTensorName> HfNameOfGgufTensor(const std::string& gguf_name);
+// The layers whose tensors include a combined attn_kv_b: their split pair, if any, is not read.
+std::set<int> CombinedKvBLayers(std::span<const GgufTensorInfo> tensors);
 // Routed expert `expert`'s Hugging Face name: "model.layers.N.mlp.experts.E.<projection>.weight".
 std::string HfExpertTensorName(int layer, int64_t expert, const std::string& projection);
 // The stacked tensor of a layer's experts for a projection ("gate_proj" -> "blk.N.ffn_gate_exps.weight").

@@ -82,10 +82,6 @@ void Checkpoint::ReleaseMappedPages(const void* data, size_t num_bytes) {
   AdviseInnerPages(data, num_bytes, MADV_DONTNEED);
 }
 
-void Checkpoint::FreePages(const TensorView& t) const {
-  AdviseInnerPages(t.data, t.num_bytes, t.owned ? MADV_REMOVE : MADV_DONTNEED);
-}
-
 void Checkpoint::FreeRange(const void* data, size_t num_bytes) const {
   const auto* p = static_cast<const std::byte*>(data);
   bool filled = false;

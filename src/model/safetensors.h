@@ -24,7 +24,6 @@ struct TensorView {
   const std::byte* data = nullptr;  // little-endian elements, row-major, possibly unaligned
   size_t num_bytes = 0;
   std::string file;                 // the file it lives in, for error messages
-  bool owned = false;               // in memory the checkpoint filled at load (a GGUF's split blocks)
 
   // (A loaded tensor's product fits: ParseSafetensorsHeader refuses shapes that overflow.)
   int64_t numel() const {
@@ -98,9 +97,9 @@ class Checkpoint {
   // Gives back the pages of `t` (those wholly inside it) once nothing reads it again (its
   // contents copied elsewhere, or not needed: packed matrices, MTP layers), so that resident
   // memory stays near what the model holds: file pages are dropped (touching them would read the
-  // file again); memory the checkpoint filled at load (TensorView::owned) is freed for good
-  // (MADV_REMOVE: it would read as zeros).
-  void FreePages(const TensorView& t) const;
+  // file again); memory the checkpoint filled at load (MappedFile::filled: a GGUF's split blocks)
+  // is freed for good (MADV_REMOVE: it would read as zeros).
+  void FreePages(const TensorView& t) const { FreeRange(t.data, t.num_bytes); }
   // The same for a range inside one of this checkpoint's mappings (a packed matrix's source, which
   // may be a slice of a tensor).
   void FreeRange(const void* data, size_t num_bytes) const;

@@ -48,6 +48,9 @@ struct AttentionWeights {
   std::vector<const float*> uk_t_scales;
 };
 
+// Whether the layer holds a GGUF's split pair (k_b, v_b) instead of kv_b.
+inline bool HasSplitKvB(const AttentionWeights& a) { return a.k_b.data != nullptr; }
+
 struct MoeWeights {
   WeightMatrix router;                   // [n_routed_experts, hidden]
   std::vector<float> correction_bias;    // [n_routed_experts], noaux_tc only

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <regex>
 #include <chrono>
@@ -92,9 +93,11 @@ TEST_F(ServeTest, StartsAndLogsLikeSglang) {
   // SGLang's load line, its memory from /proc/meminfo (a number, whatever the host holds).
   const size_t load = log.find("Load weight end. elapsed=");
   ASSERT_NE(load, std::string::npos) << log;
-  EXPECT_NE(log.find("type=deepseek_v3, dtype=bfloat16, avail mem=", load), std::string::npos) << log;
-  EXPECT_GT(NumberAfter(log, "avail mem="), 0) << log;
-  EXPECT_NE(log.find(" GB, mem usage=", load), std::string::npos) << log;
+  const std::string avail = "type=deepseek_v3, dtype=bfloat16, avail mem=";
+  const size_t at = log.find(avail, load);
+  ASSERT_NE(at, std::string::npos) << log;
+  EXPECT_TRUE(std::isdigit(static_cast<unsigned char>(log[at + avail.size()]))) << log;  // read, not missing
+  EXPECT_NE(log.find(" GB, mem usage=", at), std::string::npos) << log;
   EXPECT_EQ(Get(*server_, "/health").status_code, 200);
   auto models = json::parse(Get(*server_, "/v1/models").body);
   EXPECT_EQ(models["data"][0]["id"], "bard");
