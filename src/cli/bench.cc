@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -288,6 +289,18 @@ PhaseSums SumPerPhase(const Model& model, Measure&& measure) {
   return sums;
 }
 
+// The decode's weight products together (every phase but attention over the cache): seconds and
+// bytes a step, over `steps` single-sequence steps. What a weight format changes; the rest costs
+// every format alike.
+struct WeightProducts {
+  double step_s = 0, bytes = 0;
+};
+WeightProducts DecodeWeightProducts(const ForwardTimings& t, int steps, const Model& model) {
+  const PhaseSums w = SumPerPhase(model, [](const WeightMatrix& m) { return m.stored_bytes(); });
+  return {.step_s = double(t.mlp_ns + t.projections_ns + t.kv_b_ns + t.router_ns + t.lm_head_ns) / 1e9 / steps,
+          .bytes = w.projections + w.kv_b + w.mlp + w.router + double(model.weights().lm_head.stored_bytes())};
+}
+
 void PrintDecodePhases(const ForwardTimings& t, int steps, double step_s, double kv_bytes, const Model& model,
                        double bandwidth) {
   const ModelWeights& w = model.weights();
@@ -295,34 +308,29 @@ void PrintDecodePhases(const ForwardTimings& t, int steps, double step_s, double
   struct Phase {
     const char* name;
     int64_t ns;
-    double bytes;
-    bool reads_weights = true;  // bytes are weights (else the KV cache's rows)
+    double bytes;  // weights (the last phase: the KV cache's rows)
   };
   const Phase phases[] = {{"MLP products (dense MLPs, routed and shared experts)", t.mlp_ns, weights.mlp},
                           {"attention projections (q, kv_a and the cache write, o_proj)", t.projections_ns, weights.projections},
                           {"kv_b products (absorbed W_UK, W_UV)", t.kv_b_ns, weights.kv_b},
                           {"router (product, top-k, the experts' combine)", t.router_ns, weights.router},
                           {"lm_head", t.lm_head_ns, double(w.lm_head.stored_bytes())},
-                          {"attention over the KV cache (bytes: the cache rows)", t.attention_core_ns, kv_bytes, false}};
+                          {"attention over the KV cache (bytes: the cache rows)", t.attention_core_ns, kv_bytes}};
   std::printf("decode step by phase: ms/step, MB/step read, GB/s, share of the machine's read bandwidth\n");
   auto print = [&](const char* name, double s, double bytes) {
     std::printf("  %-62s %7.3f ms %8.1f MB %7.2f GB/s %4.0f%%\n", name, 1e3 * s, bytes / 1e6, s > 0 ? bytes / s / 1e9 : 0.0,
                 s > 0 ? 100.0 * bytes / s / bandwidth : 0.0);
   };
-  double timed_s = 0, weight_s = 0, weight_bytes = 0;
+  double timed_s = 0;
   for (const Phase& p : phases) {
     const double s = double(p.ns) / 1e9 / steps;
     timed_s += s;
-    if (p.reads_weights) {
-      weight_s += s;
-      weight_bytes += p.bytes;
-    }
     print(p.name, s, p.bytes);
   }
   std::printf("  %-62s %7.3f ms\n", "the rest (embedding row, norms, residual adds, the step's loop)",
               1e3 * std::max(0.0, step_s - timed_s));
-  // The weights' products together: what a weight format changes (the rest costs every format alike).
-  print("weight products together (the phases above but the cache)", weight_s, weight_bytes);
+  const WeightProducts products = DecodeWeightProducts(t, steps, model);
+  print("weight products together (the phases above but the cache)", products.step_s, products.bytes);
 }
 
 // The prompt's forward calls by phase (ForwardTimings, the decode table's phases): time, the
@@ -725,6 +733,8 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
     double prefill_s = 0.0;
     double decode_s = 0.0;
     size_t decode_bytes = 0;
+    ForwardTimings decode_timings;  // its decode steps' phases
+    std::string label;              // the table's name for it: the checkpoint's file or folder name
   };
   std::vector<Entry> entries;
   for (const std::string& path : paths) {
@@ -732,7 +742,8 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
     flags.model_path = path;
     auto loaded = LoadModel(flags, /*need_tokenizer=*/false);
     if (!loaded.ok()) return Fail("bench", path + ": " + loaded.error());
-    Entry e{.loaded = std::move(loaded).value()};
+    Entry e{.loaded = std::move(loaded).value(), .label = std::filesystem::path(path).filename().string()};
+    if (e.label.empty()) e.label = std::filesystem::path(path).parent_path().filename().string();  // "dir/"
     const ModelConfig& c = e.loaded.model->config();
     if (!entries.empty() && c.vocab_size != entries[0].loaded.model->config().vocab_size) {
       return Fail("bench", path + ": a different vocabulary from --model-path's", 2);
@@ -767,9 +778,12 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
   for (int i = 0; i < settings.decode_tokens; ++i) {
     for (Entry& e : entries) {
       const TokenId next = ArgMax(e.runner->last_logits());
+      e.loaded.model->set_timings(&e.decode_timings);
       const auto t0 = Clock::now();
-      if (Status s = e.runner->Append(std::span(&next, 1)); !s.ok()) return Fail("bench", s.message());
+      const Status s = e.runner->Append(std::span(&next, 1));
       e.decode_s += Seconds(t0, Clock::now());
+      e.loaded.model->set_timings(nullptr);
+      if (!s.ok()) return Fail("bench", s.message());
     }
   }
   Model& model0 = *entries[0].loaded.model;
@@ -780,7 +794,7 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
               "%.2f GB/s\n",
               settings.prompt_len, kPrefillRounds, settings.decode_tokens, machine / 1e9);
   PrintComputePeaks(peaks, *entries[0].loaded.kernels);
-  std::printf("%-14s %14s %14s %10s %12s %8s %10s %10s %15s\n", "weights", "prefill tok/s", "decode tok/s", "MB/token",
+  std::printf("%-22s %14s %14s %10s %12s %8s %10s %10s %15s\n", "weights", "prefill tok/s", "decode tok/s", "MB/token",
               "decode GB/s", "of peak", "decode x", "prefill x", "prefill of peak");
   const double prefill0 = kPrefillRounds * settings.prompt_len / entries[0].prefill_s;
   const double decode0 = settings.decode_tokens / entries[0].decode_s;
@@ -790,9 +804,29 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
     const double decode_bandwidth = double(e.decode_bytes) * decode;
     const double prefill_flops_per_s =
         PrefillFlops(*e.loaded.model, settings.prompt_len) / settings.prompt_len * prefill;
-    std::printf("%-14s %14.1f %14.2f %10.1f %12.2f %7.0f%% %9.2fx %9.2fx %14.0f%%\n", WeightsName(e.loaded.model->config()),
-                prefill, decode, double(e.decode_bytes) / 1e6, decode_bandwidth / 1e9, 100.0 * decode_bandwidth / machine,
+    std::printf("%-22.22s %14.1f %14.2f %10.1f %12.2f %7.0f%% %9.2fx %9.2fx %14.0f%%\n", e.label.c_str(), prefill,
+                decode, double(e.decode_bytes) / 1e6, decode_bandwidth / 1e9, 100.0 * decode_bandwidth / machine,
                 decode / decode0, prefill / prefill0, 100.0 * prefill_flops_per_s / fma.all_threads_flops);
+  }
+  // The weight products alone (PrintDecodePhases' last line), each model's over the same steps:
+  // what a weight format changes, without the per-step costs every format pays alike. Their share
+  // of the one probe, and each model's over the first's: the same moments, so drift cancels.
+  std::printf("decode weight products (the decode phase table's \"weight products together\"), the same steps:\n");
+  std::printf("%-22s %10s %10s %12s %8s %12s\n", "weights", "ms/step", "MB/step", "GB/s", "of peak", "share x");
+  double share0 = 0.0;
+  for (const Entry& e : entries) {
+    const auto [s, bytes] = DecodeWeightProducts(e.decode_timings, settings.decode_tokens, *e.loaded.model);
+    const double share = s > 0 ? bytes / s / machine : 0.0;
+    if (&e == &entries[0]) share0 = share;
+    std::printf("%-22.22s %10.3f %10.1f %12.2f %7.0f%% %11.2fx\n", e.label.c_str(), 1e3 * s, bytes / 1e6,
+                s > 0 ? bytes / s / 1e9 : 0.0, 100.0 * share, share0 > 0 ? share / share0 : 0.0);
+  }
+  // Step i reads the rows of positions [0, prompt_len + i + 1).
+  const double mean_context = settings.prompt_len + (settings.decode_tokens + 1) / 2.0;
+  for (const Entry& e : entries) {
+    std::printf("%s, ", e.label.c_str());
+    PrintDecodePhases(e.decode_timings, settings.decode_tokens, e.decode_s / settings.decode_tokens,
+                      double(KvBytesPerPosition(e.loaded)) * mean_context, *e.loaded.model, machine);
   }
   return 0;
 }

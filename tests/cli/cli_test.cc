@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -153,13 +156,15 @@ TEST(Cli, InitRandomAndBenchRun) {
   // The decode phase table: disjoint parts of the steps, so together no longer than the steps;
   // every phase ran.
   const double decode_s = BenchFigure(r.out, "decode: 4 tokens in ");
-  auto phase_ms = [&](const char* phase) {
-    const size_t at = r.out.find(phase);
+  // The ms of the first line of `text` holding `phase` (-1: none).
+  const auto ms_in = [](const std::string& text, const char* phase) {
+    const size_t at = text.find(phase);
     if (at == std::string::npos) return -1.0;
-    const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+    const std::string line = text.substr(at, text.find('\n', at) - at);
     const size_t ms_at = line.find(" ms ");
     return ms_at == std::string::npos ? -1.0 : std::stod(line.substr(line.rfind(' ', ms_at - 1) + 1));
   };
+  auto phase_ms = [&](const char* phase) { return ms_in(r.out, phase); };
   double phases_ms = 0;
   for (const char* phase : {"  MLP products", "  attention projections", "  kv_b products", "  router (", "  lm_head",
                             "  attention over the KV cache"}) {
@@ -175,6 +180,38 @@ TEST(Cli, InitRandomAndBenchRun) {
                   " --prompt-len 20 --decode-tokens 2 --bandwidth-buffer-mb 16");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("prefill of peak"), std::string::npos) << r.out;
+  // Interleaved: each model's weight products over the same steps, the first model's share the
+  // unit, and each model's own phase table, whose products line the short table repeats.
+  const size_t products = r.out.find("decode weight products (");
+  ASSERT_NE(products, std::string::npos) << r.out;
+  const std::string label = std::filesystem::path(dir.path()).filename().string();
+  std::istringstream rows(r.out.substr(products));
+  std::string line;
+  std::getline(rows, line);  // the title
+  std::getline(rows, line);  // the header
+  std::vector<double> table_ms;
+  for (int i = 0; i < 2 && std::getline(rows, line); ++i) {
+    std::istringstream fields(line);
+    std::string name, of_peak, share_x;
+    double ms = 0, mb = 0, gbps = 0;
+    fields >> name >> ms >> mb >> gbps >> of_peak >> share_x;
+    EXPECT_EQ(name, label.substr(0, 22)) << line;
+    EXPECT_GT(ms, 0.0) << line;
+    if (i == 0) {
+      EXPECT_EQ(share_x, "1.00x") << line;
+    }
+    table_ms.push_back(ms);
+  }
+  ASSERT_EQ(table_ms.size(), 2u) << r.out;
+  size_t at = products;
+  for (double ms : table_ms) {
+    at = r.out.find(label + ", decode step by phase", at);
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const size_t together = r.out.find("  weight products together", at);
+    ASSERT_NE(together, std::string::npos) << r.out;
+    EXPECT_NEAR(ms_in(r.out.substr(together), "  weight products together"), ms, 0.0015) << r.out;
+    at = together;
+  }
 }
 
 // The prompt's phase table, from the fastest of --prefill-repeats runs: the phases' times together
