@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# Decode speed of a dense checkpoint and its GGUF quantizations, alternating rounds so that a noisy
-# host's drift hits every file alike (docs/benchmarks.md, "GGUF block types").
+# Decode speed of a dense checkpoint and its GGUF quantizations against it (docs/benchmarks.md,
+# "GGUF block types").
 #   scripts/bench-gguf.sh MODEL_DIR [ROUNDS=4] [TYPES="q8_0 q6_k q4_k q4_0"] [BATCHES="1 8"]
 # (a type TYPE-split, e.g. q6_k-split, writes kv_b_proj as the newer files' attn_k_b + attn_v_b)
 # MODEL_DIR: a dense DeepSeek checkpoint with its tokenizer (e.g. `mlaserve init-random --out DIR
 # --preset reference --set vocab_size=2048` plus the bundled model's tokenizer files). The GGUF
-# files are written next to it, as MODEL_DIR.TYPE.gguf, once. Batch 1 lines carry two lines of
-# bench's decode phase table: the MLP products (the large products' own rate) and the weight products
-# together (every product that reads weights: what the format changes, apart from attention over the cache).
-# After the rounds, per batch and file: the median over rounds of its decode tokens/s and of its
-# weight products' share of the read bandwidth (batch 1: bench prints it to the whole percent),
-# each over the dense checkpoint's in the same round: paired, so that the host's drift between
-# rounds cancels; the order within a round flips every round, so that drift within one does not
-# favour the later runs.
+# files are written next to it, as MODEL_DIR.TYPE.gguf, once.
+# Batch 1: each round is one `bench --compare-model-path` process holding every file, their decode
+# steps interleaved model after model, so that the host's drift hits every file alike within the
+# same seconds; the GGUF files' order flips every round (the dense checkpoint stays first: the
+# unit). Per round and file, bench's "share x": the weight products' share of the one read probe
+# over the dense checkpoint's (every phase but attention over the cache: what the format changes),
+# and "decode x", the whole step's tokens/s over the dense one's. Batches above 1 (which bench
+# does not interleave): one process per file, alternating, the order flipping every round, and per
+# round the file's tokens/s and weight products' share over the dense checkpoint's of that round.
+# After the rounds, per batch and file: the median of each ratio over rounds.
 set -euo pipefail
 model=${1:?usage: scripts/bench-gguf.sh MODEL_DIR [ROUNDS] [TYPES] [BATCHES]}
 rounds=${2:-4}  # even: as many rounds in each order
@@ -33,9 +35,39 @@ done
 median() {
   sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "n/a (0 pairs)"; else if (NR % 2) printf "%gx (%d pairs)\n", v[(NR + 1) / 2], NR; else printf "%gx (%d pairs)\n", (v[NR / 2] + v[NR / 2 + 1]) / 2, NR}'
 }
+# One interleaved batch-1 round: every file in one bench process; appends each GGUF file's
+# "decode x" and "share x" to tps_ratios / share_ratios. $1: the round (odd: files in order).
+interleaved_round() {
+  local round=$1 args=() i out label
+  local ggufs=("${files[@]:1}")
+  if (( round % 2 == 0 )); then
+    ggufs=()
+    for ((i = ${#files[@]} - 1; i >= 1; i--)); do ggufs+=("${files[i]}"); done
+  fi
+  for f in "${ggufs[@]}"; do args+=(--compare-model-path "$f"); done
+  if ! out=$("$bin" bench --model-path "$model" "${args[@]}" --prompt-len 256 --decode-tokens 64 2>&1); then
+    printf 'batch=1 round=%s: bench failed:\n%s\n' "$round" "$out" >&2
+    return
+  fi
+  for f in "${files[@]:1}"; do
+    label=$(basename "$f" | cut -c1-22)
+    # The first table's row: label prefill decode MB GB/s of-peak decode-x ...; the products
+    # table's: label ms MB GB/s of-peak share-x.
+    local decode_x share_x
+    decode_x=$(awk -v l="$label" '$1 == l && NF == 9 {sub("x", "", $7); print $7; exit}' <<<"$out")
+    share_x=$(awk -v l="$label" '$1 == l && NF == 6 {sub("x", "", $6); print $6; exit}' <<<"$out")
+    echo "batch=1 round=$round $f | decode x $decode_x | weight products' share x $share_x"
+    [[ -n $decode_x ]] && tps_ratios[$f]+="$decode_x "
+    [[ -n $share_x ]] && share_ratios[$f]+="$share_x "
+  done
+}
 for batch in $batches; do
   declare -A tps_ratios=() share_ratios=()
   for round in $(seq 1 "$rounds"); do
+    if (( batch == 1 )); then
+      interleaved_round "$round"
+      continue
+    fi
     # Odd rounds run the files in order, even rounds in reverse (the dense checkpoint last): on a
     # host whose speed drifts within a round, neither side of a pair is always the later run.
     order=("${files[@]}")
