@@ -22,6 +22,13 @@ types=${3:-"q8_0 q6_k q4_k q4_0"}
 batches=${4:-"1 8"}
 bin=$(dirname "$0")/../build/mlaserve
 files=("$model")
+for t in $types; do files+=("${model%/}.$t.gguf"); done
+# bench's tables label a model by its file name, cut to 22 characters: they must tell the files apart.
+labels=$(for f in "${files[@]}"; do basename "$f" | cut -c1-22; done)
+if [[ $(sort <<<"$labels" | uniq -d) != "" || $labels == *" "* ]]; then
+  echo "bench-gguf.sh: the file names' first 22 characters must differ and hold no space: $(tr '\n' ' ' <<<"$labels")" >&2
+  exit 2
+fi
 for t in $types; do
   out="${model%/}.$t.gguf"
   # TYPE-split: the newer files' layout, kv_b_proj as attn_k_b and attn_v_b.
@@ -29,7 +36,6 @@ for t in $types; do
   [[ $t == *-split ]] && layout=split
   [[ -f $out ]] || "$bin" quantize --model-path "$model" --out-format gguf --weights "${t%-split}" \
     --gguf-kv-layout "$layout" --out "$out"
-  files+=("$out")
 done
 # "MEDIANx (N pairs)" of a list of ratios (one per line), or "n/a (0 pairs)".
 median() {
@@ -57,8 +63,8 @@ interleaved_round() {
     decode_x=$(awk -v l="$label" '$1 == l && NF == 9 {sub("x", "", $7); print $7; exit}' <<<"$out")
     share_x=$(awk -v l="$label" '$1 == l && NF == 6 {sub("x", "", $6); print $6; exit}' <<<"$out")
     echo "batch=1 round=$round $f | decode x $decode_x | weight products' share x $share_x"
-    [[ -n $decode_x ]] && tps_ratios[$f]+="$decode_x "
-    [[ -n $share_x ]] && share_ratios[$f]+="$share_x "
+    if [[ -n $decode_x ]]; then tps_ratios[$f]+="$decode_x "; fi
+    if [[ -n $share_x ]]; then share_ratios[$f]+="$share_x "; fi
   done
 }
 for batch in $batches; do

@@ -261,10 +261,6 @@ void PrintAttentionBound(const ForwardTimings& timings, int steps, int sequences
               100.0 * bound_s / step_s);
 }
 
-// Where a decode step's time goes (ForwardTimings' phases over `steps` single-sequence steps of
-// `step_s` each), with the weight bytes each phase reads and the rate it reads them at: the MLPs'
-// large products stream; the fixed per-step costs (attention over the cache, small products,
-// norms) weigh more, the fewer bytes the weights take.
 // A measure of the matrices one token multiplies by, summed per phase of the decode and prefill
 // tables (ForwardTimings): the attention projections, kv_b, the MLPs (dense MLPs, shared experts
 // and top-k routed experts, counted as the first expert's) and the router; lm_head apart.
@@ -301,6 +297,11 @@ WeightProducts DecodeWeightProducts(const ForwardTimings& t, int steps, const Mo
           .bytes = w.projections + w.kv_b + w.mlp + w.router + double(model.weights().lm_head.stored_bytes())};
 }
 
+// Where a decode step's time goes (ForwardTimings' phases over `steps` single-sequence steps of
+// `step_s` each), with the weight bytes each phase reads and the rate it reads them at: the MLPs'
+// large products stream; the fixed per-step costs (attention over the cache, small products,
+// norms) weigh more, the fewer bytes the weights take. (DecodeWeightProducts sums the same
+// phases but the cache: a phase added here goes there too.)
 void PrintDecodePhases(const ForwardTimings& t, int steps, double step_s, double kv_bytes, const Model& model,
                        double bandwidth) {
   const ModelWeights& w = model.weights();
@@ -742,8 +743,15 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
     flags.model_path = path;
     auto loaded = LoadModel(flags, /*need_tokenizer=*/false);
     if (!loaded.ok()) return Fail("bench", path + ": " + loaded.error());
-    Entry e{.loaded = std::move(loaded).value(), .label = std::filesystem::path(path).filename().string()};
-    if (e.label.empty()) e.label = std::filesystem::path(path).parent_path().filename().string();  // "dir/"
+    // The label: the file or folder name ("dir/" included); the path itself where that is empty or
+    // "." / "..", or where an earlier model has the same name (a/m.gguf beside b/m.gguf).
+    const std::filesystem::path normal = std::filesystem::path(path).lexically_normal();
+    std::string label = (normal.has_filename() ? normal : normal.parent_path()).filename().string();
+    if (label.empty() || label == "." || label == ".." ||
+        std::any_of(entries.begin(), entries.end(), [&](const Entry& other) { return other.label == label; })) {
+      label = path;
+    }
+    Entry e{.loaded = std::move(loaded).value(), .label = std::move(label)};
     const ModelConfig& c = e.loaded.model->config();
     if (!entries.empty() && c.vocab_size != entries[0].loaded.model->config().vocab_size) {
       return Fail("bench", path + ": a different vocabulary from --model-path's", 2);
@@ -810,16 +818,17 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
   }
   // The weight products alone (PrintDecodePhases' last line), each model's over the same steps:
   // what a weight format changes, without the per-step costs every format pays alike. Their share
-  // of the one probe, and each model's over the first's: the same moments, so drift cancels.
+  // of the one probe ("of peak"), and each model's share over the first's ("share x": its GB/s
+  // over the first's, the probe cancels; the steps interleave, so the host's drift does too).
   std::printf("decode weight products (the decode phase table's \"weight products together\"), the same steps:\n");
   std::printf("%-22s %10s %10s %12s %8s %12s\n", "weights", "ms/step", "MB/step", "GB/s", "of peak", "share x");
   double share0 = 0.0;
   for (const Entry& e : entries) {
-    const auto [s, bytes] = DecodeWeightProducts(e.decode_timings, settings.decode_tokens, *e.loaded.model);
-    const double share = s > 0 ? bytes / s / machine : 0.0;
+    const auto [step_s, bytes] = DecodeWeightProducts(e.decode_timings, settings.decode_tokens, *e.loaded.model);
+    const double share = step_s > 0 ? bytes / step_s / machine : 0.0;
     if (&e == &entries[0]) share0 = share;
-    std::printf("%-22.22s %10.3f %10.1f %12.2f %7.0f%% %11.2fx\n", e.label.c_str(), 1e3 * s, bytes / 1e6,
-                s > 0 ? bytes / s / 1e9 : 0.0, 100.0 * share, share0 > 0 ? share / share0 : 0.0);
+    std::printf("%-22.22s %10.3f %10.1f %12.2f %7.0f%% %11.2fx\n", e.label.c_str(), 1e3 * step_s, bytes / 1e6,
+                step_s > 0 ? bytes / step_s / 1e9 : 0.0, 100.0 * share, share0 > 0 ? share / share0 : 0.0);
   }
   // Step i reads the rows of positions [0, prompt_len + i + 1).
   const double mean_context = settings.prompt_len + (settings.decode_tokens + 1) / 2.0;
