@@ -93,24 +93,34 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
     });
 
     // With kv_b's per-head copies (model/absorbed_weights.h): the block's latents packed once for
-    // every head's key and value products (one layout: the copies share format and columns), where
-    // the product pays and the scratch has room; else each product takes them unpacked.
+    // every head's key products and once for the value products, where both products pay and the
+    // scratch has room; one packing serves both where the copies share a layout (a split pair's
+    // W_UK is F32 beside a W_UV in its block type: two). Else each product takes them unpacked.
     const bool copies = HasPanelCopies(w);
     const int threads = pool_.num_threads();
-    float* packed = nullptr;  // [PackedFloatsFor(k, rows, uk[0])] the latents [rows, L] packed
-    if (copies && PackedProductPays(k, rows, w.uk[0]) && SharePackedActivations(w.uk[0], w.uv[0]) &&
-        PackedFloatsFor(k, rows, w.uk[0]) + threads * GemmThreadScratchFloats(rows) <= int64_t(gemm_scratch.size())) {
-      packed = gemm_scratch.data();
-      pool_.ParallelFor(GemmTiles(rows), 1, [&](int64_t begin, int64_t end) {
-        k.pack_activations(ws.mha_ckv.data(), rows, w.uk[0], begin, end, packed);
-      });
+    float* packed_uk = nullptr;  // [uk_floats] the latents [rows, L] packed for W_UK's products
+    float* packed_uv = nullptr;  // [uv_floats] ... for W_UV's (packed_uk where they share)
+    int64_t packed_floats = 0;   // uk_floats + uv_floats: the thread scratch follows
+    if (copies && PackedProductPays(k, rows, w.uk[0]) && PackedProductPays(k, rows, w.uv[0])) {
+      const bool share = SharePackedActivations(w.uk[0], w.uv[0]);
+      const int64_t uk_floats = PackedFloatsFor(k, rows, w.uk[0]);
+      const int64_t uv_floats = share ? 0 : PackedFloatsFor(k, rows, w.uv[0]);
+      if (uk_floats + uv_floats + threads * GemmThreadScratchFloats(rows) <= int64_t(gemm_scratch.size())) {
+        packed_floats = uk_floats + uv_floats;
+        packed_uk = gemm_scratch.data();
+        packed_uv = share ? packed_uk : packed_uk + uk_floats;
+        pool_.ParallelFor(GemmTiles(rows), 1, [&](int64_t begin, int64_t end) {
+          k.pack_activations(ws.mha_ckv.data(), rows, w.uk[0], begin, end, packed_uk);
+          if (!share) k.pack_activations(ws.mha_ckv.data(), rows, w.uv[0], begin, end, packed_uv);
+        });
+      }
     }
     std::atomic<int> next_head{0};
     pool_.RunOnAll([&](int thread) {
       // [GemmThreadScratchFloats(rows)] this thread's, after the packed latents
-      float* product_scratch = packed == nullptr ? nullptr
-                                                 : gemm_scratch.data() + PackedFloatsFor(k, rows, w.uk[0]) +
-                                                       int64_t(thread) * GemmThreadScratchFloats(rows);
+      float* product_scratch = packed_uk == nullptr ? nullptr
+                                                    : gemm_scratch.data() + packed_floats +
+                                                          int64_t(thread) * GemmThreadScratchFloats(rows);
       float* keys = ws.mha_k.data() + int64_t(thread) * C * qk_dim;      // [C, nope + R]
       float* values = ws.mha_v.data() + int64_t(thread) * C * v_dim;     // [C, v]
       float* scores = ws.mha_scores.data() + int64_t(thread) * B * C;    // [B, rows]
@@ -122,9 +132,11 @@ void Model::MhaPrefillAttention(const KernelSet& k, const AttentionWeights& w, c
         // Decompress this head's keys and values for the block.
         if (copies) {  // the head's W_UK and W_UV in panels
           const WeightMatrix &uk = w.uk[size_t(h)], &uv = w.uv[size_t(h)];
-          if (packed != nullptr) {
-            k.matmul_panels_packed(ws.mha_ckv.data(), packed, product_scratch, rows, uk, 0, uk.num_panels(), keys, qk_dim);
-            k.matmul_panels_packed(ws.mha_ckv.data(), packed, product_scratch, rows, uv, 0, uv.num_panels(), values, v_dim);
+          if (packed_uk != nullptr) {
+            k.matmul_panels_packed(ws.mha_ckv.data(), packed_uk, product_scratch, rows, uk, 0, uk.num_panels(), keys,
+                                   qk_dim);
+            k.matmul_panels_packed(ws.mha_ckv.data(), packed_uv, product_scratch, rows, uv, 0, uv.num_panels(), values,
+                                   v_dim);
           } else {
             k.matmul_panels(ws.mha_ckv.data(), rows, uk, 0, uk.num_panels(), keys, qk_dim);
             k.matmul_panels(ws.mha_ckv.data(), rows, uv, 0, uv.num_panels(), values, v_dim);
