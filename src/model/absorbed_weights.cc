@@ -153,10 +153,14 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& po
         case Copy::kTransposed: copies[size_t(h)] = PackTransposedPanels(rows, at); break;
         case Copy::kTransposedF32:
           // rows: W_UK^T [kv_lora, nope]; the copy W_UK [nope, kv_lora]: (j, c) = rows(c, j).
+          // (WeightAt decodes a block per value: over the pool, rows apart. DeepSeek-V3 widens
+          // 61 x 128 heads of 512 x 128 values.)
           widened.resize(size_t(rows.rows * rows.cols));
-          for (int64_t r = 0; r < rows.rows; ++r) {
-            for (int64_t j = 0; j < rows.cols; ++j) widened[size_t(r * rows.cols + j)] = WeightAt(rows, r, j);
-          }
+          pool.ParallelFor(rows.rows, 16, [&](int64_t begin, int64_t end) {
+            for (int64_t r = begin; r < end; ++r) {
+              for (int64_t j = 0; j < rows.cols; ++j) widened[size_t(r * rows.cols + j)] = WeightAt(rows, r, j);
+            }
+          });
           copies[size_t(h)] = PackF32Panels(widened.data(), rows.cols, rows.rows, 1, rows.cols, DType::kF32, at);
           break;
       }
