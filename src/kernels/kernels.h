@@ -146,8 +146,8 @@ struct KernelSet {
   bool int8_dot = false;
   // One token's product with `groups` consecutive runs of `group_panels` panels of w, run g taking
   // its own input x[g * w.cols ...]: y rows [g * group_panels * 16, ...) = x_g @ W_g^T for each g
-  // (the absorbed query of a grouped W_UK^T copy: each 32-row group multiplies the query scaled
-  // by its own scales). Bit for bit what matmul_panels gives run by run. nullptr (every table
+  // (the absorbed query of a grouped W_UK^T copy: each group of rows, 32 for Q8_0 and 16 for
+  // Q6_K, multiplies the query scaled by its own scales). Bit for bit what matmul_panels gives run by run. nullptr (every table
   // but the int8 ones): the caller calls matmul_panels a run at a time (MatMulPanelGroups).
   void (*matmul_panel_groups)(const float* x, int64_t groups, const WeightMatrix& w, int64_t group_panels,
                               float* y) = nullptr;

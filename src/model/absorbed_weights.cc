@@ -153,8 +153,8 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& po
         case Copy::kTransposed: copies[size_t(h)] = PackTransposedPanels(rows, at); break;
         case Copy::kTransposedF32:
           // rows: W_UK^T [kv_lora, nope]; the copy W_UK [nope, kv_lora]: (j, c) = rows(c, j).
-          // (WeightAt decodes a block per value: over the pool, rows apart. DeepSeek-V3 widens
-          // 61 x 128 heads of 512 x 128 values.)
+          // (Over the pool, rows apart: a value at a time through WeightAt, and DeepSeek-V3
+          // widens 61 x 128 heads of 512 x 128 values, 512M in all.)
           widened.resize(size_t(rows.rows * rows.cols));
           pool.ParallelFor(rows.rows, 16, [&](int64_t begin, int64_t end) {
             for (int64_t r = begin; r < end; ++r) {
