@@ -144,23 +144,7 @@ struct KernelSet {
   // (Int8PackedActivationFloats), matmul_panels_packed reads them, and matmul_panels quantizes
   // them itself; every other product is the base table's.
   bool int8_dot = false;
-  // One token's product with `groups` consecutive runs of `group_panels` panels of w, run g taking
-  // its own input x[g * w.cols ...]: y rows [g * group_panels * 16, ...) = x_g @ W_g^T for each g
-  // (the absorbed query of a grouped W_UK^T copy: each group of rows, 32 for Q8_0 and 16 for
-  // Q6_K, multiplies the query scaled by its own scales). Bit for bit what matmul_panels gives run by run. nullptr (every table
-  // but the int8 ones): the caller calls matmul_panels a run at a time (MatMulPanelGroups).
-  void (*matmul_panel_groups)(const float* x, int64_t groups, const WeightMatrix& w, int64_t group_panels,
-                              float* y) = nullptr;
 };
-
-// KernelSet::matmul_panel_groups, or matmul_panels a run at a time where the table has none.
-inline void MatMulPanelGroups(const KernelSet& k, const float* x, int64_t groups, const WeightMatrix& w,
-                              int64_t group_panels, float* y) {
-  if (k.matmul_panel_groups != nullptr) return k.matmul_panel_groups(x, groups, w, group_panels, y);
-  for (int64_t g = 0; g < groups; ++g) {
-    k.matmul_panels(x + g * w.cols, 1, w, g * group_panels, (g + 1) * group_panels, y, w.rows);
-  }
-}
 
 // The weights a bf16 table multiplies in bf16 (from bf16_min_tokens tokens): packed panels of
 // BF16 values, and of fp8-block or grouped int4 codes (exact in bf16) whose scale groups hold whole

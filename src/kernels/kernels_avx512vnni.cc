@@ -361,33 +361,10 @@ struct Int8Over {
     Product(Parts(const_cast<float*>(xp), n, w.cols), n, w, panel_begin, panel_end, y, ldy);
   }
 
-  // The runs' inputs quantized together (each its own token), then each run's product: what
-  // matmul_panels gives run by run, without a call, a table lookup and a quantization per run.
-  static void MatMulPanelGroups(const float* x, int64_t groups, const WeightMatrix& w, int64_t group_panels,
-                                float* y) {
-    if (!Int8DotMultiplies(w)) {
-      for (int64_t g = 0; g < groups; ++g) {
-        Base().matmul_panels(x + g * w.cols, 1, w, g * group_panels, (g + 1) * group_panels, y, w.rows);
-      }
-      return;
-    }
-    thread_local std::vector<float> xp;
-    const size_t floats = size_t(Int8PackedActivationFloats(groups, w.cols, w.block_cols));
-    if (xp.size() < floats) xp.resize(floats);
-    const Int8Activations a = Parts(xp.data(), groups, w.cols);
-    Quantize(x, w.cols, w.block_cols, 0, groups, a);
-    const int64_t scale_groups = w.cols / w.block_cols;
-    for (int64_t g = 0; g < groups; ++g) {
-      Product(Int8Activations{a.q + g * w.cols, a.s + g * scale_groups}, 1, w, g * group_panels,
-              (g + 1) * group_panels, y, w.rows);
-    }
-  }
-
   static KernelSet Make(const char* name) {
     KernelSet k = Base();
     k.name = name;
     k.int8_dot = true;
-    k.matmul_panel_groups = MatMulPanelGroups;
     k.matmul_panels = MatMulPanels;
     k.pack_activations = PackActivations;
     k.matmul_panels_packed = MatMulPanelsPacked;

@@ -259,9 +259,12 @@ void Model::AbsorbQueries(const KernelSet& k, const AttentionWeights& w, std::sp
             k.matmul_panels(q_head, 1, uk_t, 0, uk_t.num_panels(), q_lat, L);
           } else {
             ScaleAbsorbedQuery(k, w, c, h, q_head, scaled, min_sums);
-            MatMulPanelGroups(k, scaled, L / group_rows, uk_t, group_rows / kPanelRows, q_lat);
-            for (int64_t g = 0; w.kv_b.has_mins() && g < L / group_rows; ++g) {
-              for (int64_t r = g * group_rows; r < (g + 1) * group_rows; ++r) q_lat[r] -= min_sums[g];
+            for (int64_t g = 0; g < L / group_rows; ++g) {
+              k.matmul_panels(scaled + g * nope, 1, uk_t, g * group_rows / kPanelRows,
+                              (g + 1) * group_rows / kPanelRows, q_lat, L);
+              if (w.kv_b.has_mins()) {
+                for (int64_t r = g * group_rows; r < (g + 1) * group_rows; ++r) q_lat[r] -= min_sums[g];
+              }
             }
           }
           std::copy(q_head + nope, q_head + qk_dim, q_lat + L);

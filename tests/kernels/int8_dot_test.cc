@@ -140,53 +140,6 @@ TEST_F(Int8Dot, IsItsDefinitionBatchInvariantAndCloseToFp32) {
   }
 }
 
-// matmul_panel_groups (the absorbed query of a grouped W_UK^T copy): each run of panels times
-// its own input, bit for bit the reference of that input over those rows, for the int8 table and
-// (MatMulPanelGroups' run-by-run fallback) for a table without the entry.
-TEST_F(Int8Dot, PanelGroupsGiveEachRunItsOwnInputsProduct) {
-  std::mt19937 rng(29);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  ThreadPool pool(1);
-  const KernelSet& k = *WithInt8Dot(Avx512Kernels());
-  ASSERT_NE(k.matmul_panel_groups, nullptr);
-  ASSERT_EQ(Avx512Kernels()->matmul_panel_groups, nullptr);
-  // 512 rows in runs of 32 (2 panels; Q8_0's kv_lora groups) and of 16 (1 panel: Q6_K's), a
-  // 128-column row as one group (a transposed copy's unit scale) and as Q8_0's blocks; int8
-  // codes, and uint4 / uint8 codes with mins (Q4_0's and Q5_K's copies).
-  struct Case {
-    WeightFormat format;
-    int64_t group_rows;
-    int group_cols;
-  };
-  for (const Case& c : {Case{WeightFormat::kInt8Group, 32, 128}, {WeightFormat::kInt8Group, 16, 128},
-                        {WeightFormat::kInt8Group, 32, 32}, {WeightFormat::kInt8Group, 16, 16},
-                        {WeightFormat::kUint4GroupMin, 32, 128}, {WeightFormat::kUint4GroupMin, 16, 32},
-                        {WeightFormat::kUint8GroupMin, 32, 128}}) {
-    const int64_t group_rows = c.group_rows;
-    SCOPED_TRACE("format " + std::to_string(int(c.format)) + ", group rows " + std::to_string(group_rows) +
-                 ", group columns " + std::to_string(c.group_cols));
-    constexpr int64_t kRows = 512, kCols = 128;
-    const testing::QuantWeights w = testing::RandomQuantWeights(c.format, kRows, kCols, 1, c.group_cols, rng);
-    const testing::PackedWeights packed = testing::Packed(w.matrix, pool);
-    const int64_t groups = kRows / group_rows;
-    std::vector<float> x(size_t(groups * kCols));
-    for (float& v : x) v = dist(rng);
-    std::fill(x.begin() + kCols, x.begin() + 2 * kCols, 0.0f);  // an all-zero run input: scale 0
-    for (const KernelSet* table : {&k, Avx512Kernels()}) {
-      std::vector<float> y(size_t(kRows), -1.0f);
-      MatMulPanelGroups(*table, x.data(), groups, packed.matrix, group_rows / kPanelRows, y.data());
-      for (int64_t g = 0; g < groups; ++g) {
-        const std::vector<float> input(x.begin() + g * kCols, x.begin() + (g + 1) * kCols);
-        const std::vector<float> want = table == &k ? Int8DotReference(input, 1, w.matrix)
-                                                    : InRegisters(*table, input, 1, packed.matrix);
-        for (int64_t r = g * group_rows; r < (g + 1) * group_rows; ++r) {
-          ASSERT_EQ(y[size_t(r)], want[size_t(r)]) << "run " << g << " row " << r;
-        }
-      }
-    }
-  }
-}
-
 // MatMul and MatMulPair as the model calls them, with and without the packing scratch: the same
 // outputs; the other formats are the base table's, bit for bit.
 TEST_F(Int8Dot, MatMulUsesItAndLeavesOtherFormatsToTheBase) {
