@@ -12,8 +12,8 @@
 # unit). Per round and file, bench's "share x": the weight products' share of the one read probe
 # over the dense checkpoint's (every phase but attention over the cache: what the format changes),
 # and "decode x", the whole step's tokens/s over the dense one's. Batches above 1 (which bench
-# does not interleave): one process per file, alternating, the order flipping every round, and per
-# round the file's tokens/s and weight products' share over the dense checkpoint's of that round.
+# does not interleave, nor time by phase): one process per file, alternating, the order flipping
+# every round, and per round the file's tokens/s over the dense checkpoint's of that round.
 # After the rounds, per batch and file: the median of each ratio over rounds.
 set -euo pipefail
 model=${1:?usage: scripts/bench-gguf.sh MODEL_DIR [ROUNDS] [TYPES] [BATCHES]}
@@ -23,10 +23,11 @@ batches=${4:-"1 8"}
 bin=$(dirname "$0")/../build/mlaserve
 files=("$model")
 for t in $types; do files+=("${model%/}.$t.gguf"); done
-# bench's tables label a model by its file name, cut to 22 characters: they must tell the files apart.
-labels=$(for f in "${files[@]}"; do basename "$f" | cut -c1-22; done)
+# bench's tables label a model by its file name (its path where two names are the same), which
+# the rows are matched by below: the names must differ and hold no space.
+labels=$(for f in "${files[@]}"; do basename "$f"; done)
 if [[ $(sort <<<"$labels" | uniq -d) != "" || $labels == *" "* ]]; then
-  echo "bench-gguf.sh: the file names' first 22 characters must differ and hold no space: $(tr '\n' ' ' <<<"$labels")" >&2
+  echo "bench-gguf.sh: the file names must differ and hold no space: $(tr '\n' ' ' <<<"$labels")" >&2
   exit 2
 fi
 for t in $types; do
@@ -56,7 +57,7 @@ interleaved_round() {
     return
   fi
   for f in "${files[@]:1}"; do
-    label=$(basename "$f" | cut -c1-22)
+    label=$(basename "$f")
     # The first table's row: label prefill decode MB GB/s of-peak decode-x ...; the products
     # table's: label ms MB GB/s of-peak share-x.
     local decode_x share_x
@@ -81,29 +82,31 @@ for batch in $batches; do
       order=()
       for ((i = ${#files[@]} - 1; i >= 0; i--)); do order+=("${files[i]}"); done
     fi
-    declare -A tps_of=() share_of=()
+    declare -A tps_of=()
     for f in "${order[@]}"; do
       # A failed run is reported and leaves its round unpaired; the others go on.
       if ! out=$("$bin" bench --model-path "$f" --prompt-len 256 --decode-tokens 32 --batch "$batch" 2>&1); then
         printf 'batch=%s round=%s %s: bench failed:\n%s\n' "$batch" "$round" "$f" "$out" >&2
         continue
       fi
-      echo "batch=$batch round=$round $f | $(grep -E '^(decode|weights read|  MLP products|  weight products)' <<<"$out" | tr -s ' ' | tr '\n' ' ')"
-      tps=$(sed -nE 's/^decode: .* = ([0-9.]+) tokens\/s.*/\1/p' <<<"$out")
-      share=$(awk '/^  weight products together/ {gsub("%", "", $NF); print $NF; exit}' <<<"$out")
-      tps_of[$f]=$tps share_of[$f]=$share
+      echo "batch=$batch round=$round $f | $(grep -E '^(decode|bytes per decode step)' <<<"$out" | tr -s ' ' | tr '\n' ' ')"
+      tps_of[$f]=$(sed -nE 's/^decode: .* = ([0-9.]+) tokens\/s.*/\1/p' <<<"$out")
     done
-    dense_tps=${tps_of[$model]:-} dense_share=${share_of[$model]:-}
+    dense_tps=${tps_of[$model]:-}
     for f in "${files[@]:1}"; do
-      tps=${tps_of[$f]:-} share=${share_of[$f]:-}
-      [[ -n $tps && -n $dense_tps ]] && tps_ratios[$f]+="$(awk -v a="$tps" -v b="$dense_tps" 'BEGIN {if (b > 0) print a / b}') "
-      [[ -n $share && -n $dense_share ]] && share_ratios[$f]+="$(awk -v a="$share" -v b="$dense_share" 'BEGIN {if (b > 0) print a / b}') "
+      tps=${tps_of[$f]:-}
+      if [[ -n $tps && -n $dense_tps ]]; then
+        tps_ratios[$f]+="$(awk -v a="$tps" -v b="$dense_tps" 'BEGIN {if (b > 0) print a / b}') "
+      fi
     done
-    unset tps_of share_of
+    unset tps_of
   done
   for f in "${files[@]:1}"; do
-    echo "batch=$batch $f over $model, median over paired rounds: decode tokens/s" \
-      "$(tr ' ' '\n' <<<"${tps_ratios[$f]:-}" | grep . | median), weight products' share of the read bandwidth" \
-      "$(tr ' ' '\n' <<<"${share_ratios[$f]:-}" | grep . | median)"
+    line="batch=$batch $f over $model, median over paired rounds: decode tokens/s"
+    line+=" $(tr ' ' '\n' <<<"${tps_ratios[$f]:-}" | { grep . || true; } | median)"
+    if (( batch == 1 )); then
+      line+=", weight products' share of the read bandwidth $(tr ' ' '\n' <<<"${share_ratios[$f]:-}" | { grep . || true; } | median)"
+    fi
+    echo "$line"
   done
 done

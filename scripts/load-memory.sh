@@ -6,7 +6,8 @@
 # every 50 ms). Each file is loaded ROUNDS times in turn; the medians are printed per file.
 #   scripts/load-memory.sh [--bin BIN] ROUNDS MODEL...
 # BIN defaults to this checkout's build/mlaserve (another build's binary measures its code).
-# The host must be otherwise idle: another process's allocations count.
+# The host must be otherwise idle: another process's allocations count. LOAD_LIMIT_S (900): the
+# longest a load may take.
 set -euo pipefail
 bin=$(dirname "$0")/../build/mlaserve
 if [[ ${1:-} == --bin ]]; then
@@ -17,7 +18,10 @@ rounds=${1:?usage: scripts/load-memory.sh [--bin BIN] ROUNDS MODEL...}
 shift
 avail_kb() { awk '/^MemAvailable:/ {print $2}' /proc/meminfo; }
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+pid=
+# A server still running when the script ends (interrupted, an error, the time limit) is stopped.
+trap 'if [[ -n $pid ]]; then kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; fi; rm -f "$log"' EXIT
+load_limit_s=${LOAD_LIMIT_S:-900}  # a load that takes longer is reported as failed
 declare -A drops=() peaks=()
 for round in $(seq 1 "$rounds"); do
   for model in "$@"; do
@@ -28,9 +32,11 @@ for round in $(seq 1 "$rounds"); do
     # Wait for the ready line (or the process's end: a failed load), sampling MemAvailable's
     # lowest point on the way (the load's peak, to the sampling's 50 ms).
     lowest=$before
+    start_s=$SECONDS
     until grep -q "The server is fired up and ready to roll!" "$log"; do
-      if ! kill -0 "$pid" 2>/dev/null; then
+      if ! kill -0 "$pid" 2>/dev/null || (( SECONDS - start_s > load_limit_s )); then
         cat "$log" >&2
+        echo "load-memory.sh: $model: the server ended or was not ready within ${load_limit_s} s" >&2
         exit 1
       fi
       now=$(avail_kb)
@@ -41,6 +47,7 @@ for round in $(seq 1 "$rounds"); do
     (( after < lowest )) && lowest=$after
     kill "$pid"
     wait "$pid" || true
+    pid=
     drop_gb=$(awk -v b="$before" -v a="$after" 'BEGIN {printf "%.3f", (b - a) * 1024 / 1e9}')
     peak_gb=$(awk -v b="$before" -v a="$lowest" 'BEGIN {printf "%.3f", (b - a) * 1024 / 1e9}')
     echo "round $round $model: MemAvailable $((before / 1024)) -> $((after / 1024)) MiB, held $drop_gb GB, peak $peak_gb GB"

@@ -6,6 +6,7 @@
 // max(bytes / bandwidth, FLOPs / peak); also the share of a decode step spent in attention.
 // docs/benchmarks.md says how to read the output.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -285,6 +286,24 @@ PhaseSums SumPerPhase(const Model& model, Measure&& measure) {
   return sums;
 }
 
+// A decode step's phases (ForwardTimings'), with the bytes each reads: the weight products, then
+// attention over the cache (kv_bytes: its rows at the mean context).
+struct DecodePhase {
+  const char* name;
+  int64_t ns;
+  double bytes;
+  bool reads_weights;  // a weight product (else attention over the cache)
+};
+std::array<DecodePhase, 6> DecodePhases(const ForwardTimings& t, double kv_bytes, const Model& model) {
+  const PhaseSums w = SumPerPhase(model, [](const WeightMatrix& m) { return m.stored_bytes(); });
+  return {{{"MLP products (dense MLPs, routed and shared experts)", t.mlp_ns, w.mlp, true},
+           {"attention projections (q, kv_a and the cache write, o_proj)", t.projections_ns, w.projections, true},
+           {"kv_b products (absorbed W_UK, W_UV)", t.kv_b_ns, w.kv_b, true},
+           {"router (product, top-k, the experts' combine)", t.router_ns, w.router, true},
+           {"lm_head", t.lm_head_ns, double(model.weights().lm_head.stored_bytes()), true},
+           {"attention over the KV cache (bytes: the cache rows)", t.attention_core_ns, kv_bytes, false}}};
+}
+
 // The decode's weight products together (every phase but attention over the cache): seconds and
 // bytes a step, over `steps` single-sequence steps. What a weight format changes; the rest costs
 // every format alike.
@@ -292,38 +311,28 @@ struct WeightProducts {
   double step_s = 0, bytes = 0;
 };
 WeightProducts DecodeWeightProducts(const ForwardTimings& t, int steps, const Model& model) {
-  const PhaseSums w = SumPerPhase(model, [](const WeightMatrix& m) { return m.stored_bytes(); });
-  return {.step_s = double(t.mlp_ns + t.projections_ns + t.kv_b_ns + t.router_ns + t.lm_head_ns) / 1e9 / steps,
-          .bytes = w.projections + w.kv_b + w.mlp + w.router + double(model.weights().lm_head.stored_bytes())};
+  WeightProducts sum;
+  for (const DecodePhase& p : DecodePhases(t, 0.0, model)) {
+    if (!p.reads_weights) continue;
+    sum.step_s += double(p.ns) / 1e9 / steps;
+    sum.bytes += p.bytes;
+  }
+  return sum;
 }
 
 // Where a decode step's time goes (ForwardTimings' phases over `steps` single-sequence steps of
 // `step_s` each), with the weight bytes each phase reads and the rate it reads them at: the MLPs'
 // large products stream; the fixed per-step costs (attention over the cache, small products,
-// norms) weigh more, the fewer bytes the weights take. (DecodeWeightProducts sums the same
-// phases but the cache: a phase added here goes there too.)
+// norms) weigh more, the fewer bytes the weights take.
 void PrintDecodePhases(const ForwardTimings& t, int steps, double step_s, double kv_bytes, const Model& model,
                        double bandwidth) {
-  const ModelWeights& w = model.weights();
-  const PhaseSums weights = SumPerPhase(model, [](const WeightMatrix& m) { return m.stored_bytes(); });
-  struct Phase {
-    const char* name;
-    int64_t ns;
-    double bytes;  // weights (the last phase: the KV cache's rows)
-  };
-  const Phase phases[] = {{"MLP products (dense MLPs, routed and shared experts)", t.mlp_ns, weights.mlp},
-                          {"attention projections (q, kv_a and the cache write, o_proj)", t.projections_ns, weights.projections},
-                          {"kv_b products (absorbed W_UK, W_UV)", t.kv_b_ns, weights.kv_b},
-                          {"router (product, top-k, the experts' combine)", t.router_ns, weights.router},
-                          {"lm_head", t.lm_head_ns, double(w.lm_head.stored_bytes())},
-                          {"attention over the KV cache (bytes: the cache rows)", t.attention_core_ns, kv_bytes}};
   std::printf("decode step by phase: ms/step, MB/step read, GB/s, share of the machine's read bandwidth\n");
   auto print = [&](const char* name, double s, double bytes) {
     std::printf("  %-62s %7.3f ms %8.1f MB %7.2f GB/s %4.0f%%\n", name, 1e3 * s, bytes / 1e6, s > 0 ? bytes / s / 1e9 : 0.0,
                 s > 0 ? 100.0 * bytes / s / bandwidth : 0.0);
   };
   double timed_s = 0;
-  for (const Phase& p : phases) {
+  for (const DecodePhase& p : DecodePhases(t, kv_bytes, model)) {
     const double s = double(p.ns) / 1e9 / steps;
     timed_s += s;
     print(p.name, s, p.bytes);
@@ -802,8 +811,11 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
               "%.2f GB/s\n",
               settings.prompt_len, kPrefillRounds, settings.decode_tokens, machine / 1e9);
   PrintComputePeaks(peaks, *entries[0].loaded.kernels);
-  std::printf("%-22s %14s %14s %10s %12s %8s %10s %10s %15s\n", "weights", "prefill tok/s", "decode tok/s", "MB/token",
-              "decode GB/s", "of peak", "decode x", "prefill x", "prefill of peak");
+  // The label column as wide as the longest label: every row names its checkpoint whole.
+  int label_width = 7;  // "weights"
+  for (const Entry& e : entries) label_width = std::max(label_width, int(e.label.size()));
+  std::printf("%-*s %14s %14s %10s %12s %8s %10s %10s %15s\n", label_width, "weights", "prefill tok/s", "decode tok/s",
+              "MB/token", "decode GB/s", "of peak", "decode x", "prefill x", "prefill of peak");
   const double prefill0 = kPrefillRounds * settings.prompt_len / entries[0].prefill_s;
   const double decode0 = settings.decode_tokens / entries[0].decode_s;
   for (const Entry& e : entries) {
@@ -812,7 +824,7 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
     const double decode_bandwidth = double(e.decode_bytes) * decode;
     const double prefill_flops_per_s =
         PrefillFlops(*e.loaded.model, settings.prompt_len) / settings.prompt_len * prefill;
-    std::printf("%-22.22s %14.1f %14.2f %10.1f %12.2f %7.0f%% %9.2fx %9.2fx %14.0f%%\n", e.label.c_str(), prefill,
+    std::printf("%-*s %14.1f %14.2f %10.1f %12.2f %7.0f%% %9.2fx %9.2fx %14.0f%%\n", label_width, e.label.c_str(), prefill,
                 decode, double(e.decode_bytes) / 1e6, decode_bandwidth / 1e9, 100.0 * decode_bandwidth / machine,
                 decode / decode0, prefill / prefill0, 100.0 * prefill_flops_per_s / fma.all_threads_flops);
   }
@@ -821,13 +833,13 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
   // of the one probe ("of peak"), and each model's share over the first's ("share x": its GB/s
   // over the first's, the probe cancels; the steps interleave, so the host's drift does too).
   std::printf("decode weight products (the decode phase table's \"weight products together\"), the same steps:\n");
-  std::printf("%-22s %10s %10s %12s %8s %12s\n", "weights", "ms/step", "MB/step", "GB/s", "of peak", "share x");
+  std::printf("%-*s %10s %10s %12s %8s %12s\n", label_width, "weights", "ms/step", "MB/step", "GB/s", "of peak", "share x");
   double share0 = 0.0;
   for (const Entry& e : entries) {
     const auto [step_s, bytes] = DecodeWeightProducts(e.decode_timings, settings.decode_tokens, *e.loaded.model);
     const double share = step_s > 0 ? bytes / step_s / machine : 0.0;
     if (&e == &entries[0]) share0 = share;
-    std::printf("%-22.22s %10.3f %10.1f %12.2f %7.0f%% %11.2fx\n", e.label.c_str(), 1e3 * step_s, bytes / 1e6,
+    std::printf("%-*s %10.3f %10.1f %12.2f %7.0f%% %11.2fx\n", label_width, e.label.c_str(), 1e3 * step_s, bytes / 1e6,
                 step_s > 0 ? bytes / step_s / 1e9 : 0.0, 100.0 * share, share0 > 0 ? share / share0 : 0.0);
   }
   // Step i reads the rows of positions [0, prompt_len + i + 1).

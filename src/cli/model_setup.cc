@@ -170,12 +170,17 @@ Result<LoadedModel> LoadModel(const ModelFlags& flags, bool need_tokenizer) {
   loaded.model = std::move(model).value();
   const ModelConfig& config = loaded.model->config();
   const double avail_after_bytes = AvailableMemoryBytes();
+  // Unreadable (AvailableMemoryBytes 0): said so, not printed as a measured 0.
+  char memory[96] = "avail mem=unknown, mem usage=unknown";
+  if (avail_before_bytes > 0 && avail_after_bytes > 0) {
+    std::snprintf(memory, sizeof memory, "avail mem=%.2f GB, mem usage=%.2f GB", avail_after_bytes / 1e9,
+                  (avail_before_bytes - avail_after_bytes) / 1e9);
+  }
   char load_line[256];
-  std::snprintf(load_line, sizeof load_line,
-                "Load weight end. elapsed=%.2f s, type=%s, dtype=%s, avail mem=%.2f GB, mem usage=%.2f GB.",
+  std::snprintf(load_line, sizeof load_line, "Load weight end. elapsed=%.2f s, type=%s, dtype=%s, %s.",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count(),
                 config.model_type.c_str(), config.torch_dtype.empty() ? "bfloat16" : config.torch_dtype.c_str(),
-                avail_after_bytes / 1e9, (avail_before_bytes - avail_after_bytes) / 1e9);
+                memory);
   loaded.load_line = load_line;
   if (!config.tensor_prefix.empty()) {
     Log(LogLevel::kInfo, "[mlaserve] %s: serving its text model (tensors %s*)%s", config.model_type.c_str(),

@@ -17,6 +17,7 @@ double AvailableMemoryBytes() {
   long long kib = 0;
   while (std::fgets(line, sizeof line, f) != nullptr) {
     if (std::sscanf(line, "MemAvailable: %lld kB", &kib) == 1) break;
+    kib = 0;
   }
   std::fclose(f);
   return double(kib) * 1024.0;

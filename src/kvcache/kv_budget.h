@@ -33,7 +33,7 @@ Result<KvBudget> ComputeKvBudget(const KvBudgetRequest& request);
 
 double PhysicalMemoryBytes();
 // /proc/meminfo's MemAvailable in bytes (what the system can give without swapping: page cache
-// counts, shared memory does not); 0 where it cannot be read.
+// counts, shared memory does not); 0 where it cannot be read (no /proc, no such line).
 double AvailableMemoryBytes();
 
 }  // namespace mlaserve

@@ -245,7 +245,7 @@ void SplitPart(const SplitJob& j, int64_t first, int64_t count) {
 
 }  // namespace
 
-Status Checkpoint::AddGgufFile(const std::string& first_path) {
+Status Checkpoint::AddGgufFile(const std::string& first_path, int load_threads) {
   // Every shard of a split GGUF (one file otherwise), mapped; the tensor infos with the data
   // section of the shard that holds each (ReadGgufFile checks the split keys and duplicates).
   auto shard_paths = GgufShardPaths(first_path);
@@ -390,7 +390,7 @@ Status Checkpoint::AddGgufFile(const std::string& first_path) {
     for (int64_t first = 0; first < split_jobs[i].elements; first += kSplitPartValues) parts.push_back({i, first});
   }
   if (!parts.empty()) {
-    ThreadPool pool(ThreadPool::DefaultThreadCount());
+    ThreadPool pool(load_threads > 0 ? load_threads : ThreadPool::DefaultThreadCount());
     pool.ParallelFor(int64_t(parts.size()), 1, [&](int64_t begin, int64_t end) {
       for (int64_t p = begin; p < end; ++p) {
         const auto [job, first] = parts[size_t(p)];

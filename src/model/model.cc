@@ -92,7 +92,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
                                            const ModelOptions& options) {
   auto config = LoadModelConfig(model_dir);
   if (!config.ok()) return config.status();
-  auto checkpoint = Checkpoint::Open(model_dir);
+  auto checkpoint = Checkpoint::Open(model_dir, options.num_threads);
   if (!checkpoint.ok()) return checkpoint.status();
   const TpShard shard{.rank = options.tp == nullptr ? 0 : options.tp->rank(),
                       .size = options.tp == nullptr ? 1 : options.tp->size()};

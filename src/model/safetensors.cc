@@ -259,12 +259,12 @@ Status Checkpoint::AddFile(const std::string& path,
   return Status::Ok();
 }
 
-Result<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& path) {
+Result<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& path, int load_threads) {
   std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {
     if (!fs::exists(path, ec)) return Status::Error(path + ": no such file or directory");
-    MLA_RETURN_IF_ERROR(IsGgufFile(path) ? ckpt->AddGgufFile(path) : ckpt->AddFile(path, nullptr));
+    MLA_RETURN_IF_ERROR(IsGgufFile(path) ? ckpt->AddGgufFile(path, load_threads) : ckpt->AddFile(path, nullptr));
     return ckpt;
   }
   const fs::path dir(path);

@@ -85,8 +85,10 @@ class MappedFile {
 class Checkpoint {
  public:
   // `path` is a model directory, a single .safetensors file, or a GGUF file (llama.cpp's
-  // deepseek2; its tensors under their Hugging Face names, model/gguf_model.h).
-  static Result<std::unique_ptr<Checkpoint>> Open(const std::string& path);
+  // deepseek2; its tensors under their Hugging Face names, model/gguf_model.h). load_threads:
+  // the threads a GGUF's block tensors are split on (0: ThreadPool::DefaultThreadCount(); a
+  // tensor-parallel rank passes its share of the machine's cores).
+  static Result<std::unique_ptr<Checkpoint>> Open(const std::string& path, int load_threads = 0);
 
   // nullptr when absent.
   const TensorView* Find(const std::string& name) const;
@@ -110,7 +112,7 @@ class Checkpoint {
 
  private:
   Status AddFile(const std::string& path, const std::vector<std::string>* expected_names);
-  Status AddGgufFile(const std::string& path);  // model/gguf_checkpoint.cc
+  Status AddGgufFile(const std::string& path, int load_threads);  // model/gguf_checkpoint.cc
 
   std::vector<std::unique_ptr<MappedFile>> files_;
   std::map<std::string, TensorView> tensors_;

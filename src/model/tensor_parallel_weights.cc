@@ -81,10 +81,11 @@ Result<ModelWeights> ShardWeights(ModelWeights w, const ModelConfig& c, const Tp
     const int64_t q_rows = c.qk_head_dim(), kv_rows = c.qk_nope_head_dim + c.v_head_dim;
     WeightMatrix& q = c.q_lora_rank > 0 ? a.q_b : a.q_proj;
     take(q, PackableRows(q, heads.begin * q_rows, heads.count() * q_rows, p + (c.q_lora_rank > 0 ? "q_b_proj" : "q_proj")));
-    a.kv_b = a.kv_b.Slice(heads.begin * kv_rows, heads.count() * kv_rows);  // read by rows: any start
     if (HasSplitKvB(a)) {  // kv_b empty: each of the pair cut by heads
       a.k_b = a.k_b.Slice(heads.begin * c.kv_lora_rank, heads.count() * c.kv_lora_rank);
       a.v_b = a.v_b.Slice(heads.begin * c.v_head_dim, heads.count() * c.v_head_dim);
+    } else {
+      a.kv_b = a.kv_b.Slice(heads.begin * kv_rows, heads.count() * kv_rows);  // read by rows: any start
     }
     take(a.o_proj, ByRows(a.o_proj, shard, p + "o_proj"));
     if (layer.is_moe) {

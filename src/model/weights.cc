@@ -255,7 +255,7 @@ AttentionWeights BindAttention(Binder& b, const ModelConfig& c, const std::strin
   }
   a.kv_a = b.Matrix(p + "kv_a_proj_with_mqa.weight", c.kv_cache_dim(), hidden);
   a.kv_a_norm = b.Vector(p + "kv_a_layernorm.weight", c.kv_lora_rank);
-  if (!b.Has(p + "kv_b_proj.weight") && b.Has(p + "kv_b_proj.weight_k_b")) {  // a GGUF's split pair
+  if (b.Has(p + "kv_b_proj.weight_k_b")) {  // a GGUF's split pair (the loader drops it beside attn_kv_b)
     a.k_b = b.Matrix(p + "kv_b_proj.weight_k_b", heads * c.kv_lora_rank, c.qk_nope_head_dim);
     a.v_b = b.Matrix(p + "kv_b_proj.weight_v_b", heads * c.v_head_dim, c.kv_lora_rank);
   } else {

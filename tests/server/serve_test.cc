@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cctype>
+#include <cstdlib>
 #include <atomic>
 #include <regex>
 #include <chrono>
@@ -90,13 +90,14 @@ TEST_F(ServeTest, StartsAndLogsLikeSglang) {
   EXPECT_NE(log.find("max_total_num_tokens=8192"), std::string::npos) << log;
   EXPECT_NE(log.find("kv_cache_dtype=bf16"), std::string::npos) << log;
   EXPECT_NE(log.find("context_len="), std::string::npos) << log;
-  // SGLang's load line, its memory from /proc/meminfo (a number, whatever the host holds).
+  // SGLang's load line, its memory from /proc/meminfo.
   const size_t load = log.find("Load weight end. elapsed=");
   ASSERT_NE(load, std::string::npos) << log;
   const std::string avail = "type=deepseek_v3, dtype=bfloat16, avail mem=";
   const size_t at = log.find(avail, load);
   ASSERT_NE(at, std::string::npos) << log;
-  EXPECT_TRUE(std::isdigit(static_cast<unsigned char>(log[at + avail.size()]))) << log;  // read, not missing
+  // Read from /proc/meminfo ("unknown" where it cannot be): some memory is always available.
+  EXPECT_GT(std::strtod(log.c_str() + at + avail.size(), nullptr), 0.0) << log;
   EXPECT_NE(log.find(" GB, mem usage=", at), std::string::npos) << log;
   EXPECT_EQ(Get(*server_, "/health").status_code, 200);
   auto models = json::parse(Get(*server_, "/v1/models").body);
