@@ -11,9 +11,12 @@
 # same seconds; the GGUF files' order flips every round (the dense checkpoint stays first: the
 # unit). Per round and file, bench's "share x": the weight products' share of the one read probe
 # over the dense checkpoint's (every phase but attention over the cache: what the format changes),
-# and "decode x", the whole step's tokens/s over the dense one's. Batches above 1 (which bench
-# does not interleave, nor time by phase): one process per file, alternating, the order flipping
-# every round, and per round the file's tokens/s over the dense checkpoint's of that round.
+# its "best x" (the same ratio from each model's quickest step: the least disturbed figure on a
+# busy host) and "median x" (the median over the steps of step i's ratio: what a burst on a few
+# steps does not move), and "decode x", the whole step's tokens/s over the dense one's. Batches
+# above 1 (which bench does not interleave, nor time by phase): one process per file,
+# alternating, the order flipping every round, and per round the file's tokens/s over the dense
+# checkpoint's of that round.
 # After the rounds, per batch and file: the median of each ratio over rounds.
 set -euo pipefail
 model=${1:?usage: scripts/bench-gguf.sh MODEL_DIR [ROUNDS] [TYPES] [BATCHES]}
@@ -43,7 +46,8 @@ median() {
   sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "n/a (0 pairs)"; else if (NR % 2) printf "%gx (%d pairs)\n", v[(NR + 1) / 2], NR; else printf "%gx (%d pairs)\n", (v[NR / 2] + v[NR / 2 + 1]) / 2, NR}'
 }
 # One interleaved batch-1 round: every file in one bench process; appends each GGUF file's
-# "decode x" and "share x" to tps_ratios / share_ratios. $1: the round (odd: files in order).
+# "decode x", "share x", "best x" and "median x" to tps_ratios / share_ratios / best_ratios /
+# median_ratios. $1: the round (odd: files in order).
 interleaved_round() {
   local round=$1 args=() i out label
   local ggufs=("${files[@]:1}")
@@ -59,17 +63,22 @@ interleaved_round() {
   for f in "${files[@]:1}"; do
     label=$(basename "$f")
     # The first table's row: label prefill decode MB GB/s of-peak decode-x ...; the products
-    # table's: label ms MB GB/s of-peak share-x.
-    local decode_x share_x
+    # table's (the lines after its header): label ms MB GB/s of-peak share-x best-ms best-x median-x.
+    local decode_x share_x best_x median_x products
     decode_x=$(awk -v l="$label" '$1 == l && NF == 9 {sub("x", "", $7); print $7; exit}' <<<"$out")
-    share_x=$(awk -v l="$label" '$1 == l && NF == 6 {sub("x", "", $6); print $6; exit}' <<<"$out")
-    echo "batch=1 round=$round $f | decode x $decode_x | weight products' share x $share_x"
+    products=$(sed -n '/^decode weight products/,$p' <<<"$out")
+    share_x=$(awk -v l="$label" '$1 == l && NF == 9 {sub("x", "", $6); print $6; exit}' <<<"$products")
+    best_x=$(awk -v l="$label" '$1 == l && NF == 9 {sub("x", "", $8); print $8; exit}' <<<"$products")
+    median_x=$(awk -v l="$label" '$1 == l && NF == 9 {sub("x", "", $9); print $9; exit}' <<<"$products")
+    echo "batch=1 round=$round $f | decode x $decode_x | weight products' share x $share_x | best x $best_x | median x $median_x"
     if [[ -n $decode_x ]]; then tps_ratios[$f]+="$decode_x "; fi
     if [[ -n $share_x ]]; then share_ratios[$f]+="$share_x "; fi
+    if [[ -n $best_x ]]; then best_ratios[$f]+="$best_x "; fi
+    if [[ -n $median_x ]]; then median_ratios[$f]+="$median_x "; fi
   done
 }
 for batch in $batches; do
-  declare -A tps_ratios=() share_ratios=()
+  declare -A tps_ratios=() share_ratios=() best_ratios=() median_ratios=()
   for round in $(seq 1 "$rounds"); do
     if (( batch == 1 )); then
       interleaved_round "$round"
@@ -106,6 +115,8 @@ for batch in $batches; do
     line+=" $(tr ' ' '\n' <<<"${tps_ratios[$f]:-}" | { grep . || true; } | median)"
     if (( batch == 1 )); then
       line+=", weight products' share of the read bandwidth $(tr ' ' '\n' <<<"${share_ratios[$f]:-}" | { grep . || true; } | median)"
+      line+=", quickest steps' $(tr ' ' '\n' <<<"${best_ratios[$f]:-}" | { grep . || true; } | median)"
+      line+=", steps' median $(tr ' ' '\n' <<<"${median_ratios[$f]:-}" | { grep . || true; } | median)"
     fi
     echo "$line"
   done

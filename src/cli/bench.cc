@@ -21,6 +21,7 @@
 #include "cli/fma_peak.h"
 #include "cli/model_setup.h"
 #include "cli/read_bandwidth.h"
+#include "core/percentile.h"
 #include "core/thread_pool.h"
 #include "dist/mpi_group.h"
 #include "engine/sampler.h"
@@ -744,6 +745,8 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
     double decode_s = 0.0;
     size_t decode_bytes = 0;
     ForwardTimings decode_timings;  // its decode steps' phases
+    double best_products_s = 1e30;      // its quickest step's weight products
+    std::vector<double> step_products_s;  // [decode steps] each step's weight products
     std::string label;              // the table's name for it: the checkpoint's file or folder name
   };
   std::vector<Entry> entries;
@@ -761,6 +764,7 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
       label = path;
     }
     Entry e{.loaded = std::move(loaded).value(), .label = std::move(label)};
+    e.step_products_s.reserve(size_t(settings.decode_tokens));
     const ModelConfig& c = e.loaded.model->config();
     if (!entries.empty() && c.vocab_size != entries[0].loaded.model->config().vocab_size) {
       return Fail("bench", path + ": a different vocabulary from --model-path's", 2);
@@ -795,12 +799,16 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
   for (int i = 0; i < settings.decode_tokens; ++i) {
     for (Entry& e : entries) {
       const TokenId next = ArgMax(e.runner->last_logits());
+      const double products_before_s = DecodeWeightProducts(e.decode_timings, 1, *e.loaded.model).step_s;
       e.loaded.model->set_timings(&e.decode_timings);
       const auto t0 = Clock::now();
       const Status s = e.runner->Append(std::span(&next, 1));
       e.decode_s += Seconds(t0, Clock::now());
       e.loaded.model->set_timings(nullptr);
       if (!s.ok()) return Fail("bench", s.message());
+      const double products_s = DecodeWeightProducts(e.decode_timings, 1, *e.loaded.model).step_s - products_before_s;
+      e.best_products_s = std::min(e.best_products_s, products_s);
+      e.step_products_s.push_back(products_s);
     }
   }
   Model& model0 = *entries[0].loaded.model;
@@ -831,16 +839,33 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
   // The weight products alone (PrintDecodePhases' last line), each model's over the same steps:
   // what a weight format changes, without the per-step costs every format pays alike. Their share
   // of the one probe ("of peak"), and each model's share over the first's ("share x": its GB/s
-  // over the first's, the probe cancels; the steps interleave, so the host's drift does too).
+  // over the first's, the probe cancels; the steps interleave, so the host's drift does too). Then
+  // each model's quickest step ("best ms"), and its rate over the first model's quickest ("best
+  // x"): a busy host only ever slows a step, so the quickest is the least disturbed figure. And
+  // "median x": step i's rate over the first model's step i (taken moments apart), the median over
+  // the steps, which a burst on a few steps does not move.
   std::printf("decode weight products (the decode phase table's \"weight products together\"), the same steps:\n");
-  std::printf("%-*s %10s %10s %12s %8s %12s\n", label_width, "weights", "ms/step", "MB/step", "GB/s", "of peak", "share x");
-  double share0 = 0.0;
+  std::printf("%-*s %10s %10s %12s %8s %12s %10s %10s %10s\n", label_width, "weights", "ms/step", "MB/step", "GB/s",
+              "of peak", "share x", "best ms", "best x", "median x");
+  double share0 = 0.0, best_rate0 = 0.0;
+  const std::vector<double>& steps0 = entries[0].step_products_s;
+  const double bytes0 = DecodeWeightProducts(entries[0].decode_timings, 1, *entries[0].loaded.model).bytes;
   for (const Entry& e : entries) {
     const auto [step_s, bytes] = DecodeWeightProducts(e.decode_timings, settings.decode_tokens, *e.loaded.model);
     const double share = step_s > 0 ? bytes / step_s / machine : 0.0;
-    if (&e == &entries[0]) share0 = share;
-    std::printf("%-*s %10.3f %10.1f %12.2f %7.0f%% %11.2fx\n", label_width, e.label.c_str(), 1e3 * step_s, bytes / 1e6,
-                step_s > 0 ? bytes / step_s / 1e9 : 0.0, 100.0 * share, share0 > 0 ? share / share0 : 0.0);
+    const double best_rate = e.best_products_s > 0 ? bytes / e.best_products_s : 0.0;
+    if (&e == &entries[0]) share0 = share, best_rate0 = best_rate;
+    std::vector<double> step_ratios;
+    for (size_t i = 0; i < e.step_products_s.size() && i < steps0.size(); ++i) {
+      if (e.step_products_s[i] > 0 && steps0[i] > 0) {
+        step_ratios.push_back((bytes / e.step_products_s[i]) / (bytes0 / steps0[i]));
+      }
+    }
+    const double median = Percentile(std::move(step_ratios), 50.0);
+    std::printf("%-*s %10.3f %10.1f %12.2f %7.0f%% %11.2fx %10.3f %9.2fx %9.2fx\n", label_width, e.label.c_str(),
+                1e3 * step_s, bytes / 1e6, step_s > 0 ? bytes / step_s / 1e9 : 0.0, 100.0 * share,
+                share0 > 0 ? share / share0 : 0.0, 1e3 * e.best_products_s, best_rate0 > 0 ? best_rate / best_rate0 : 0.0,
+                median);
   }
   // Step i reads the rows of positions [0, prompt_len + i + 1).
   const double mean_context = settings.prompt_len + (settings.decode_tokens + 1) / 2.0;

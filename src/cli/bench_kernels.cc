@@ -6,6 +6,7 @@
 // per cache format, scalar against SIMD. The figures the kernel notes in docs/benchmarks.md
 // quote come from here.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -18,6 +19,8 @@
 #include "cli/fma_peak.h"
 #include "cli/read_bandwidth.h"
 #include "core/float16.h"
+#include "core/huge_page_buffer.h"
+#include "core/percentile.h"
 #include "core/thread_pool.h"
 #include "kernels/kernels.h"
 #include "kernels/kernel_choice.h"
@@ -53,8 +56,8 @@ struct PackedMatrix {
   WeightMatrix packed;
 };
 
-PackedMatrix RandomPacked(Format f, int64_t rows, int64_t cols, std::mt19937& rng, ThreadPool& pool) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
+// The random matrix's shape and format, no data yet (PackedBytes of it sizes its panels).
+WeightMatrix RandomShape(Format f, int64_t rows, int64_t cols) {
   WeightMatrix w;
   w.rows = rows;
   w.cols = cols;
@@ -76,6 +79,14 @@ PackedMatrix RandomPacked(Format f, int64_t rows, int64_t cols, std::mt19937& rn
     w.format = WeightFormat::kUint4GroupMin;
     w.block_cols = 32;
   }
+  return w;
+}
+
+// A random matrix in a format, packed into panels at `dst` (PackedBytes(RandomShape(...)) bytes,
+// 64-byte aligned) as the loader packs checkpoints.
+WeightMatrix RandomPanels(Format f, int64_t rows, int64_t cols, std::mt19937& rng, ThreadPool& pool, std::byte* dst) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  WeightMatrix w = RandomShape(f, rows, cols);
   std::vector<std::byte> values(w.total_bytes()), scales(w.scale_bytes());
   switch (f) {
     case Format::kBf16:
@@ -116,11 +127,114 @@ PackedMatrix RandomPacked(Format f, int64_t rows, int64_t cols, std::mt19937& rn
   }
   w.data = values.data();
   w.scales = scales.data();
+  return PackPanels(w, dst, pool);
+}
+
+PackedMatrix RandomPacked(Format f, int64_t rows, int64_t cols, std::mt19937& rng, ThreadPool& pool) {
   PackedMatrix m;
-  m.packed_bytes.resize(PackedBytes(w) + 64);
+  m.packed_bytes.resize(PackedBytes(RandomShape(f, rows, cols)) + 64);
   auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(m.packed_bytes.data()) + 63) & ~uintptr_t(63));
-  m.packed = PackPanels(w, aligned, pool);
+  m.packed = RandomPanels(f, rows, cols, rng, pool, aligned);
   return m;
+}
+
+// A decode layer's attention projections at one token, the reference shape (q_a 512 and kv_a 576
+// rows over 2048 as one pair, q_b 3072 x 512, o_proj 2048 x 2048): products of a few MB, where
+// whatever a product pays once (its first lines, each panel block's start, the threads finishing
+// apart) weighs more the fewer bytes a format reads. `num_layers` layers a format, each format's in
+// 2 MB pages one after another as the loader holds a checkpoint, so that nothing stays cached.
+// The formats alternate layer by layer, the order reversed every other round, so every format
+// sees the host's same moments: each round's ratio over bf16 is a same-moment comparison. The
+// best of a product's timings is its time on a quiet host, the least noisy figure there is.
+bool PrintProjectionTable(const ComputeContext& ctx, double peak, std::mt19937& rng, ThreadPool& pool, int num_layers,
+                          int rounds) {
+  constexpr Format kProductFormats[] = {Format::kBf16, Format::kQ8_0, Format::kQ6K, Format::kQ4K};
+  constexpr int kF = int(std::size(kProductFormats));
+  constexpr int kProducts = 3;  // the q_a + kv_a pair, q_b, o_proj
+  constexpr int64_t kShapes[4][2] = {{512, 2048}, {576, 2048}, {3072, 512}, {2048, 2048}};  // q_a, kv_a, q_b, o_proj
+  struct Layer {
+    WeightMatrix m[4];  // kShapes' matrices
+  };
+  std::vector<HugePageBuffer> storage(kF);
+  std::vector<std::vector<Layer>> layers(kF);
+  double bytes[kF][kProducts] = {};  // a layer's bytes per product
+  for (int f = 0; f < kF; ++f) {
+    const Format format = kProductFormats[f];
+    size_t layer_bytes = 0;
+    for (const auto& shape : kShapes) layer_bytes += PackedBytes(RandomShape(format, shape[0], shape[1]));
+    if (!storage[size_t(f)].Assign(layer_bytes * size_t(num_layers))) return false;
+    std::byte* at = storage[size_t(f)].data();
+    for (int l = 0; l < num_layers; ++l) {
+      Layer layer;
+      for (int i = 0; i < 4; ++i) {
+        layer.m[i] = RandomPanels(format, kShapes[i][0], kShapes[i][1], rng, pool, at);
+        at += PackedBytes(RandomShape(format, kShapes[i][0], kShapes[i][1]));
+      }
+      layers[size_t(f)].push_back(layer);
+    }
+    const Layer& l = layers[size_t(f)][0];
+    bytes[f][0] = double(l.m[0].stored_bytes() + l.m[1].stored_bytes());
+    bytes[f][1] = double(l.m[2].stored_bytes());
+    bytes[f][2] = double(l.m[3].stored_bytes());
+  }
+  std::vector<float> x(2048, 0.01f), y_q_a(512), y_kv_a(576), y_q(3072), y_o(2048);
+  double total_ns[kF][kProducts] = {}, best_ns[kF][kProducts];
+  for (auto& row : best_ns) std::fill(std::begin(row), std::end(row), 1e30);
+  std::vector<double> round_ratios[kF];  // per round: the format's GB/s over bf16's
+  for (int r = 0; r < rounds; ++r) {
+    double round_ns[kF] = {};
+    for (int l = 0; l < num_layers; ++l) {
+      for (int i = 0; i < kF; ++i) {
+        const int f = r % 2 == 0 ? i : kF - 1 - i;
+        const WeightMatrix(&m)[4] = layers[size_t(f)][size_t(l)].m;
+        const auto t0 = std::chrono::steady_clock::now();
+        MatMulPair(ctx, x.data(), 1, m[0], m[1], y_q_a.data(), y_kv_a.data());
+        const auto t1 = std::chrono::steady_clock::now();
+        MatMul(ctx, y_q_a.data(), 1, m[2], y_q.data());
+        const auto t2 = std::chrono::steady_clock::now();
+        MatMul(ctx, x.data(), 1, m[3], y_o.data());
+        const auto t3 = std::chrono::steady_clock::now();
+        const std::chrono::duration<double, std::nano> ns[kProducts] = {t1 - t0, t2 - t1, t3 - t2};
+        for (int p = 0; p < kProducts; ++p) {
+          total_ns[f][p] += ns[p].count();
+          best_ns[f][p] = std::min(best_ns[f][p], ns[p].count());
+          round_ns[f] += ns[p].count();
+        }
+      }
+    }
+    const auto layer_total = [&](int f) { return bytes[f][0] + bytes[f][1] + bytes[f][2]; };
+    for (int f = 0; f < kF; ++f) {
+      round_ratios[f].push_back((layer_total(f) / round_ns[f]) / (layer_total(0) / round_ns[0]));
+    }
+  }
+  const auto print_table = [&](const double (&ns)[kF][kProducts], double calls, bool with_median) {
+    std::printf("%-8s %24s %24s %24s %17s %10s\n", "format", "q_a+kv_a (1088 x 2048)", "q_b (3072 x 512)",
+                "o_proj (2048 x 2048)", "together", with_median ? "x bf16" : "x bf16's");
+    double bf16_rate = 0.0;
+    for (int f = 0; f < kF; ++f) {
+      std::printf("%-8s", FormatName(kProductFormats[f]));
+      double layer_bytes = 0.0, layer_ns = 0.0;
+      for (int p = 0; p < kProducts; ++p) {
+        std::printf(" %8.1f us %7.2f GB/s", ns[f][p] / calls / 1e3, bytes[f][p] * calls / ns[f][p]);
+        layer_bytes += bytes[f][p];
+        layer_ns += ns[f][p] / calls;
+      }
+      const double rate = layer_bytes / layer_ns;  // bytes per ns: GB/s
+      if (f == 0) bf16_rate = rate;
+      double ratio = rate / bf16_rate;
+      if (with_median) ratio = Percentile(round_ratios[f], 50.0);
+      std::printf(" %7.2f GB/s %3.0f%% %9.3fx\n", rate, 100.0 * rate * 1e9 / peak, ratio);
+    }
+  };
+  std::printf("\nattention projections at 1 token (the reference shape), %d layers a format x %d rounds, the formats "
+              "alternated layer by layer: mean us a product, GB/s, and the median of the rounds' ratios over "
+              "bf16's GB/s\n",
+              num_layers, rounds);
+  print_table(total_ns, double(rounds) * num_layers, true);
+  std::printf("best of each product's %d timings (a quiet host's): us, GB/s, and the layer's GB/s over bf16's\n",
+              rounds * num_layers);
+  print_table(best_ns, 1.0, false);
+  return true;
 }
 
 // The KV row codecs, one thread, DeepSeek's 512 + 64 row: a cache of kKvRows rows (a few MB, as
@@ -251,6 +365,17 @@ int RunBenchKernels(Args& args) {
       "attention-only", "only the decode attention table (with the peaks it is measured against)");
   const bool choice_only = args.Switch(
       "choice-only", "only time the kernel candidates per shape class as --kernels auto does, and cache the choice");
+  const bool projections_only = args.Switch(
+      "projections-only", "only the attention projections' table: one token through a decode layer's q_a + kv_a, "
+      "q_b and o_proj of the reference shape in bf16, q8_0, q6_k and q4_k, the formats alternated layer by layer "
+      "(--stream-mb of bf16 layers, as many in each format)");
+  const int rounds = args.Int("rounds", 20, "rounds of the --projections-only table", {.min = 1});
+  if (args.WasGiven("rounds") && !projections_only) args.Reject("--rounds needs --projections-only");
+  if (projections_only) {
+    for (const char* other : {"attention-only", "choice-only"}) {
+      if (args.WasGiven(other)) args.Reject(std::string("--") + other + " has no effect with --projections-only");
+    }
+  }
   if (choice_only) {
     for (const char* other : {"kernels", "threads", "stream-mb", "bandwidth-buffer-mb"}) {
       if (args.WasGiven(other)) args.Reject(std::string("--") + other + " has no effect with --choice-only");
@@ -269,7 +394,11 @@ int RunBenchKernels(Args& args) {
   auto kernels = KernelsByName(kernels_name);
   if (!kernels.ok()) return Fail("bench-kernels", kernels.error(), 2);
   ThreadPool pool(threads > 0 ? threads : ThreadPool::DefaultThreadCount());
-  const ComputeContext ctx{*kernels, &pool};
+  // The products' scratch, as the model's workspace lends it (model/workspace.h): with it, an
+  // int8 table quantizes a product's activations once and the threads take its chunks in turn,
+  // where without it every chunk would quantize them again.
+  std::vector<float> gemm_scratch(size_t(GemmScratchFloats(6, 2048, pool.num_threads())));  // 6 tokens x 2048 at most
+  const ComputeContext ctx{*kernels, &pool, gemm_scratch};
   std::mt19937 rng(1);
 
   std::vector<ReadRate> read_rates;
@@ -293,6 +422,13 @@ int RunBenchKernels(Args& args) {
   }
   std::vector<const KernelSet*> attention_tables{*kernels};
   if (bf16_peak && (*kernels)->latent_scores == nullptr) attention_tables.push_back(Avx512Bf16Kernels(1));
+  if (projections_only) {
+    // ~16 MB a bf16 layer: --stream-mb of bf16, about half of it in each GGUF format.
+    if (!PrintProjectionTable(ctx, peak, rng, pool, std::max(2, stream_mb / 16), rounds)) {
+      return Fail("bench-kernels", "out of memory for the projections' layers (--stream-mb " + std::to_string(stream_mb) + ")");
+    }
+    return 0;
+  }
   if (attention_only) {
     PrintDecodeAttentionTable(attention_tables, pool, fma, bf16_peak, rng);
     return 0;

@@ -292,6 +292,19 @@ inline constexpr int64_t kPrefetchColumns = 64;
 inline void PrefetchAhead(const std::byte* p, int64_t column_bytes) {
   __builtin_prefetch(p + kPrefetchColumns * column_bytes);
 }
+// The same for a stream at byte `pos` of its panel's `stream_bytes`, whose block reads `panels`
+// panels side by side: past the panel's end it goes panels - 1 panels further on, into this
+// stream's own panel of the next block. The plain address of all but the last stream lands in a
+// panel the block is reading, and the next block's last panel started cold (2 KB: a sixteenth of
+// a 2048-column bf16 panel pair, a quarter of a 512-column panel). The fp8 panels
+// (Fp8Panels::Columns) keep the plain address: not measured with this.
+inline void PrefetchAhead(const std::byte* p, int64_t column_bytes, int64_t pos, int64_t stream_bytes, int panels) {
+  const int64_t ahead = kPrefetchColumns * column_bytes;
+  __builtin_prefetch(p + ahead + (pos + ahead >= stream_bytes ? (panels - 1) * stream_bytes : 0));
+}
+// Panels a block of NV vectors of V::kLanes rows reads side by side.
+template <class V, int NV>
+inline constexpr int kBlockPanels = NV * V::kLanes >= kPanelRows ? NV * V::kLanes / kPanelRows : 1;
 
 // One panel block's geometry: the rows its vectors start at and how many rows it writes.
 template <int NV>
@@ -421,7 +434,9 @@ struct DensePanels {
       for (int v = 0; v < NV; ++v) {
         // One prefetch per cache line (a BF16 column is half of one): bench-kernels' one-token
         // stream read ~5% more with it than with one per column.
-        if (kStep >= 64 || c % (64 / kStep) == 0) PrefetchAhead(p[v] + c * kStep, kStep);
+        if (kStep >= 64 || c % (64 / kStep) == 0) {
+          PrefetchAhead(p[v] + c * kStep, kStep, c * kStep, cols * kStep, kBlockPanels<V, NV>);
+        }
         wv[v] = V::template LoadW<D>(p[v] + c * kStep);
       }
 #pragma GCC unroll 16
@@ -542,7 +557,8 @@ struct GroupPanels {
       for (; c < group_end; c += 2) {
         typename V::Reg even[NV], odd[NV];
         for (int v = 0; v < NV; ++v) {
-          PrefetchAhead(p[v] + (c / 2) * kPairBytes, kPairBytes / 2);
+          PrefetchAhead(p[v] + (c / 2) * kPairBytes, kPairBytes / 2, (c / 2) * kPairBytes, (cols / 2) * kPairBytes,
+                        kBlockPanels<V, NV>);
           LoadPair(p[v], c, even[v], odd[v]);
           even[v] = Weight(even[v], s[v], nm[v]);
           odd[v] = Weight(odd[v], s[v], nm[v]);

@@ -205,13 +205,23 @@ TEST(Cli, InitRandomAndBenchRun) {
   ASSERT_EQ(products.size(), 2u) << r.out;
   for (size_t i = 0; i < 2; ++i) {
     ASSERT_GE(throughput[i].size(), 3u) << r.out;
-    ASSERT_EQ(products[i].size(), 6u) << r.out;
+    ASSERT_EQ(products[i].size(), 9u) << r.out;
     EXPECT_EQ(throughput[i][0], labels[i]) << r.out;
     EXPECT_EQ(products[i][0], labels[i]) << r.out;
     const double step_ms = 1e3 / std::stod(throughput[i][2]);
     const double products_ms = std::stod(products[i][1]);
     EXPECT_GT(products_ms, 0.0) << r.out;
     EXPECT_LE(products_ms, step_ms * 1.01 + 0.001) << r.out;  // within the printed roundings
+    // The quickest step's products: positive, and no slower than the steps' mean.
+    const double best_ms = std::stod(products[i][6]);
+    EXPECT_GT(best_ms, 0.0) << r.out;
+    EXPECT_LE(best_ms, products_ms + 0.001) << r.out;
+    // The first model is the unit of the ratios: its own best and median ratios are 1.
+    if (i == 0) {
+      EXPECT_EQ(products[i][7], "1.00x") << r.out;
+      EXPECT_EQ(products[i][8], "1.00x") << r.out;
+    }
+    EXPECT_GT(std::stod(products[i][8]), 0.0) << r.out;
     EXPECT_NE(r.out.find(labels[i] + ", decode step by phase"), std::string::npos) << r.out;
   }
 }
@@ -346,6 +356,48 @@ TEST(Cli, BenchKernelsTimesEveryWeightFormat) {
   r = RunMlaserve("bench-kernels --kernels sse9");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("sse9"), std::string::npos) << r.err;
+}
+
+// The attention projections' table: bf16 and the GGUF formats over the same layers, a row each in
+// the mean table and in the best-of table, every figure positive; bf16's own ratio is 1.
+TEST(Cli, BenchKernelsProjectionsTableAlternatesFormats) {
+  auto r = RunMlaserve("bench-kernels --projections-only --stream-mb 32 --rounds 2 --bandwidth-buffer-mb 16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const size_t table = r.out.find("attention projections at 1 token (the reference shape), 2 layers a format x 2 rounds");
+  ASSERT_NE(table, std::string::npos) << r.out;
+  const size_t best = r.out.find("best of each product's 4 timings", table);
+  ASSERT_NE(best, std::string::npos) << r.out;
+  for (const char* format : {"bf16", "q8_0", "q6_k", "q4_k"}) {
+    for (size_t from : {table, best}) {
+      const size_t at = r.out.find(std::string("\n") + format + " ", from);
+      ASSERT_NE(at, std::string::npos) << format << "\n" << r.out;
+      std::istringstream row(r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1));
+      std::string name, unit;
+      row >> name;
+      double value = 0.0;
+      for (int product = 0; product < 3; ++product) {  // us, then GB/s
+        ASSERT_TRUE(row >> value >> unit) << row.str();
+        EXPECT_GT(value, 0.0) << row.str();
+        ASSERT_TRUE(row >> value >> unit) << row.str();
+        EXPECT_GT(value, 0.0) << row.str();
+      }
+      double together = 0.0, ratio = 0.0;
+      std::string share;
+      ASSERT_TRUE(row >> together >> unit >> share >> ratio) << row.str();
+      EXPECT_GT(together, 0.0) << row.str();
+      if (std::string(format) == "bf16") {
+        EXPECT_DOUBLE_EQ(ratio, 1.0) << row.str();
+      }
+      EXPECT_GT(ratio, 0.0) << row.str();
+    }
+  }
+  EXPECT_EQ(r.out.find("KV row codecs"), std::string::npos) << "the other tables ran too:\n" << r.out;
+  r = RunMlaserve("bench-kernels --rounds 3");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--rounds needs --projections-only"), std::string::npos) << r.err;
+  r = RunMlaserve("bench-kernels --projections-only --attention-only");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--attention-only has no effect with --projections-only"), std::string::npos) << r.err;
 }
 
 TEST(Cli, HelpListsEachCommandsFlagsAndExitsZero) {
