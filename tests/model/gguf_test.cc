@@ -154,40 +154,42 @@ void ExpectWeights(const std::vector<float>& got, const std::vector<float>& want
 // as ggml loops over the block, not as the loader indexes it).
 TEST(Gguf, Q6_KBlocksLoadAsTheValuesGgmlDequantizes) {
   std::mt19937 rng(7);
-  constexpr int kBlocks = 3;
-  std::vector<std::byte> blocks(kBlocks * 210);
-  for (std::byte& b : blocks) b = std::byte(rng() & 0xff);
-  std::vector<float> want(kBlocks * 256);
-  for (int b = 0; b < kBlocks; ++b) {
-    const uint16_t d_bits = F32ToF16(0.0123f * float(b + 1));
-    std::memcpy(&blocks[size_t(b) * 210 + 208], &d_bits, 2);
-    const auto* ql = reinterpret_cast<const uint8_t*>(&blocks[size_t(b) * 210]);
-    const uint8_t* qh = ql + 128;
-    const auto* sc = reinterpret_cast<const int8_t*>(ql + 192);
-    const float d = F16ToF32(d_bits);
-    float* y = want.data() + b * 256;
-    for (int n = 0; n < 256; n += 128) {
-      for (int l = 0; l < 32; ++l) {
-        const int is = l / 16;
-        const int q1 = int((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-        const int q2 = int((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        const int q3 = int((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        const int q4 = int((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        y[l] = d * float(sc[is]) * float(q1);
-        y[l + 32] = d * float(sc[is + 2]) * float(q2);
-        y[l + 64] = d * float(sc[is + 4]) * float(q3);
-        y[l + 96] = d * float(sc[is + 6]) * float(q4);
+  // 3 blocks, then past the loader's 1M-value parts (SplitPart from first > 0).
+  for (const int kBlocks : {3, 4100}) {
+    std::vector<std::byte> blocks(kBlocks * 210);
+    for (std::byte& b : blocks) b = std::byte(rng() & 0xff);
+    std::vector<float> want(kBlocks * 256);
+    for (int b = 0; b < kBlocks; ++b) {
+      const uint16_t d_bits = F32ToF16(0.0123f * float(b + 1));
+      std::memcpy(&blocks[size_t(b) * 210 + 208], &d_bits, 2);
+      const auto* ql = reinterpret_cast<const uint8_t*>(&blocks[size_t(b) * 210]);
+      const uint8_t* qh = ql + 128;
+      const auto* sc = reinterpret_cast<const int8_t*>(ql + 192);
+      const float d = F16ToF32(d_bits);
+      float* y = want.data() + b * 256;
+      for (int n = 0; n < 256; n += 128) {
+        for (int l = 0; l < 32; ++l) {
+          const int is = l / 16;
+          const int q1 = int((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+          const int q2 = int((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+          const int q3 = int((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+          const int q4 = int((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+          y[l] = d * float(sc[is]) * float(q1);
+          y[l + 32] = d * float(sc[is + 2]) * float(q2);
+          y[l + 64] = d * float(sc[is + 4]) * float(q3);
+          y[l + 96] = d * float(sc[is + 6]) * float(q4);
+        }
+        y += 128;
+        ql += 64;
+        qh += 32;
+        sc += 8;
       }
-      y += 128;
-      ql += 64;
-      qh += 32;
-      sc += 8;
     }
+    const LoadedBlocks loaded = LoadBlocks(GgmlType::kQ6_K, {256, kBlocks}, blocks);
+    EXPECT_EQ(loaded.codes_shape, (std::vector<int64_t>{kBlocks, 256}));
+    EXPECT_EQ(loaded.scales_shape, (std::vector<int64_t>{kBlocks, 16}));
+    ExpectWeights(loaded.weights, want, 0.0f, "Q6_K");
   }
-  const LoadedBlocks loaded = LoadBlocks(GgmlType::kQ6_K, {256, kBlocks}, blocks);
-  EXPECT_EQ(loaded.codes_shape, (std::vector<int64_t>{kBlocks, 256}));
-  EXPECT_EQ(loaded.scales_shape, (std::vector<int64_t>{kBlocks, 16}));
-  ExpectWeights(loaded.weights, want, 0.0f, "Q6_K");
 }
 
 // ggml's get_scale_min_k4: the 6-bit scale and min of sub-block j from a K block's 12 bytes.
@@ -202,34 +204,36 @@ void ScaleMinK4(const uint8_t* scales, int j, int& sc, int& m) {
 // rounding of its two products.
 TEST(Gguf, Q4_KBlocksLoadAsTheValuesGgmlDequantizes) {
   std::mt19937 rng(9);
-  constexpr int kBlocks = 3;
-  std::vector<std::byte> blocks(kBlocks * 144);
-  for (std::byte& b : blocks) b = std::byte(rng() & 0xff);
-  std::vector<float> want(kBlocks * 256);
-  for (int b = 0; b < kBlocks; ++b) {
-    std::byte* block = &blocks[size_t(b) * 144];
-    const uint16_t d_bits = F32ToF16(0.011f * float(b + 1)), dmin_bits = F32ToF16(0.007f * float(b + 2));
-    std::memcpy(block, &d_bits, 2);
-    std::memcpy(block + 2, &dmin_bits, 2);
-    const auto* scales = reinterpret_cast<const uint8_t*>(block + 4);
-    const auto* q = reinterpret_cast<const uint8_t*>(block + 16);
-    const float d = F16ToF32(d_bits), dmin = F16ToF32(dmin_bits);
-    float* y = want.data() + b * 256;
-    for (int j = 0, is = 0; j < 256; j += 64, is += 2) {
-      int sc, m;
-      ScaleMinK4(scales, is, sc, m);
-      const float d1 = d * float(sc), m1 = dmin * float(m);
-      ScaleMinK4(scales, is + 1, sc, m);
-      const float d2 = d * float(sc), m2 = dmin * float(m);
-      for (int l = 0; l < 32; ++l) *y++ = d1 * float(q[l] & 0xF) - m1;
-      for (int l = 0; l < 32; ++l) *y++ = d2 * float(q[l] >> 4) - m2;
-      q += 32;
+  // 3 blocks, then past the loader's 1M-value parts (SplitPart from first > 0).
+  for (const int kBlocks : {3, 4100}) {
+    std::vector<std::byte> blocks(kBlocks * 144);
+    for (std::byte& b : blocks) b = std::byte(rng() & 0xff);
+    std::vector<float> want(kBlocks * 256);
+    for (int b = 0; b < kBlocks; ++b) {
+      std::byte* block = &blocks[size_t(b) * 144];
+      const uint16_t d_bits = F32ToF16(0.011f * float(b + 1)), dmin_bits = F32ToF16(0.007f * float(b + 2));
+      std::memcpy(block, &d_bits, 2);
+      std::memcpy(block + 2, &dmin_bits, 2);
+      const auto* scales = reinterpret_cast<const uint8_t*>(block + 4);
+      const auto* q = reinterpret_cast<const uint8_t*>(block + 16);
+      const float d = F16ToF32(d_bits), dmin = F16ToF32(dmin_bits);
+      float* y = want.data() + b * 256;
+      for (int j = 0, is = 0; j < 256; j += 64, is += 2) {
+        int sc, m;
+        ScaleMinK4(scales, is, sc, m);
+        const float d1 = d * float(sc), m1 = dmin * float(m);
+        ScaleMinK4(scales, is + 1, sc, m);
+        const float d2 = d * float(sc), m2 = dmin * float(m);
+        for (int l = 0; l < 32; ++l) *y++ = d1 * float(q[l] & 0xF) - m1;
+        for (int l = 0; l < 32; ++l) *y++ = d2 * float(q[l] >> 4) - m2;
+        q += 32;
+      }
     }
+    const LoadedBlocks loaded = LoadBlocks(GgmlType::kQ4_K, {256, kBlocks}, blocks);
+    EXPECT_EQ(loaded.codes_shape, (std::vector<int64_t>{kBlocks, 128}));
+    EXPECT_EQ(loaded.scales_shape, (std::vector<int64_t>{kBlocks, 8, 2}));
+    ExpectWeights(loaded.weights, want, 1e-6f, "Q4_K");
   }
-  const LoadedBlocks loaded = LoadBlocks(GgmlType::kQ4_K, {256, kBlocks}, blocks);
-  EXPECT_EQ(loaded.codes_shape, (std::vector<int64_t>{kBlocks, 128}));
-  EXPECT_EQ(loaded.scales_shape, (std::vector<int64_t>{kBlocks, 8, 2}));
-  ExpectWeights(loaded.weights, want, 1e-6f, "Q4_K");
 }
 
 // Q4_0 blocks load as nibbles and (d, 8 d) pairs: fma(code, d, -8 d) is ggml's (q - 8) * d,
@@ -259,38 +263,40 @@ TEST(Gguf, Q4_0BlocksLoadAsTheValuesGgmlDequantizes) {
 // are ggml's dequantize_row_q5_K: d * sc * (low nibble + 16 x its qh bit) - dmin * m.
 TEST(Gguf, Q5_KBlocksLoadAsTheValuesGgmlDequantizes) {
   std::mt19937 rng(21);
-  constexpr int kBlocks = 2;
-  std::vector<std::byte> blocks(kBlocks * 176);
-  for (std::byte& b : blocks) b = std::byte(rng() & 0xff);
-  std::vector<float> want(kBlocks * 256);
-  for (int b = 0; b < kBlocks; ++b) {
-    std::byte* block = &blocks[size_t(b) * 176];
-    const uint16_t d_bits = F32ToF16(0.013f * float(b + 1)), dmin_bits = F32ToF16(0.005f * float(b + 2));
-    std::memcpy(block, &d_bits, 2);
-    std::memcpy(block + 2, &dmin_bits, 2);
-    const auto* scales = reinterpret_cast<const uint8_t*>(block + 4);
-    const auto* qh = reinterpret_cast<const uint8_t*>(block + 16);
-    const auto* ql = reinterpret_cast<const uint8_t*>(block + 48);
-    const float d = F16ToF32(d_bits), dmin = F16ToF32(dmin_bits);
-    float* y = want.data() + b * 256;
-    uint8_t u1 = 1, u2 = 2;
-    for (int j = 0, is = 0; j < 256; j += 64, is += 2) {
-      int sc, m;
-      ScaleMinK4(scales, is, sc, m);
-      const float d1 = d * float(sc), m1 = dmin * float(m);
-      ScaleMinK4(scales, is + 1, sc, m);
-      const float d2 = d * float(sc), m2 = dmin * float(m);
-      for (int l = 0; l < 32; ++l) *y++ = d1 * float((ql[l] & 0xF) + ((qh[l] & u1) ? 16 : 0)) - m1;
-      for (int l = 0; l < 32; ++l) *y++ = d2 * float((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
-      ql += 32;
-      u1 = uint8_t(u1 << 2);
-      u2 = uint8_t(u2 << 2);
+  // 3 blocks, then past the loader's 1M-value parts (SplitPart from first > 0).
+  for (const int kBlocks : {2, 4100}) {
+    std::vector<std::byte> blocks(kBlocks * 176);
+    for (std::byte& b : blocks) b = std::byte(rng() & 0xff);
+    std::vector<float> want(kBlocks * 256);
+    for (int b = 0; b < kBlocks; ++b) {
+      std::byte* block = &blocks[size_t(b) * 176];
+      const uint16_t d_bits = F32ToF16(0.013f * float(b + 1)), dmin_bits = F32ToF16(0.005f * float(b + 2));
+      std::memcpy(block, &d_bits, 2);
+      std::memcpy(block + 2, &dmin_bits, 2);
+      const auto* scales = reinterpret_cast<const uint8_t*>(block + 4);
+      const auto* qh = reinterpret_cast<const uint8_t*>(block + 16);
+      const auto* ql = reinterpret_cast<const uint8_t*>(block + 48);
+      const float d = F16ToF32(d_bits), dmin = F16ToF32(dmin_bits);
+      float* y = want.data() + b * 256;
+      uint8_t u1 = 1, u2 = 2;
+      for (int j = 0, is = 0; j < 256; j += 64, is += 2) {
+        int sc, m;
+        ScaleMinK4(scales, is, sc, m);
+        const float d1 = d * float(sc), m1 = dmin * float(m);
+        ScaleMinK4(scales, is + 1, sc, m);
+        const float d2 = d * float(sc), m2 = dmin * float(m);
+        for (int l = 0; l < 32; ++l) *y++ = d1 * float((ql[l] & 0xF) + ((qh[l] & u1) ? 16 : 0)) - m1;
+        for (int l = 0; l < 32; ++l) *y++ = d2 * float((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
+        ql += 32;
+        u1 = uint8_t(u1 << 2);
+        u2 = uint8_t(u2 << 2);
+      }
     }
+    const LoadedBlocks loaded = LoadBlocks(GgmlType::kQ5_K, {256, kBlocks}, blocks);
+    EXPECT_EQ(loaded.codes_shape, (std::vector<int64_t>{kBlocks, 256}));
+    EXPECT_EQ(loaded.scales_shape, (std::vector<int64_t>{kBlocks, 8, 2}));
+    ExpectWeights(loaded.weights, want, 1e-6f, "Q5_K");
   }
-  const LoadedBlocks loaded = LoadBlocks(GgmlType::kQ5_K, {256, kBlocks}, blocks);
-  EXPECT_EQ(loaded.codes_shape, (std::vector<int64_t>{kBlocks, 256}));
-  EXPECT_EQ(loaded.scales_shape, (std::vector<int64_t>{kBlocks, 8, 2}));
-  ExpectWeights(loaded.weights, want, 1e-6f, "Q5_K");
 }
 
 // Q4_1, Q5_0 and Q5_1 blocks load as codes and (scale, min) pairs whose weights are ggml's
