@@ -287,6 +287,17 @@ PhaseSums SumPerPhase(const Model& model, Measure&& measure) {
   return sums;
 }
 
+// The weight bytes a decode step's phases read: a walk over the model's matrices, made once per
+// model (the interleaved run reads them after every step).
+struct DecodeBytes {
+  PhaseSums weights;
+  double lm_head = 0;
+};
+DecodeBytes DecodeWeightBytes(const Model& model) {
+  return {SumPerPhase(model, [](const WeightMatrix& m) { return m.stored_bytes(); }),
+          double(model.weights().lm_head.stored_bytes())};
+}
+
 // A decode step's phases (ForwardTimings'), with the bytes each reads: the weight products, then
 // attention over the cache (kv_bytes: its rows at the mean context).
 struct DecodePhase {
@@ -295,13 +306,13 @@ struct DecodePhase {
   double bytes;
   bool reads_weights;  // a weight product (else attention over the cache)
 };
-std::array<DecodePhase, 6> DecodePhases(const ForwardTimings& t, double kv_bytes, const Model& model) {
-  const PhaseSums w = SumPerPhase(model, [](const WeightMatrix& m) { return m.stored_bytes(); });
+std::array<DecodePhase, 6> DecodePhases(const ForwardTimings& t, double kv_bytes, const DecodeBytes& b) {
+  const PhaseSums& w = b.weights;
   return {{{"MLP products (dense MLPs, routed and shared experts)", t.mlp_ns, w.mlp, true},
            {"attention projections (q, kv_a and the cache write, o_proj)", t.projections_ns, w.projections, true},
            {"kv_b products (absorbed W_UK, W_UV)", t.kv_b_ns, w.kv_b, true},
            {"router (product, top-k, the experts' combine)", t.router_ns, w.router, true},
-           {"lm_head", t.lm_head_ns, double(model.weights().lm_head.stored_bytes()), true},
+           {"lm_head", t.lm_head_ns, b.lm_head, true},
            {"attention over the KV cache (bytes: the cache rows)", t.attention_core_ns, kv_bytes, false}}};
 }
 
@@ -311,9 +322,9 @@ std::array<DecodePhase, 6> DecodePhases(const ForwardTimings& t, double kv_bytes
 struct WeightProducts {
   double step_s = 0, bytes = 0;
 };
-WeightProducts DecodeWeightProducts(const ForwardTimings& t, int steps, const Model& model) {
+WeightProducts DecodeWeightProducts(const ForwardTimings& t, int steps, const DecodeBytes& b) {
   WeightProducts sum;
-  for (const DecodePhase& p : DecodePhases(t, 0.0, model)) {
+  for (const DecodePhase& p : DecodePhases(t, 0.0, b)) {
     if (!p.reads_weights) continue;
     sum.step_s += double(p.ns) / 1e9 / steps;
     sum.bytes += p.bytes;
@@ -325,7 +336,7 @@ WeightProducts DecodeWeightProducts(const ForwardTimings& t, int steps, const Mo
 // `step_s` each), with the weight bytes each phase reads and the rate it reads them at: the MLPs'
 // large products stream; the fixed per-step costs (attention over the cache, small products,
 // norms) weigh more, the fewer bytes the weights take.
-void PrintDecodePhases(const ForwardTimings& t, int steps, double step_s, double kv_bytes, const Model& model,
+void PrintDecodePhases(const ForwardTimings& t, int steps, double step_s, double kv_bytes, const DecodeBytes& b,
                        double bandwidth) {
   std::printf("decode step by phase: ms/step, MB/step read, GB/s, share of the machine's read bandwidth\n");
   auto print = [&](const char* name, double s, double bytes) {
@@ -333,14 +344,14 @@ void PrintDecodePhases(const ForwardTimings& t, int steps, double step_s, double
                 s > 0 ? 100.0 * bytes / s / bandwidth : 0.0);
   };
   double timed_s = 0;
-  for (const DecodePhase& p : DecodePhases(t, kv_bytes, model)) {
+  for (const DecodePhase& p : DecodePhases(t, kv_bytes, b)) {
     const double s = double(p.ns) / 1e9 / steps;
     timed_s += s;
     print(p.name, s, p.bytes);
   }
   std::printf("  %-62s %7.3f ms\n", "the rest (embedding row, norms, residual adds, the step's loop)",
               1e3 * std::max(0.0, step_s - timed_s));
-  const WeightProducts products = DecodeWeightProducts(t, steps, model);
+  const WeightProducts products = DecodeWeightProducts(t, steps, b);
   print("weight products together (the phases above but the cache)", products.step_s, products.bytes);
 }
 
@@ -541,7 +552,7 @@ int BenchModel(const ModelFlags& model_flags, const BenchSettings& settings) {
     PrintAttentionShare(timings, decode_s);
     PrintAttentionBound(timings, decode_tokens, 1, mean_context, *loaded, peaks);
     PrintDecodePhases(timings, decode_tokens, decode_s / decode_tokens,
-                      double(KvBytesPerPosition(*loaded)) * mean_context, model, machine);
+                      double(KvBytesPerPosition(*loaded)) * mean_context, DecodeWeightBytes(model), machine);
     PrintComputePeaks(peaks, *loaded->kernels);
     const ComputePeak prefill_peak = PeakFor(peaks, *loaded->kernels, c, std::min(prompt_len, model.max_batch_tokens()));
     PrintPrefillCompute(PrefillFlops(model, prompt_len), prefill_s, prefill_peak);
@@ -745,7 +756,7 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
     double decode_s = 0.0;
     size_t decode_bytes = 0;
     ForwardTimings decode_timings;  // its decode steps' phases
-    double best_products_s = 1e30;      // its quickest step's weight products
+    DecodeBytes weight_bytes;       // what its phases read
     std::vector<double> step_products_s;  // [decode steps] each step's weight products
     std::string label;              // the table's name for it: the checkpoint's file or folder name
   };
@@ -764,6 +775,7 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
       label = path;
     }
     Entry e{.loaded = std::move(loaded).value(), .label = std::move(label)};
+    e.weight_bytes = DecodeWeightBytes(*e.loaded.model);
     e.step_products_s.reserve(size_t(settings.decode_tokens));
     const ModelConfig& c = e.loaded.model->config();
     if (!entries.empty() && c.vocab_size != entries[0].loaded.model->config().vocab_size) {
@@ -799,16 +811,14 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
   for (int i = 0; i < settings.decode_tokens; ++i) {
     for (Entry& e : entries) {
       const TokenId next = ArgMax(e.runner->last_logits());
-      const double products_before_s = DecodeWeightProducts(e.decode_timings, 1, *e.loaded.model).step_s;
+      const double products_before_s = DecodeWeightProducts(e.decode_timings, 1, e.weight_bytes).step_s;
       e.loaded.model->set_timings(&e.decode_timings);
       const auto t0 = Clock::now();
       const Status s = e.runner->Append(std::span(&next, 1));
       e.decode_s += Seconds(t0, Clock::now());
       e.loaded.model->set_timings(nullptr);
       if (!s.ok()) return Fail("bench", s.message());
-      const double products_s = DecodeWeightProducts(e.decode_timings, 1, *e.loaded.model).step_s - products_before_s;
-      e.best_products_s = std::min(e.best_products_s, products_s);
-      e.step_products_s.push_back(products_s);
+      e.step_products_s.push_back(DecodeWeightProducts(e.decode_timings, 1, e.weight_bytes).step_s - products_before_s);
     }
   }
   Model& model0 = *entries[0].loaded.model;
@@ -849,11 +859,12 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
               "of peak", "share x", "best ms", "best x", "median x");
   double share0 = 0.0, best_rate0 = 0.0;
   const std::vector<double>& steps0 = entries[0].step_products_s;
-  const double bytes0 = DecodeWeightProducts(entries[0].decode_timings, 1, *entries[0].loaded.model).bytes;
+  const double bytes0 = DecodeWeightProducts(entries[0].decode_timings, 1, entries[0].weight_bytes).bytes;
   for (const Entry& e : entries) {
-    const auto [step_s, bytes] = DecodeWeightProducts(e.decode_timings, settings.decode_tokens, *e.loaded.model);
+    const auto [step_s, bytes] = DecodeWeightProducts(e.decode_timings, settings.decode_tokens, e.weight_bytes);
     const double share = step_s > 0 ? bytes / step_s / machine : 0.0;
-    const double best_rate = e.best_products_s > 0 ? bytes / e.best_products_s : 0.0;
+    const double best_s = *std::min_element(e.step_products_s.begin(), e.step_products_s.end());  // >= 1 step
+    const double best_rate = best_s > 0 ? bytes / best_s : 0.0;
     if (&e == &entries[0]) share0 = share, best_rate0 = best_rate;
     std::vector<double> step_ratios;
     for (size_t i = 0; i < e.step_products_s.size() && i < steps0.size(); ++i) {
@@ -864,7 +875,7 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
     const double median = Percentile(std::move(step_ratios), 50.0);
     std::printf("%-*s %10.3f %10.1f %12.2f %7.0f%% %11.2fx %10.3f %9.2fx %9.2fx\n", label_width, e.label.c_str(),
                 1e3 * step_s, bytes / 1e6, step_s > 0 ? bytes / step_s / 1e9 : 0.0, 100.0 * share,
-                share0 > 0 ? share / share0 : 0.0, 1e3 * e.best_products_s, best_rate0 > 0 ? best_rate / best_rate0 : 0.0,
+                share0 > 0 ? share / share0 : 0.0, 1e3 * best_s, best_rate0 > 0 ? best_rate / best_rate0 : 0.0,
                 median);
   }
   // Step i reads the rows of positions [0, prompt_len + i + 1).
@@ -872,7 +883,7 @@ int BenchInterleaved(const ModelFlags& model_flags, const std::vector<std::strin
   for (const Entry& e : entries) {
     std::printf("%s, ", e.label.c_str());
     PrintDecodePhases(e.decode_timings, settings.decode_tokens, e.decode_s / settings.decode_tokens,
-                      double(KvBytesPerPosition(e.loaded)) * mean_context, *e.loaded.model, machine);
+                      double(KvBytesPerPosition(e.loaded)) * mean_context, e.weight_bytes, machine);
   }
   return 0;
 }

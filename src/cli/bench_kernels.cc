@@ -160,15 +160,18 @@ bool PrintProjectionTable(const ComputeContext& ctx, double peak, std::mt19937& 
   double bytes[kF][kProducts] = {};  // a layer's bytes per product
   for (int f = 0; f < kF; ++f) {
     const Format format = kProductFormats[f];
-    size_t layer_bytes = 0;
-    for (const auto& shape : kShapes) layer_bytes += PackedBytes(RandomShape(format, shape[0], shape[1]));
+    size_t packed_bytes[4], layer_bytes = 0;  // each matrix's panels, a multiple of 64 bytes
+    for (int i = 0; i < 4; ++i) {
+      packed_bytes[i] = PackedBytes(RandomShape(format, kShapes[i][0], kShapes[i][1]));
+      layer_bytes += packed_bytes[i];
+    }
     if (!storage[size_t(f)].Assign(layer_bytes * size_t(num_layers))) return false;
     std::byte* at = storage[size_t(f)].data();
     for (int l = 0; l < num_layers; ++l) {
       Layer layer;
       for (int i = 0; i < 4; ++i) {
         layer.m[i] = RandomPanels(format, kShapes[i][0], kShapes[i][1], rng, pool, at);
-        at += PackedBytes(RandomShape(format, kShapes[i][0], kShapes[i][1]));
+        at += packed_bytes[i];
       }
       layers[size_t(f)].push_back(layer);
     }
@@ -403,16 +406,23 @@ int RunBenchKernels(Args& args) {
 
   std::vector<ReadRate> read_rates;
   const double peak = MeasureReadBandwidth(pool, size_t(bandwidth_mb) << 20, 5, &read_rates);
-  const FmaPeak fma = MeasureFmaPeak(pool, **kernels);
   std::printf("kernels %s, threads %d; machine read bandwidth %.2f GB/s\n", (*kernels)->name, pool.num_threads(),
               peak / 1e9);
-  std::printf("fp32 FMA peak: %.1f GFLOP/s all threads, %.1f GFLOP/s one thread\n", fma.all_threads_flops / 1e9,
-              fma.one_thread_flops / 1e9);
   std::printf("read bandwidth by probe variant (%d MB, 2 MB pages asked for; the best is the machine's):\n",
               bandwidth_mb);
   for (const ReadRate& r : read_rates) {
     std::printf("  %-42s %7.2f GB/s\n", r.variant.Name().c_str(), r.bytes_per_s / 1e9);
   }
+  if (projections_only) {  // measured against the read probe alone: the compute peaks are not taken
+    // ~16 MB a bf16 layer: --stream-mb of bf16, about half of it in each GGUF format.
+    if (!PrintProjectionTable(ctx, peak, rng, pool, std::max(2, stream_mb / 16), rounds)) {
+      return Fail("bench-kernels", "out of memory for the projections' layers (--stream-mb " + std::to_string(stream_mb) + ")");
+    }
+    return 0;
+  }
+  const FmaPeak fma = MeasureFmaPeak(pool, **kernels);
+  std::printf("fp32 FMA peak: %.1f GFLOP/s all threads, %.1f GFLOP/s one thread\n", fma.all_threads_flops / 1e9,
+              fma.one_thread_flops / 1e9);
   const std::optional<FmaPeak> bf16_peak = MeasureBf16DotPeak(pool);
   if (bf16_peak) {
     std::printf("vdpbf16ps (bf16 dot-product) peak: %.1f GFLOP/s all threads, %.1f GFLOP/s one thread\n",
@@ -422,13 +432,6 @@ int RunBenchKernels(Args& args) {
   }
   std::vector<const KernelSet*> attention_tables{*kernels};
   if (bf16_peak && (*kernels)->latent_scores == nullptr) attention_tables.push_back(Avx512Bf16Kernels(1));
-  if (projections_only) {
-    // ~16 MB a bf16 layer: --stream-mb of bf16, about half of it in each GGUF format.
-    if (!PrintProjectionTable(ctx, peak, rng, pool, std::max(2, stream_mb / 16), rounds)) {
-      return Fail("bench-kernels", "out of memory for the projections' layers (--stream-mb " + std::to_string(stream_mb) + ")");
-    }
-    return 0;
-  }
   if (attention_only) {
     PrintDecodeAttentionTable(attention_tables, pool, fma, bf16_peak, rng);
     return 0;

@@ -10,6 +10,7 @@
 #include <functional>
 #include <random>
 #include <sstream>
+#include <utility>
 #include <unistd.h>
 
 #include "core/float16.h"
@@ -192,6 +193,27 @@ TEST(Gguf, Q6_KBlocksLoadAsTheValuesGgmlDequantizes) {
   }
 }
 
+// kBlocks random K-type super-blocks of block_bytes each, with finite fp16 d and dmin (a file's
+// first four bytes of a block): d_step * (b + 1) and dmin_step * (b + 2) for block b.
+std::vector<std::byte> RandomKBlocks(int blocks, size_t block_bytes, float d_step, float dmin_step, std::mt19937& rng) {
+  std::vector<std::byte> bytes(size_t(blocks) * block_bytes);
+  for (std::byte& b : bytes) b = std::byte(rng() & 0xff);
+  for (int b = 0; b < blocks; ++b) {
+    const uint16_t d_bits = F32ToF16(d_step * float(b + 1)), dmin_bits = F32ToF16(dmin_step * float(b + 2));
+    std::memcpy(&bytes[size_t(b) * block_bytes], &d_bits, 2);
+    std::memcpy(&bytes[size_t(b) * block_bytes + 2], &dmin_bits, 2);
+  }
+  return bytes;
+}
+
+// A K-type block's d and dmin, as stored (fp16).
+std::pair<float, float> KBlockScales(const std::byte* block) {
+  uint16_t d_bits, dmin_bits;
+  std::memcpy(&d_bits, block, 2);
+  std::memcpy(&dmin_bits, block + 2, 2);
+  return {F16ToF32(d_bits), F16ToF32(dmin_bits)};
+}
+
 // ggml's get_scale_min_k4: the 6-bit scale and min of sub-block j from a K block's 12 bytes.
 void ScaleMinK4(const uint8_t* scales, int j, int& sc, int& m) {
   sc = j < 4 ? scales[j] & 63 : (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
@@ -206,17 +228,13 @@ TEST(Gguf, Q4_KBlocksLoadAsTheValuesGgmlDequantizes) {
   std::mt19937 rng(9);
   // 3 blocks, then past the loader's 1M-value parts (SplitPart from first > 0).
   for (const int kBlocks : {3, 4100}) {
-    std::vector<std::byte> blocks(kBlocks * 144);
-    for (std::byte& b : blocks) b = std::byte(rng() & 0xff);
+    const std::vector<std::byte> blocks = RandomKBlocks(kBlocks, 144, 0.011f, 0.007f, rng);
     std::vector<float> want(kBlocks * 256);
     for (int b = 0; b < kBlocks; ++b) {
-      std::byte* block = &blocks[size_t(b) * 144];
-      const uint16_t d_bits = F32ToF16(0.011f * float(b + 1)), dmin_bits = F32ToF16(0.007f * float(b + 2));
-      std::memcpy(block, &d_bits, 2);
-      std::memcpy(block + 2, &dmin_bits, 2);
+      const std::byte* block = &blocks[size_t(b) * 144];
       const auto* scales = reinterpret_cast<const uint8_t*>(block + 4);
       const auto* q = reinterpret_cast<const uint8_t*>(block + 16);
-      const float d = F16ToF32(d_bits), dmin = F16ToF32(dmin_bits);
+      const auto [d, dmin] = KBlockScales(block);
       float* y = want.data() + b * 256;
       for (int j = 0, is = 0; j < 256; j += 64, is += 2) {
         int sc, m;
@@ -263,20 +281,16 @@ TEST(Gguf, Q4_0BlocksLoadAsTheValuesGgmlDequantizes) {
 // are ggml's dequantize_row_q5_K: d * sc * (low nibble + 16 x its qh bit) - dmin * m.
 TEST(Gguf, Q5_KBlocksLoadAsTheValuesGgmlDequantizes) {
   std::mt19937 rng(21);
-  // 3 blocks, then past the loader's 1M-value parts (SplitPart from first > 0).
+  // 2 blocks, then past the loader's 1M-value parts (SplitPart from first > 0).
   for (const int kBlocks : {2, 4100}) {
-    std::vector<std::byte> blocks(kBlocks * 176);
-    for (std::byte& b : blocks) b = std::byte(rng() & 0xff);
+    const std::vector<std::byte> blocks = RandomKBlocks(kBlocks, 176, 0.013f, 0.005f, rng);
     std::vector<float> want(kBlocks * 256);
     for (int b = 0; b < kBlocks; ++b) {
-      std::byte* block = &blocks[size_t(b) * 176];
-      const uint16_t d_bits = F32ToF16(0.013f * float(b + 1)), dmin_bits = F32ToF16(0.005f * float(b + 2));
-      std::memcpy(block, &d_bits, 2);
-      std::memcpy(block + 2, &dmin_bits, 2);
+      const std::byte* block = &blocks[size_t(b) * 176];
       const auto* scales = reinterpret_cast<const uint8_t*>(block + 4);
       const auto* qh = reinterpret_cast<const uint8_t*>(block + 16);
       const auto* ql = reinterpret_cast<const uint8_t*>(block + 48);
-      const float d = F16ToF32(d_bits), dmin = F16ToF32(dmin_bits);
+      const auto [d, dmin] = KBlockScales(block);
       float* y = want.data() + b * 256;
       uint8_t u1 = 1, u2 = 2;
       for (int j = 0, is = 0; j < 256; j += 64, is += 2) {
