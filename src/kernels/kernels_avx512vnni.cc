@@ -49,17 +49,11 @@ constexpr int kOnePassTokens = 6;
 constexpr int64_t kPrefetchBytes = 2048;
 constexpr int64_t kPrefetchGroups = 8;
 
-// Where a Block stream's prefetch goes: `ahead` bytes past `at`, position `pos` in its panel's
-// stream of `stream_bytes` (codes, or scale lines). A block reads its two panels side by side.
-// Past the first panel's end the plain address lands in the second panel, which the other stream
-// has just read, while the second's lands in the next block's first panel: the next block's second
-// panel started cold (2 KB of codes: an eighth of a 512-column Q8_0 pair, a thirty-second at 2048
-// columns). One panel further on, each stream's prefetch lands in its own panel of the next
-// block. (Where `ahead` exceeds a whole stream, as a one-group scale stream, it overshoots by a
-// panel: a wasted prefetch, never a fault.)
-inline const char* Ahead(const std::byte* at, int64_t pos, int64_t ahead, int64_t stream_bytes) {
-  return reinterpret_cast<const char*>(at) + ahead + (pos + ahead >= stream_bytes ? stream_bytes : 0);
-}
+// A block reads its two panels side by side, each a code stream and a stream of scale lines:
+// each stream prefetches into its own panel of the next block as it nears its end
+// (PanelPrefetchAddress), where the next block's second panel started cold (2 KB of codes: an
+// eighth of a 512-column Q8_0 pair, a thirty-second at 2048 columns).
+constexpr int kPanelsPerBlock = 2;
 
 // The packed activations' parts (kernels.h Int8PackedActivationFloats): codes, then per (token,
 // group) the scale and the offset's correction.
@@ -158,8 +152,10 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
     for (int64_t c = g * group; c < (g + 1) * group; c += kNibbles ? 8 : 4) {
       const std::byte* w0 = p[0] + c * kColumnBytes;  // 64 bytes: columns c .. c + 3 (nibbles: c + 7)
       const std::byte* w1 = p[1] + c * kColumnBytes;
-      _mm_prefetch(Ahead(w0, c * kColumnBytes, kPrefetchBytes, code_stream_bytes), _MM_HINT_T0);
-      _mm_prefetch(Ahead(w1, c * kColumnBytes, kPrefetchBytes, code_stream_bytes), _MM_HINT_T0);
+      _mm_prefetch(PanelPrefetchAddress(w0, c * kColumnBytes, kPrefetchBytes, code_stream_bytes, kPanelsPerBlock),
+                   _MM_HINT_T0);
+      _mm_prefetch(PanelPrefetchAddress(w1, c * kColumnBytes, kPrefetchBytes, code_stream_bytes, kPanelsPerBlock),
+                   _MM_HINT_T0);
       const __m512i b0 = _mm512_loadu_si512(w0), b1 = _mm512_loadu_si512(w1);
       if constexpr (kNibbles) {
         dot(sum, _mm512_and_si512(b0, nibble), _mm512_and_si512(b1, nibble), c);
@@ -174,8 +170,10 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
     const auto* f0 = reinterpret_cast<const float*>(scales[0]) + g * kScaleFloats;
     const auto* f1 = reinterpret_cast<const float*>(scales[1]) + g * kScaleFloats;
     const int64_t scale_pos = g * kScaleFloats * 4;
-    _mm_prefetch(Ahead(scales[0] + scale_pos, scale_pos, kScaleAhead, scale_stream_bytes), _MM_HINT_T0);
-    _mm_prefetch(Ahead(scales[1] + scale_pos, scale_pos, kScaleAhead, scale_stream_bytes), _MM_HINT_T0);
+    for (const std::byte* s : scales) {
+      _mm_prefetch(PanelPrefetchAddress(s + scale_pos, scale_pos, kScaleAhead, scale_stream_bytes, kPanelsPerBlock),
+                   _MM_HINT_T0);
+    }
     const __m512 s0 = _mm512_loadu_ps(f0), s1 = _mm512_loadu_ps(f1);
     for (int t = 0; t < T; ++t) {
       const __m512 d = _mm512_set1_ps(a.s[t * groups + g].d);
@@ -183,8 +181,11 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
       out[t][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t][1]), _mm512_mul_ps(s1, d), out[t][1]);
     }
     if constexpr (kMin) {
-      _mm_prefetch(Ahead(scales[0] + scale_pos + 64, scale_pos, kScaleAhead, scale_stream_bytes), _MM_HINT_T0);
-      _mm_prefetch(Ahead(scales[1] + scale_pos + 64, scale_pos, kScaleAhead, scale_stream_bytes), _MM_HINT_T0);
+      for (const std::byte* s : scales) {  // the mins' line
+        _mm_prefetch(
+            PanelPrefetchAddress(s + scale_pos + 64, scale_pos, kScaleAhead, scale_stream_bytes, kPanelsPerBlock),
+            _MM_HINT_T0);
+      }
       const __m512 min0 = _mm512_loadu_ps(f0 + kPanelRows), min1 = _mm512_loadu_ps(f1 + kPanelRows);
       for (int t = 0; t < T; ++t) {
         const __m512 dq = _mm512_set1_ps(a.s[t * groups + g].d * float(a.s[t * groups + g].sum));

@@ -292,15 +292,11 @@ inline constexpr int64_t kPrefetchColumns = 64;
 inline void PrefetchAhead(const std::byte* p, int64_t column_bytes) {
   __builtin_prefetch(p + kPrefetchColumns * column_bytes);
 }
-// The same for a stream at byte `pos` of its panel's `stream_bytes`, whose block reads `panels`
-// panels side by side: past the panel's end it goes panels - 1 panels further on, into this
-// stream's own panel of the next block. The plain address of all but the last stream lands in a
-// panel the block is reading, and the next block's last panel started cold (2 KB: a sixteenth of
-// a 2048-column bf16 panel pair, a quarter of a 512-column panel). The fp8 panels
-// (Fp8Panels::Columns) keep the plain address: not measured with this.
+// The same at byte `pos` of a panel's stream of `stream_bytes`, in a block of `panels` panels side
+// by side: past the panel's end into this stream's panel of the next block (PanelPrefetchAddress).
+// The fp8 panels (Fp8Panels::Columns) keep the plain address: not measured with this.
 inline void PrefetchAhead(const std::byte* p, int64_t column_bytes, int64_t pos, int64_t stream_bytes, int panels) {
-  const int64_t ahead = kPrefetchColumns * column_bytes;
-  __builtin_prefetch(p + ahead + (pos + ahead >= stream_bytes ? (panels - 1) * stream_bytes : 0));
+  __builtin_prefetch(PanelPrefetchAddress(p, pos, kPrefetchColumns * column_bytes, stream_bytes, panels));
 }
 // Panels a block of NV vectors of V::kLanes rows reads side by side.
 template <class V, int NV>

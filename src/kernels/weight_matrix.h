@@ -47,6 +47,16 @@ namespace mlaserve {
 
 inline constexpr int kPanelRows = 16;
 
+// Where a kernel prefetches in a panel stream: `ahead` bytes past `at`, at byte `pos` of its
+// panel's stream of `stream_bytes` (codes, or scale lines), in a kernel block that reads `panels`
+// consecutive panels side by side, each a stream of its own, stream_bytes apart. Past the panel's
+// end the plain address would land in a neighbour the block is reading (and leave the next
+// block's last panel to start cold); it goes panels - 1 panels further on instead, into this
+// stream's own panel of the next block. A wasted prefetch past the matrix never faults.
+inline const char* PanelPrefetchAddress(const void* at, int64_t pos, int64_t ahead, int64_t stream_bytes, int panels) {
+  return static_cast<const char*>(at) + ahead + (pos + ahead >= stream_bytes ? (panels - 1) * stream_bytes : 0);
+}
+
 enum class WeightFormat { kDense, kFp8Block, kInt4Group, kInt8Group, kUint4GroupMin, kUint8GroupMin };
 
 struct WeightMatrix {
