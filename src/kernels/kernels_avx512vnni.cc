@@ -104,7 +104,12 @@ void Quantize(const float* x, int64_t cols, int64_t group, int64_t t_begin, int6
 // tokens, over the groups [g_begin, g_end): y (partial sums; zero when `first`) += each group's
 // product, in group order. F: int8 codes (offset by the sign bit's flip), or uint4-min / uint8-min
 // codes (unsigned already; no offset) whose group product then subtracts min * d * sum q.
-template <int T, WeightFormat F>
+// kChains: integer sums a (token, panel) that take turns (bytes: alternate 4-column steps;
+// nibbles: the low ones into the first, the high ones into the last), added at the group's end:
+// the same exact sum, so the same result. One token takes two, where a single chain made every
+// step wait on the previous vpdpbusd (a nibble step two of them in a row); more tokens have
+// their own chains to interleave (and two each would not fit the registers).
+template <int T, WeightFormat F, int kChains = 1>
 void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const std::byte* const (&p)[2],
            const std::byte* const (&scales)[2], int64_t g_begin, int64_t g_end, bool first, float* y, int64_t ldy,
            int rows_valid) {
@@ -145,12 +150,16 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
     }
   };
   for (int64_t g = g_begin; g < g_end; ++g) {
-    __m512i sum[T][2];
+    __m512i chains[kChains][T][2];
     for (int t = 0; t < T; ++t) {
-      sum[t][0] = sum[t][1] = kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(-128 * a.s[t * groups + g].sum);
+      chains[0][t][0] = chains[0][t][1] =
+          kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(-128 * a.s[t * groups + g].sum);
+      for (int k = 1; k < kChains; ++k) chains[k][t][0] = chains[k][t][1] = _mm512_setzero_si512();
     }
-    for (int64_t c = g * group; c < (g + 1) * group; c += kNibbles ? 8 : 4) {
-      const std::byte* w0 = p[0] + c * kColumnBytes;  // 64 bytes: columns c .. c + 3 (nibbles: c + 7)
+    // One step: 64 bytes of each panel, columns c .. c + 3 (nibbles: c + 7), into `sum` (a
+    // nibble step's high nibbles into the last chain).
+    const auto step = [&](__m512i (&sum)[T][2], int64_t c) {
+      const std::byte* w0 = p[0] + c * kColumnBytes;
       const std::byte* w1 = p[1] + c * kColumnBytes;
       _mm_prefetch(PanelPrefetchAddress(w0, c * kColumnBytes, kPrefetchBytes, code_stream_bytes, kPanelsPerBlock),
                    _MM_HINT_T0);
@@ -159,12 +168,32 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
       const __m512i b0 = _mm512_loadu_si512(w0), b1 = _mm512_loadu_si512(w1);
       if constexpr (kNibbles) {
         dot(sum, _mm512_and_si512(b0, nibble), _mm512_and_si512(b1, nibble), c);
-        dot(sum, _mm512_and_si512(_mm512_srli_epi16(b0, 4), nibble), _mm512_and_si512(_mm512_srli_epi16(b1, 4), nibble),
-            c + 4);
+        dot(chains[kChains - 1], _mm512_and_si512(_mm512_srli_epi16(b0, 4), nibble),
+            _mm512_and_si512(_mm512_srli_epi16(b1, 4), nibble), c + 4);
       } else if constexpr (kMin) {
         dot(sum, b0, b1, c);  // unsigned bytes as they are
       } else {
         dot(sum, _mm512_xor_si512(b0, sign), _mm512_xor_si512(b1, sign), c);
+      }
+    };
+    const int64_t c_end = (g + 1) * group;
+    int64_t c = g * group;
+    if constexpr (kNibbles || kChains == 1) {
+      for (; c < c_end; c += kNibbles ? 8 : 4) step(chains[0], c);
+    } else {
+      for (; c + 8 <= c_end; c += 8) {
+        step(chains[0], c);
+        step(chains[1], c + 4);
+      }
+      if (c < c_end) step(chains[0], c);
+    }
+    __m512i sum[T][2];
+    for (int t = 0; t < T; ++t) {
+      sum[t][0] = chains[0][t][0];
+      sum[t][1] = chains[0][t][1];
+      for (int k = 1; k < kChains; ++k) {
+        sum[t][0] = _mm512_add_epi32(sum[t][0], chains[k][t][0]);
+        sum[t][1] = _mm512_add_epi32(sum[t][1], chains[k][t][1]);
       }
     }
     const auto* f0 = reinterpret_cast<const float*>(scales[0]) + g * kScaleFloats;
@@ -204,9 +233,9 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
 // one pass: the same integer sums and the same fp32 operations per output in the same order, so
 // bit for bit what Block gives those rows. The dot products run in two chains (nibbles: the low
 // and the high ones, per 8 columns one vpdpbusd in each; bytes: alternate 4-column steps), added
-// at the group's end. Product says when: every panel of a single token's uint4-min product
-// (GGUF's Q4_K, Q4_0, Q4_1; the absorbed W_UK^T copies of such a kv_b), and the unpaired last
-// panel of any other single token's product, where Block would multiply that panel twice.
+// at the group's end. Product takes it for the unpaired last panel of a single token's product,
+// where Block would multiply that panel twice (the absorbed decode multiplies W_UK^T copies a
+// panel a call where its groups are 16 rows: Q6_K).
 template <WeightFormat F>
 void OnePanel(const Int8Activations& a, const WeightMatrix& w, const std::byte* panel, const std::byte* scales,
               float* y, int rows_valid) {
@@ -281,9 +310,8 @@ inline void WithTokens(int n, Fn&& fn) {
 
 // Panels [panel_begin, panel_end) for n tokens from quantized activations. Blocks of 32 rows
 // outermost, then chunks of columns (whole groups, ~512 columns: the block's 16 KB of codes stay in
-// L1 while every token tile passes), then tiles of kTokens tokens; one token reads each panel as
-// one sequential stream (one token of uint4 codes, or an unpaired last panel: a panel at a time,
-// OnePanel).
+// L1 while every token tile passes), then tiles of kTokens tokens (an unpaired last panel of one
+// token: OnePanel).
 void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t panel_begin, int64_t panel_end,
              float* y, int64_t ldy) {
   const int64_t group = w.block_cols;
@@ -308,18 +336,13 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
   for (int64_t row0 = panel_begin * kPanelRows; row0 < row_end; row0 += 2 * kPanelRows) {
     const int64_t panel0 = row0 / kPanelRows;
     const int64_t panel1 = row0 + kPanelRows < row_end ? panel0 + 1 : panel0;
-    // Panels side by side: two (the activations' words serve both), but a single token takes one
-    // at a time (OnePanel) where the pair has one panel (Block would multiply it twice: the
-    // absorbed decode multiplies Q6_K's W_UK^T copies a panel a call) or holds nibbles (uint4-min:
-    // GGUF's Q4_K, Q4_0, Q4_1), whose groups' scales and mins are half as many bytes as their
-    // codes: each thread then streams one panel's codes and scale lines at a time, not two of
-    // each. `bench --model-path Q4_K.gguf`, four alternating rounds: weight products' share of
-    // the read probe 67-70% -> 70-76%. Not for more tokens, nor for the paired panels of int8
-    // codes (Q8_0, Q6_K): no faster there (docs/benchmarks.md, "Q4_K decode: one panel at a
-    // time", and "Q6_K decode: the absorbed query's kv_b work").
-    if (n == 1 && (panel1 == panel0 || w.format == WeightFormat::kUint4GroupMin)) {
+    // Panels side by side: two (the activations' words serve both), but a single token takes a
+    // pair that has one panel alone (OnePanel: Block would multiply it twice). Uint4-min codes
+    // (GGUF's Q4_K, Q4_0, Q4_1) took every panel alone at one token while Block ran one chain a
+    // panel (two vpdpbusd in a row a step); with two chains the pairs measured no slower
+    // (docs/benchmarks.md, "One token's int8 block in two chains").
+    if (n == 1 && panel1 == panel0) {
       one_panel(panel0);
-      if (panel1 != panel0) one_panel(panel1);
       continue;
     }
     const std::byte* p[2] = {w.panel(panel0), w.panel(panel1)};
@@ -333,8 +356,9 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
         const Int8Activations at{a.q + t0 * w.cols, a.s + t0 * groups};
         WithTokens<kOnePassTokens>(int(std::min<int64_t>(tile, n - t0)), [&](auto tokens) {
           const auto block = [&](auto format) {
-            Block<decltype(tokens)::value, decltype(format)::value>(at, w.cols, w, p, scales, g0, g1, g0 == 0,
-                                                                    y + t0 * ldy + row0, ldy, rows_valid);
+            constexpr int kTileTokens = decltype(tokens)::value;
+            Block<kTileTokens, decltype(format)::value, kTileTokens == 1 ? 2 : 1>(
+                at, w.cols, w, p, scales, g0, g1, g0 == 0, y + t0 * ldy + row0, ldy, rows_valid);
           };
           switch (w.format) {
             case WeightFormat::kUint4GroupMin: return block(std::integral_constant<WeightFormat, WeightFormat::kUint4GroupMin>{});

@@ -101,9 +101,10 @@ TEST_F(Int8Dot, IsItsDefinitionBatchInvariantAndCloseToFp32) {
       const std::vector<float> in_registers = InRegisters(k, x, n, packed.matrix);
       ASSERT_EQ(in_registers, want);
       ASSERT_EQ(OverPacked(k, x, n, packed.matrix), want);
-      // Each token alone gives its outputs in the batch bit for bit (alone, a uint4-min product
-      // takes its panels one at a time rather than in pairs, and any product its unpaired last
-      // panel: kernels_avx512vnni.cc Product; group 4 ends its byte groups in a half step).
+      // Each token alone gives its outputs in the batch bit for bit (alone, a product keeps two
+      // integer sums a panel, and takes its unpaired last panel one at a time:
+      // kernels_avx512vnni.cc Block and Product; groups of 4, 12 and 20 end their byte groups in
+      // a half step, outside the pairs of steps).
       for (int64_t t = 0; t < n; ++t) {
         const std::vector<float> one(x.begin() + t * s.cols, x.begin() + (t + 1) * s.cols);
         const std::vector<float> alone = InRegisters(k, one, 1, packed.matrix);
