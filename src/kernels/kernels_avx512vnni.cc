@@ -1,6 +1,6 @@
 // The int8 dot-product tables (AVX512-VNNI `vpdpbusd`): an AVX-512 table (fp32 or bf16 products),
 // except that products with packed int8-group weights (kInt8Group: GGUF's Q8_0 and Q6_K) and
-// uint4-min and uint8-min ones (kUint4GroupMin: Q4_K, Q4_0; kUint8GroupMin: Q5_K) quantize the
+// uint4-min and uint8-min ones (kUint4GroupMin: Q4_K, Q4_0, Q4_1; kUint8GroupMin: Q5_K) quantize the
 // activations to int8 and multiply int8 by int8, four columns per 32-bit lane, summing exactly in
 // int32, as llama.cpp does for Q8_0 (its q8_0 activations). The fp32 path widens every code to
 // fp32 and multiplies it by its scale (~4 instructions per 16 weights); this is one instruction
@@ -108,7 +108,7 @@ void Quantize(const float* x, int64_t cols, int64_t group, int64_t t_begin, int6
 // nibbles: the low ones into the first, the high ones into the last), added at the group's end:
 // the same exact sum, so the same result. One token takes two, where a single chain made every
 // step wait on the previous vpdpbusd (a nibble step two of them in a row); more tokens have
-// their own chains to interleave (and two each would not fit the registers).
+// their own chains to interleave (and at 6 tokens two each would not fit the registers).
 template <int T, WeightFormat F, int kChains = 1>
 void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const std::byte* const (&p)[2],
            const std::byte* const (&scales)[2], int64_t g_begin, int64_t g_end, bool first, float* y, int64_t ldy,
@@ -338,9 +338,10 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
     const int64_t panel1 = row0 + kPanelRows < row_end ? panel0 + 1 : panel0;
     // Panels side by side: two (the activations' words serve both), but a single token takes a
     // pair that has one panel alone (OnePanel: Block would multiply it twice). Uint4-min codes
-    // (GGUF's Q4_K, Q4_0, Q4_1) took every panel alone at one token while Block ran one chain a
-    // panel (two vpdpbusd in a row a step); with two chains the pairs measured no slower
-    // (docs/benchmarks.md, "One token's int8 block in two chains").
+    // (GGUF's Q4_K, Q4_0, Q4_1) took every panel alone at one token, so that a thread streamed
+    // one panel's codes and scale lines, not two of each; since Block runs two chains a panel at
+    // one token, its pairs measured no slower (docs/benchmarks.md, "One token's int8 block in two
+    // chains").
     if (n == 1 && panel1 == panel0) {
       one_panel(panel0);
       continue;
