@@ -27,7 +27,7 @@ ModelFlags ReadModelFlags(Args& args, ForwardSize forward_size) {
   f.kernels = args.Str("kernels", "auto",
                        "compute kernels: auto (measured on this host at start-up, docs/kernels.md), portable, avx2, "
                        "avx512, avx512-bf16, avx512-bf16:N (bf16 dot products from N = 2, 17 or 65 tokens); an avx512 one "
-                       "+int8: GGUF Q8_0 / Q6_K / Q5_K / Q4_K / Q4_0 weights multiplied by int8 activations (e.g. avx512+int8)");
+                       "+int8: GGUF Q8_0 / Q6_K / Q5_K / Q4_K / Q4_0 and int4-g32 weights multiplied by int8 activations (e.g. avx512+int8)");
   // (Also refuses a kernel set this CPU cannot run: the flag's value is wrong for this machine.)
   if (auto kernels = KernelsByName(f.kernels); !kernels.ok()) args.Reject("--kernels: " + kernels.error());
   f.options.num_threads = args.Int("threads", 0, "worker threads; 0: one per core", {.min = 0});

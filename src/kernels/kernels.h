@@ -163,12 +163,13 @@ inline bool Bf16DotMultiplies(const WeightMatrix& w) {
   return false;
 }
 // The weights an int8 table (KernelSet::int8_dot) multiplies by int8 activations: packed int8
-// groups, uint4-min and uint8-min groups.
+// groups, uint4-min and uint8-min groups, and int4 groups (compressed-tensors' int4-g32: nibbles
+// stored + 8, BF16 scales), at every token count (so a product stays batch-invariant).
 // (Whole groups of whole 32-bit words: the binders and packing guarantee it; checked here too.)
 inline bool Int8DotMultiplies(const WeightMatrix& w) {
   if (!w.packed || w.block_cols <= 0 || w.cols % w.block_cols != 0) return false;
   if (w.format == WeightFormat::kInt8Group || w.format == WeightFormat::kUint8GroupMin) return w.block_cols % 4 == 0;
-  return w.format == WeightFormat::kUint4GroupMin && w.block_cols % 8 == 0;
+  return (w.format == WeightFormat::kUint4GroupMin || w.format == WeightFormat::kInt4Group) && w.block_cols % 8 == 0;
 }
 // Whether one pack_activations serves products with both a and b (MatMulPair, an MLP's gate and
 // up): they must take the same layout, so the same stored format, the same bf16 decision and, for

@@ -1,6 +1,7 @@
 // The int8 dot-product tables (AVX512-VNNI `vpdpbusd`): an AVX-512 table (fp32 or bf16 products),
-// except that products with packed int8-group weights (kInt8Group: GGUF's Q8_0 and Q6_K) and
-// uint4-min and uint8-min ones (kUint4GroupMin: Q4_K, Q4_0, Q4_1; kUint8GroupMin: Q5_K) quantize the
+// except that products with packed int8-group weights (kInt8Group: GGUF's Q8_0 and Q6_K), int4
+// ones (kInt4Group: compressed-tensors' int4-g32, Kimi-K2's experts) and uint4-min and uint8-min
+// ones (kUint4GroupMin: Q4_K, Q4_0, Q4_1; kUint8GroupMin: Q5_K) quantize the
 // activations to int8 and multiply int8 by int8, four columns per 32-bit lane, summing exactly in
 // int32, as llama.cpp does for Q8_0 (its q8_0 activations). The fp32 path widens every code to
 // fp32 and multiplies it by its scale (~4 instructions per 16 weights); this is one instruction
@@ -17,7 +18,8 @@
 //     (code * s - m: GGUF's Q4_K) then  acc = fma(-m[r][g], d[t][g] * float(sum_c q[t][c]), acc).
 // vpdpbusd multiplies unsigned bytes by signed ones: int8 codes are offset by 128 (an XOR of the
 // sign bit) and every group's sum starts at -128 * sum_c q[t][c] to cancel it; 4-bit codes are
-// unsigned already (a mask, and a shift for the high nibbles).
+// unsigned already (a mask, and a shift for the high nibbles), int4's stored + 8 (sums start at
+// -8 * sum_c q[t][c]).
 // Each token's result depends on its own activations alone, and partial sums are stored and
 // reloaded exactly between column chunks: the product is batch-invariant.
 #include <immintrin.h>
@@ -55,6 +57,48 @@ constexpr int64_t kPrefetchGroups = 8;
 // eighth of a 512-column Q8_0 pair, a thirty-second at 2048 columns).
 constexpr int kPanelsPerBlock = 2;
 
+// What a format's codes and scales are to the kernels.
+template <WeightFormat F>
+struct CodeFormat {
+  static constexpr bool kMins = F == WeightFormat::kUint4GroupMin || F == WeightFormat::kUint8GroupMin;
+  static constexpr bool kNibbles = F == WeightFormat::kUint4GroupMin || F == WeightFormat::kInt4Group;
+  // What every code's unsigned byte (or nibble) holds above its value, cancelled by starting each
+  // group's sum at -kOffset * sum_c q[t][c]: int8 codes get +128 (the sign bit flipped), int4
+  // codes are stored +8; the formats with mins hold the value itself.
+  static constexpr int kOffset = F == WeightFormat::kInt8Group ? 128 : F == WeightFormat::kInt4Group ? 8 : 0;
+  // Bytes of a group's codes per column in a panel: 16 (bytes), 8 (nibbles).
+  static constexpr int64_t kColumnBytes = kNibbles ? kPanelRows / 2 : kPanelRows;
+  // Bytes of a group's scale lines in a panel: 16 F32 scales (int8), 16 BF16 (int4), or 16 F32
+  // scales then 16 F32 mins.
+  static constexpr int64_t kScaleBytes = kMins ? 2 * kPanelRows * 4 : F == WeightFormat::kInt4Group ? kPanelRows * 2
+                                                                                                   : kPanelRows * 4;
+  // A panel's 64 bytes of codes as vpdpbusd's unsigned bytes, a row's four in each 32-bit lane.
+  // int4 panels hold column pairs ([cols / 2][16] bytes: a pair's 16 rows together): four pairs
+  // are transposed to a row per lane (a 4 x 4 dword transpose across the 128-bit lanes, then a
+  // 4 x 4 byte transpose within each), so that byte k of lane r holds columns 2k (low nibble) and
+  // 2k + 1 (high) of the step; Quantize orders int4 activations to match.
+  static __m512i Codes(__m512i b) {
+    if constexpr (F == WeightFormat::kInt8Group) {
+      return _mm512_xor_si512(b, _mm512_set1_epi8(int8_t(0x80)));
+    } else if constexpr (F == WeightFormat::kInt4Group) {
+      const __m512i dwords = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+      const __m512i bytes = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+      return _mm512_shuffle_epi8(_mm512_permutexvar_epi32(dwords, b), bytes);
+    } else {
+      return b;
+    }
+  }
+  // A group's 16 scales in a panel as fp32.
+  static __m512 Scales(const std::byte* line) {
+    if constexpr (F == WeightFormat::kInt4Group) {
+      const __m256i bf16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(line));
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16), 16));
+    } else {
+      return _mm512_loadu_ps(reinterpret_cast<const float*>(line));
+    }
+  }
+};
+
 // The packed activations' parts (kernels.h Int8PackedActivationFloats): codes, then per (token,
 // group) the scale and the offset's correction.
 struct GroupScale {
@@ -71,7 +115,11 @@ Int8Activations Parts(float* xp, int64_t n, int64_t cols) {
 }
 
 // Quantizes token rows [t_begin, t_end) of x ([n][cols]) per group of `group` columns.
-void Quantize(const float* x, int64_t cols, int64_t group, int64_t t_begin, int64_t t_end, Int8Activations a) {
+// pair_order (int4 weights, CodeFormat::Codes): each 8 columns stored as 0, 2, 4, 6, 1, 3, 5, 7.
+void Quantize(const float* x, int64_t cols, int64_t group, int64_t t_begin, int64_t t_end, Int8Activations a,
+              bool pair_order) {
+  const __m128i order = pair_order ? _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15)
+                                   : _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const int64_t groups = cols / group;
   for (int64_t t = t_begin; t < t_end; ++t) {
     const float* row = x + t * cols;
@@ -93,7 +141,7 @@ void Quantize(const float* x, int64_t cols, int64_t group, int64_t t_begin, int6
         __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, xg + c), _mm512_set1_ps(inv)));
         v = _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
         sum = _mm512_add_epi32(sum, _mm512_maskz_mov_epi32(m, v));
-        _mm_mask_storeu_epi8(q + g * group + c, m, _mm512_cvtepi32_epi8(v));
+        _mm_mask_storeu_epi8(q + g * group + c, m, _mm_shuffle_epi8(_mm512_cvtepi32_epi8(v), order));
       }
       a.s[t * groups + g] = {d, _mm512_reduce_add_epi32(sum)};
     }
@@ -128,17 +176,13 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
       out[t][1] = _mm512_maskz_loadu_ps(m1, y + t * ldy + 16);
     }
   }
-  constexpr bool kMin = F != WeightFormat::kInt8Group;
-  constexpr bool kNibbles = F == WeightFormat::kUint4GroupMin;
-  const __m512i sign = _mm512_set1_epi8(int8_t(0x80));
+  using Format = CodeFormat<F>;
+  constexpr bool kMin = Format::kMins, kNibbles = Format::kNibbles;
   const __m512i nibble = _mm512_set1_epi8(0x0F);
-  // Floats of a group's scales in a panel: 16, or 16 scales and 16 mins.
-  constexpr int64_t kScaleFloats = kMin ? 2 * kPanelRows : kPanelRows;
-  // Bytes of a group's codes per column in a panel: 16 (int8), 8 (nibbles).
-  constexpr int64_t kColumnBytes = kNibbles ? kPanelRows / 2 : kPanelRows;
-  constexpr int64_t kScaleAhead = kPrefetchGroups * kScaleFloats * 4;
+  constexpr int64_t kColumnBytes = Format::kColumnBytes, kScaleBytes = Format::kScaleBytes;
+  constexpr int64_t kScaleAhead = kPrefetchGroups * kScaleBytes;
   // Each panel's streams: its codes, and its groups' scale lines.
-  const int64_t code_stream_bytes = cols * kColumnBytes, scale_stream_bytes = groups * kScaleFloats * 4;
+  const int64_t code_stream_bytes = cols * kColumnBytes, scale_stream_bytes = groups * kScaleBytes;
   const auto dot = [&](__m512i (&sum)[T][2], __m512i u0, __m512i u1, int64_t c) {
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
@@ -152,8 +196,7 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
   for (int64_t g = g_begin; g < g_end; ++g) {
     __m512i chains[kChains][T][2];
     for (int t = 0; t < T; ++t) {
-      chains[0][t][0] = chains[0][t][1] =
-          kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(-128 * a.s[t * groups + g].sum);
+      chains[0][t][0] = chains[0][t][1] = _mm512_set1_epi32(-Format::kOffset * a.s[t * groups + g].sum);
       for (int k = 1; k < kChains; ++k) chains[k][t][0] = chains[k][t][1] = _mm512_setzero_si512();
     }
     // One step: 64 bytes of each panel, columns c .. c + 3 (nibbles: c + 7), into `sum` (a
@@ -165,15 +208,13 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
                    _MM_HINT_T0);
       _mm_prefetch(PanelPrefetchAddress(w1, c * kColumnBytes, kPrefetchBytes, code_stream_bytes, kPanelsPerBlock),
                    _MM_HINT_T0);
-      const __m512i b0 = _mm512_loadu_si512(w0), b1 = _mm512_loadu_si512(w1);
+      const __m512i b0 = Format::Codes(_mm512_loadu_si512(w0)), b1 = Format::Codes(_mm512_loadu_si512(w1));
       if constexpr (kNibbles) {
         dot(sum, _mm512_and_si512(b0, nibble), _mm512_and_si512(b1, nibble), c);
         dot(chains[kChains - 1], _mm512_and_si512(_mm512_srli_epi16(b0, 4), nibble),
             _mm512_and_si512(_mm512_srli_epi16(b1, 4), nibble), c + 4);
-      } else if constexpr (kMin) {
-        dot(sum, b0, b1, c);  // unsigned bytes as they are
       } else {
-        dot(sum, _mm512_xor_si512(b0, sign), _mm512_xor_si512(b1, sign), c);
+        dot(sum, b0, b1, c);
       }
     };
     const int64_t c_end = (g + 1) * group;
@@ -196,14 +237,14 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
         sum[t][1] = _mm512_add_epi32(sum[t][1], chains[k][t][1]);
       }
     }
-    const auto* f0 = reinterpret_cast<const float*>(scales[0]) + g * kScaleFloats;
-    const auto* f1 = reinterpret_cast<const float*>(scales[1]) + g * kScaleFloats;
-    const int64_t scale_pos = g * kScaleFloats * 4;
+    const int64_t scale_pos = g * kScaleBytes;
+    const std::byte* f0 = scales[0] + scale_pos;
+    const std::byte* f1 = scales[1] + scale_pos;
     for (const std::byte* s : scales) {
       _mm_prefetch(PanelPrefetchAddress(s + scale_pos, scale_pos, kScaleAhead, scale_stream_bytes, kPanelsPerBlock),
                    _MM_HINT_T0);
     }
-    const __m512 s0 = _mm512_loadu_ps(f0), s1 = _mm512_loadu_ps(f1);
+    const __m512 s0 = Format::Scales(f0), s1 = Format::Scales(f1);
     for (int t = 0; t < T; ++t) {
       const __m512 d = _mm512_set1_ps(a.s[t * groups + g].d);
       out[t][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t][0]), _mm512_mul_ps(s0, d), out[t][0]);
@@ -215,7 +256,8 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
             PanelPrefetchAddress(s + scale_pos + 64, scale_pos, kScaleAhead, scale_stream_bytes, kPanelsPerBlock),
             _MM_HINT_T0);
       }
-      const __m512 min0 = _mm512_loadu_ps(f0 + kPanelRows), min1 = _mm512_loadu_ps(f1 + kPanelRows);
+      const __m512 min0 = _mm512_loadu_ps(reinterpret_cast<const float*>(f0) + kPanelRows);
+      const __m512 min1 = _mm512_loadu_ps(reinterpret_cast<const float*>(f1) + kPanelRows);
       for (int t = 0; t < T; ++t) {
         const __m512 dq = _mm512_set1_ps(a.s[t * groups + g].d * float(a.s[t * groups + g].sum));
         out[t][0] = _mm512_fnmadd_ps(min0, dq, out[t][0]);
@@ -241,18 +283,16 @@ void OnePanel(const Int8Activations& a, const WeightMatrix& w, const std::byte* 
               float* y, int rows_valid) {
   const int64_t group = w.block_cols;
   const __mmask16 mask = rows_valid >= kPanelRows ? __mmask16(0xFFFF) : __mmask16((1u << rows_valid) - 1);
-  constexpr bool kMin = F != WeightFormat::kInt8Group;
-  constexpr bool kNibbles = F == WeightFormat::kUint4GroupMin;
+  using Format = CodeFormat<F>;
+  constexpr bool kMin = Format::kMins, kNibbles = Format::kNibbles;
   const __m512i nibble = _mm512_set1_epi8(0x0F);
-  const __m512i sign = _mm512_set1_epi8(int8_t(0x80));
-  constexpr int64_t kScaleFloats = kMin ? 2 * kPanelRows : kPanelRows;  // a group's 16 scales (then 16 mins)
-  constexpr int64_t kColumnBytes = kNibbles ? kPanelRows / 2 : kPanelRows;
+  constexpr int64_t kColumnBytes = Format::kColumnBytes, kScaleBytes = Format::kScaleBytes;
   // Columns per step: 64 bytes of nibbles, or two 64-byte loads of bytes. Nibble groups are whole
   // steps (Int8DotMultiplies asks block_cols % 8 == 0 of them); byte groups may end in 4 columns.
   constexpr int64_t kStepColumns = 8;
   __m512 out = _mm512_setzero_ps();
   for (int64_t g = 0; g < w.cols / group; ++g) {
-    __m512i chain0 = kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(-128 * a.s[g].sum);
+    __m512i chain0 = _mm512_set1_epi32(-Format::kOffset * a.s[g].sum);
     __m512i chain1 = _mm512_setzero_si512();
     const int64_t c_end = (g + 1) * group;
     int64_t c = g * group;
@@ -263,17 +303,13 @@ void OnePanel(const Int8Activations& a, const WeightMatrix& w, const std::byte* 
       std::memcpy(word, a.q + c, 8);
       __m512i u0, u1;
       if constexpr (kNibbles) {
-        const __m512i b = _mm512_loadu_si512(codes);
+        const __m512i b = Format::Codes(_mm512_loadu_si512(codes));
         u0 = _mm512_and_si512(b, nibble);
         u1 = _mm512_and_si512(_mm512_srli_epi16(b, 4), nibble);
       } else {
         _mm_prefetch(reinterpret_cast<const char*>(codes) + kPrefetchBytes + 64, _MM_HINT_T0);
-        u0 = _mm512_loadu_si512(codes);
-        u1 = _mm512_loadu_si512(codes + 64);
-        if constexpr (!kMin) {
-          u0 = _mm512_xor_si512(u0, sign);
-          u1 = _mm512_xor_si512(u1, sign);
-        }
+        u0 = Format::Codes(_mm512_loadu_si512(codes));
+        u1 = Format::Codes(_mm512_loadu_si512(codes + 64));
       }
       chain0 = _mm512_dpbusd_epi32(chain0, u0, _mm512_set1_epi32(word[0]));
       chain1 = _mm512_dpbusd_epi32(chain1, u1, _mm512_set1_epi32(word[1]));
@@ -282,19 +318,19 @@ void OnePanel(const Int8Activations& a, const WeightMatrix& w, const std::byte* 
       if (c < c_end) {
         int32_t word;
         std::memcpy(&word, a.q + c, 4);
-        __m512i u = _mm512_loadu_si512(panel + c * kColumnBytes);
-        if constexpr (!kMin) u = _mm512_xor_si512(u, sign);
+        const __m512i u = Format::Codes(_mm512_loadu_si512(panel + c * kColumnBytes));
         chain0 = _mm512_dpbusd_epi32(chain0, u, _mm512_set1_epi32(word));
       }
     }
-    const auto* f = reinterpret_cast<const float*>(scales) + g * kScaleFloats;
-    _mm_prefetch(reinterpret_cast<const char*>(f + kPrefetchGroups * kScaleFloats), _MM_HINT_T0);
+    const std::byte* f = scales + g * kScaleBytes;
+    _mm_prefetch(reinterpret_cast<const char*>(f + kPrefetchGroups * kScaleBytes), _MM_HINT_T0);
     const __m512 d = _mm512_set1_ps(a.s[g].d);
     const __m512i sum = _mm512_add_epi32(chain0, chain1);
-    out = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(_mm512_loadu_ps(f), d), out);
+    out = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(Format::Scales(f), d), out);
     if constexpr (kMin) {
-      _mm_prefetch(reinterpret_cast<const char*>(f + kPrefetchGroups * kScaleFloats + kPanelRows), _MM_HINT_T0);
-      out = _mm512_fnmadd_ps(_mm512_loadu_ps(f + kPanelRows), _mm512_set1_ps(a.s[g].d * float(a.s[g].sum)), out);
+      _mm_prefetch(reinterpret_cast<const char*>(f + kPrefetchGroups * kScaleBytes + 64), _MM_HINT_T0);
+      const __m512 mins = _mm512_loadu_ps(reinterpret_cast<const float*>(f) + kPanelRows);
+      out = _mm512_fnmadd_ps(mins, _mm512_set1_ps(a.s[g].d * float(a.s[g].sum)), out);
     }
   }
   _mm512_mask_storeu_ps(y, mask, out);
@@ -319,8 +355,7 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
   const int64_t groups = w.cols / group;
   const int64_t row_end = std::min(w.rows, panel_end * kPanelRows);
   const auto* scale_base = static_cast<const std::byte*>(w.scales);
-  const bool min = w.has_mins();
-  const size_t panel_scale_bytes = size_t(groups) * kPanelRows * 4 * (min ? 2 : 1);
+  const size_t panel_scale_bytes = size_t(groups) * kPanelRows * size_t(w.group_scale_bytes());
   assert(panel_end <= w.num_panels());
   const auto one_panel = [&](int64_t panel) {
     const int rows_valid = int(std::min<int64_t>(kPanelRows, row_end - panel * kPanelRows));
@@ -330,6 +365,7 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
     switch (w.format) {
       case WeightFormat::kUint4GroupMin: return OnePanel<WeightFormat::kUint4GroupMin>(a, w, codes, scales, out, rows_valid);
       case WeightFormat::kUint8GroupMin: return OnePanel<WeightFormat::kUint8GroupMin>(a, w, codes, scales, out, rows_valid);
+      case WeightFormat::kInt4Group: return OnePanel<WeightFormat::kInt4Group>(a, w, codes, scales, out, rows_valid);
       default: return OnePanel<WeightFormat::kInt8Group>(a, w, codes, scales, out, rows_valid);
     }
   };
@@ -364,6 +400,7 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
           switch (w.format) {
             case WeightFormat::kUint4GroupMin: return block(std::integral_constant<WeightFormat, WeightFormat::kUint4GroupMin>{});
             case WeightFormat::kUint8GroupMin: return block(std::integral_constant<WeightFormat, WeightFormat::kUint8GroupMin>{});
+            case WeightFormat::kInt4Group: return block(std::integral_constant<WeightFormat, WeightFormat::kInt4Group>{});
             default: return block(std::integral_constant<WeightFormat, WeightFormat::kInt8Group>{});
           }
         });
@@ -388,14 +425,14 @@ struct Int8Over {
     const size_t floats = size_t(Int8PackedActivationFloats(n, w.cols, w.block_cols));
     if (xp.size() < floats) xp.resize(floats);
     const Int8Activations a = Parts(xp.data(), n, w.cols);
-    Quantize(x, w.cols, w.block_cols, 0, n, a);
+    Quantize(x, w.cols, w.block_cols, 0, n, a, w.format == WeightFormat::kInt4Group);
     Product(a, n, w, panel_begin, panel_end, y, ldy);
   }
   static void PackActivations(const float* x, int64_t n, const WeightMatrix& w, int64_t tile_begin, int64_t tile_end,
                               float* xp) {
     if (!Int8DotMultiplies(w)) return Base().pack_activations(x, n, w, tile_begin, tile_end, xp);
     Quantize(x, w.cols, w.block_cols, tile_begin * kGemmTileTokens, std::min(n, tile_end * kGemmTileTokens),
-             Parts(xp, n, w.cols));
+             Parts(xp, n, w.cols), w.format == WeightFormat::kInt4Group);
   }
   static void MatMulPanelsPacked(const float* x, const float* xp, float* scratch, int64_t n, const WeightMatrix& w,
                                  int64_t panel_begin, int64_t panel_end, float* y, int64_t ldy) {

@@ -80,14 +80,17 @@ TEST_F(Int8Dot, IsItsDefinitionBatchInvariantAndCloseToFp32) {
   };
   // Partial panels and blocks, one and several column chunks (512 columns), groups of Q8_0's 32
   // and Q6_K's 16 and of other multiples of 4 (Q6_K's with 20 groups a row; 12 and 20: whole
-  // 8-column steps, then 4 columns); uint4-min (Q4_K: 32) in multiples of 8.
+  // 8-column steps, then 4 columns); uint4-min (Q4_K: 32) and int4 (compressed-tensors' int4-g32:
+  // column pairs transposed in the kernel) in multiples of 8.
   constexpr WeightFormat kI8 = WeightFormat::kInt8Group, kU4 = WeightFormat::kUint4GroupMin,
-                         kU8 = WeightFormat::kUint8GroupMin;
+                         kU8 = WeightFormat::kUint8GroupMin, kI4 = WeightFormat::kInt4Group;
   const Shape shapes[] = {{kI8, 15, 64, 32}, {kI8, 33, 96, 32}, {kI8, 150, kGemmColumns + 96, 32}, {kI8, 40, 48, 16},
                           {kI8, 17, 40, 4},  {kI8, 64, 2 * kGemmColumns, 128}, {kU4, 15, 64, 32},
                           {kU4, 150, kGemmColumns + 96, 32}, {kU4, 40, 48, 8}, {kU4, 64, 2 * kGemmColumns, 256},
                           {kU8, 33, 96, 32}, {kU8, 150, kGemmColumns + 96, 32}, {kU8, 17, 40, 4},
-                          {kI8, 40, 20 * 16, 16}, {kU4, 17, 17 * 64, 64}, {kI8, 17, 48, 12}, {kU8, 17, 40, 20}};
+                          {kI8, 40, 20 * 16, 16}, {kU4, 17, 17 * 64, 64}, {kI8, 17, 48, 12}, {kU8, 17, 40, 20},
+                          {kI4, 15, 64, 32},  {kI4, 150, kGemmColumns + 96, 32}, {kI4, 40, 48, 8},
+                          {kI4, 17, 17 * 64, 64}};
   for (const Shape& s : shapes) {
     const testing::QuantWeights w = testing::RandomQuantWeights(s.format, s.rows, s.cols, 1, s.group, rng);
     const testing::PackedWeights packed = testing::Packed(w.matrix, pool);
