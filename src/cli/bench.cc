@@ -208,7 +208,8 @@ struct ComputePeak {
   const char* name;
 };
 ComputePeak PeakFor(const Peaks& peaks, const KernelSet& kernels, const ModelConfig& c, int n) {
-  // The bf16 tables multiply BF16, fp8-block and int4 weights in bf16 (kernels.h Bf16DotMultiplies);
+  // The bf16 tables multiply BF16, fp8-block and int4 weights in bf16 (kernels.h Bf16DotMultiplies;
+  // a +int8 table's int4 products are int8 ones, whose peak is not measured: the bf16 one stands);
   // an int4 checkpoint's other weights are BF16 (its dtype), an fp8 one's are all fp8.
   const bool weights_in_bf16 = c.quant.method == WeightQuantMethod::kFp8Block || c.torch_dtype == "bfloat16";
   const bool bf16 = peaks.bf16 && kernels.bf16_min_tokens > 0 && n >= kernels.bf16_min_tokens && weights_in_bf16;

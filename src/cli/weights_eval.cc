@@ -8,7 +8,8 @@
 // CPU has one): the dense weights computed by that table against the fp32 reference, and each
 // quantized copy computed by it (a row "fp8-block + avx512-bf16", beside the copy's own row: the
 // bf16 tables multiply fp8 and int4 codes in bf16 too; the +int8 tables multiply GGUF Q8_0 /
-// Q6_K / Q5_K / Q4_K / Q4_0 codes by int8 activations and leave dense weights to their base). Every other row computes with the fp32
+// Q6_K / Q5_K / Q4_K / Q4_0 and int4-g32 codes by int8 activations and leave dense weights to
+// their base). Every other row computes with the fp32
 // table of the widest ISA (KernelsByName("auto")), unless --kernels names a table, so that a
 // quantization's row measures the weights alone.
 #include <algorithm>

@@ -1,6 +1,7 @@
 // Which kernel table a process computes with, chosen by measurement on this host (--kernels auto)
 // or named (--kernels NAME). The bf16 candidates differ in how they multiply packed BF16 weights (and,
-// though only BF16 is timed, fp8-block and int4 codes: Bf16DotMultiplies): fp32
+// though only BF16 is timed, fp8-block and int4 codes: Bf16DotMultiplies; a +int8 table takes
+// int4 to int8 instead): fp32
 // FMA after widening (the AVX-512 / AVX2 tables: exact in the weights, activations kept in fp32)
 // or bf16 dot products (vdpbf16ps: activations rounded to bf16, twice the multiply-adds per
 // instruction where the host runs it at full rate, nothing gained where it runs at half rate).
@@ -44,7 +45,8 @@ struct ShapeClassRate {
   double bf16_flops = 0.0;    // FLOP/s of the all-bf16 table, one thread
 };
 
-// int8 products of int8-group weights (GGUF's Q8_0; kernels_avx512vnni.cc), where the CPU has
+// int8 products of int8-group weights (GGUF's Q8_0; the decision also governs the other GGUF
+// block types and int4-g32: kernels_avx512vnni.cc), where the CPU has
 // AVX512-VNNI: the fp32 table's Q8_0 product (codes widened to fp32) against its +int8 variant's
 // (activations quantized to int8, vpdpbusd), one thread: one token on a 4096 x 4096 Q8_0 matrix
 // from memory, 32 tokens on 512 x 2048 from cache. Taken where both measured at least

@@ -150,8 +150,9 @@ void Quantize(const float* x, int64_t cols, int64_t group, int64_t t_begin, int6
 
 // Rows [row0, row0 + 32) (rows_valid of them stored; p[1] may repeat p[0] past the matrix), for T
 // tokens, over the groups [g_begin, g_end): y (partial sums; zero when `first`) += each group's
-// product, in group order. F: int8 codes (offset by the sign bit's flip), or uint4-min / uint8-min
-// codes (unsigned already; no offset) whose group product then subtracts min * d * sum q.
+// product, in group order. F: int8 codes (offset by the sign bit's flip), int4 codes (stored + 8;
+// pairs transposed by CodeFormat::Codes), or uint4-min / uint8-min codes (unsigned already; no
+// offset) whose group product then subtracts min * d * sum q.
 // kChains: integer sums a (token, panel) that take turns (bytes: alternate 4-column steps;
 // nibbles: the low ones into the first, the high ones into the last), added at the group's end:
 // the same exact sum, so the same result. One token takes two, where a single chain made every
