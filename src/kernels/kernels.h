@@ -172,11 +172,12 @@ inline bool Int8DotMultiplies(const WeightMatrix& w) {
   return (w.format == WeightFormat::kUint4GroupMin || w.format == WeightFormat::kInt4Group) && w.block_cols % 8 == 0;
 }
 // Whether one pack_activations serves products with both a and b (MatMulPair, an MLP's gate and
-// up): they must take the same layout, so the same stored format, the same bf16 decision and, for
-// int8 groups (quantized per group), the same group size.
+// up): they must take the same layout, so the same stored format, the same bf16 and int8
+// decisions and, for int8 groups (quantized per group), the same group size. (int4 groups of 12
+// and 32 columns share a format but not the int8 decision: only the second is int8-multiplied.)
 inline bool SharePackedActivations(const WeightMatrix& a, const WeightMatrix& b) {
   return a.format == b.format && a.dtype == b.dtype && Bf16DotMultiplies(a) == Bf16DotMultiplies(b) &&
-         (!Int8DotMultiplies(a) || a.block_cols == b.block_cols);
+         Int8DotMultiplies(a) == Int8DotMultiplies(b) && (!Int8DotMultiplies(a) || a.block_cols == b.block_cols);
 }
 
 // Packed activations: column blocks of kGemmColumns (the activations' [n, kGemmColumns] block

@@ -337,6 +337,17 @@ void OnePanel(const Int8Activations& a, const WeightMatrix& w, const std::byte* 
   _mm512_mask_storeu_ps(y, mask, out);
 }
 
+// fn(std::integral_constant<WeightFormat, F>{}) for the format F of a matrix Int8DotMultiplies.
+template <class Fn>
+inline void WithCodeFormat(WeightFormat format, Fn&& fn) {
+  switch (format) {
+    case WeightFormat::kUint4GroupMin: return fn(std::integral_constant<WeightFormat, WeightFormat::kUint4GroupMin>{});
+    case WeightFormat::kUint8GroupMin: return fn(std::integral_constant<WeightFormat, WeightFormat::kUint8GroupMin>{});
+    case WeightFormat::kInt4Group: return fn(std::integral_constant<WeightFormat, WeightFormat::kInt4Group>{});
+    default: return fn(std::integral_constant<WeightFormat, WeightFormat::kInt8Group>{});
+  }
+}
+
 template <int kMax, class Fn>
 inline void WithTokens(int n, Fn&& fn) {
   if constexpr (kMax > 0) {
@@ -362,13 +373,9 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
     const int rows_valid = int(std::min<int64_t>(kPanelRows, row_end - panel * kPanelRows));
     const std::byte* scales = scale_base + size_t(panel) * panel_scale_bytes;
     float* out = y + panel * kPanelRows;
-    const std::byte* codes = w.panel(panel);
-    switch (w.format) {
-      case WeightFormat::kUint4GroupMin: return OnePanel<WeightFormat::kUint4GroupMin>(a, w, codes, scales, out, rows_valid);
-      case WeightFormat::kUint8GroupMin: return OnePanel<WeightFormat::kUint8GroupMin>(a, w, codes, scales, out, rows_valid);
-      case WeightFormat::kInt4Group: return OnePanel<WeightFormat::kInt4Group>(a, w, codes, scales, out, rows_valid);
-      default: return OnePanel<WeightFormat::kInt8Group>(a, w, codes, scales, out, rows_valid);
-    }
+    WithCodeFormat(w.format, [&](auto format) {
+      OnePanel<decltype(format)::value>(a, w, w.panel(panel), scales, out, rows_valid);
+    });
   };
   for (int64_t row0 = panel_begin * kPanelRows; row0 < row_end; row0 += 2 * kPanelRows) {
     const int64_t panel0 = row0 / kPanelRows;
@@ -393,17 +400,11 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
       for (int64_t t0 = 0; t0 < n; t0 += tile) {
         const Int8Activations at{a.q + t0 * w.cols, a.s + t0 * groups};
         WithTokens<kOnePassTokens>(int(std::min<int64_t>(tile, n - t0)), [&](auto tokens) {
-          const auto block = [&](auto format) {
+          WithCodeFormat(w.format, [&](auto format) {
             constexpr int kTileTokens = decltype(tokens)::value;
             Block<kTileTokens, decltype(format)::value, kTileTokens == 1 ? 2 : 1>(
                 at, w.cols, w, p, scales, g0, g1, g0 == 0, y + t0 * ldy + row0, ldy, rows_valid);
-          };
-          switch (w.format) {
-            case WeightFormat::kUint4GroupMin: return block(std::integral_constant<WeightFormat, WeightFormat::kUint4GroupMin>{});
-            case WeightFormat::kUint8GroupMin: return block(std::integral_constant<WeightFormat, WeightFormat::kUint8GroupMin>{});
-            case WeightFormat::kInt4Group: return block(std::integral_constant<WeightFormat, WeightFormat::kInt4Group>{});
-            default: return block(std::integral_constant<WeightFormat, WeightFormat::kInt8Group>{});
-          }
+          });
         });
       }
     }

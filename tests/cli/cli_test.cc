@@ -355,7 +355,9 @@ TEST(Cli, BenchKernelsTimesEveryWeightFormat) {
 }
 
 // The attention projections' table: bf16 and the GGUF formats over the same layers, a row each in
-// the mean table and in the best-of table, every figure positive; bf16's own ratio is 1.
+// the mean table and in the best-of table, every figure positive, each layer's rate between its
+// products' and each product's quickest column no slower than its mean (the columns hold what their
+// headers say).
 TEST(Cli, BenchKernelsProjectionsTableAlternatesFormats) {
   auto r = RunMlaserve("bench-kernels --projections-only --stream-mb 32 --rounds 2 --bandwidth-buffer-mb 16");
   ASSERT_EQ(r.exit_code, 0) << r.err;

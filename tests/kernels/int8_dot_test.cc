@@ -178,6 +178,22 @@ TEST_F(Int8Dot, MatMulUsesItAndLeavesOtherFormatsToTheBase) {
   }
 }
 
+// One packing serves two products only if both take the same layout: int4 groups of 12 columns
+// (the base table's packing) and of 32 (int8 activations, pair-ordered) share a format but not
+// the int8 decision, in either order; the same group size shares.
+TEST(Int8DotPacking, SharedOnlyWhereBothTakeTheSameDecision) {
+  const auto int4 = [](int group) {
+    return WeightMatrix{.dtype = DType::kI32, .rows = 32, .cols = 96, .packed = true,
+                        .format = WeightFormat::kInt4Group, .block_cols = group};
+  };
+  ASSERT_FALSE(Int8DotMultiplies(int4(12)));
+  ASSERT_TRUE(Int8DotMultiplies(int4(32)));
+  EXPECT_FALSE(SharePackedActivations(int4(12), int4(32)));
+  EXPECT_FALSE(SharePackedActivations(int4(32), int4(12)));
+  EXPECT_TRUE(SharePackedActivations(int4(32), int4(32)));
+  EXPECT_TRUE(SharePackedActivations(int4(12), int4(12)));
+}
+
 TEST_F(Int8Dot, NamedByKernelsFlag) {
   auto k = KernelsByName("avx512+int8");
   ASSERT_TRUE(k.ok()) << k.error();

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <array>
 #include <functional>
 #include <random>
 #include <sstream>
@@ -220,6 +221,14 @@ void ScaleMinK4(const uint8_t* scales, int j, int& sc, int& m) {
   m = j < 4 ? scales[j + 4] & 63 : (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
 }
 
+// ggml's scale and min of sub-blocks is and is + 1 of a K block: {d * sc, dmin * m} of each.
+std::array<float, 4> SubBlockPair(const uint8_t* scales, int is, float d, float dmin) {
+  int sc1, m1, sc2, m2;
+  ScaleMinK4(scales, is, sc1, m1);
+  ScaleMinK4(scales, is + 1, sc2, m2);
+  return {d * float(sc1), dmin * float(m1), d * float(sc2), dmin * float(m2)};
+}
+
 // Q4_K super-blocks (random bits, normal fp16 d and dmin) load as nibbles and F32 (scale, min)
 // pairs per 32 whose weights fma(code, scale, -min) are what ggml's dequantize_row_q4_K makes of
 // them (d * sc * q - dmin * m, written out here as ggml loops over the block), to within the
@@ -237,11 +246,7 @@ TEST(Gguf, Q4_KBlocksLoadAsTheValuesGgmlDequantizes) {
       const auto [d, dmin] = KBlockScales(block);
       float* y = want.data() + b * 256;
       for (int j = 0, is = 0; j < 256; j += 64, is += 2) {
-        int sc, m;
-        ScaleMinK4(scales, is, sc, m);
-        const float d1 = d * float(sc), m1 = dmin * float(m);
-        ScaleMinK4(scales, is + 1, sc, m);
-        const float d2 = d * float(sc), m2 = dmin * float(m);
+        const auto [d1, m1, d2, m2] = SubBlockPair(scales, is, d, dmin);
         for (int l = 0; l < 32; ++l) *y++ = d1 * float(q[l] & 0xF) - m1;
         for (int l = 0; l < 32; ++l) *y++ = d2 * float(q[l] >> 4) - m2;
         q += 32;
@@ -294,11 +299,7 @@ TEST(Gguf, Q5_KBlocksLoadAsTheValuesGgmlDequantizes) {
       float* y = want.data() + b * 256;
       uint8_t u1 = 1, u2 = 2;
       for (int j = 0, is = 0; j < 256; j += 64, is += 2) {
-        int sc, m;
-        ScaleMinK4(scales, is, sc, m);
-        const float d1 = d * float(sc), m1 = dmin * float(m);
-        ScaleMinK4(scales, is + 1, sc, m);
-        const float d2 = d * float(sc), m2 = dmin * float(m);
+        const auto [d1, m1, d2, m2] = SubBlockPair(scales, is, d, dmin);
         for (int l = 0; l < 32; ++l) *y++ = d1 * float((ql[l] & 0xF) + ((qh[l] & u1) ? 16 : 0)) - m1;
         for (int l = 0; l < 32; ++l) *y++ = d2 * float((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
         ql += 32;
