@@ -4,7 +4,8 @@
 #   scripts/bench-gguf.sh MODEL_DIR [ROUNDS=4] [TYPES="q8_0 q6_k q4_k q4_0"] [BATCHES="1 8"]
 # (a type TYPE-split, e.g. q6_k-split, writes kv_b_proj as the newer files' attn_k_b + attn_v_b)
 # MODEL_DIR: a dense DeepSeek checkpoint with its tokenizer (e.g. `mlaserve init-random --out DIR
-# --preset reference --set vocab_size=2048` plus the bundled model's tokenizer files). The GGUF
+# --preset reference --set vocab_size=2048` plus the bundled model's tokenizer files; `--preset
+# v3-layers` for DeepSeek-V3's own layer shapes, docs/benchmarks.md). The GGUF
 # files are written next to it, as MODEL_DIR.TYPE.gguf, once.
 # Batch 1: each round is one `bench --compare-model-path` process holding every file, their decode
 # steps interleaved model after model, so that the host's drift hits every file alike within the
