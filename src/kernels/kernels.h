@@ -130,6 +130,15 @@ struct KernelSet {
   // A table that switches at some n > 1 is not batch-invariant (a token's rounding depends on its
   // batch's size): --enable-deterministic-inference takes 0 or 1 (kernel_choice.h).
   int bf16_min_tokens = 0;
+  // The same threshold for fp8-block and int4-g32 codes (Bf16DotMultiplies' quantized formats,
+  // and row-major fp8-block rows): 1 in the tables that take bf16 products from 2 tokens or fewer,
+  // else bf16_min_tokens. Their fp32 path widens every code to fp32 and is bound by that, not by
+  // memory, even at one token, where the bf16 path widens two codes an instruction and multiplies
+  // 32 a vdpbf16ps; bf16 weights at one token read memory at the same rate either way, which is
+  // what the one-token class measures (kernel_choice.h). So a table whose bf16 products won from
+  // the 2-16 class on takes them for codes from one token (bench-kernels, AMD host: fp8-block
+  // one token 35 -> 40 GB/s; docs/benchmarks.md). 0: never.
+  int bf16_codes_min_tokens = 0;
   // Products of packed weights with at least this many tokens read packed activations
   // (pack_activations once per product, shared by its threads, then matmul_panels_packed) where
   // the caller has the scratch (ops.h PackedProductPays); fewer tokens: matmul_panels. For the

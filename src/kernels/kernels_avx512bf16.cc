@@ -1,6 +1,7 @@
 // The bf16 dot-product tables (AVX512-BF16 `vdpbf16ps`): the AVX-512 table, except that products
 // with at least `min_tokens` tokens of packed BF16, fp8-block and int4-g32 weights (and of
-// row-major BF16 rows) round the activations to bf16 (nearest even) once and multiply bf16 by
+// row-major BF16 rows; codes from one token where min_tokens is 2: KernelSet::bf16_codes_min_tokens)
+// round the activations to bf16 (nearest even) once and multiply bf16 by
 // bf16, two columns per instruction, accumulating in fp32 (quantized codes are exact in bf16; their
 // scales multiply fp32 partial sums, below). On a host where vdpbf16ps runs at the FMA rate this
 // is twice the multiply-adds of the fp32 path; where it runs at half rate it is no faster:
@@ -761,15 +762,19 @@ void MatMulQuant(const float* x, int64_t n, const WeightMatrix& w, int64_t panel
   }
 }
 
-// The table with bf16 products from kMinTokens tokens; the AVX-512 table's entries otherwise.
+// The table with bf16 products from kMinTokens tokens (fp8-block and int4-g32 codes from
+// kCodesMinTokens: KernelSet::bf16_codes_min_tokens); the AVX-512 table's entries otherwise.
 template <int kMinTokens>
 struct Bf16From {
+  static constexpr int kCodesMinTokens = kMinTokens <= 2 ? 1 : kMinTokens;
   static const KernelSet& Base() { return *Avx512Kernels(); }
-  static bool Uses(int64_t n, const WeightMatrix& w) { return n >= kMinTokens && Bf16DotMultiplies(w); }
+  static bool Uses(int64_t n, const WeightMatrix& w) {
+    return n >= (w.quantized() ? kCodesMinTokens : kMinTokens) && Bf16DotMultiplies(w);
+  }
 
   static void MatMulRows(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin, int64_t row_end,
                          float* y, int64_t ldy) {
-    if (n >= kMinTokens && IsFp8Rows(w)) return MatMulRowsFp8(x, n, w, row_begin, row_end, y, ldy);
+    if (n >= kCodesMinTokens && IsFp8Rows(w)) return MatMulRowsFp8(x, n, w, row_begin, row_end, y, ldy);
     if (n < kMinTokens || !IsBf16Rows(w) || (w.cols + 1) / 2 > kStackPairs) {
       return Base().matmul_rows(x, n, w, row_begin, row_end, y, ldy);
     }
@@ -797,6 +802,7 @@ struct Bf16From {
     KernelSet k = Base();
     k.name = name;
     k.bf16_min_tokens = kMinTokens;
+    k.bf16_codes_min_tokens = kCodesMinTokens;
     // Two tiles or more: measured faster packed (bench-kernels' kernel choice, 32 tokens).
     k.bf16_packed_min_tokens = std::max<int64_t>(kMinTokens, kGemmTileTokens + 1);
     k.matmul_rows = MatMulRows;

@@ -233,7 +233,8 @@ TEST_F(Bf16Dot, RowMajorFp8MatchesScaledActivationsAndIsBatchInvariant) {
 }
 
 // Below its threshold a table is the AVX-512 table; at and above it, the all-bf16 table. Other
-// weight dtypes (F32 here) always go through the AVX-512 table; fp8-block panels switch as BF16 do.
+// weight dtypes (F32 here) always go through the AVX-512 table; fp8-block panels switch as BF16 do,
+// except that a table switching at 2 tokens takes them in bf16 from one (bf16_codes_min_tokens).
 TEST_F(Bf16Dot, ThresholdTablesSwitchAtTheirTokenCount) {
   std::mt19937 rng(9);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -244,6 +245,8 @@ TEST_F(Bf16Dot, ThresholdTablesSwitchAtTheirTokenCount) {
     const KernelSet* k = Avx512Bf16Kernels(min_tokens);
     ASSERT_NE(k, nullptr);
     EXPECT_EQ(k->bf16_min_tokens, min_tokens);
+    const int codes_min_tokens = min_tokens <= 2 ? 1 : min_tokens;
+    EXPECT_EQ(k->bf16_codes_min_tokens, codes_min_tokens);
     auto by_name = KernelsByName(k->name);
     ASSERT_TRUE(by_name.ok()) << by_name.error();
     EXPECT_EQ(*by_name, k);
@@ -257,7 +260,7 @@ TEST_F(Bf16Dot, ThresholdTablesSwitchAtTheirTokenCount) {
         SCOPED_TRACE(std::string(k->name) + " n=" + std::to_string(n) + " dtype " + std::to_string(int(w->dtype)));
         std::vector<float> x(size_t(n * w->cols));
         for (float& v : x) v = dist(rng);
-        const bool bf16 = w->dtype != DType::kF32 && n >= min_tokens;
+        const bool bf16 = w->dtype != DType::kF32 && n >= (w->quantized() ? codes_min_tokens : min_tokens);
         EXPECT_EQ(InRegisters(*k, x, n, *w), InRegisters(bf16 ? all : fp32, x, n, *w));
         EXPECT_EQ(OverPacked(*k, x, n, *w), OverPacked(bf16 ? all : fp32, x, n, *w));
       }
