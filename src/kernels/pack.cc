@@ -99,9 +99,12 @@ WeightMatrix PackPanels(const WeightMatrix& src, std::byte* dst, ThreadPool& poo
   packed.data = dst;
   packed.packed = true;
   if (src.format == WeightFormat::kFp8Block) {
-    // The grid rows of a sliced matrix start at scale_row0 / block_rows; packed views index the
-    // grid from row 0, so only whole-matrix views are packed.
-    std::memcpy(scales, src.scales, src.scale_bytes());
+    // The grid rows of a slice start at scale_row0 / block_rows; packed views index the grid from
+    // row 0, so a slice is packed only from a band's first row (kv_b's per-head copies).
+    assert(src.scale_row0 % src.block_rows == 0);
+    const auto* grid = static_cast<const std::byte*>(src.scales) +
+                       size_t(src.scale_row0 / src.block_rows) * size_t(src.scale_cols()) * sizeof(float);
+    std::memcpy(scales, grid, src.scale_bytes());
   }
   if (src.quantized()) {
     packed.scales = scales;

@@ -25,9 +25,9 @@ WeightMatrix UvRows(const AttentionWeights& a, const ModelConfig& c, int64_t h) 
   return a.kv_b.Slice(h * (c.qk_nope_head_dim + c.v_head_dim) + c.qk_nope_head_dim, c.v_head_dim);
 }
 
-// W_UV and W_UK copies: a head's rows pack as a matrix of their own in every grouped format
-// (group scales are per row) and dense; fp8 blocks span heads' rows (no copies).
-bool PanelCopiesPay(const WeightMatrix& kv_b) {
+// Whether a head's rows pack as a matrix of their own: in every grouped format (group scales
+// are per row) and dense; fp8 blocks only where PanelCopiesPay says.
+bool RowsPackAlone(const WeightMatrix& kv_b) {
   if (kv_b.data == nullptr || kv_b.packed) return false;
   switch (kv_b.format) {
     case WeightFormat::kDense: return true;
@@ -40,10 +40,19 @@ bool PanelCopiesPay(const WeightMatrix& kv_b) {
   return false;
 }
 
+// W_UV and W_UK copies: where a head's rows pack alone, and for fp8 blocks where each head's W_UK
+// and W_UV rows are whole bands of the block grid (DeepSeek-V3's 128 x 128 blocks with nope = v =
+// 128: a band per copy), so that each copy keeps its bands' scales.
+bool PanelCopiesPay(const WeightMatrix& kv_b, const ModelConfig& c) {
+  if (kv_b.format != WeightFormat::kFp8Block) return RowsPackAlone(kv_b);
+  return kv_b.data != nullptr && !kv_b.packed && kv_b.block_rows > 0 && c.qk_nope_head_dim % kv_b.block_rows == 0 &&
+         c.v_head_dim % kv_b.block_rows == 0 && kv_b.scale_row0 % kv_b.block_rows == 0;
+}
+
 // The W_UK^T copy: dense, or int8 groups whose groups hold whole panels of W_UK^T rows (the query
 // is scaled per group) within the query scaling's scratch.
 bool TransposedCopyPays(const WeightMatrix& kv_b, const ModelConfig& c) {
-  if (!PanelCopiesPay(kv_b)) return false;
+  if (!PanelCopiesPay(kv_b, c)) return false;
   if (kv_b.format == WeightFormat::kDense) return true;
   const bool codes = kv_b.format == WeightFormat::kInt8Group || kv_b.format == WeightFormat::kUint8GroupMin ||
                      (kv_b.format == WeightFormat::kUint4GroupMin && c.qk_nope_head_dim % 8 == 0);
@@ -55,7 +64,7 @@ bool TransposedCopyPays(const WeightMatrix& kv_b, const ModelConfig& c) {
 
 // A split pair's copies (AttentionWeights::k_b, v_b), which pack as they are; PackAbsorbedWeights
 // refuses a pair whose format would not.
-bool SplitPairPacks(const AttentionWeights& a) { return PanelCopiesPay(a.k_b) && PanelCopiesPay(a.v_b); }
+bool SplitPairPacks(const AttentionWeights& a) { return RowsPackAlone(a.k_b) && RowsPackAlone(a.v_b); }
 
 // Floats of a grouped W_UK's scale table: [groups][nope] scales, then with mins [nope][groups].
 int64_t ScaleTableFloats(const WeightMatrix& uk) {
@@ -107,7 +116,7 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& po
       for (int64_t h = 0; h < heads; ++h) visit(a.uk, h, a.k_b.Slice(h * L, L), Copy::kTransposedF32);
       return;
     }
-    if (!PanelCopiesPay(a.kv_b)) return;
+    if (!PanelCopiesPay(a.kv_b, c)) return;
     const int64_t heads = a.kv_b.rows / rows_per_head;
     for (int64_t h = 0; TransposedCopyPays(a.kv_b, c) && h < heads; ++h) {
       visit(a.uk_t, h, UkRows(a, c, h), Copy::kTransposed);

@@ -236,12 +236,17 @@ TEST(AbsorbedWeights, SplitPairCopiesMultiplyAsTheirRows) {
   }
 }
 
-TEST(AbsorbedWeights, Fp8BlocksKeepTheRowMajorPath) {
+// fp8 blocks whose bands hold whole heads' W_UK and W_UV rows (nope 32 and v 16 in bands of 16,
+// as DeepSeek-V3's 128 and 128 in bands of 128) get W_UV and W_UK copies, each with its bands'
+// scales, and no W_UK^T copy; blocks of 32 rows, whose band would hold one head's W_UV and the
+// next head's first W_UK rows, get none.
+TEST(AbsorbedWeights, Fp8BlocksCopyWhereEachHeadHoldsWholeBands) {
   std::mt19937 rng(3);
-  const testing::QuantWeights kv_b = RandomKvB(WeightFormat::kFp8Block, 16, 32, rng);
+  ExpectCopiesMultiplyAsRows(RandomKvB(WeightFormat::kFp8Block, 16, 32, rng).matrix, /*transposed_copy=*/false);
+  const testing::QuantWeights spanning = RandomKvB(WeightFormat::kFp8Block, 32, 32, rng);
   ModelWeights w;
   w.layers.resize(1);
-  w.layers[0].attn.kv_b = kv_b.matrix;
+  w.layers[0].attn.kv_b = spanning.matrix;
   ASSERT_TRUE(PackAbsorbedWeights(w, SmallMla(), pool()).ok());
   EXPECT_FALSE(HasPanelCopies(w.layers[0].attn));
   EXPECT_FALSE(HasTransposedCopies(w.layers[0].attn));
