@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/float16.h"
+#include "kernels/weight_value.h"
 
 namespace mlaserve {
 namespace {
@@ -121,13 +122,20 @@ bool CanPackTransposed(const WeightMatrix& src) {
     case WeightFormat::kInt8Group:
     case WeightFormat::kUint8GroupMin: return src.rows % 4 == 0;
     case WeightFormat::kUint4GroupMin: return src.rows % 8 == 0;
+    // Whole bands (a slice from a band's first row): the copy's grid is the source's transposed.
+    case WeightFormat::kFp8Block: return src.block_rows > 0 && src.scale_row0 % src.block_rows == 0;
     default: return false;
   }
 }
 
 WeightMatrix TransposedShape(const WeightMatrix& src) {
   WeightMatrix t{.dtype = src.dtype, .rows = src.cols, .cols = src.rows, .format = src.format};
-  if (src.quantized()) t.block_cols = int(src.rows);  // one group per row: unit scale (and zero min)
+  if (src.format == WeightFormat::kFp8Block) {  // the blocks transposed
+    t.block_rows = src.block_cols;
+    t.block_cols = src.block_rows;
+  } else if (src.quantized()) {
+    t.block_cols = int(src.rows);  // one group per row: unit scale (and zero min)
+  }
   return t;
 }
 
@@ -161,7 +169,18 @@ WeightMatrix PackTransposedPanels(const WeightMatrix& src, std::byte* dst) {
       }
     }
   }
-  if (src.quantized()) {
+  if (src.format == WeightFormat::kFp8Block) {
+    // The copy's grid [source column blocks][source row bands]: (g, b) = the source's (b, g), its
+    // bands counted from the slice's first (scale_row0 / block_rows).
+    auto* scales = reinterpret_cast<float*>(dst + PackAlignUp(PackedValueBytes(packed)));
+    const int64_t bands = (src.rows + src.block_rows - 1) / src.block_rows, first_band = src.scale_row0 / src.block_rows;
+    for (int64_t g = 0; g < src.scale_cols(); ++g) {
+      for (int64_t b = 0; b < bands; ++b) {
+        scales[g * bands + b] = LoadF32Unaligned(src.scales, size_t((first_band + b) * src.scale_cols() + g));
+      }
+    }
+    packed.scales = scales;
+  } else if (src.quantized()) {
     // [panel][1][16] unit scales; with mins, [panel][1][2][16]: 16 unit scales, then 16 zero mins.
     auto* scales = reinterpret_cast<float*>(dst + PackAlignUp(PackedValueBytes(packed)));
     for (int64_t p = 0; p < packed.num_panels(); ++p) {

@@ -39,7 +39,8 @@ WeightMatrix PackF32Panels(const float* src, int64_t rows, int64_t cols, int64_t
 // its codes and leaves its scales (and mins) behind: the copy's groups are whole rows of unit
 // scale (and zero min), and the caller multiplies its activations by the source's scales instead
 // (x[r] * scale(r, g) for the copy's rows in column group g of the source; with mins it also
-// subtracts sum_r x_unscaled[r] * min(r, g) from them). Only the formats CanPackTransposed
+// subtracts sum_r x_unscaled[r] * min(r, g) from them); fp8 blocks are transposed with their
+// scale grid (a slice from a band's first row). Only the formats CanPackTransposed
 // names; `TransposedShape` is the copy's view before packing (for PackedBytes); dst as
 // PackPanels's (its old contents never matter).
 bool CanPackTransposed(const WeightMatrix& src);

@@ -53,7 +53,10 @@ bool PanelCopiesPay(const WeightMatrix& kv_b, const ModelConfig& c) {
 // is scaled per group) within the query scaling's scratch.
 bool TransposedCopyPays(const WeightMatrix& kv_b, const ModelConfig& c) {
   if (!PanelCopiesPay(kv_b, c)) return false;
+  // fp8: the blocks transposed, each head's W_UK a band (PanelCopiesPay), so the query is multiplied
+  // as it is, one product a head (the copy's block columns, kv_b's block rows, are even).
   if (kv_b.format == WeightFormat::kDense) return true;
+  if (kv_b.format == WeightFormat::kFp8Block) return kv_b.block_rows % 2 == 0;
   const bool codes = kv_b.format == WeightFormat::kInt8Group || kv_b.format == WeightFormat::kUint8GroupMin ||
                      (kv_b.format == WeightFormat::kUint4GroupMin && c.qk_nope_head_dim % 8 == 0);
   return codes && kv_b.block_cols % kPanelRows == 0 && c.kv_lora_rank % kv_b.block_cols == 0 &&
@@ -68,7 +71,7 @@ bool SplitPairPacks(const AttentionWeights& a) { return RowsPackAlone(a.k_b) && 
 
 // Floats of a grouped W_UK's scale table: [groups][nope] scales, then with mins [nope][groups].
 int64_t ScaleTableFloats(const WeightMatrix& uk) {
-  if (!uk.quantized()) return 0;
+  if (!uk.quantized() || uk.format == WeightFormat::kFp8Block) return 0;  // fp8: the copy keeps its scales
   return uk.scale_cols() * uk.rows * (uk.has_mins() ? 2 : 1);
 }
 
@@ -173,7 +176,7 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& po
           copies[size_t(h)] = PackF32Panels(widened.data(), rows.cols, rows.rows, 1, rows.cols, DType::kF32, at);
           break;
       }
-      if (how == Copy::kTransposed && rows.quantized()) {
+      if (how == Copy::kTransposed && rows.quantized() && rows.format != WeightFormat::kFp8Block) {
         if (a.uk_t_scales.size() <= size_t(h)) a.uk_t_scales.resize(size_t(h) + 1);
         auto* table = reinterpret_cast<float*>(at + PackedBytes(TransposedShape(rows)));
         FillScaleTable(rows, table);

@@ -13,10 +13,11 @@
 // (ScaleAbsorbedQuery: x[d] = q_nope[d] * scale(d, g) for output group g, minus sum_d q_nope[d] *
 // min(d, g) after the product; read from kv_b's own scales, strided by the groups, it was a
 // quarter of a Q6_K decode's kv_b phase: docs/benchmarks.md, "Q6_K decode: the absorbed query's
-// kv_b work"). fp8 blocks get W_UV and W_UK copies where each head's W_UK and W_UV rows are whole
+// kv_b work"). fp8 blocks get all three copies where each head's W_UK and W_UV rows are whole
 // bands of the block grid (DeepSeek-V3: 128 x 128 blocks, nope = v = 128), each copy with its
-// bands' scales, and no W_UK^T copy (its query keeps the row-major path); where a band spans two
-// heads' rows, none. A product without its copy keeps the row-major path. A GGUF's split pair kept in its formats (AttentionWeights::k_b, v_b, kv_b
+// bands' scales (W_UK^T's blocks transposed, so its query is multiplied as it is, one product a
+// head); where a band spans two heads' rows, none. A product without its copy keeps the
+// row-major path. A GGUF's split pair kept in its formats (AttentionWeights::k_b, v_b, kv_b
 // empty) always gets copies: W_UK^T and W_UV packed as they are (k_b's groups run along nope, the
 // query's own input: one product a head, no scale table), and W_UK for the MHA form k_b
 // transposed and widened to F32 as WeightAt forms each weight, exact for Q8_0 (its groups would
@@ -26,7 +27,7 @@
 // (the formats without copies read it), so resident memory grows by about 1.5 times kv_b's bytes,
 // and the tables by one float (two with mins) per W_UK row and group: ~0.06 times kv_b's bytes
 // for Q8_0, ~0.1 for Q6_K (~0.25% of a bf16 or Q8_0 DeepSeek-V3's weights in all; its own fp8
-// gets W_UV and W_UK copies: kv_b's bytes again). A split pair's copies are its bytes again (the pair itself is given back after
+// gets copies of 1.5 times kv_b's bytes too). A split pair's copies are its bytes again (the pair itself is given back after
 // packing) plus W_UK in F32: 4 bytes a W_UK weight, 32 MiB a layer for DeepSeek-V3's 128 heads
 // (~2 GB over 61 layers). Like the workspace, they are not in Model::weight_bytes (the KV budget's
 // subtraction, which `plan` predicts): they live in the headroom --mem-fraction-static leaves.

@@ -67,11 +67,13 @@ void ExpectCopiesMultiplyAsRows(const WeightMatrix& kv_b, bool transposed_copy) 
       std::vector<float> q(static_cast<size_t>(nope)), o(static_cast<size_t>(L));
       for (float& x : q) x = normal(rng);
       for (float& x : o) x = normal(rng);
-      // W_UK^T: q_lat[col] = sum_d q[d] * W_UK[d][col].
-      const int64_t group_rows = kv_b.quantized() ? kv_b.block_cols : L;
+      // W_UK^T: q_lat[col] = sum_d q[d] * W_UK[d][col]. Grouped copies take the query scaled per
+      // group (a.uk_t_scales); dense and fp8 copies (which keep their blocks' scales) take it as it is.
+      const bool scaled_groups = !a.uk_t_scales.empty();
+      const int64_t group_rows = scaled_groups ? kv_b.block_cols : L;
       std::vector<float> q_lat(static_cast<size_t>(L), 0.0f), scaled(static_cast<size_t>(nope * (L / group_rows)));
       std::vector<float> min_sums(static_cast<size_t>(L / group_rows));
-      if (transposed_copy && kv_b.quantized()) {
+      if (transposed_copy && scaled_groups) {
         ScaleAbsorbedQuery(*k, a, c, h, q.data(), scaled.data(), min_sums.data());
         // Exactly one rounding a scaled value, and the min sums added row by row in d order, from
         // kv_b's own scales and mins (the head's table holds them transposed).
@@ -90,7 +92,7 @@ void ExpectCopiesMultiplyAsRows(const WeightMatrix& kv_b, bool transposed_copy) 
         }
       }
       for (int64_t g = 0; transposed_copy && g < L / group_rows; ++g) {
-        const float* x = kv_b.quantized() ? scaled.data() + g * nope : q.data();
+        const float* x = scaled_groups ? scaled.data() + g * nope : q.data();
         k->matmul_panels(x, 1, a.uk_t[size_t(h)], g * group_rows / kPanelRows, (g + 1) * group_rows / kPanelRows,
                          q_lat.data(), L);
         if (kv_b.has_mins()) {
@@ -238,11 +240,12 @@ TEST(AbsorbedWeights, SplitPairCopiesMultiplyAsTheirRows) {
 
 // fp8 blocks whose bands hold whole heads' W_UK and W_UV rows (nope 32 and v 16 in bands of 16,
 // as DeepSeek-V3's 128 and 128 in bands of 128) get W_UV and W_UK copies, each with its bands'
-// scales, and no W_UK^T copy; blocks of 32 rows, whose band would hold one head's W_UV and the
-// next head's first W_UK rows, get none.
+// scales, and a W_UK^T copy with the blocks transposed (16 x 32 blocks become 32 x 16: two
+// column groups a head, four row bands); blocks of 32 rows, whose band would hold one head's
+// W_UV and the next head's first W_UK rows, get none.
 TEST(AbsorbedWeights, Fp8BlocksCopyWhereEachHeadHoldsWholeBands) {
   std::mt19937 rng(3);
-  ExpectCopiesMultiplyAsRows(RandomKvB(WeightFormat::kFp8Block, 16, 32, rng).matrix, /*transposed_copy=*/false);
+  ExpectCopiesMultiplyAsRows(RandomKvB(WeightFormat::kFp8Block, 16, 32, rng).matrix, /*transposed_copy=*/true);
   const testing::QuantWeights spanning = RandomKvB(WeightFormat::kFp8Block, 32, 32, rng);
   ModelWeights w;
   w.layers.resize(1);
