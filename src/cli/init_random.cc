@@ -58,7 +58,8 @@ json ReferencePreset() {
 // DeepSeek-V3's layer shapes (hidden 7168, 128 heads, q_lora 1536, kv_lora 512, a dense MLP of
 // 18432, experts of 2048 with one shared, 8 of them routed a token in 8 groups of which 4 are
 // taken), in two layers: the leading dense one and one MoE layer with 16 of V3's 256 routed experts
-// (~1.5B parameters, 3.1 GB of bf16). Each product has V3's own size, so its fixed costs (dispatch,
+// (1.549B parameters, 3.1 GB of bf16, with --set vocab_size=2048 as docs/benchmarks.md's runs;
+// the preset's 32000 give 1.98B). Each product has V3's own size, so its fixed costs (dispatch,
 // the threads' imbalance, the first lines' latency) weigh what they weigh in V3; in the reference
 // shape's 16x smaller attention products they weigh far more.
 json V3LayersPreset() {

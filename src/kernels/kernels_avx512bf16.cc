@@ -372,7 +372,8 @@ void MatMulRowsBf16(const float* x, int64_t n, const WeightMatrix& w, int64_t ro
   }
 }
 
-// Row-major fp8-block rows (an fp8 checkpoint's kv_b_proj slices): within one band of block_rows
+// Row-major fp8-block rows (kv_b_proj slices of an fp8 checkpoint whose bands span heads' rows:
+// model/absorbed_weights.h): within one band of block_rows
 // rows every row shares the scale of each column group, so the scale is folded into the
 // activations, x * scale rounded to bf16 once per (token, band), and the rows' codes, exact in
 // bf16, are widened 16 rows at a time into a bf16 row-major block that RowsBlock multiplies as

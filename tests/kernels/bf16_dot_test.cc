@@ -196,7 +196,7 @@ TEST_F(Bf16Dot, QuantizedPanelsMatchTheReferenceAndAreBatchInvariant) {
   }
 }
 
-// Row-major fp8-block rows (an fp8 checkpoint's kv_b_proj slices): the block scale is folded into
+// Row-major fp8-block rows (kv_b_proj slices where bands span heads' rows): the block scale is folded into
 // the activations, so the reference is sum_c bf16(x * scale * 256) * code / 256, in double. The
 // slice starts inside a band of rows (its scale grid offset), and the batch does not matter.
 TEST_F(Bf16Dot, RowMajorFp8MatchesScaledActivationsAndIsBatchInvariant) {
@@ -228,6 +228,11 @@ TEST_F(Bf16Dot, RowMajorFp8MatchesScaledActivationsAndIsBatchInvariant) {
       std::vector<float> alone(static_cast<size_t>(slice.rows));
       bf16.matmul_rows(x.data() + (n - 1) * cols, 1, slice, 0, slice.rows, alone.data(), slice.rows);
       for (int64_t r = 0; r < slice.rows; ++r) ASSERT_EQ(alone[size_t(r)], got[size_t((n - 1) * slice.rows + r)]);
+      // The table switching at 2 tokens takes fp8 codes in bf16 from one (bf16_codes_min_tokens).
+      std::vector<float> alone_from_two(static_cast<size_t>(slice.rows));
+      Avx512Bf16Kernels(2)->matmul_rows(x.data() + (n - 1) * cols, 1, slice, 0, slice.rows, alone_from_two.data(),
+                                        slice.rows);
+      ASSERT_EQ(alone_from_two, alone);
     }
   }
 }

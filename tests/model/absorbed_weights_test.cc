@@ -241,7 +241,7 @@ TEST(AbsorbedWeights, SplitPairCopiesMultiplyAsTheirRows) {
 // fp8 blocks whose bands hold whole heads' W_UK and W_UV rows (nope 32 and v 16 in bands of 16,
 // as DeepSeek-V3's 128 and 128 in bands of 128) get W_UV and W_UK copies, each with its bands'
 // scales, and a W_UK^T copy with the blocks transposed (16 x 32 blocks become 32 x 16: two
-// column groups a head, four row bands); blocks of 32 rows, whose band would hold one head's
+// column groups a head, two row bands); blocks of 32 rows, whose band would hold one head's
 // W_UV and the next head's first W_UK rows, get none.
 TEST(AbsorbedWeights, Fp8BlocksCopyWhereEachHeadHoldsWholeBands) {
   std::mt19937 rng(3);

@@ -3,6 +3,7 @@
 // malformed or unsupported variant is one line naming what was found.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include "core/read_file.h"
 #include "kernels/kernels.h"
+#include "kernels/weight_value.h"
 #include "model/model.h"
 #include "model/safetensors_writer.h"
 #include "support/run_binary.h"
@@ -137,6 +139,52 @@ TEST(QuantizedCheckpoint, Int4WritesCompressedTensorsLayout) {
     EXPECT_EQ(Find(**ckpt, kept)->dtype, DType::kBF16) << kept;
   }
   EXPECT_EQ(LoadError(dir.path()), "");
+}
+
+// An fp8 checkpoint whose heads' W_UK and W_UV rows are whole 128-row bands (nope = v = 128, as
+// DeepSeek-V3's) loads with kv_b's per-head copies, and each head's copies multiply as kv_b's own
+// rows (the loaded, row-major fp8 matrix, read value by value in double): W_UK^T the query,
+// W_UV the latent.
+TEST(QuantizedCheckpoint, Fp8KvBWithWholeBandHeadsMultipliesThroughItsCopies) {
+  TempDir dir;
+  InitRandom(dir.path(), "fp8-block", " --set qk_nope_head_dim=128 --set v_head_dim=128");
+  auto model = Model::Load(dir.path(), ModelOptions{.max_batch_tokens = 8, .max_context = 64});
+  ASSERT_TRUE(model.ok()) << model.error();
+  const ModelConfig& c = (*model)->config();
+  const AttentionWeights& a = (*model)->weights().layers[1].attn;
+  ASSERT_EQ(a.kv_b.format, WeightFormat::kFp8Block);
+  ASSERT_EQ(a.uk_t.size(), size_t(c.num_attention_heads));
+  ASSERT_EQ(a.uv.size(), size_t(c.num_attention_heads));
+  ASSERT_TRUE(a.uk_t_scales.empty());  // fp8 copies keep their blocks' scales
+  const int64_t nope = c.qk_nope_head_dim, v = c.v_head_dim, L = c.kv_lora_rank;
+  const KernelSet& k = PortableKernels();  // fp32 products: the plain reference table
+  for (int64_t h = 0; h < c.num_attention_heads; ++h) {
+    std::vector<float> q(static_cast<size_t>(nope)), o(static_cast<size_t>(L));
+    std::vector<float> q_lat(static_cast<size_t>(L)), out(static_cast<size_t>(v));
+    for (int64_t d = 0; d < nope; ++d) q[size_t(d)] = std::sin(0.37f * float(d + 11 * h));
+    for (int64_t i = 0; i < L; ++i) o[size_t(i)] = std::cos(0.23f * float(i + 7 * h));
+    k.matmul_panels(q.data(), 1, a.uk_t[size_t(h)], 0, a.uk_t[size_t(h)].num_panels(), q_lat.data(), L);
+    k.matmul_panels(o.data(), 1, a.uv[size_t(h)], 0, a.uv[size_t(h)].num_panels(), out.data(), v);
+    const int64_t head_row = h * (nope + v);
+    for (int64_t col = 0; col < L; ++col) {
+      double want = 0.0, magnitude = 0.0;
+      for (int64_t d = 0; d < nope; ++d) {
+        const double term = double(q[size_t(d)]) * WeightAt(a.kv_b, head_row + d, col);
+        want += term;
+        magnitude += std::fabs(term);
+      }
+      ASSERT_NEAR(q_lat[size_t(col)], want, 1e-5 * magnitude + 1e-30) << "head " << h << " W_UK^T " << col;
+    }
+    for (int64_t r = 0; r < v; ++r) {
+      double want = 0.0, magnitude = 0.0;
+      for (int64_t i = 0; i < L; ++i) {
+        const double term = double(o[size_t(i)]) * WeightAt(a.kv_b, head_row + nope + r, i);
+        want += term;
+        magnitude += std::fabs(term);
+      }
+      ASSERT_NEAR(out[size_t(r)], want, 1e-5 * magnitude + 1e-30) << "head " << h << " W_UV " << r;
+    }
+  }
 }
 
 // Resident weights stay in the stored format: the packed copies take about the checkpoint's bytes.
