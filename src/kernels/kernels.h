@@ -138,8 +138,8 @@ struct KernelSet {
   // 32 a vdpbf16ps; bf16 weights at one token read memory at the same rate either way, which is
   // what the one-token class measures (kernel_choice.h). So a table whose bf16 products won from
   // the 2-16 class on takes them for codes from one token (bench-kernels, AMD host: fp8-block
-  // one token 35 -> 40 GB/s; docs/benchmarks.md; int4-g32 follows the same rule where a table
-  // has no int8 products, not measured, as the +int8 tables multiply it in int8). 0: never.
+  // one token 35 -> 40 GB/s; int4-g32, where a table has no int8 products, 13 -> 19 GB/s;
+  // docs/benchmarks.md). 0: never.
   int bf16_codes_min_tokens = 0;
   // Products of packed weights with at least this many tokens read packed activations
   // (pack_activations once per product, shared by its threads, then matmul_panels_packed) where
