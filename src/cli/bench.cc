@@ -212,9 +212,9 @@ ComputePeak PeakFor(const Peaks& peaks, const KernelSet& kernels, const ModelCon
   // a +int8 table's int4 products are int8 ones, whose peak is not measured: the bf16 one stands);
   // an int4 checkpoint's other weights are BF16 (its dtype), an fp8 one's are all fp8.
   const bool weights_in_bf16 = c.quant.method == WeightQuantMethod::kFp8Block || c.torch_dtype == "bfloat16";
-  // (fp8's codes from bf16_codes_min_tokens, its threshold: one token in the table chosen from two.)
-  const int min_tokens =
-      c.quant.method == WeightQuantMethod::kFp8Block ? kernels.bf16_codes_min_tokens : kernels.bf16_min_tokens;
+  // (fp8's codes from Bf16CodesMinTokens: one token in the table chosen from two.)
+  const int min_tokens = c.quant.method == WeightQuantMethod::kFp8Block ? Bf16CodesMinTokens(kernels.bf16_min_tokens)
+                                                                        : kernels.bf16_min_tokens;
   const bool bf16 = peaks.bf16 && min_tokens > 0 && n >= min_tokens && weights_in_bf16;
   return bf16 ? ComputePeak{peaks.bf16->all_threads_flops, "bf16 dot-product"}
               : ComputePeak{peaks.fp32.all_threads_flops, "FMA"};

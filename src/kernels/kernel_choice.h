@@ -1,7 +1,7 @@
 // Which kernel table a process computes with, chosen by measurement on this host (--kernels auto)
 // or named (--kernels NAME). The bf16 candidates differ in how they multiply packed BF16 weights (and,
 // though only BF16 is timed, fp8-block and int4 codes: Bf16DotMultiplies, from one token in the
-// table chosen from 2 tokens: KernelSet::bf16_codes_min_tokens; a +int8 table takes int4 to int8
+// table chosen from 2 tokens: kernels.h Bf16CodesMinTokens; a +int8 table takes int4 to int8
 // instead): fp32
 // FMA after widening (the AVX-512 / AVX2 tables: exact in the weights, activations kept in fp32)
 // or bf16 dot products (vdpbf16ps: activations rounded to bf16, twice the multiply-adds per

@@ -125,22 +125,12 @@ struct KernelSet {
                                   int64_t col_stride, DType dtype, void* dst) = nullptr;
 
   // Products with at least this many tokens of the weights Bf16DotMultiplies names (and of
-  // row-major BF16 and fp8-block rows; their fp8 and int4 codes: bf16_codes_min_tokens) round the
+  // row-major BF16 and fp8-block rows; their fp8 and int4 codes: Bf16CodesMinTokens) round the
   // activations to bf16 and multiply with bf16 dot
   // products (kernels_avx512bf16.cc); 0: never (every product in fp32).
   // A table that switches at some n > 1 is not batch-invariant (a token's rounding depends on its
   // batch's size): --enable-deterministic-inference takes 0 or 1 (kernel_choice.h).
   int bf16_min_tokens = 0;
-  // The same threshold for fp8-block and int4-g32 codes (Bf16DotMultiplies' quantized formats,
-  // and row-major fp8-block rows): 1 in the tables that take bf16 products from 2 tokens or fewer,
-  // else bf16_min_tokens. Their fp32 path widens every code to fp32 and is bound by that, not by
-  // memory, even at one token, where the bf16 path widens two codes an instruction and multiplies
-  // 32 a vdpbf16ps; bf16 weights at one token read memory at the same rate either way, which is
-  // what the one-token class measures (kernel_choice.h). So a table whose bf16 products won from
-  // the 2-16 class on takes them for codes from one token (bench-kernels, AMD host: fp8-block
-  // one token 35 -> 40 GB/s; int4-g32, where a table has no int8 products, 13 -> 19 GB/s;
-  // docs/benchmarks.md). 0: never.
-  int bf16_codes_min_tokens = 0;
   // Products of packed weights with at least this many tokens read packed activations
   // (pack_activations once per product, shared by its threads, then matmul_panels_packed) where
   // the caller has the scratch (ops.h PackedProductPays); fewer tokens: matmul_panels. For the
@@ -157,8 +147,21 @@ struct KernelSet {
   bool int8_dot = false;
 };
 
+// The threshold of a bf16 table (KernelSet::bf16_min_tokens, 0: never) for fp8-block and int4-g32
+// codes (Bf16DotMultiplies' quantized formats, and row-major fp8-block rows): 1 in the tables that
+// take bf16 products from 2 tokens or fewer, else the same. Their fp32 path widens every code to
+// fp32 and is bound by that, not by memory, even at one token, where the bf16 path widens two
+// codes an instruction and multiplies 32 a vdpbf16ps; bf16 weights at one token read memory at
+// the same rate either way, which is what the one-token class measures (kernel_choice.h). So a
+// table whose bf16 products won from the 2-16 class on takes them for codes from one token
+// (bench-kernels, AMD host: fp8-block one token 35 -> 40 GB/s; int4-g32, where a table has no int8
+// products, 13 -> 19 GB/s; docs/benchmarks.md).
+constexpr int Bf16CodesMinTokens(int bf16_min_tokens) {
+  return bf16_min_tokens == 2 ? 1 : bf16_min_tokens;
+}
+
 // The weights a bf16 table multiplies in bf16 (from bf16_min_tokens tokens, codes from
-// bf16_codes_min_tokens): packed panels of
+// Bf16CodesMinTokens): packed panels of
 // BF16 values, and of fp8-block or grouped int4 codes (exact in bf16) whose scale groups hold whole
 // column pairs (the scales then multiply each group's partial sums in fp32). Row-major BF16
 // matrices take bf16 products too, through matmul_rows (no packed activations).

@@ -1,6 +1,6 @@
 // The bf16 dot-product tables (AVX512-BF16 `vdpbf16ps`): the AVX-512 table, except that products
 // with at least `min_tokens` tokens of packed BF16, fp8-block and int4-g32 weights (and of
-// row-major BF16 rows; codes from one token where min_tokens is 2: KernelSet::bf16_codes_min_tokens)
+// row-major BF16 rows; codes from one token where min_tokens is 2: kernels.h Bf16CodesMinTokens)
 // round the activations to bf16 (nearest even) once and multiply bf16 by
 // bf16, two columns per instruction, accumulating in fp32 (quantized codes are exact in bf16; their
 // scales multiply fp32 partial sums, below). On a host where vdpbf16ps runs at the FMA rate this
@@ -764,10 +764,10 @@ void MatMulQuant(const float* x, int64_t n, const WeightMatrix& w, int64_t panel
 }
 
 // The table with bf16 products from kMinTokens tokens (fp8-block and int4-g32 codes from
-// kCodesMinTokens: KernelSet::bf16_codes_min_tokens); the AVX-512 table's entries otherwise.
+// kCodesMinTokens: kernels.h Bf16CodesMinTokens); the AVX-512 table's entries otherwise.
 template <int kMinTokens>
 struct Bf16From {
-  static constexpr int kCodesMinTokens = kMinTokens <= 2 ? 1 : kMinTokens;
+  static constexpr int kCodesMinTokens = Bf16CodesMinTokens(kMinTokens);
   static const KernelSet& Base() { return *Avx512Kernels(); }
   static bool Uses(int64_t n, const WeightMatrix& w) {
     return n >= (w.quantized() ? kCodesMinTokens : kMinTokens) && Bf16DotMultiplies(w);
@@ -803,7 +803,6 @@ struct Bf16From {
     KernelSet k = Base();
     k.name = name;
     k.bf16_min_tokens = kMinTokens;
-    k.bf16_codes_min_tokens = kCodesMinTokens;
     // Two tiles or more: measured faster packed (bench-kernels' kernel choice, 32 tokens).
     k.bf16_packed_min_tokens = std::max<int64_t>(kMinTokens, kGemmTileTokens + 1);
     k.matmul_rows = MatMulRows;

@@ -70,8 +70,7 @@ struct CodeFormat {
   static constexpr int64_t kColumnBytes = kNibbles ? kPanelRows / 2 : kPanelRows;
   // Bytes of a group's scale lines in a panel: 16 F32 scales (int8), 16 BF16 (int4), or 16 F32
   // scales then 16 F32 mins.
-  static constexpr int64_t kScaleBytes = kMins ? 2 * kPanelRows * 4 : F == WeightFormat::kInt4Group ? kPanelRows * 2
-                                                                                                   : kPanelRows * 4;
+  static constexpr int64_t kScaleBytes = kPanelRows * GroupScaleBytes(F);
   // A panel's 64 bytes of codes as vpdpbusd's unsigned bytes, a row's four in each 32-bit lane.
   // int4 panels hold column pairs ([cols / 2][16] bytes: a pair's 16 rows together): four pairs
   // are transposed to a row per lane (a 4 x 4 dword transpose across the 128-bit lanes, then a

@@ -56,7 +56,7 @@ void ForEachChunk(const ComputeContext& ctx, int64_t chunks, FunctionRef<void(in
 
 namespace {
 bool Bf16Product(const KernelSet& k, int64_t n, const WeightMatrix& w) {
-  const int min_tokens = w.quantized() ? k.bf16_codes_min_tokens : k.bf16_min_tokens;
+  const int min_tokens = w.quantized() ? Bf16CodesMinTokens(k.bf16_min_tokens) : k.bf16_min_tokens;
   return min_tokens > 0 && n >= min_tokens && Bf16DotMultiplies(w);
 }
 bool Int8Product(const KernelSet& k, const WeightMatrix& w) { return k.int8_dot && Int8DotMultiplies(w); }

@@ -59,6 +59,18 @@ inline const char* PanelPrefetchAddress(const void* at, int64_t pos, int64_t ahe
 
 enum class WeightFormat { kDense, kFp8Block, kInt4Group, kInt8Group, kUint4GroupMin, kUint8GroupMin };
 
+// Bytes of one group's scale of a grouped format (int4: BF16, int8: F32, uint4-min and uint8-min:
+// an F32 scale and min); 0 for the others.
+constexpr int GroupScaleBytes(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kInt4Group: return 2;
+    case WeightFormat::kInt8Group: return 4;
+    case WeightFormat::kUint4GroupMin:
+    case WeightFormat::kUint8GroupMin: return 8;
+    default: return 0;
+  }
+}
+
 struct WeightMatrix {
   DType dtype = DType::kBF16;  // kDense: F32/BF16/F16; kFp8Block: F8_E4M3; kInt4Group: I32; kInt8Group, kUint*GroupMin: I8
   int64_t rows = 0;
@@ -72,17 +84,7 @@ struct WeightMatrix {
   int64_t scale_row0 = 0;        // row-major: the first row's index in the scale grid
 
   bool quantized() const { return format != WeightFormat::kDense; }
-  // Bytes of one group's scale of a grouped format (int4: BF16, int8: F32, uint4-min: an F32 scale
-  // and min); 0 for the others.
-  int group_scale_bytes() const {
-    switch (format) {
-      case WeightFormat::kInt4Group: return 2;
-      case WeightFormat::kInt8Group: return 4;
-      case WeightFormat::kUint4GroupMin:
-      case WeightFormat::kUint8GroupMin: return 8;
-      default: return 0;
-    }
-  }
+  int group_scale_bytes() const { return GroupScaleBytes(format); }
   bool four_bit() const { return format == WeightFormat::kInt4Group || format == WeightFormat::kUint4GroupMin; }
   // Formats whose groups carry a min beside the scale: real = code * scale - min.
   bool has_mins() const { return format == WeightFormat::kUint4GroupMin || format == WeightFormat::kUint8GroupMin; }

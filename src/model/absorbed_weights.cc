@@ -45,17 +45,18 @@ bool RowsPackAlone(const WeightMatrix& kv_b) {
 // 128: a band per copy), so that each copy keeps its bands' scales.
 bool PanelCopiesPay(const WeightMatrix& kv_b, const ModelConfig& c) {
   if (kv_b.format != WeightFormat::kFp8Block) return RowsPackAlone(kv_b);
-  return kv_b.data != nullptr && !kv_b.packed && kv_b.block_rows > 0 && c.qk_nope_head_dim % kv_b.block_rows == 0 &&
-         c.v_head_dim % kv_b.block_rows == 0 && kv_b.scale_row0 % kv_b.block_rows == 0;
+  // (A band's first row: CanPackTransposed, which W_UK^T's copy needs too.)
+  return kv_b.data != nullptr && !kv_b.packed && CanPackTransposed(kv_b) && c.qk_nope_head_dim % kv_b.block_rows == 0 &&
+         c.v_head_dim % kv_b.block_rows == 0;
 }
 
 // The W_UK^T copy: dense, or int8 groups whose groups hold whole panels of W_UK^T rows (the query
 // is scaled per group) within the query scaling's scratch.
 bool TransposedCopyPays(const WeightMatrix& kv_b, const ModelConfig& c) {
   if (!PanelCopiesPay(kv_b, c)) return false;
-  // fp8: the blocks transposed, each head's W_UK a band (PanelCopiesPay), so the query is multiplied
-  // as it is, one product a head (the copy's block columns, kv_b's block rows, are even).
   if (kv_b.format == WeightFormat::kDense) return true;
+  // fp8: the blocks transposed, each head's W_UK whole bands (PanelCopiesPay), so the query is
+  // multiplied as it is, one product a head (the copy's block columns, kv_b's block rows, even).
   if (kv_b.format == WeightFormat::kFp8Block) return kv_b.block_rows % 2 == 0;
   const bool codes = kv_b.format == WeightFormat::kInt8Group || kv_b.format == WeightFormat::kUint8GroupMin ||
                      (kv_b.format == WeightFormat::kUint4GroupMin && c.qk_nope_head_dim % 8 == 0);
@@ -176,7 +177,7 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& po
           copies[size_t(h)] = PackF32Panels(widened.data(), rows.cols, rows.rows, 1, rows.cols, DType::kF32, at);
           break;
       }
-      if (how == Copy::kTransposed && rows.quantized() && rows.format != WeightFormat::kFp8Block) {
+      if (how == Copy::kTransposed && ScaleTableFloats(rows) > 0) {
         if (a.uk_t_scales.size() <= size_t(h)) a.uk_t_scales.resize(size_t(h) + 1);
         auto* table = reinterpret_cast<float*>(at + PackedBytes(TransposedShape(rows)));
         FillScaleTable(rows, table);

@@ -228,7 +228,7 @@ TEST_F(Bf16Dot, RowMajorFp8MatchesScaledActivationsAndIsBatchInvariant) {
       std::vector<float> alone(static_cast<size_t>(slice.rows));
       bf16.matmul_rows(x.data() + (n - 1) * cols, 1, slice, 0, slice.rows, alone.data(), slice.rows);
       for (int64_t r = 0; r < slice.rows; ++r) ASSERT_EQ(alone[size_t(r)], got[size_t((n - 1) * slice.rows + r)]);
-      // The table switching at 2 tokens takes fp8 codes in bf16 from one (bf16_codes_min_tokens).
+      // The table switching at 2 tokens takes fp8 codes in bf16 from one (Bf16CodesMinTokens).
       std::vector<float> alone_from_two(static_cast<size_t>(slice.rows));
       Avx512Bf16Kernels(2)->matmul_rows(x.data() + (n - 1) * cols, 1, slice, 0, slice.rows, alone_from_two.data(),
                                         slice.rows);
@@ -239,7 +239,7 @@ TEST_F(Bf16Dot, RowMajorFp8MatchesScaledActivationsAndIsBatchInvariant) {
 
 // Below its threshold a table is the AVX-512 table; at and above it, the all-bf16 table. Other
 // weight dtypes (F32 here) always go through the AVX-512 table; fp8-block panels switch as BF16 do,
-// except that a table switching at 2 tokens takes them in bf16 from one (bf16_codes_min_tokens).
+// except that a table switching at 2 tokens takes them in bf16 from one (Bf16CodesMinTokens).
 TEST_F(Bf16Dot, ThresholdTablesSwitchAtTheirTokenCount) {
   std::mt19937 rng(9);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -250,8 +250,7 @@ TEST_F(Bf16Dot, ThresholdTablesSwitchAtTheirTokenCount) {
     const KernelSet* k = Avx512Bf16Kernels(min_tokens);
     ASSERT_NE(k, nullptr);
     EXPECT_EQ(k->bf16_min_tokens, min_tokens);
-    const int codes_min_tokens = min_tokens <= 2 ? 1 : min_tokens;
-    EXPECT_EQ(k->bf16_codes_min_tokens, codes_min_tokens);
+    const int codes_min_tokens = min_tokens == 2 ? 1 : min_tokens;
     auto by_name = KernelsByName(k->name);
     ASSERT_TRUE(by_name.ok()) << by_name.error();
     EXPECT_EQ(*by_name, k);
