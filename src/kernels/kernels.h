@@ -18,6 +18,10 @@ namespace mlaserve {
 
 enum class KernelIsa { kPortable, kAvx2, kAvx512 };
 
+// KernelSet::grouped_query_product's bounds: a W_UK row's columns (nope) and scale groups.
+inline constexpr int64_t kGroupedQueryMaxCols = 512;
+inline constexpr int64_t kGroupedQueryMaxGroups = 64;
+
 // Tokens of a packed-activation tile and columns of a block (the layout below KernelSet).
 inline constexpr int64_t kGemmTileTokens = 12;
 inline constexpr int64_t kGemmColumns = 512;
@@ -116,6 +120,21 @@ struct KernelSet {
   // it returns.
   void (*latent_sum)(const float* p, int64_t hp, int64_t heads, const float* corr, const uint16_t* const* rows,
                      int64_t n, int64_t latent_dim, float* o, RowPrefetch& next) = nullptr;
+
+  // ---- The absorbed decode's query through a grouped W_UK^T copy (nullptr: the plain path,
+  // model/absorbed_weights.h MultiplyAbsorbedQuery: the query scaled per group, then matmul_panels
+  // a group at a time) ----
+  // One token. w: a head's W_UK^T copy [kv_lora, nope] of grouped codes with unit scales (and zero
+  // mins), packed (kernels/pack.h PackTransposedPanels), rows in groups of group_rows (a multiple
+  // of 16); scales: [groups][nope] F32, x_g[d] = q[d] * scales[g * nope + d] the query of group g;
+  // mins: nullptr, or [nope][groups] F32, min_sums[g] = sum over d in order of fma(q[d],
+  // mins[d * groups + g], .). y[r] = matmul_panels(x_g, row r) - min_sums[g] for r < w.rows, g =
+  // r / group_rows: bit for bit the plain path through this table. next_scales: the next head's
+  // scales (its table of the same shape, mins included, in L2 meanwhile), or nullptr. Only for
+  // matrices Int8DotMultiplies in an int8 table, with nope a multiple of 8, nope <=
+  // kGroupedQueryMaxCols and groups <= kGroupedQueryMaxGroups (the kernel's stack scratch).
+  void (*grouped_query_product)(const float* q, const float* scales, const float* mins, const WeightMatrix& w,
+                                int64_t group_rows, const float* next_scales, float* y) = nullptr;
 
   // ---- Attention's run-time panels (nullptr: kernels/pack.h PackF32Panels, the plain path) ----
   // PackF32Panels' contract (the MHA prefill's keys and transposed values); the bf16 tables' entry

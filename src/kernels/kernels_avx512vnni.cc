@@ -411,6 +411,131 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
 }
 
 
+// One group's query codes quantized as Quantize quantizes a token of one group of `cols`
+// columns, from x = q * s (one fp32 multiply each, formed twice rather than stored): the same
+// maximum, scale, rounding and clamp, so the same codes and scale. The codes' sum only where the
+// format's offset needs it (int8: the copy's mins are zero, so uint4-min and uint8-min never read it).
+template <bool kSum>
+GroupScale QuantizeScaled(const float* q, const float* s, int64_t cols, int8_t* codes) {
+  const auto mask = [&](int64_t c) {
+    return cols - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (cols - c)) - 1);
+  };
+  const auto scaled = [&](int64_t c) {
+    return _mm512_mul_ps(_mm512_maskz_loadu_ps(mask(c), q + c), _mm512_maskz_loadu_ps(mask(c), s + c));
+  };
+  __m512 amax = _mm512_setzero_ps();
+  for (int64_t c = 0; c < cols; c += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(scaled(c)));
+  const float d = _mm512_reduce_max_ps(amax) / 127.0f;
+  const __m512 inv = _mm512_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+  __m512i sum = _mm512_setzero_si512();
+  for (int64_t c = 0; c < cols; c += 16) {
+    __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(scaled(c), inv));
+    v = _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+    if constexpr (kSum) sum = _mm512_add_epi32(sum, v);  // masked lanes are zero
+    _mm_mask_storeu_epi8(codes + c, mask(c), _mm512_cvtepi32_epi8(v));
+  }
+  return {d, kSum ? _mm512_reduce_add_epi32(sum) : 0};
+}
+
+// kPanels (1 or 2) consecutive panels of a W_UK^T copy for one group's query codes (one token),
+// all `cols` columns (one group of the copy): each panel's sums in two chains as OnePanel's (so
+// the same exact integer sums), the query's words broadcast once for both panels; then
+// y = fma(float(sum), d, 0) - min_sum: what OnePanel gives with the copy's unit scale and zero
+// min, less the group's min sum as the plain path subtracts it.
+template <WeightFormat F, int kPanels>
+void QueryPanels(const int8_t* codes, GroupScale scale, int64_t cols, const std::byte* panel, float min_sum,
+                 float* y) {
+  using Format = CodeFormat<F>;
+  constexpr int64_t kColumnBytes = Format::kColumnBytes;
+  const int64_t panel_bytes = cols * kColumnBytes;
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  __m512i chain[kPanels][2];
+#pragma GCC unroll 2
+  for (int p = 0; p < kPanels; ++p) {
+    chain[p][0] = _mm512_set1_epi32(-Format::kOffset * scale.sum);
+    chain[p][1] = _mm512_setzero_si512();
+  }
+  for (int64_t c = 0; c < cols; c += 8) {  // columns c .. c + 7 (whole steps: TransposedCopyPays)
+    int32_t word[2];
+    std::memcpy(word, codes + c, 8);
+    const __m512i x0 = _mm512_set1_epi32(word[0]), x1 = _mm512_set1_epi32(word[1]);
+#pragma GCC unroll 2
+    for (int p = 0; p < kPanels; ++p) {
+      const std::byte* at = panel + p * panel_bytes + c * kColumnBytes;
+      _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchBytes, _MM_HINT_T0);
+      __m512i u0, u1;
+      if constexpr (Format::kNibbles) {
+        const __m512i b = Format::Codes(_mm512_loadu_si512(at));
+        u0 = _mm512_and_si512(b, nibble);
+        u1 = _mm512_and_si512(_mm512_srli_epi16(b, 4), nibble);
+      } else {
+        _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchBytes + 64, _MM_HINT_T0);
+        u0 = Format::Codes(_mm512_loadu_si512(at));
+        u1 = Format::Codes(_mm512_loadu_si512(at + 64));
+      }
+      chain[p][0] = _mm512_dpbusd_epi32(chain[p][0], u0, x0);
+      chain[p][1] = _mm512_dpbusd_epi32(chain[p][1], u1, x1);
+    }
+  }
+  const __m512 d = _mm512_set1_ps(scale.d), m = _mm512_set1_ps(min_sum);
+#pragma GCC unroll 2
+  for (int p = 0; p < kPanels; ++p) {
+    const __m512 out = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(chain[p][0], chain[p][1])), d,
+                                       _mm512_setzero_ps());
+    _mm512_storeu_ps(y + p * kPanelRows, _mm512_sub_ps(out, m));
+  }
+}
+
+// KernelSet::grouped_query_product for one format, in the order the head's bytes lie (its table's
+// scales, its mins, then the copy's codes): every group's query quantized first (QuantizeScaled;
+// the groups independent, so their reductions overlap), then the min sums (fma in d order: whole
+// vectors of groups as AxpyF32 takes them, a tail through axpy_tail, the base table's axpy_f32:
+// the plain path's), then the panels two at a time (QueryPanels). Bit for bit the plain path:
+// the same codes, exact integer sums, and one rounding each for the scale and the min sum.
+template <WeightFormat F>
+void GroupedQuery(const float* q, const float* scales, const float* mins, const WeightMatrix& w, int64_t group_rows,
+                  const float* next_scales, float* y, void (*axpy_tail)(float, const float*, float*, int64_t)) {
+  const int64_t nope = w.cols, groups = w.rows / group_rows;
+  assert(nope <= kGroupedQueryMaxCols && nope % 8 == 0 && groups <= kGroupedQueryMaxGroups &&
+         group_rows % kPanelRows == 0 && w.block_cols == nope && w.rows % group_rows == 0);
+  alignas(64) int8_t codes[kGroupedQueryMaxGroups * kGroupedQueryMaxCols];
+  GroupScale scale[kGroupedQueryMaxGroups];
+  for (int64_t g = 0; g < groups; ++g) {
+    // The copy's first codes meanwhile (QueryPanels' prefetch runs kPrefetchBytes ahead of its reads).
+    for (int64_t at = g * 64; at < kPrefetchBytes; at += groups * 64) {
+      _mm_prefetch(static_cast<const char*>(w.data) + at, _MM_HINT_T0);
+    }
+    scale[g] = QuantizeScaled<CodeFormat<F>::kOffset != 0>(q, scales + g * nope, nope, codes + g * nope);
+  }
+  alignas(64) float min_sums[kGroupedQueryMaxGroups] = {};
+  if (mins != nullptr) {
+    const int64_t whole = groups / 16 * 16;
+    for (int64_t g = 0; g < whole; g += 16) {  // each vector's sums in a register, d in order
+      __m512 sum = _mm512_setzero_ps();
+      for (int64_t d = 0; d < nope; ++d) sum = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_loadu_ps(mins + d * groups + g), sum);
+      _mm512_store_ps(min_sums + g, sum);
+    }
+    for (int64_t d = 0; whole < groups && d < nope; ++d) {
+      axpy_tail(q[d], mins + d * groups + whole, min_sums + whole, groups - whole);
+    }
+  }
+  const int64_t panels_per_group = group_rows / kPanelRows;
+  // The next head's table into L2 while the codes are multiplied, a line or two a group.
+  const int64_t next_lines = next_scales == nullptr ? 0 : (groups * nope * (mins != nullptr ? 2 : 1) * 4 + 63) / 64;
+  const int64_t lines_per_group = (next_lines + groups - 1) / groups;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t line = g * lines_per_group; line < std::min(next_lines, (g + 1) * lines_per_group); ++line) {
+      _mm_prefetch(reinterpret_cast<const char*>(next_scales) + line * 64, _MM_HINT_T1);
+    }
+    int64_t p = g * panels_per_group;
+    const int64_t end = p + panels_per_group;
+    for (; p + 2 <= end; p += 2) {
+      QueryPanels<F, 2>(codes + g * nope, scale[g], nope, w.panel(p), min_sums[g], y + p * kPanelRows);
+    }
+    if (p < end) QueryPanels<F, 1>(codes + g * nope, scale[g], nope, w.panel(p), min_sums[g], y + p * kPanelRows);
+  }
+}
+
 // The table with int8 products over the AVX-512 table kBase names (0: fp32; else the bf16 table
 // from that many tokens).
 template <int kBase>
@@ -441,8 +566,17 @@ struct Int8Over {
     Product(Parts(const_cast<float*>(xp), n, w.cols), n, w, panel_begin, panel_end, y, ldy);
   }
 
+  static void GroupedQueryProduct(const float* q, const float* scales, const float* mins, const WeightMatrix& w,
+                                  int64_t group_rows, const float* next_scales, float* y) {
+    assert(Int8DotMultiplies(w) && w.format != WeightFormat::kInt4Group);
+    WithCodeFormat(w.format, [&](auto format) {
+      GroupedQuery<decltype(format)::value>(q, scales, mins, w, group_rows, next_scales, y, Base().axpy_f32);
+    });
+  }
+
   static KernelSet Make(const char* name) {
     KernelSet k = Base();
+    k.grouped_query_product = GroupedQueryProduct;
     k.name = name;
     k.int8_dot = true;
     k.matmul_panels = MatMulPanels;

@@ -128,7 +128,7 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& po
     for (int64_t h = 0; h < heads; ++h) visit(a.uv, h, UvRows(a, c, h), Copy::kRows);
     for (int64_t h = 0; h < heads; ++h) visit(a.uk, h, UkRows(a, c, h), Copy::kRows);
   };
-  // A grouped W_UK^T copy is followed by its head's scale table (ScaleTableFloats).
+  // A grouped W_UK^T copy follows its head's scale table (ScaleTableFloats).
   auto bytes = [](const WeightMatrix& rows, Copy how) {
     switch (how) {
       case Copy::kRows: return PackedBytes(rows);  // a multiple of 64: each copy 64-byte aligned
@@ -163,7 +163,19 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& po
       if (copies.size() <= size_t(h)) copies.resize(size_t(h) + 1);
       switch (how) {
         case Copy::kRows: copies[size_t(h)] = PackPanels(rows, at, pool); break;
-        case Copy::kTransposed: copies[size_t(h)] = PackTransposedPanels(rows, at); break;
+        case Copy::kTransposed: {
+          // A grouped copy's table first: the query's products read it, then the codes, and the
+          // codes' prefetch runs on into the next head's table.
+          const size_t table_bytes = PackAlignUp(size_t(ScaleTableFloats(rows)) * sizeof(float));
+          if (table_bytes > 0) {
+            if (a.uk_t_scales.size() <= size_t(h)) a.uk_t_scales.resize(size_t(h) + 1);
+            auto* table = reinterpret_cast<float*>(at);
+            FillScaleTable(rows, table);
+            a.uk_t_scales[size_t(h)] = table;
+          }
+          copies[size_t(h)] = PackTransposedPanels(rows, at + table_bytes);
+          break;
+        }
         case Copy::kTransposedF32:
           // rows: W_UK^T [kv_lora, nope]; the copy W_UK [nope, kv_lora]: (j, c) = rows(c, j).
           // (Over the pool, rows apart: a value at a time through WeightAt, and DeepSeek-V3
@@ -176,12 +188,6 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& po
           });
           copies[size_t(h)] = PackF32Panels(widened.data(), rows.cols, rows.rows, 1, rows.cols, DType::kF32, at);
           break;
-      }
-      if (how == Copy::kTransposed && ScaleTableFloats(rows) > 0) {
-        if (a.uk_t_scales.size() <= size_t(h)) a.uk_t_scales.resize(size_t(h) + 1);
-        auto* table = reinterpret_cast<float*>(at + PackedBytes(TransposedShape(rows)));
-        FillScaleTable(rows, table);
-        a.uk_t_scales[size_t(h)] = table;
       }
       at += bytes(rows, how);
     });
@@ -200,6 +206,38 @@ void ScaleAbsorbedQuery(const KernelSet& k, const AttentionWeights& a, const Mod
   const float* mins = scales + groups * nope;  // [nope][groups]
   std::fill(min_sums, min_sums + groups, 0.0f);
   for (int64_t d = 0; d < nope; ++d) k.axpy_f32(q_nope[d], mins + d * groups, min_sums, groups);
+}
+
+void MultiplyAbsorbedQuery(const KernelSet& k, const AttentionWeights& a, const ModelConfig& c, int64_t head,
+                           const float* q_nope, float* q_lat) {
+  const WeightMatrix& uk_t = a.uk_t[size_t(head)];
+  const int64_t L = c.kv_lora_rank;
+  if (a.uk_t_scales.empty()) {
+    k.matmul_panels(q_nope, 1, uk_t, 0, uk_t.num_panels(), q_lat, L);
+    return;
+  }
+  const WeightMatrix uk = UkRows(a, c, head);
+  const int64_t group_rows = uk.block_cols, groups = uk.scale_cols(), nope = uk.rows;
+  // (TransposedCopyPays' limits: groups <= kMaxAbsorbedQueryGroups, groups * nope floats.)
+  MLA_CHECK(nope * groups <= kMaxAbsorbedQueryFloats && groups <= kMaxAbsorbedQueryGroups);
+  if (k.grouped_query_product != nullptr && Int8DotMultiplies(uk_t) && nope % 8 == 0 &&
+      nope <= kGroupedQueryMaxCols) {
+    const float* table = a.uk_t_scales[size_t(head)];
+    const float* next = size_t(head) + 1 < a.uk_t_scales.size() ? a.uk_t_scales[size_t(head) + 1] : nullptr;
+    k.grouped_query_product(q_nope, table, uk.has_mins() ? table + groups * nope : nullptr, uk_t, group_rows, next,
+                            q_lat);
+    return;
+  }
+  float scaled[kMaxAbsorbedQueryFloats];    // [groups, nope]
+  float min_sums[kMaxAbsorbedQueryGroups];  // [groups] (codes with mins)
+  ScaleAbsorbedQuery(k, a, c, head, q_nope, scaled, min_sums);
+  for (int64_t g = 0; g < groups; ++g) {
+    k.matmul_panels(scaled + g * nope, 1, uk_t, g * group_rows / kPanelRows, (g + 1) * group_rows / kPanelRows, q_lat,
+                    L);
+    if (uk.has_mins()) {
+      for (int64_t r = g * group_rows; r < (g + 1) * group_rows; ++r) q_lat[r] -= min_sums[g];
+    }
+  }
 }
 
 }  // namespace mlaserve

@@ -8,12 +8,14 @@
 //
 // Formats: W_UV and W_UK copies for dense kv_b (F32, BF16, F16) and every grouped format (int4,
 // int8 = GGUF's Q8_0 / Q6_K, uint4 and uint8 with mins = Q4_K / Q4_0 / Q5_K); the W_UK^T copy for
-// dense and the grouped codes but int4: it keeps the codes, and after each head's copy a table of
+// dense and the grouped codes but int4: it keeps the codes, and before each head's copy a table of
 // that head's W_UK scales transposed (and its mins), which the query's multiply reads
 // (ScaleAbsorbedQuery: x[d] = q_nope[d] * scale(d, g) for output group g, minus sum_d q_nope[d] *
 // min(d, g) after the product; read from kv_b's own scales, strided by the groups, it was a
 // quarter of a Q6_K decode's kv_b phase: docs/benchmarks.md, "Q6_K decode: the absorbed query's
-// kv_b work"). fp8 blocks get all three copies where each head's W_UK and W_UV rows are whole
+// kv_b work"). An int8 table multiplies a grouped copy in one pass a head
+// (KernelSet::grouped_query_product: the table, then the codes, the next head's table fetched
+// meanwhile), bit for bit the plain path's groups (MultiplyAbsorbedQuery). fp8 blocks get all three copies where each head's W_UK and W_UV rows are whole
 // bands of the block grid (DeepSeek-V3: 128 x 128 blocks, nope = v = 128), each copy with its
 // bands' scales (W_UK^T's blocks transposed, so its query is multiplied as it is, one product a
 // head); where a band spans two heads' rows, none. A product without its copy keeps the
@@ -46,7 +48,7 @@ namespace mlaserve {
 // kv_b whose copies would need more gets none.
 inline constexpr int64_t kMaxAbsorbedQueryFloats = 8192;
 // Scale groups of a W_UK row the query scaling takes (stack scratch): kv_lora 1024 in groups of 16.
-inline constexpr int64_t kMaxAbsorbedQueryGroups = 64;
+inline constexpr int64_t kMaxAbsorbedQueryGroups = kGroupedQueryMaxGroups;
 
 // Fills every layer's AttentionWeights::uk_t, uv and uk (the MTP layer's too) from its kv_b, which
 // holds kv_b.rows / (nope + v) heads (a tensor-parallel rank's), or from its split pair. An error
@@ -67,5 +69,13 @@ inline bool HasTransposedCopies(const AttentionWeights& a) { return !a.uk_t.empt
 // a grouped W_UK^T copy (a dense copy multiplies q_nope itself).
 void ScaleAbsorbedQuery(const KernelSet& k, const AttentionWeights& a, const ModelConfig& config, int64_t head,
                         const float* q_nope, float* x, float* min_sums);
+
+// q_lat[0, kv_lora) = W_UK^T of head `head` times q_nope (one token), through the layer's W_UK^T
+// copy (HasTransposedCopies): a copy without a scale table is one product; a grouped one takes
+// k.grouped_query_product where the table has it (one pass over the head's table and codes), else
+// the plain path it must equal bit for bit: ScaleAbsorbedQuery, then matmul_panels a group at a
+// time and the group's min sum off each output.
+void MultiplyAbsorbedQuery(const KernelSet& k, const AttentionWeights& a, const ModelConfig& config, int64_t head,
+                           const float* q_nope, float* q_lat);
 
 }  // namespace mlaserve

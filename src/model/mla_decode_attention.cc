@@ -240,33 +240,14 @@ void Model::AbsorbQueries(const KernelSet& k, const AttentionWeights& w, std::sp
   const int64_t kv_b_rows_per_head = nope + c.v_head_dim;
   if (HasTransposedCopies(w)) {
     // q_lat[t, h, :L] = W_UK^T[h] @ q_nope[t, h, :], a token at a time (each token's product is
-    // its own: batch-invariant). A copy without a scale table (dense, or a split pair's k_b,
-    // grouped along nope as any matrix) is one product; kv_b's grouped codes take the query scaled
-    // by group g's W_UK scales, then the copy's rows of group g.
-    const bool scaled_groups = !w.uk_t_scales.empty();
-    const int64_t group_rows = scaled_groups ? w.kv_b.block_cols : L;
-    MLA_CHECK(int64_t(nope) * (L / group_rows) <= kMaxAbsorbedQueryFloats &&
-              L / group_rows <= kMaxAbsorbedQueryGroups);  // TransposedCopyPays's limits
+    // its own: batch-invariant), through the head's copy (MultiplyAbsorbedQuery: one product, or
+    // kv_b's grouped codes a group at a time with the query scaled by the group's W_UK scales).
     pool_.ParallelFor(heads, 1, [&](int64_t begin, int64_t end) {
-      float scaled[kMaxAbsorbedQueryFloats];  // [groups, nope]
-      float min_sums[kMaxAbsorbedQueryGroups];  // [groups] (codes with mins)
       for (int64_t h = begin; h < end; ++h) {
-        const WeightMatrix& uk_t = w.uk_t[size_t(h)];
         for (int32_t t : tokens) {
           const float* q_head = ws.q.data() + (int64_t(t) * heads + h) * qk_dim;
           float* q_lat = ws.q_lat.data() + (int64_t(t) * heads + h) * row_dim;
-          if (!scaled_groups) {
-            k.matmul_panels(q_head, 1, uk_t, 0, uk_t.num_panels(), q_lat, L);
-          } else {
-            ScaleAbsorbedQuery(k, w, c, h, q_head, scaled, min_sums);
-            for (int64_t g = 0; g < L / group_rows; ++g) {
-              k.matmul_panels(scaled + g * nope, 1, uk_t, g * group_rows / kPanelRows,
-                              (g + 1) * group_rows / kPanelRows, q_lat, L);
-              if (w.kv_b.has_mins()) {
-                for (int64_t r = g * group_rows; r < (g + 1) * group_rows; ++r) q_lat[r] -= min_sums[g];
-              }
-            }
-          }
+          MultiplyAbsorbedQuery(k, w, c, h, q_head, q_lat);
           std::copy(q_head + nope, q_head + qk_dim, q_lat + L);
           rope_.Apply(q_lat + L, token_positions_[size_t(t)]);
         }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <random>
 #include <string>
@@ -91,14 +92,7 @@ void ExpectCopiesMultiplyAsRows(const WeightMatrix& kv_b, bool transposed_copy) 
           ASSERT_EQ(min_sums, want_min_sums);
         }
       }
-      for (int64_t g = 0; transposed_copy && g < L / group_rows; ++g) {
-        const float* x = scaled_groups ? scaled.data() + g * nope : q.data();
-        k->matmul_panels(x, 1, a.uk_t[size_t(h)], g * group_rows / kPanelRows, (g + 1) * group_rows / kPanelRows,
-                         q_lat.data(), L);
-        if (kv_b.has_mins()) {
-          for (int64_t r = g * group_rows; r < (g + 1) * group_rows; ++r) q_lat[size_t(r)] -= min_sums[size_t(g)];
-        }
-      }
+      if (transposed_copy) MultiplyAbsorbedQuery(*k, a, c, h, q.data(), q_lat.data());
       std::vector<double> want(size_t(L), 0.0);
       for (int64_t col = 0; col < L; ++col) {
         for (int64_t d = 0; d < nope; ++d) want[size_t(col)] += double(q[size_t(d)]) * WeightAt(kv_b, h * (nope + v) + d, col);
@@ -166,6 +160,60 @@ TEST(AbsorbedWeights, GroupedCopiesMultiplyAsKvBRows) {
   for (const auto& t : cases) {
     SCOPED_TRACE(std::to_string(int(t.format)) + " group " + std::to_string(t.group));
     ExpectCopiesMultiplyAsRows(RandomKvB(t.format, 1, t.group, rng).matrix, t.transposed_copy);
+  }
+}
+
+// The int8 tables' one-pass absorbed query (KernelSet::grouped_query_product) gives the plain
+// path's q_lat bit for bit (ScaleAbsorbedQuery, then matmul_panels a group at a time and the min
+// sums off): DeepSeek's shape (nope 128, kv_lora 512) in Q8_0's, Q6_K's, Q4_K's and Q5_K's groups,
+// and a nope that is no multiple of 16 with 20 groups (the min sums' vector and its tail).
+TEST(AbsorbedWeights, GroupedQueryProductIsThePlainPathBitForBit) {
+  const KernelSet* int8 = CpuSupportsInt8Dot() ? WithInt8Dot(Avx512Kernels()) : nullptr;
+  if (int8 == nullptr) GTEST_SKIP() << "no int8 dot-product table on this CPU";
+  std::vector<const KernelSet*> tables = {int8};
+  if (CpuSupportsBf16Dot()) tables.push_back(WithInt8Dot(Avx512Bf16Kernels(2)));
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const struct {
+    int nope, kv_lora;
+    WeightFormat format;
+    int group;
+  } cases[] = {{128, 512, WeightFormat::kInt8Group, 32},     {128, 512, WeightFormat::kInt8Group, 16},
+               {128, 512, WeightFormat::kUint4GroupMin, 32}, {128, 512, WeightFormat::kUint8GroupMin, 32},
+               {24, 320, WeightFormat::kUint4GroupMin, 16},  {24, 320, WeightFormat::kInt8Group, 16}};
+  for (const auto& t : cases) {
+    SCOPED_TRACE(std::to_string(int(t.format)) + " group " + std::to_string(t.group) + " nope " + std::to_string(t.nope));
+    ModelConfig c = SmallMla();
+    c.num_attention_heads = 2;
+    c.qk_nope_head_dim = t.nope;
+    c.kv_lora_rank = t.kv_lora;
+    const testing::QuantWeights kv_b = testing::RandomQuantWeights(
+        t.format, int64_t(c.num_attention_heads) * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank, 1, t.group, rng);
+    ModelWeights w;
+    w.layers.resize(1);
+    AttentionWeights& a = w.layers[0].attn;
+    a.kv_b = kv_b.matrix;
+    ASSERT_TRUE(PackAbsorbedWeights(w, c, pool()).ok());
+    ASSERT_TRUE(HasTransposedCopies(a));
+    ASSERT_EQ(a.uk_t_scales.size(), size_t(c.num_attention_heads));
+    for (const KernelSet* k : tables) {
+      ASSERT_NE(k->grouped_query_product, nullptr) << k->name;
+      KernelSet plain = *k;
+      plain.grouped_query_product = nullptr;
+      for (int64_t h = 0; h < c.num_attention_heads; ++h) {
+        std::vector<float> q(static_cast<size_t>(t.nope));
+        for (float& x : q) x = normal(rng);
+        q[3] = 0.0f;  // a zero and a larger value among the query's
+        q[5] = 40.0f;
+        std::vector<float> got(static_cast<size_t>(t.kv_lora), -1.0f), want(static_cast<size_t>(t.kv_lora), -2.0f);
+        MultiplyAbsorbedQuery(*k, a, c, h, q.data(), got.data());
+        MultiplyAbsorbedQuery(plain, a, c, h, q.data(), want.data());
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+              << k->name << " head " << h << " row " << i << ": " << got[i] << " vs " << want[i];
+        }
+      }
+    }
   }
 }
 
