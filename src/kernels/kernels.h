@@ -127,12 +127,13 @@ struct KernelSet {
   // One token. w: a head's W_UK^T copy [kv_lora, nope] of grouped codes with unit scales (and zero
   // mins), packed (kernels/pack.h PackTransposedPanels), rows in groups of group_rows (a multiple
   // of 16); scales: [groups][nope] F32, x_g[d] = q[d] * scales[g * nope + d] the query of group g;
-  // mins: nullptr, or [nope][groups] F32, min_sums[g] = sum over d in order of fma(q[d],
-  // mins[d * groups + g], .). y[r] = matmul_panels(x_g, row r) - min_sums[g] for r < w.rows, g =
-  // r / group_rows: bit for bit the plain path through this table. next_scales: the next head's
-  // scales (its table of the same shape, mins included, in L2 meanwhile), or nullptr. Only for
-  // matrices Int8DotMultiplies in an int8 table, with nope a multiple of 8, nope <=
-  // kGroupedQueryMaxCols and groups <= kGroupedQueryMaxGroups (the kernel's stack scratch).
+  // mins: nullptr, or [nope][groups] F32, min_sums[g] = q[d] * mins[d * groups + g] summed as
+  // this table's axpy_f32 adds row d into the sums, d in order. y[r] = matmul_panels(x_g, row r)
+  // - min_sums[g] for r < w.rows, g = r / group_rows: bit for bit the plain path through this
+  // table. next_scales: the next head's scales (its table of the same shape, mins included, in L2
+  // meanwhile), or nullptr. Only for matrices Int8DotMultiplies but int4 groups (which get no
+  // W_UK^T copy) in an int8 table, with nope a multiple of 8, nope <= kGroupedQueryMaxCols and
+  // groups <= kGroupedQueryMaxGroups (the kernel's stack scratch).
   void (*grouped_query_product)(const float* q, const float* scales, const float* mins, const WeightMatrix& w,
                                 int64_t group_rows, const float* next_scales, float* y) = nullptr;
 

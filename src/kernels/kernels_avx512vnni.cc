@@ -113,6 +113,27 @@ Int8Activations Parts(float* xp, int64_t n, int64_t cols) {
   return {reinterpret_cast<int8_t*>(base), reinterpret_cast<GroupScale*>(base + Int8ActivationCodeBytes(n, cols))};
 }
 
+// One group of `cols` values (x(c) gives the 16 from column c, masked lanes zero) quantized:
+// amax = max |x|, d = amax / 127, codes = nearest-even(x * (1 / d)) clamped to +-127 (d = 0:
+// zeros), stored through `order` (a byte shuffle within each 16); with kSum, their sum.
+template <bool kSum, class LoadX>
+[[gnu::always_inline]] inline GroupScale QuantizeGroup(LoadX x, int64_t cols, const __m128i order, int8_t* codes) {
+  const auto mask = [&](int64_t c) { return cols - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (cols - c)) - 1); };
+  __m512 amax = _mm512_setzero_ps();
+  for (int64_t c = 0; c < cols; c += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(x(c, mask(c))));
+  const float d = _mm512_reduce_max_ps(amax) / 127.0f;
+  const __m512 inv = _mm512_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+  __m512i sum = _mm512_setzero_si512();
+  for (int64_t c = 0; c < cols; c += 16) {
+    // Nearest-even (the MXCSR default), clamped for safety: |x * inv| <= 127 up to rounding.
+    __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(x(c, mask(c)), inv));
+    v = _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+    if constexpr (kSum) sum = _mm512_add_epi32(sum, v);  // masked lanes are zero
+    _mm_mask_storeu_epi8(codes + c, mask(c), _mm_shuffle_epi8(_mm512_cvtepi32_epi8(v), order));
+  }
+  return {d, kSum ? _mm512_reduce_add_epi32(sum) : 0};
+}
+
 // Quantizes token rows [t_begin, t_end) of x ([n][cols]) per group of `group` columns.
 // pair_order (int4 weights, CodeFormat::Codes): each 8 columns stored as 0, 2, 4, 6, 1, 3, 5, 7.
 void Quantize(const float* x, int64_t cols, int64_t group, int64_t t_begin, int64_t t_end, Int8Activations a,
@@ -121,28 +142,10 @@ void Quantize(const float* x, int64_t cols, int64_t group, int64_t t_begin, int6
                                    : _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const int64_t groups = cols / group;
   for (int64_t t = t_begin; t < t_end; ++t) {
-    const float* row = x + t * cols;
-    int8_t* q = a.q + t * cols;
     for (int64_t g = 0; g < groups; ++g) {
-      const float* xg = row + g * group;
-      __m512 amax = _mm512_setzero_ps();
-      for (int64_t c = 0; c < group; c += 16) {
-        const __mmask16 m = group - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (group - c)) - 1);
-        amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_maskz_loadu_ps(m, xg + c)));
-      }
-      const float max_abs = _mm512_reduce_max_ps(amax);
-      const float d = max_abs / 127.0f;
-      const float inv = d > 0.0f ? 1.0f / d : 0.0f;
-      __m512i sum = _mm512_setzero_si512();
-      for (int64_t c = 0; c < group; c += 16) {
-        const __mmask16 m = group - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (group - c)) - 1);
-        // Nearest-even (the MXCSR default), clamped for safety: |x * inv| <= 127 up to rounding.
-        __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, xg + c), _mm512_set1_ps(inv)));
-        v = _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
-        sum = _mm512_add_epi32(sum, _mm512_maskz_mov_epi32(m, v));
-        _mm_mask_storeu_epi8(q + g * group + c, m, _mm_shuffle_epi8(_mm512_cvtepi32_epi8(v), order));
-      }
-      a.s[t * groups + g] = {d, _mm512_reduce_add_epi32(sum)};
+      const float* xg = x + t * cols + g * group;
+      const auto load = [xg](int64_t c, __mmask16 m) { return _mm512_maskz_loadu_ps(m, xg + c); };
+      a.s[t * groups + g] = QuantizeGroup<true>(load, group, order, a.q + t * cols + g * group);
     }
   }
 }
@@ -411,30 +414,16 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
 }
 
 
-// One group's query codes quantized as Quantize quantizes a token of one group of `cols`
-// columns, from x = q * s (one fp32 multiply each, formed twice rather than stored): the same
-// maximum, scale, rounding and clamp, so the same codes and scale. The codes' sum only where the
-// format's offset needs it (int8: the copy's mins are zero, so uint4-min and uint8-min never read it).
+// One group's query codes: QuantizeGroup of x = q * s (one fp32 multiply each, formed in
+// registers), so the codes and scale Quantize gives the plain path's scaled copy. The codes' sum
+// only where the format's offset needs it (int8; the copy's mins are zero, so uint4-min and
+// uint8-min never read it).
 template <bool kSum>
-GroupScale QuantizeScaled(const float* q, const float* s, int64_t cols, int8_t* codes) {
-  const auto mask = [&](int64_t c) {
-    return cols - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (cols - c)) - 1);
+[[gnu::always_inline]] inline GroupScale QuantizeScaled(const float* q, const float* s, int64_t cols, int8_t* codes) {
+  const auto load = [q, s](int64_t c, __mmask16 m) {
+    return _mm512_mul_ps(_mm512_maskz_loadu_ps(m, q + c), _mm512_maskz_loadu_ps(m, s + c));
   };
-  const auto scaled = [&](int64_t c) {
-    return _mm512_mul_ps(_mm512_maskz_loadu_ps(mask(c), q + c), _mm512_maskz_loadu_ps(mask(c), s + c));
-  };
-  __m512 amax = _mm512_setzero_ps();
-  for (int64_t c = 0; c < cols; c += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(scaled(c)));
-  const float d = _mm512_reduce_max_ps(amax) / 127.0f;
-  const __m512 inv = _mm512_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
-  __m512i sum = _mm512_setzero_si512();
-  for (int64_t c = 0; c < cols; c += 16) {
-    __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(scaled(c), inv));
-    v = _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
-    if constexpr (kSum) sum = _mm512_add_epi32(sum, v);  // masked lanes are zero
-    _mm_mask_storeu_epi8(codes + c, mask(c), _mm512_cvtepi32_epi8(v));
-  }
-  return {d, kSum ? _mm512_reduce_add_epi32(sum) : 0};
+  return QuantizeGroup<kSum>(load, cols, _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), codes);
 }
 
 // kPanels (1 or 2) consecutive panels of a W_UK^T copy for one group's query codes (one token),
@@ -448,6 +437,11 @@ void QueryPanels(const int8_t* codes, GroupScale scale, int64_t cols, const std:
   using Format = CodeFormat<F>;
   constexpr int64_t kColumnBytes = Format::kColumnBytes;
   const int64_t panel_bytes = cols * kColumnBytes;
+  // Prefetches land at the same place in a later pair (the copy's panels, and its groups, lie
+  // one after another): whole pairs ahead, at least kPrefetchBytes. (kPrefetchBytes itself would
+  // land in the pair's own second panel where a panel is 2 KB: Q8_0's at nope 128.)
+  const int64_t pair_bytes = kPanels * panel_bytes;
+  const int64_t ahead = (kPrefetchBytes + pair_bytes - 1) / pair_bytes * pair_bytes;
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   __m512i chain[kPanels][2];
 #pragma GCC unroll 2
@@ -462,14 +456,14 @@ void QueryPanels(const int8_t* codes, GroupScale scale, int64_t cols, const std:
 #pragma GCC unroll 2
     for (int p = 0; p < kPanels; ++p) {
       const std::byte* at = panel + p * panel_bytes + c * kColumnBytes;
-      _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchBytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(at) + ahead, _MM_HINT_T0);
       __m512i u0, u1;
       if constexpr (Format::kNibbles) {
         const __m512i b = Format::Codes(_mm512_loadu_si512(at));
         u0 = _mm512_and_si512(b, nibble);
         u1 = _mm512_and_si512(_mm512_srli_epi16(b, 4), nibble);
       } else {
-        _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchBytes + 64, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(at) + ahead + 64, _MM_HINT_T0);
         u0 = Format::Codes(_mm512_loadu_si512(at));
         u1 = Format::Codes(_mm512_loadu_si512(at + 64));
       }
@@ -501,8 +495,9 @@ void GroupedQuery(const float* q, const float* scales, const float* mins, const 
   alignas(64) int8_t codes[kGroupedQueryMaxGroups * kGroupedQueryMaxCols];
   GroupScale scale[kGroupedQueryMaxGroups];
   for (int64_t g = 0; g < groups; ++g) {
-    // The copy's first codes meanwhile (QueryPanels' prefetch runs kPrefetchBytes ahead of its reads).
-    for (int64_t at = g * 64; at < kPrefetchBytes; at += groups * 64) {
+    // The copy's first codes meanwhile (QueryPanels' prefetch runs a pair, at least
+    // kPrefetchBytes, ahead of its reads: up to 4 KB at nope 128).
+    for (int64_t at = g * 64; at < 2 * kPrefetchBytes; at += groups * 64) {
       _mm_prefetch(static_cast<const char*>(w.data) + at, _MM_HINT_T0);
     }
     scale[g] = QuantizeScaled<CodeFormat<F>::kOffset != 0>(q, scales + g * nope, nope, codes + g * nope);
@@ -512,7 +507,9 @@ void GroupedQuery(const float* q, const float* scales, const float* mins, const 
     const int64_t whole = groups / 16 * 16;
     for (int64_t g = 0; g < whole; g += 16) {  // each vector's sums in a register, d in order
       __m512 sum = _mm512_setzero_ps();
-      for (int64_t d = 0; d < nope; ++d) sum = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_loadu_ps(mins + d * groups + g), sum);
+      for (int64_t d = 0; d < nope; ++d) {
+        sum = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_loadu_ps(mins + d * groups + g), sum);
+      }
       _mm512_store_ps(min_sums + g, sum);
     }
     for (int64_t d = 0; whole < groups && d < nope; ++d) {

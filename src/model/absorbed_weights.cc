@@ -164,8 +164,9 @@ Status PackAbsorbedWeights(ModelWeights& w, const ModelConfig& c, ThreadPool& po
       switch (how) {
         case Copy::kRows: copies[size_t(h)] = PackPanels(rows, at, pool); break;
         case Copy::kTransposed: {
-          // A grouped copy's table first: the query's products read it, then the codes, and the
-          // codes' prefetch runs on into the next head's table.
+          // A grouped copy's table first: the query's product reads it, then the codes (the
+          // one-pass kernel fetches the next head's table itself: the copy's unit scale lines
+          // lie between).
           const size_t table_bytes = PackAlignUp(size_t(ScaleTableFloats(rows)) * sizeof(float));
           if (table_bytes > 0) {
             if (a.uk_t_scales.size() <= size_t(h)) a.uk_t_scales.resize(size_t(h) + 1);
@@ -208,36 +209,50 @@ void ScaleAbsorbedQuery(const KernelSet& k, const AttentionWeights& a, const Mod
   for (int64_t d = 0; d < nope; ++d) k.axpy_f32(q_nope[d], mins + d * groups, min_sums, groups);
 }
 
-void MultiplyAbsorbedQuery(const KernelSet& k, const AttentionWeights& a, const ModelConfig& c, int64_t head,
-                           const float* q_nope, float* q_lat) {
-  const WeightMatrix& uk_t = a.uk_t[size_t(head)];
-  const int64_t L = c.kv_lora_rank;
-  if (a.uk_t_scales.empty()) {
-    k.matmul_panels(q_nope, 1, uk_t, 0, uk_t.num_panels(), q_lat, L);
-    return;
-  }
+namespace {
+
+// MultiplyAbsorbedQuery's plain path for a grouped copy (its own frame: the scaled copies' 32 KB
+// of stack only where they are used).
+[[gnu::noinline]] void MultiplyGroupsPlain(const KernelSet& k, const AttentionWeights& a, const ModelConfig& c,
+                                           int64_t head, const float* q_nope, float* q_lat) {
   const WeightMatrix uk = UkRows(a, c, head);
+  const WeightMatrix& uk_t = a.uk_t[size_t(head)];
   const int64_t group_rows = uk.block_cols, groups = uk.scale_cols(), nope = uk.rows;
-  // (TransposedCopyPays' limits: groups <= kMaxAbsorbedQueryGroups, groups * nope floats.)
-  MLA_CHECK(nope * groups <= kMaxAbsorbedQueryFloats && groups <= kMaxAbsorbedQueryGroups);
-  if (k.grouped_query_product != nullptr && Int8DotMultiplies(uk_t) && nope % 8 == 0 &&
-      nope <= kGroupedQueryMaxCols) {
-    const float* table = a.uk_t_scales[size_t(head)];
-    const float* next = size_t(head) + 1 < a.uk_t_scales.size() ? a.uk_t_scales[size_t(head) + 1] : nullptr;
-    k.grouped_query_product(q_nope, table, uk.has_mins() ? table + groups * nope : nullptr, uk_t, group_rows, next,
-                            q_lat);
-    return;
-  }
   float scaled[kMaxAbsorbedQueryFloats];    // [groups, nope]
   float min_sums[kMaxAbsorbedQueryGroups];  // [groups] (codes with mins)
   ScaleAbsorbedQuery(k, a, c, head, q_nope, scaled, min_sums);
   for (int64_t g = 0; g < groups; ++g) {
     k.matmul_panels(scaled + g * nope, 1, uk_t, g * group_rows / kPanelRows, (g + 1) * group_rows / kPanelRows, q_lat,
-                    L);
+                    c.kv_lora_rank);
     if (uk.has_mins()) {
       for (int64_t r = g * group_rows; r < (g + 1) * group_rows; ++r) q_lat[r] -= min_sums[g];
     }
   }
+}
+
+}  // namespace
+
+void MultiplyAbsorbedQuery(const KernelSet& k, const AttentionWeights& a, const ModelConfig& c, int64_t head,
+                           const float* q_nope, float* q_lat) {
+  const WeightMatrix& uk_t = a.uk_t[size_t(head)];
+  if (a.uk_t_scales.empty()) {
+    k.matmul_panels(q_nope, 1, uk_t, 0, uk_t.num_panels(), q_lat, c.kv_lora_rank);
+    return;
+  }
+  const WeightMatrix uk = UkRows(a, c, head);
+  const int64_t groups = uk.scale_cols(), nope = uk.rows;
+  // (TransposedCopyPays' limits: groups <= kMaxAbsorbedQueryGroups, groups * nope floats.)
+  MLA_CHECK(nope * groups <= kMaxAbsorbedQueryFloats && groups <= kMaxAbsorbedQueryGroups &&
+            size_t(head) < a.uk_t_scales.size());
+  if (k.grouped_query_product != nullptr && Int8DotMultiplies(uk_t) && uk_t.format != WeightFormat::kInt4Group &&
+      nope % 8 == 0 && nope <= kGroupedQueryMaxCols) {
+    const float* table = a.uk_t_scales[size_t(head)];
+    const float* next = size_t(head) + 1 < a.uk_t_scales.size() ? a.uk_t_scales[size_t(head) + 1] : nullptr;
+    k.grouped_query_product(q_nope, table, uk.has_mins() ? table + groups * nope : nullptr, uk_t, uk.block_cols, next,
+                            q_lat);
+    return;
+  }
+  MultiplyGroupsPlain(k, a, c, head, q_nope, q_lat);
 }
 
 }  // namespace mlaserve

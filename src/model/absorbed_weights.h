@@ -15,8 +15,8 @@
 // quarter of a Q6_K decode's kv_b phase: docs/benchmarks.md, "Q6_K decode: the absorbed query's
 // kv_b work"). An int8 table multiplies a grouped copy in one pass a head
 // (KernelSet::grouped_query_product: the table, then the codes, the next head's table fetched
-// meanwhile), bit for bit the plain path's groups (MultiplyAbsorbedQuery). fp8 blocks get all three copies where each head's W_UK and W_UV rows are whole
-// bands of the block grid (DeepSeek-V3: 128 x 128 blocks, nope = v = 128), each copy with its
+// meanwhile), bit for bit the plain path's groups (MultiplyAbsorbedQuery). fp8 blocks get all
+// three copies where each head's W_UK and W_UV rows are whole bands of the block grid (DeepSeek-V3: 128 x 128 blocks, nope = v = 128), each copy with its
 // bands' scales (W_UK^T's blocks transposed, so its query is multiplied as it is, one product a
 // head); where a band spans two heads' rows, none. A product without its copy keeps the
 // row-major path. A GGUF's split pair kept in its formats (AttentionWeights::k_b, v_b, kv_b

@@ -44,7 +44,8 @@ struct AttentionWeights {
   std::vector<WeightMatrix> uv;     // [heads] W_UV [v, kv_lora] (both forms' values)
   std::vector<WeightMatrix> uk;     // [heads] W_UK [nope, kv_lora] (the MHA form's keys)
   // [heads] with a grouped uk_t: W_UK's group scales transposed, F32 [kv_lora / group][nope],
-  // then with mins W_UK's mins F32 [nope][kv_lora / group] (ScaleAbsorbedQuery reads them).
+  // then with mins W_UK's mins F32 [nope][kv_lora / group] (MultiplyAbsorbedQuery reads them:
+  // ScaleAbsorbedQuery, or the table's grouped_query_product); each just before its head's copy.
   std::vector<const float*> uk_t_scales;
 };
 

@@ -180,7 +180,8 @@ TEST(AbsorbedWeights, GroupedQueryProductIsThePlainPathBitForBit) {
     int group;
   } cases[] = {{128, 512, WeightFormat::kInt8Group, 32},     {128, 512, WeightFormat::kInt8Group, 16},
                {128, 512, WeightFormat::kUint4GroupMin, 32}, {128, 512, WeightFormat::kUint8GroupMin, 32},
-               {24, 320, WeightFormat::kUint4GroupMin, 16},  {24, 320, WeightFormat::kInt8Group, 16}};
+               {24, 320, WeightFormat::kUint4GroupMin, 16},  {24, 320, WeightFormat::kInt8Group, 16},
+               {24, 320, WeightFormat::kUint8GroupMin, 16}};
   for (const auto& t : cases) {
     SCOPED_TRACE(std::to_string(int(t.format)) + " group " + std::to_string(t.group) + " nope " + std::to_string(t.nope));
     ModelConfig c = SmallMla();
@@ -205,12 +206,17 @@ TEST(AbsorbedWeights, GroupedQueryProductIsThePlainPathBitForBit) {
         for (float& x : q) x = normal(rng);
         q[3] = 0.0f;  // a zero and a larger value among the query's
         q[5] = 40.0f;
-        std::vector<float> got(static_cast<size_t>(t.kv_lora), -1.0f), want(static_cast<size_t>(t.kv_lora), -2.0f);
-        MultiplyAbsorbedQuery(*k, a, c, h, q.data(), got.data());
-        MultiplyAbsorbedQuery(plain, a, c, h, q.data(), want.data());
-        for (size_t i = 0; i < got.size(); ++i) {
-          ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
-              << k->name << " head " << h << " row " << i << ": " << got[i] << " vs " << want[i];
+        // Then the same head for an all-zero query (every group's scale 0: zero codes).
+        for (const bool zero : {false, true}) {
+          if (zero) std::fill(q.begin(), q.end(), 0.0f);
+          std::vector<float> got(static_cast<size_t>(t.kv_lora), -1.0f), want(static_cast<size_t>(t.kv_lora), -2.0f);
+          MultiplyAbsorbedQuery(*k, a, c, h, q.data(), got.data());
+          MultiplyAbsorbedQuery(plain, a, c, h, q.data(), want.data());
+          for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+                << k->name << " head " << h << " row " << i << (zero ? " (zero query)" : "") << ": " << got[i]
+                << " vs " << want[i];
+          }
         }
       }
     }
