@@ -131,9 +131,8 @@ struct KernelSet {
   // this table's axpy_f32 adds row d into the sums, d in order. y[r] = matmul_panels(x_g, row r)
   // - min_sums[g] for r < w.rows, g = r / group_rows: bit for bit the plain path through this
   // table. next_scales: the next head's scales (its table of the same shape, mins included, in L2
-  // meanwhile), or nullptr. Only for matrices Int8DotMultiplies but int4 groups (which get no
-  // W_UK^T copy) in an int8 table, with nope a multiple of 8, nope <= kGroupedQueryMaxCols and
-  // groups <= kGroupedQueryMaxGroups (the kernel's stack scratch).
+  // meanwhile), or nullptr. Only for copies GroupedQueryProductTakes, groups <=
+  // kGroupedQueryMaxGroups (the kernel's stack scratch).
   void (*grouped_query_product)(const float* q, const float* scales, const float* mins, const WeightMatrix& w,
                                 int64_t group_rows, const float* next_scales, float* y) = nullptr;
 
@@ -205,6 +204,13 @@ inline bool Int8DotMultiplies(const WeightMatrix& w) {
   if (!w.packed || w.block_cols <= 0 || w.cols % w.block_cols != 0) return false;
   if (w.format == WeightFormat::kInt8Group || w.format == WeightFormat::kUint8GroupMin) return w.block_cols % 4 == 0;
   return (w.format == WeightFormat::kUint4GroupMin || w.format == WeightFormat::kInt4Group) && w.block_cols % 8 == 0;
+}
+// The W_UK^T copies an int8 table's grouped_query_product multiplies (the formats with such copies
+// but int4, which gets none), with nope (the copy's columns) in whole 8-column steps and within the
+// kernel's stack scratch.
+inline bool GroupedQueryProductTakes(const WeightMatrix& uk_t) {
+  return Int8DotMultiplies(uk_t) && uk_t.format != WeightFormat::kInt4Group && uk_t.cols % 8 == 0 &&
+         uk_t.cols <= kGroupedQueryMaxCols;
 }
 // Whether one pack_activations serves products with both a and b (MatMulPair, an MLP's gate and
 // up): they must take the same layout, so the same stored format, the same bf16 and int8

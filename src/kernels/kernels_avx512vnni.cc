@@ -274,6 +274,26 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
   }
 }
 
+// One 8-column step of a panel's codes at `at` (columns c .. c + 7) as vpdpbusd's unsigned bytes:
+// u0 columns c .. c + 3, u1 c + 4 .. c + 7 (nibbles: the low and the high ones of 64 bytes;
+// bytes: two 64-byte loads), each line prefetched `ahead` bytes on. OnePanel's step and the
+// grouped query's (QueryPanels), so that both form the same exact sums.
+template <WeightFormat F>
+[[gnu::always_inline]] inline void StepCodes(const std::byte* at, int64_t ahead, __m512i& u0, __m512i& u1) {
+  using Format = CodeFormat<F>;
+  _mm_prefetch(reinterpret_cast<const char*>(at) + ahead, _MM_HINT_T0);
+  if constexpr (Format::kNibbles) {
+    const __m512i nibble = _mm512_set1_epi8(0x0F);
+    const __m512i b = Format::Codes(_mm512_loadu_si512(at));
+    u0 = _mm512_and_si512(b, nibble);
+    u1 = _mm512_and_si512(_mm512_srli_epi16(b, 4), nibble);
+  } else {
+    _mm_prefetch(reinterpret_cast<const char*>(at) + ahead + 64, _MM_HINT_T0);
+    u0 = Format::Codes(_mm512_loadu_si512(at));
+    u1 = Format::Codes(_mm512_loadu_si512(at + 64));
+  }
+}
+
 // Block's product for one token over one panel's 16 rows (rows_valid of them stored), all groups in
 // one pass: the same integer sums and the same fp32 operations per output in the same order, so
 // bit for bit what Block gives those rows. The dot products run in two chains (nibbles: the low
@@ -288,7 +308,6 @@ void OnePanel(const Int8Activations& a, const WeightMatrix& w, const std::byte* 
   const __mmask16 mask = rows_valid >= kPanelRows ? __mmask16(0xFFFF) : __mmask16((1u << rows_valid) - 1);
   using Format = CodeFormat<F>;
   constexpr bool kMin = Format::kMins, kNibbles = Format::kNibbles;
-  const __m512i nibble = _mm512_set1_epi8(0x0F);
   constexpr int64_t kColumnBytes = Format::kColumnBytes, kScaleBytes = Format::kScaleBytes;
   // Columns per step: 64 bytes of nibbles, or two 64-byte loads of bytes. Nibble groups are whole
   // steps (Int8DotMultiplies asks block_cols % 8 == 0 of them); byte groups may end in 4 columns.
@@ -300,20 +319,10 @@ void OnePanel(const Int8Activations& a, const WeightMatrix& w, const std::byte* 
     const int64_t c_end = (g + 1) * group;
     int64_t c = g * group;
     for (; c + kStepColumns <= c_end; c += kStepColumns) {
-      const std::byte* codes = panel + c * kColumnBytes;  // columns c .. c + 7
-      _mm_prefetch(reinterpret_cast<const char*>(codes) + kPrefetchBytes, _MM_HINT_T0);
       int32_t word[2];
       std::memcpy(word, a.q + c, 8);
       __m512i u0, u1;
-      if constexpr (kNibbles) {
-        const __m512i b = Format::Codes(_mm512_loadu_si512(codes));
-        u0 = _mm512_and_si512(b, nibble);
-        u1 = _mm512_and_si512(_mm512_srli_epi16(b, 4), nibble);
-      } else {
-        _mm_prefetch(reinterpret_cast<const char*>(codes) + kPrefetchBytes + 64, _MM_HINT_T0);
-        u0 = Format::Codes(_mm512_loadu_si512(codes));
-        u1 = Format::Codes(_mm512_loadu_si512(codes + 64));
-      }
+      StepCodes<F>(panel + c * kColumnBytes, kPrefetchBytes, u0, u1);
       chain0 = _mm512_dpbusd_epi32(chain0, u0, _mm512_set1_epi32(word[0]));
       chain1 = _mm512_dpbusd_epi32(chain1, u1, _mm512_set1_epi32(word[1]));
     }
@@ -442,7 +451,6 @@ void QueryPanels(const int8_t* codes, GroupScale scale, int64_t cols, const std:
   // land in the pair's own second panel where a panel is 2 KB: Q8_0's at nope 128.)
   const int64_t pair_bytes = kPanels * panel_bytes;
   const int64_t ahead = (kPrefetchBytes + pair_bytes - 1) / pair_bytes * pair_bytes;
-  const __m512i nibble = _mm512_set1_epi8(0x0F);
   __m512i chain[kPanels][2];
 #pragma GCC unroll 2
   for (int p = 0; p < kPanels; ++p) {
@@ -455,18 +463,8 @@ void QueryPanels(const int8_t* codes, GroupScale scale, int64_t cols, const std:
     const __m512i x0 = _mm512_set1_epi32(word[0]), x1 = _mm512_set1_epi32(word[1]);
 #pragma GCC unroll 2
     for (int p = 0; p < kPanels; ++p) {
-      const std::byte* at = panel + p * panel_bytes + c * kColumnBytes;
-      _mm_prefetch(reinterpret_cast<const char*>(at) + ahead, _MM_HINT_T0);
       __m512i u0, u1;
-      if constexpr (Format::kNibbles) {
-        const __m512i b = Format::Codes(_mm512_loadu_si512(at));
-        u0 = _mm512_and_si512(b, nibble);
-        u1 = _mm512_and_si512(_mm512_srli_epi16(b, 4), nibble);
-      } else {
-        _mm_prefetch(reinterpret_cast<const char*>(at) + ahead + 64, _MM_HINT_T0);
-        u0 = Format::Codes(_mm512_loadu_si512(at));
-        u1 = Format::Codes(_mm512_loadu_si512(at + 64));
-      }
+      StepCodes<F>(panel + p * panel_bytes + c * kColumnBytes, ahead, u0, u1);
       chain[p][0] = _mm512_dpbusd_epi32(chain[p][0], u0, x0);
       chain[p][1] = _mm512_dpbusd_epi32(chain[p][1], u1, x1);
     }
@@ -565,7 +563,7 @@ struct Int8Over {
 
   static void GroupedQueryProduct(const float* q, const float* scales, const float* mins, const WeightMatrix& w,
                                   int64_t group_rows, const float* next_scales, float* y) {
-    assert(Int8DotMultiplies(w) && w.format != WeightFormat::kInt4Group);
+    assert(GroupedQueryProductTakes(w));
     WithCodeFormat(w.format, [&](auto format) {
       GroupedQuery<decltype(format)::value>(q, scales, mins, w, group_rows, next_scales, y, Base().axpy_f32);
     });

@@ -244,8 +244,7 @@ void MultiplyAbsorbedQuery(const KernelSet& k, const AttentionWeights& a, const 
   // (TransposedCopyPays' limits: groups <= kMaxAbsorbedQueryGroups, groups * nope floats.)
   MLA_CHECK(nope * groups <= kMaxAbsorbedQueryFloats && groups <= kMaxAbsorbedQueryGroups &&
             size_t(head) < a.uk_t_scales.size());
-  if (k.grouped_query_product != nullptr && Int8DotMultiplies(uk_t) && uk_t.format != WeightFormat::kInt4Group &&
-      nope % 8 == 0 && nope <= kGroupedQueryMaxCols) {
+  if (k.grouped_query_product != nullptr && GroupedQueryProductTakes(uk_t)) {
     const float* table = a.uk_t_scales[size_t(head)];
     const float* next = size_t(head) + 1 < a.uk_t_scales.size() ? a.uk_t_scales[size_t(head) + 1] : nullptr;
     k.grouped_query_product(q_nope, table, uk.has_mins() ? table + groups * nope : nullptr, uk_t, uk.block_cols, next,
