@@ -26,6 +26,7 @@
 #include "kernels/kernel_choice.h"
 #include "kernels/ops.h"
 #include "kernels/pack.h"
+#include "model/absorbed_weights.h"
 #include "kvcache/fp8.h"
 #include "kvcache/kv_codec.h"
 #include "kvcache/kv_format.h"
@@ -82,12 +83,20 @@ WeightMatrix RandomShape(Format f, int64_t rows, int64_t cols) {
   return w;
 }
 
-// A random matrix in a format, packed into panels at `dst` (PackedBytes(RandomShape(...)) bytes,
-// 64-byte aligned) as the loader packs checkpoints.
-WeightMatrix RandomPanels(Format f, int64_t rows, int64_t cols, std::mt19937& rng, ThreadPool& pool, std::byte* dst) {
+// A random row-major matrix in a format, as a checkpoint holds it. Owns its bytes; `matrix`
+// views them (moving the struct keeps the vectors' buffers, so the view stays valid).
+struct RowMajorMatrix {
+  std::vector<std::byte> values, scales;
+  WeightMatrix matrix;
+};
+
+RowMajorMatrix RandomRowMajor(Format f, int64_t rows, int64_t cols, std::mt19937& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  WeightMatrix w = RandomShape(f, rows, cols);
-  std::vector<std::byte> values(w.total_bytes()), scales(w.scale_bytes());
+  RowMajorMatrix m{.values = {}, .scales = {}, .matrix = RandomShape(f, rows, cols)};
+  std::vector<std::byte>& values = m.values;
+  std::vector<std::byte>& scales = m.scales;
+  values.resize(m.matrix.total_bytes());
+  scales.resize(m.matrix.scale_bytes());
   switch (f) {
     case Format::kBf16:
       for (size_t i = 0; i < values.size(); i += 2) {
@@ -125,9 +134,16 @@ WeightMatrix RandomPanels(Format f, int64_t rows, int64_t cols, std::mt19937& rn
       }
       break;
   }
-  w.data = values.data();
-  w.scales = scales.data();
-  return PackPanels(w, dst, pool);
+  m.matrix.data = values.data();
+  m.matrix.scales = scales.data();
+  return m;
+}
+
+// A random matrix in a format, packed into panels at `dst` (PackedBytes(RandomShape(...)) bytes,
+// 64-byte aligned) as the loader packs checkpoints.
+WeightMatrix RandomPanels(Format f, int64_t rows, int64_t cols, std::mt19937& rng, ThreadPool& pool, std::byte* dst) {
+  const RowMajorMatrix m = RandomRowMajor(f, rows, cols, rng);
+  return PackPanels(m.matrix, dst, pool);
 }
 
 PackedMatrix RandomPacked(Format f, int64_t rows, int64_t cols, std::mt19937& rng, ThreadPool& pool) {
@@ -356,6 +372,87 @@ void PrintKernelChoice() {
 
 }  // namespace
 
+// The absorbed decode's per-head kv_b products at one token, DeepSeek's kv_b (128 heads, nope 128,
+// v 128, kv_lora 512) in the GGUF formats that get W_UK^T copies, one thread (the decode splits
+// the heads over the threads): the query through a head's W_UK^T copy (model/absorbed_weights.h
+// MultiplyAbsorbedQuery) in one pass (the table's grouped_query_product) and by the plain path
+// (the same table without it), and the output through its W_UV copy; each from cache (one head
+// over and over) and from memory (every head of `num_layers` layers in turn, as a decode step
+// reads them). Bytes: the head's rows of kv_b as held (codes, scales and mins), which the copies
+// read. False: no W_UK^T copies (a table without int8 products takes none of this).
+bool PrintAbsorbedQueryTable(const KernelSet& kernels, double peak, std::mt19937& rng, ThreadPool& pool,
+                             int num_layers) {
+  ModelConfig c;
+  c.num_attention_heads = 128;
+  c.qk_nope_head_dim = 128;
+  c.v_head_dim = 128;
+  c.kv_lora_rank = 512;
+  const int64_t heads = c.num_attention_heads, rows_per_head = c.qk_nope_head_dim + c.v_head_dim;
+  KernelSet plain = kernels;
+  plain.grouped_query_product = nullptr;
+  std::printf("\nthe absorbed query and output at 1 token, DeepSeek's kv_b (%lld heads, nope %d, v %d, kv_lora %d), "
+              "one thread (%s), %d layers a format from memory: us a head, GB/s of its kv_b rows, share of the "
+              "machine's read bandwidth\n", static_cast<long long>(heads), c.qk_nope_head_dim, c.v_head_dim,
+              c.kv_lora_rank, kernels.name, num_layers);
+  std::printf("%-7s %-27s %-27s %-27s %-27s %-27s %-27s\n", "format", "query one pass, cache", "query one pass, memory",
+              "query plain, cache", "query plain, memory", "W_UV, cache", "W_UV, memory");
+  for (Format f : {Format::kQ8_0, Format::kQ6K, Format::kQ4K}) {
+    std::vector<RowMajorMatrix> kv_b;
+    std::vector<ModelWeights> layers(static_cast<size_t>(num_layers));
+    for (int l = 0; l < num_layers; ++l) {
+      kv_b.push_back(RandomRowMajor(f, heads * rows_per_head, c.kv_lora_rank, rng));
+      layers[size_t(l)].layers.resize(1);
+      layers[size_t(l)].layers[0].attn.kv_b = kv_b.back().matrix;
+      if (!PackAbsorbedWeights(layers[size_t(l)], c, pool).ok()) return false;
+      if (!HasTransposedCopies(layers[size_t(l)].layers[0].attn)) return false;
+    }
+    const double uk_bytes = double(kv_b[0].matrix.Slice(0, c.qk_nope_head_dim).stored_bytes());
+    const double uv_bytes = double(kv_b[0].matrix.Slice(c.qk_nope_head_dim, c.v_head_dim).stored_bytes());
+    std::vector<float> q(size_t(c.qk_nope_head_dim)), o(size_t(c.kv_lora_rank)), q_lat(size_t(c.kv_lora_rank)),
+        out(size_t(c.v_head_dim));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& v : q) v = normal(rng);
+    for (float& v : o) v = normal(rng);
+    const AttentionWeights& first = layers[0].layers[0].attn;
+    const auto query = [&](const KernelSet& k, const AttentionWeights& a, int64_t h) {
+      MultiplyAbsorbedQuery(k, a, c, h, q.data(), q_lat.data());
+    };
+    const auto output = [&](const KernelSet& k, const AttentionWeights& a, int64_t h) {
+      const WeightMatrix& uv = a.uv[size_t(h)];
+      k.matmul_panels(o.data(), 1, uv, 0, uv.num_panels(), out.data(), c.v_head_dim);
+    };
+    std::printf("%-7s", FormatName(f));
+    const struct {
+      bool query;  // else W_UV
+      const KernelSet* k;
+      double bytes;
+    } columns[] = {{true, &kernels, uk_bytes}, {true, &plain, uk_bytes}, {false, &kernels, uv_bytes}};
+    for (const auto& [is_query, k, bytes] : columns) {
+      const auto run = [&](const AttentionWeights& a, int64_t h) {
+        if (is_query) {
+          query(*k, a, h);
+        } else {
+          output(*k, a, h);
+        }
+      };
+      constexpr int kCachedCalls = 200;
+      const double cached_s = BestSeconds(5, [&] {
+                                for (int i = 0; i < kCachedCalls; ++i) run(first, 0);
+                              }) / kCachedCalls;
+      const double memory_s = BestSeconds(5, [&] {
+                                for (const ModelWeights& layer : layers) {
+                                  for (int64_t h = 0; h < heads; ++h) run(layer.layers[0].attn, h);
+                                }
+                              }) / double(heads * num_layers);
+      for (double s : {cached_s, memory_s}) {
+        std::printf(" %7.3f us %6.2f GB/s %3.0f%%", s * 1e6, bytes / s / 1e9, 100.0 * bytes / s / peak);
+      }
+    }
+    std::printf("\n");
+  }
+  return true;
+}
+
 int RunBenchKernels(Args& args) {
   const std::string kernels_name = args.Str("kernels", "auto", "the table the per-format figures time: auto (the "
                                             "widest ISA, nothing measured), portable, avx2, avx512, avx512-bf16[:N], either AVX-512 one +int8");
@@ -372,7 +469,16 @@ int RunBenchKernels(Args& args) {
       "projections-only", "only the attention projections' table: one token through a decode layer's q_a + kv_a, "
       "q_b and o_proj of the reference shape in bf16, q8_0, q6_k and q4_k, the formats alternated layer by layer "
       "(--stream-mb of bf16 layers, as many in each format)");
+  const bool absorbed_query_only = args.Switch(
+      "absorbed-query-only", "only the absorbed query and output table: one token through a head's kv_b copies "
+      "(DeepSeek's shape, q8_0, q6_k and q4_k), one pass and the plain path, one thread, from cache and from memory "
+      "(--stream-mb / 64 layers a format)");
   const int rounds = args.Int("rounds", 20, "rounds of the --projections-only table", {.min = 1});
+  if (absorbed_query_only) {
+    for (const char* other : {"attention-only", "choice-only", "projections-only"}) {
+      if (args.WasGiven(other)) args.Reject(std::string("--") + other + " has no effect with --absorbed-query-only");
+    }
+  }
   if (args.WasGiven("rounds") && !projections_only) args.Reject("--rounds needs --projections-only");
   if (projections_only) {
     for (const char* other : {"attention-only", "choice-only"}) {
@@ -412,6 +518,13 @@ int RunBenchKernels(Args& args) {
               bandwidth_mb);
   for (const ReadRate& r : read_rates) {
     std::printf("  %-42s %7.2f GB/s\n", r.variant.Name().c_str(), r.bytes_per_s / 1e9);
+  }
+  if (absorbed_query_only) {  // measured against the read probe alone
+    if (!PrintAbsorbedQueryTable(**kernels, peak, rng, pool, std::max(2, stream_mb / 64))) {
+      return Fail("bench-kernels", std::string("--absorbed-query-only: the table ") + (*kernels)->name +
+                                       " makes no W_UK^T copies of these formats");
+    }
+    return 0;
   }
   if (projections_only) {  // measured against the read probe alone: the compute peaks are not taken
     // ~16 MB a bf16 layer: --stream-mb of bf16, about half of it in each GGUF format.

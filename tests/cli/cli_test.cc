@@ -404,6 +404,41 @@ TEST(Cli, BenchKernelsProjectionsTableAlternatesFormats) {
   EXPECT_NE(r.err.find("--attention-only has no effect with --projections-only"), std::string::npos) << r.err;
 }
 
+// The absorbed query and output table: a row per GGUF format with its six cells (one pass, the
+// plain path and W_UV, from cache and from memory), each "us, GB/s, share"; nope = v, so every cell
+// times the same bytes (a head's kv_b rows), and GB/s x us is the same in all six: the columns
+// hold what their headers say. (Speeds are not asserted: the suite has no timed tests.)
+TEST(Cli, BenchKernelsAbsorbedQueryTableTimesEachHeadsCopies) {
+  auto r = RunMlaserve("bench-kernels --absorbed-query-only --stream-mb 8 --bandwidth-buffer-mb 16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const size_t table = r.out.find("the absorbed query and output at 1 token, DeepSeek's kv_b (128 heads, nope 128, "
+                                  "v 128, kv_lora 512), one thread");
+  ASSERT_NE(table, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 layers a format from memory", table), std::string::npos) << r.out;
+  for (const char* format : {"q8_0", "q6_k", "q4_k"}) {
+    const size_t at = r.out.find(std::string("\n") + format + " ", table);
+    ASSERT_NE(at, std::string::npos) << format << "\n" << r.out;
+    std::istringstream fields(r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1));
+    std::string name, unit, share;
+    fields >> name;
+    double first_kb = 0.0;
+    for (int cell = 0; cell < 6; ++cell) {
+      double us = 0.0, gbs = 0.0;
+      fields >> us >> unit >> gbs >> unit >> share;
+      ASSERT_FALSE(fields.fail()) << format << " cell " << cell << ": " << fields.str();
+      EXPECT_GT(us, 0.0) << format << " cell " << cell;
+      EXPECT_GT(gbs, 0.0) << format << " cell " << cell;
+      const double kb = us * gbs;  // bytes a head, in KB
+      if (cell == 0) first_kb = kb;
+      EXPECT_NEAR(kb, first_kb, 0.01 * first_kb + 0.05) << format << " cell " << cell;
+    }
+  }
+  EXPECT_EQ(r.out.find("KV row codecs"), std::string::npos) << "the other tables ran too:\n" << r.out;
+  r = RunMlaserve("bench-kernels --absorbed-query-only --projections-only");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--projections-only has no effect with --absorbed-query-only"), std::string::npos) << r.err;
+}
+
 TEST(Cli, HelpListsEachCommandsFlagsAndExitsZero) {
   for (const char* command : {"serve", "generate", "score", "bench", "bench-kernels", "init-random", "kv-eval",
                               "kv-calibrate", "plan", "simulate", "bench-offline", "bench-serving", "batch"}) {
