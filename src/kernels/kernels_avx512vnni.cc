@@ -37,12 +37,13 @@ namespace mlaserve {
 namespace avx512vnni {
 namespace {
 
-// Tokens per register tile: 4 x 2 int32 sums and 4 x 2 fp32 outputs. Up to kOnePassTokens tokens
-// go in one tile (6 x 2 + 6 x 2 registers), so that a few decoding requests read each panel once
-// (6 tokens streaming from memory: ~0.9x bf16's GB/s this way, ~0.75x in tiles of 4 and 2), while
-// prefill's tiles stay at 4 (6 measured slower there).
-constexpr int kTokens = 4;
+// Tokens per register tile (TokenBlock): 6 x 2 int32 sums and 6 x 2 fp32 outputs, 24 of the 32
+// registers. Up to kOnePassTokens tokens go in one tile, so that a few decoding requests read
+// each panel once; a prefill's tiles are kTokens (6 measured as fast as 4 or faster once the sums
+// stayed in registers: docs/benchmarks.md, "Int8 token tiles in registers").
+constexpr int kTokens = 6;
 constexpr int kOnePassTokens = 6;
+static_assert(kTokens <= kOnePassTokens, "Product's tiles dispatch through WithTokens<kOnePassTokens>");
 // Software prefetch distances: codes 2 KB ahead of each panel stream, scales 8 groups ahead, each
 // of a group's scale lines (a panel's 16 scales, and its 16 mins where the format has them: with
 // the scales' line alone, `bench-kernels`' one-token q4_k row streamed at 59% / 57% / 78% of
@@ -150,127 +151,227 @@ void Quantize(const float* x, int64_t cols, int64_t group, int64_t t_begin, int6
   }
 }
 
-// Rows [row0, row0 + 32) (rows_valid of them stored; p[1] may repeat p[0] past the matrix), for T
-// tokens, over the groups [g_begin, g_end): y (partial sums; zero when `first`) += each group's
+// The two panels' row masks of a 32-row block of which rows_valid rows are stored.
+struct RowMasks {
+  __mmask16 m0, m1;
+};
+inline RowMasks BlockRowMasks(int rows_valid) {
+  return {rows_valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows_valid) - 1),
+          rows_valid >= 32   ? __mmask16(0xFFFF)
+          : rows_valid <= 16 ? __mmask16(0)
+                             : __mmask16((1u << (rows_valid - 16)) - 1)};
+}
+
+// A block's prefetch of each panel's scale lines kPrefetchGroups groups on from the group at byte
+// scale_pos of the panels' scale streams (and its mins' line, where the format has mins).
+template <WeightFormat F>
+[[gnu::always_inline]] inline void PrefetchScaleLines(const std::byte* const (&scales)[2], int64_t scale_pos,
+                                                      int64_t scale_stream_bytes) {
+  constexpr int64_t kScaleAhead = kPrefetchGroups * CodeFormat<F>::kScaleBytes;
+  for (const std::byte* s : scales) {
+    _mm_prefetch(PanelPrefetchAddress(s + scale_pos, scale_pos, kScaleAhead, scale_stream_bytes, kPanelsPerBlock),
+                 _MM_HINT_T0);
+    if constexpr (CodeFormat<F>::kMins) {
+      _mm_prefetch(
+          PanelPrefetchAddress(s + scale_pos + 64, scale_pos, kScaleAhead, scale_stream_bytes, kPanelsPerBlock),
+          _MM_HINT_T0);
+    }
+  }
+}
+
+// One step of a block: 64 bytes of each of its two panels' codes at column c, as vpdpbusd's
+// unsigned bytes (CodeFormat::Codes; nibbles still two to a byte), each panel's stream prefetched
+// kPrefetchBytes on where kPrefetch.
+template <WeightFormat F, bool kPrefetch>
+[[gnu::always_inline]] inline void BlockStepCodes(const std::byte* const (&p)[2], int64_t c, int64_t code_stream_bytes,
+                                                  __m512i& b0, __m512i& b1) {
+  constexpr int64_t kColumnBytes = CodeFormat<F>::kColumnBytes;
+  const std::byte* w0 = p[0] + c * kColumnBytes;
+  const std::byte* w1 = p[1] + c * kColumnBytes;
+  if constexpr (kPrefetch) {
+    _mm_prefetch(PanelPrefetchAddress(w0, c * kColumnBytes, kPrefetchBytes, code_stream_bytes, kPanelsPerBlock),
+                 _MM_HINT_T0);
+    _mm_prefetch(PanelPrefetchAddress(w1, c * kColumnBytes, kPrefetchBytes, code_stream_bytes, kPanelsPerBlock),
+                 _MM_HINT_T0);
+  }
+  b0 = CodeFormat<F>::Codes(_mm512_loadu_si512(w0));
+  b1 = CodeFormat<F>::Codes(_mm512_loadu_si512(w1));
+}
+
+// Rows [row0, row0 + 32) (rows_valid of them stored; p[1] may repeat p[0] past the matrix), for
+// one token, over the groups [g_begin, g_end): y (partial sums; zero when `first`) += each group's
 // product, in group order. F: int8 codes (offset by the sign bit's flip), int4 codes (stored + 8;
 // pairs transposed by CodeFormat::Codes), or uint4-min / uint8-min codes (unsigned already; no
-// offset) whose group product then subtracts min * d * sum q.
-// kChains: integer sums a (token, panel) that take turns (bytes: alternate 4-column steps;
-// nibbles: the low ones into the first, the high ones into the last), added at the group's end:
-// the same exact sum, so the same result. One token takes two, where a single chain made every
-// step wait on the previous vpdpbusd (a nibble step two of them in a row); more tokens have
-// their own chains to interleave (and at 6 tokens two each would not fit the registers).
-template <int T, WeightFormat F, int kChains = 1>
+// offset) whose group product then subtracts min * d * sum q. Two integer sums a panel take turns
+// (bytes: alternate 4-column steps; nibbles: the low ones into the first, the high ones into the
+// second), added at the group's end: the same exact sum, so the same result, where a single chain
+// made every step wait on the previous vpdpbusd (a nibble step two of them in a row). More tokens:
+// TokenBlock.
+template <WeightFormat F>
 void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const std::byte* const (&p)[2],
-           const std::byte* const (&scales)[2], int64_t g_begin, int64_t g_end, bool first, float* y, int64_t ldy,
+           const std::byte* const (&scales)[2], int64_t g_begin, int64_t g_end, bool first, float* y,
            int rows_valid) {
   const int64_t group = w.block_cols;
   const int64_t groups = cols / group;
-  const __mmask16 m0 = rows_valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows_valid) - 1);
-  const __mmask16 m1 = rows_valid >= 32 ? __mmask16(0xFFFF)
-                       : rows_valid <= 16 ? __mmask16(0)
-                                          : __mmask16((1u << (rows_valid - 16)) - 1);
-  __m512 out[T][2];
-  for (int t = 0; t < T; ++t) {
-    if (first) {
-      out[t][0] = out[t][1] = _mm512_setzero_ps();
-    } else {
-      out[t][0] = _mm512_maskz_loadu_ps(m0, y + t * ldy);
-      out[t][1] = _mm512_maskz_loadu_ps(m1, y + t * ldy + 16);
-    }
-  }
+  const auto [m0, m1] = BlockRowMasks(rows_valid);
+  __m512 out0 = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, y);
+  __m512 out1 = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, y + 16);
   using Format = CodeFormat<F>;
   constexpr bool kMin = Format::kMins, kNibbles = Format::kNibbles;
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   constexpr int64_t kColumnBytes = Format::kColumnBytes, kScaleBytes = Format::kScaleBytes;
-  constexpr int64_t kScaleAhead = kPrefetchGroups * kScaleBytes;
   // Each panel's streams: its codes, and its groups' scale lines.
   const int64_t code_stream_bytes = cols * kColumnBytes, scale_stream_bytes = groups * kScaleBytes;
-  const auto dot = [&](__m512i (&sum)[T][2], __m512i u0, __m512i u1, int64_t c) {
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-      int32_t word;
-      std::memcpy(&word, a.q + t * cols + c, 4);
-      const __m512i xq = _mm512_set1_epi32(word);
-      sum[t][0] = _mm512_dpbusd_epi32(sum[t][0], u0, xq);
-      sum[t][1] = _mm512_dpbusd_epi32(sum[t][1], u1, xq);
-    }
+  // The sums of a chain: panel 0's and panel 1's.
+  struct Chain {
+    __m512i s0, s1;
+  };
+  const auto dot = [&](Chain& chain, __m512i u0, __m512i u1, int64_t c) {
+    int32_t word;
+    std::memcpy(&word, a.q + c, 4);
+    const __m512i xq = _mm512_set1_epi32(word);
+    chain.s0 = _mm512_dpbusd_epi32(chain.s0, u0, xq);
+    chain.s1 = _mm512_dpbusd_epi32(chain.s1, u1, xq);
   };
   for (int64_t g = g_begin; g < g_end; ++g) {
-    __m512i chains[kChains][T][2];
-    for (int t = 0; t < T; ++t) {
-      chains[0][t][0] = chains[0][t][1] = _mm512_set1_epi32(-Format::kOffset * a.s[t * groups + g].sum);
-      for (int k = 1; k < kChains; ++k) chains[k][t][0] = chains[k][t][1] = _mm512_setzero_si512();
-    }
-    // One step: 64 bytes of each panel, columns c .. c + 3 (nibbles: c + 7), into `sum` (a
-    // nibble step's high nibbles into the last chain).
-    const auto step = [&](__m512i (&sum)[T][2], int64_t c) {
-      const std::byte* w0 = p[0] + c * kColumnBytes;
-      const std::byte* w1 = p[1] + c * kColumnBytes;
-      _mm_prefetch(PanelPrefetchAddress(w0, c * kColumnBytes, kPrefetchBytes, code_stream_bytes, kPanelsPerBlock),
-                   _MM_HINT_T0);
-      _mm_prefetch(PanelPrefetchAddress(w1, c * kColumnBytes, kPrefetchBytes, code_stream_bytes, kPanelsPerBlock),
-                   _MM_HINT_T0);
-      const __m512i b0 = Format::Codes(_mm512_loadu_si512(w0)), b1 = Format::Codes(_mm512_loadu_si512(w1));
+    const __m512i offset = _mm512_set1_epi32(-Format::kOffset * a.s[g].sum);
+    Chain chain0{offset, offset}, chain1{_mm512_setzero_si512(), _mm512_setzero_si512()};
+    // One step: 64 bytes of each panel, columns c .. c + 3 (nibbles: c + 7), into `chain` (a
+    // nibble step's high nibbles into the second chain).
+    const auto step = [&](Chain& chain, int64_t c) {
+      __m512i b0, b1;
+      BlockStepCodes<F, true>(p, c, code_stream_bytes, b0, b1);
       if constexpr (kNibbles) {
-        dot(sum, _mm512_and_si512(b0, nibble), _mm512_and_si512(b1, nibble), c);
-        dot(chains[kChains - 1], _mm512_and_si512(_mm512_srli_epi16(b0, 4), nibble),
+        dot(chain, _mm512_and_si512(b0, nibble), _mm512_and_si512(b1, nibble), c);
+        dot(chain1, _mm512_and_si512(_mm512_srli_epi16(b0, 4), nibble),
             _mm512_and_si512(_mm512_srli_epi16(b1, 4), nibble), c + 4);
       } else {
-        dot(sum, b0, b1, c);
+        dot(chain, b0, b1, c);
       }
     };
     const int64_t c_end = (g + 1) * group;
     int64_t c = g * group;
-    if constexpr (kNibbles || kChains == 1) {
-      for (; c < c_end; c += kNibbles ? 8 : 4) step(chains[0], c);
+    if constexpr (kNibbles) {
+      for (; c < c_end; c += 8) step(chain0, c);
     } else {
       for (; c + 8 <= c_end; c += 8) {
-        step(chains[0], c);
-        step(chains[1], c + 4);
+        step(chain0, c);
+        step(chain1, c + 4);
       }
-      if (c < c_end) step(chains[0], c);
+      if (c < c_end) step(chain0, c);
     }
-    __m512i sum[T][2];
-    for (int t = 0; t < T; ++t) {
-      sum[t][0] = chains[0][t][0];
-      sum[t][1] = chains[0][t][1];
-      for (int k = 1; k < kChains; ++k) {
-        sum[t][0] = _mm512_add_epi32(sum[t][0], chains[k][t][0]);
-        sum[t][1] = _mm512_add_epi32(sum[t][1], chains[k][t][1]);
+    const __m512i sum0 = _mm512_add_epi32(chain0.s0, chain1.s0);
+    const __m512i sum1 = _mm512_add_epi32(chain0.s1, chain1.s1);
+    const int64_t scale_pos = g * kScaleBytes;
+    const std::byte* f0 = scales[0] + scale_pos;
+    const std::byte* f1 = scales[1] + scale_pos;
+    PrefetchScaleLines<F>(scales, scale_pos, scale_stream_bytes);
+    const __m512 d = _mm512_set1_ps(a.s[g].d);
+    out0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum0), _mm512_mul_ps(Format::Scales(f0), d), out0);
+    out1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum1), _mm512_mul_ps(Format::Scales(f1), d), out1);
+    if constexpr (kMin) {
+      const __m512 min0 = _mm512_loadu_ps(reinterpret_cast<const float*>(f0) + kPanelRows);
+      const __m512 min1 = _mm512_loadu_ps(reinterpret_cast<const float*>(f1) + kPanelRows);
+      const __m512 dq = _mm512_set1_ps(a.s[g].d * float(a.s[g].sum));
+      out0 = _mm512_fnmadd_ps(min0, dq, out0);
+      out1 = _mm512_fnmadd_ps(min1, dq, out1);
+    }
+  }
+  _mm512_mask_storeu_ps(y, m0, out0);
+  _mm512_mask_storeu_ps(y + 16, m1, out1);
+}
+
+// Block's product for a tile of T >= 2 tokens (a prefill's tiles, a few decoding requests): one
+// integer sum a (token, panel), the same exact sums, and the same fp32 operations per output in
+// the same order, so each token's outputs are bit for bit what Block gives it alone. Every token
+// loop unrolled and no array passed by reference, so that the T x 2 sums and outputs stay in
+// registers (with a step lambda over arrays of sums and outputs, GCC kept them on the stack and
+// copied every sum between iterations). kPrefetch: the tile streams the block from memory (a
+// column chunk's first tile); later tiles find it in L1. kGroup: the group's columns where known
+// (32 or 16: the group's steps unrolled, which kept GCC from copying each sum between steps), else
+// 0 (w.block_cols).
+template <int T, WeightFormat F, bool kPrefetch, int kGroup>
+void TokenBlock(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const std::byte* const (&p)[2],
+                const std::byte* const (&scales)[2], int64_t g_begin, int64_t g_end, bool first, float* y,
+                int64_t ldy, int rows_valid) {
+  using Format = CodeFormat<F>;
+  constexpr bool kMin = Format::kMins, kNibbles = Format::kNibbles;
+  constexpr int64_t kColumnBytes = Format::kColumnBytes, kScaleBytes = Format::kScaleBytes;
+  // Columns a step: 64 bytes of each panel (bytes: 4 columns, one chain; OnePanel's steps take
+  // 8, two chains; nibbles: 8).
+  constexpr int64_t kStepColumns = kNibbles ? 8 : 4;
+  const int64_t group = kGroup != 0 ? kGroup : w.block_cols;
+  const int64_t groups = cols / group;
+  const int64_t code_stream_bytes = cols * kColumnBytes, scale_stream_bytes = groups * kScaleBytes;
+  const auto [m0, m1] = BlockRowMasks(rows_valid);
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const int8_t* const q = a.q;
+  __m512 out0[T], out1[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+    out0[t] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, y + t * ldy);
+    out1[t] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, y + t * ldy + 16);
+  }
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    __m512i sum0[T], sum1[T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) sum0[t] = sum1[t] = _mm512_set1_epi32(-Format::kOffset * a.s[t * groups + g].sum);
+#pragma GCC unroll 8
+    for (int64_t step = 0; step < group / kStepColumns; ++step) {
+      const int64_t c = g * group + step * kStepColumns;
+      __m512i b0, b1;
+      BlockStepCodes<F, kPrefetch>(p, c, code_stream_bytes, b0, b1);
+      if constexpr (kNibbles) {
+        const __m512i lo0 = _mm512_and_si512(b0, nibble), lo1 = _mm512_and_si512(b1, nibble);
+        const __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(b0, 4), nibble);
+        const __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(b1, 4), nibble);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          int32_t word[2];
+          std::memcpy(word, q + t * cols + c, 8);
+          const __m512i x0 = _mm512_set1_epi32(word[0]), x1 = _mm512_set1_epi32(word[1]);
+          sum0[t] = _mm512_dpbusd_epi32(sum0[t], lo0, x0);
+          sum1[t] = _mm512_dpbusd_epi32(sum1[t], lo1, x0);
+          sum0[t] = _mm512_dpbusd_epi32(sum0[t], hi0, x1);
+          sum1[t] = _mm512_dpbusd_epi32(sum1[t], hi1, x1);
+        }
+      } else {
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          int32_t word;
+          std::memcpy(&word, q + t * cols + c, 4);
+          const __m512i x = _mm512_set1_epi32(word);
+          sum0[t] = _mm512_dpbusd_epi32(sum0[t], b0, x);
+          sum1[t] = _mm512_dpbusd_epi32(sum1[t], b1, x);
+        }
       }
     }
     const int64_t scale_pos = g * kScaleBytes;
     const std::byte* f0 = scales[0] + scale_pos;
     const std::byte* f1 = scales[1] + scale_pos;
-    for (const std::byte* s : scales) {
-      _mm_prefetch(PanelPrefetchAddress(s + scale_pos, scale_pos, kScaleAhead, scale_stream_bytes, kPanelsPerBlock),
-                   _MM_HINT_T0);
-    }
+    if constexpr (kPrefetch) PrefetchScaleLines<F>(scales, scale_pos, scale_stream_bytes);
     const __m512 s0 = Format::Scales(f0), s1 = Format::Scales(f1);
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const __m512 d = _mm512_set1_ps(a.s[t * groups + g].d);
-      out[t][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t][0]), _mm512_mul_ps(s0, d), out[t][0]);
-      out[t][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t][1]), _mm512_mul_ps(s1, d), out[t][1]);
+      out0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum0[t]), _mm512_mul_ps(s0, d), out0[t]);
+      out1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum1[t]), _mm512_mul_ps(s1, d), out1[t]);
     }
     if constexpr (kMin) {
-      for (const std::byte* s : scales) {  // the mins' line
-        _mm_prefetch(
-            PanelPrefetchAddress(s + scale_pos + 64, scale_pos, kScaleAhead, scale_stream_bytes, kPanelsPerBlock),
-            _MM_HINT_T0);
-      }
       const __m512 min0 = _mm512_loadu_ps(reinterpret_cast<const float*>(f0) + kPanelRows);
       const __m512 min1 = _mm512_loadu_ps(reinterpret_cast<const float*>(f1) + kPanelRows);
+#pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const __m512 dq = _mm512_set1_ps(a.s[t * groups + g].d * float(a.s[t * groups + g].sum));
-        out[t][0] = _mm512_fnmadd_ps(min0, dq, out[t][0]);
-        out[t][1] = _mm512_fnmadd_ps(min1, dq, out[t][1]);
+        out0[t] = _mm512_fnmadd_ps(min0, dq, out0[t]);
+        out1[t] = _mm512_fnmadd_ps(min1, dq, out1[t]);
       }
     }
   }
+#pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
-    _mm512_mask_storeu_ps(y + t * ldy, m0, out[t][0]);
-    _mm512_mask_storeu_ps(y + t * ldy + 16, m1, out[t][1]);
+    _mm512_mask_storeu_ps(y + t * ldy, m0, out0[t]);
+    _mm512_mask_storeu_ps(y + t * ldy + 16, m1, out1[t]);
   }
 }
 
@@ -413,8 +514,30 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
         WithTokens<kOnePassTokens>(int(std::min<int64_t>(tile, n - t0)), [&](auto tokens) {
           WithCodeFormat(w.format, [&](auto format) {
             constexpr int kTileTokens = decltype(tokens)::value;
-            Block<kTileTokens, decltype(format)::value, kTileTokens == 1 ? 2 : 1>(
-                at, w.cols, w, p, scales, g0, g1, g0 == 0, y + t0 * ldy + row0, ldy, rows_valid);
+            constexpr WeightFormat kFormat = decltype(format)::value;
+            if constexpr (kTileTokens == 1) {
+              Block<kFormat>(at, w.cols, w, p, scales, g0, g1, g0 == 0, y + t0 * ldy + row0, rows_valid);
+            } else {
+              // The first tile streams the block. Groups of 32 columns (Q8_0, Q4_K, Q5_K, Q4_0,
+              // int4-g32) and int8 groups of 16 (Q6_K) with their steps unrolled; other widths
+              // (about 90 instantiations in all) step at run time.
+              const auto run = [&](auto prefetch, auto group_cols) {
+                TokenBlock<kTileTokens, kFormat, decltype(prefetch)::value, decltype(group_cols)::value>(
+                    at, w.cols, w, p, scales, g0, g1, g0 == 0, y + t0 * ldy + row0, ldy, rows_valid);
+              };
+              const auto with_group = [&](auto prefetch) {
+                if (w.block_cols == 32) return run(prefetch, std::integral_constant<int, 32>{});
+                if constexpr (kFormat == WeightFormat::kInt8Group) {
+                  if (w.block_cols == 16) return run(prefetch, std::integral_constant<int, 16>{});
+                }
+                run(prefetch, std::integral_constant<int, 0>{});
+              };
+              if (t0 == 0) {
+                with_group(std::true_type{});
+              } else {
+                with_group(std::false_type{});
+              }
+            }
           });
         });
       }

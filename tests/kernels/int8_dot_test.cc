@@ -94,7 +94,7 @@ TEST_F(Int8Dot, IsItsDefinitionBatchInvariantAndCloseToFp32) {
   for (const Shape& s : shapes) {
     const testing::QuantWeights w = testing::RandomQuantWeights(s.format, s.rows, s.cols, 1, s.group, rng);
     const testing::PackedWeights packed = testing::Packed(w.matrix, pool);
-    for (int64_t n : {1, 3, 5, 13, 27}) {
+    for (int64_t n : {1, 2, 3, 5, 10, 13, 27}) {  // tiles of 1-6 tokens (kernels_avx512vnni.cc kTokens)
       SCOPED_TRACE("rows=" + std::to_string(s.rows) + " cols=" + std::to_string(s.cols) + " group=" +
                    std::to_string(s.group) + " n=" + std::to_string(n));
       std::vector<float> x(size_t(n * s.cols));
