@@ -205,13 +205,16 @@ template <WeightFormat F, bool kPrefetch>
 // offset) whose group product then subtracts min * d * sum q. Two integer sums a panel take turns
 // (bytes: alternate 4-column steps; nibbles: the low ones into the first, the high ones into the
 // second), added at the group's end: the same exact sum, so the same result, where a single chain
-// made every step wait on the previous vpdpbusd (a nibble step two of them in a row). More tokens:
-// TokenBlock.
-template <WeightFormat F>
+// made every step wait on the previous vpdpbusd (a nibble step two of them in a row). kGroup: a
+// byte group's columns where known (32: Q8_0, Q5_K; 16: Q6_K), its steps unrolled (Q8_0's
+// attention projections at one token ran 5-10% faster: docs/benchmarks.md, "Int8 token tiles in
+// registers"), else 0 (w.block_cols; nibble groups, which measured no faster unrolled). More
+// tokens: TokenBlock.
+template <WeightFormat F, int kGroup>
 void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const std::byte* const (&p)[2],
            const std::byte* const (&scales)[2], int64_t g_begin, int64_t g_end, bool first, float* y,
            int rows_valid) {
-  const int64_t group = w.block_cols;
+  const int64_t group = kGroup != 0 ? kGroup : w.block_cols;
   const int64_t groups = cols / group;
   const auto [m0, m1] = BlockRowMasks(rows_valid);
   __m512 out0 = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, y);
@@ -252,8 +255,10 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
     const int64_t c_end = (g + 1) * group;
     int64_t c = g * group;
     if constexpr (kNibbles) {
+#pragma GCC unroll 8
       for (; c < c_end; c += 8) step(chain0, c);
     } else {
+#pragma GCC unroll 8
       for (; c + 8 <= c_end; c += 8) {
         step(chain0, c);
         step(chain1, c + 4);
@@ -516,7 +521,15 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
             constexpr int kTileTokens = decltype(tokens)::value;
             constexpr WeightFormat kFormat = decltype(format)::value;
             if constexpr (kTileTokens == 1) {
-              Block<kFormat>(at, w.cols, w, p, scales, g0, g1, g0 == 0, y + t0 * ldy + row0, rows_valid);
+              const auto run = [&](auto group_cols) {
+                Block<kFormat, decltype(group_cols)::value>(at, w.cols, w, p, scales, g0, g1, g0 == 0,
+                                                            y + t0 * ldy + row0, rows_valid);
+              };
+              if constexpr (!CodeFormat<kFormat>::kNibbles) {
+                if (w.block_cols == 32) return run(std::integral_constant<int, 32>{});
+                if (w.block_cols == 16) return run(std::integral_constant<int, 16>{});
+              }
+              run(std::integral_constant<int, 0>{});
             } else {
               // The first tile streams the block. Groups of 32 columns (Q8_0, Q4_K, Q5_K, Q4_0,
               // int4-g32) and int8 groups of 16 (Q6_K) with their steps unrolled; other widths
