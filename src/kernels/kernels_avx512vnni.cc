@@ -206,10 +206,10 @@ template <WeightFormat F, bool kPrefetch>
 // (bytes: alternate 4-column steps; nibbles: the low ones into the first, the high ones into the
 // second), added at the group's end: the same exact sum, so the same result, where a single chain
 // made every step wait on the previous vpdpbusd (a nibble step two of them in a row). kGroup: a
-// byte group's columns where known (32: Q8_0, Q5_K; 16: Q6_K), its steps unrolled (Q8_0's
-// attention projections at one token ran 5-10% faster: docs/benchmarks.md, "Int8 token tiles in
-// registers"), else 0 (w.block_cols; nibble groups, which measured no faster unrolled). More
-// tokens: TokenBlock.
+// byte group's columns where known (32: Q8_0, Q5_K, Q5_0, Q5_1; int8 codes' 16: Q6_K), its steps
+// unrolled (Q8_0's attention projections at one token ran 5-10% faster: docs/benchmarks.md, "One
+// token: a byte group's steps unrolled"), else 0 (w.block_cols; nibble groups, which measured no
+// faster unrolled). More tokens: TokenBlock.
 template <WeightFormat F, int kGroup>
 void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const std::byte* const (&p)[2],
            const std::byte* const (&scales)[2], int64_t g_begin, int64_t g_end, bool first, float* y,
@@ -255,7 +255,6 @@ void Block(const Int8Activations& a, int64_t cols, const WeightMatrix& w, const 
     const int64_t c_end = (g + 1) * group;
     int64_t c = g * group;
     if constexpr (kNibbles) {
-#pragma GCC unroll 8
       for (; c < c_end; c += 8) step(chain0, c);
     } else {
 #pragma GCC unroll 8
@@ -527,6 +526,8 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
               };
               if constexpr (!CodeFormat<kFormat>::kNibbles) {
                 if (w.block_cols == 32) return run(std::integral_constant<int, 32>{});
+              }
+              if constexpr (kFormat == WeightFormat::kInt8Group) {
                 if (w.block_cols == 16) return run(std::integral_constant<int, 16>{});
               }
               run(std::integral_constant<int, 0>{});
