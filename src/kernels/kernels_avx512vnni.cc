@@ -472,6 +472,22 @@ inline void WithTokens(int n, Fn&& fn) {
   }
 }
 
+// fn(std::integral_constant<int, G>{}): G the group's columns a block kernel unrolls its steps
+// for (32, and int8 codes' 16: Q6_K), else 0 (steps at run time; about 90 TokenBlock
+// instantiations in all). kUnrollNibbles: nibble groups of 32 unroll too (TokenBlock; the
+// one-token Block measured no faster with them: docs/benchmarks.md, "One token: a byte group's
+// steps unrolled").
+template <WeightFormat F, bool kUnrollNibbles, class Fn>
+inline void WithGroupColumns(int64_t block_cols, Fn&& fn) {
+  if constexpr (kUnrollNibbles || !CodeFormat<F>::kNibbles) {
+    if (block_cols == 32) return fn(std::integral_constant<int, 32>{});
+  }
+  if constexpr (F == WeightFormat::kInt8Group) {
+    if (block_cols == 16) return fn(std::integral_constant<int, 16>{});
+  }
+  fn(std::integral_constant<int, 0>{});
+}
+
 // Panels [panel_begin, panel_end) for n tokens from quantized activations. Blocks of 32 rows
 // outermost, then chunks of columns (whole groups, ~512 columns: the block's 16 KB of codes stay in
 // L1 while every token tile passes), then tiles of kTokens tokens (an unpaired last panel of one
@@ -519,38 +535,23 @@ void Product(const Int8Activations& a, int64_t n, const WeightMatrix& w, int64_t
           WithCodeFormat(w.format, [&](auto format) {
             constexpr int kTileTokens = decltype(tokens)::value;
             constexpr WeightFormat kFormat = decltype(format)::value;
+            float* const out = y + t0 * ldy + row0;
             if constexpr (kTileTokens == 1) {
-              const auto run = [&](auto group_cols) {
-                Block<kFormat, decltype(group_cols)::value>(at, w.cols, w, p, scales, g0, g1, g0 == 0,
-                                                            y + t0 * ldy + row0, rows_valid);
-              };
-              if constexpr (!CodeFormat<kFormat>::kNibbles) {
-                if (w.block_cols == 32) return run(std::integral_constant<int, 32>{});
-              }
-              if constexpr (kFormat == WeightFormat::kInt8Group) {
-                if (w.block_cols == 16) return run(std::integral_constant<int, 16>{});
-              }
-              run(std::integral_constant<int, 0>{});
+              WithGroupColumns<kFormat, false>(w.block_cols, [&](auto group_cols) {
+                Block<kFormat, decltype(group_cols)::value>(at, w.cols, w, p, scales, g0, g1, g0 == 0, out,
+                                                            rows_valid);
+              });
             } else {
-              // The first tile streams the block. Groups of 32 columns (Q8_0, Q4_K, Q5_K, Q4_0,
-              // int4-g32) and int8 groups of 16 (Q6_K) with their steps unrolled; other widths
-              // (about 90 instantiations in all) step at run time.
-              const auto run = [&](auto prefetch, auto group_cols) {
-                TokenBlock<kTileTokens, kFormat, decltype(prefetch)::value, decltype(group_cols)::value>(
-                    at, w.cols, w, p, scales, g0, g1, g0 == 0, y + t0 * ldy + row0, ldy, rows_valid);
-              };
-              const auto with_group = [&](auto prefetch) {
-                if (w.block_cols == 32) return run(prefetch, std::integral_constant<int, 32>{});
-                if constexpr (kFormat == WeightFormat::kInt8Group) {
-                  if (w.block_cols == 16) return run(prefetch, std::integral_constant<int, 16>{});
+              WithGroupColumns<kFormat, true>(w.block_cols, [&](auto group_cols) {
+                constexpr int kGroupCols = decltype(group_cols)::value;
+                if (t0 == 0) {  // the first tile streams the block
+                  TokenBlock<kTileTokens, kFormat, true, kGroupCols>(at, w.cols, w, p, scales, g0, g1, g0 == 0,
+                                                                     out, ldy, rows_valid);
+                } else {
+                  TokenBlock<kTileTokens, kFormat, false, kGroupCols>(at, w.cols, w, p, scales, g0, g1, g0 == 0,
+                                                                      out, ldy, rows_valid);
                 }
-                run(prefetch, std::integral_constant<int, 0>{});
-              };
-              if (t0 == 0) {
-                with_group(std::true_type{});
-              } else {
-                with_group(std::false_type{});
-              }
+              });
             }
           });
         });
