@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -306,19 +307,24 @@ void PrintKvCodecTable(std::mt19937& rng) {
 // after the first call): in registers (matmul_panels, activations read per panel) and over
 // packed activations (pack_activations, then matmul_panels_packed: each weight widened once per
 // call, ops.cc's kPackedProductMinTokens picks between them).
-// peak_name: what one_thread_flops is (the share printed is of it).
-void PrintPrefillGemmTable(const KernelSet& kernels, double one_thread_flops, const char* peak_name, std::mt19937& rng,
-                           ThreadPool& pool) {
+// peak_name: what one_thread_flops is (the share printed is of it). int8_one_thread_ops: the
+// one-thread vpdpbusd peak (MeasureInt8DotPeak), which the rows the table multiplies by int8 dot
+// products (an int8 table's GGUF and int4-g32 rows) are a share of instead, marked "(int8)".
+void PrintPrefillGemmTable(const KernelSet& kernels, double one_thread_flops, const char* peak_name,
+                           std::optional<double> int8_one_thread_ops, std::mt19937& rng, ThreadPool& pool) {
   constexpr int64_t kRows = 2048, kCols = 2048;
   const int token_counts[] = {24, 48, 96, 256};
   std::printf("\nprefill product (%s), one thread, %lld x %lld: G multiply-adds/s (share of the one-thread %s "
-              "peak), in registers / over packed activations\n",
-              kernels.name, static_cast<long long>(kRows), static_cast<long long>(kCols), peak_name);
+              "peak%s), in registers / over packed activations\n",
+              kernels.name, static_cast<long long>(kRows), static_cast<long long>(kCols), peak_name,
+              kernels.int8_dot && int8_one_thread_ops ? "; rows marked (int8): of the one-thread vpdpbusd peak" : "");
   std::printf("%-10s", "format");
   for (int n : token_counts) std::printf(" %26s", ("n=" + std::to_string(n)).c_str());
   std::printf("\n");
   for (Format f : kFormats) {
     const PackedMatrix m = RandomPacked(f, kRows, kCols, rng, pool);
+    const bool int8 = kernels.int8_dot && Int8DotMultiplies(m.packed) && int8_one_thread_ops;
+    const double peak = int8 ? *int8_one_thread_ops : one_thread_flops;
     std::printf("%-10s", FormatName(f));
     for (int n : token_counts) {
       std::vector<float> x(size_t(n * kCols)), y(size_t(n * kRows));
@@ -334,11 +340,10 @@ void PrintPrefillGemmTable(const KernelSet& kernels, double one_thread_flops, co
                                      y.data(), kRows);
       });
       const double madds = double(kRows * kCols) * n;
-      std::printf("   %6.1f %3.0f%% / %6.1f %3.0f%%", madds / in_registers / 1e9,
-                  100.0 * 2.0 * madds / in_registers / one_thread_flops, madds / packed / 1e9,
-                  100.0 * 2.0 * madds / packed / one_thread_flops);
+      std::printf("   %6.1f %3.0f%% / %6.1f %3.0f%%", madds / in_registers / 1e9, 100.0 * 2.0 * madds / in_registers / peak,
+                  madds / packed / 1e9, 100.0 * 2.0 * madds / packed / peak);
     }
-    std::printf("\n");
+    std::printf("%s\n", int8 ? " (int8)" : "");
   }
 }
 
@@ -543,6 +548,15 @@ int RunBenchKernels(Args& args) {
   } else {
     std::printf("vdpbf16ps (bf16 dot-product) peak: none (this CPU lacks AVX512-BF16)\n");
   }
+  const std::optional<FmaPeak> int8_peak = MeasureInt8DotPeak(pool);
+  std::optional<double> int8_one_thread;
+  if (int8_peak) {
+    int8_one_thread = int8_peak->one_thread_flops;
+    std::printf("vpdpbusd (int8 dot-product) peak: %.1f GOP/s all threads, %.1f GOP/s one thread\n",
+                int8_peak->all_threads_flops / 1e9, int8_peak->one_thread_flops / 1e9);
+  } else {
+    std::printf("vpdpbusd (int8 dot-product) peak: none (this CPU lacks AVX512-VNNI)\n");
+  }
   std::vector<const KernelSet*> attention_tables{*kernels};
   if (bf16_peak && (*kernels)->latent_scores == nullptr) attention_tables.push_back(Avx512Bf16Kernels(1));
   if (attention_only) {
@@ -608,8 +622,10 @@ int RunBenchKernels(Args& args) {
     std::printf("\n");
   }
 
-  PrintPrefillGemmTable(**kernels, fma.one_thread_flops, "fp32 FMA", rng, pool);
-  if (bf16_peak) PrintPrefillGemmTable(*Avx512Bf16Kernels(1), bf16_peak->one_thread_flops, "bf16 dot", rng, pool);
+  PrintPrefillGemmTable(**kernels, fma.one_thread_flops, "fp32 FMA", int8_one_thread, rng, pool);
+  if (bf16_peak) {
+    PrintPrefillGemmTable(*Avx512Bf16Kernels(1), bf16_peak->one_thread_flops, "bf16 dot", int8_one_thread, rng, pool);
+  }
   PrintKvCodecTable(rng);
   PrintDecodeAttentionTable(attention_tables, pool, fma, bf16_peak, rng);
   return 0;

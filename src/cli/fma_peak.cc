@@ -53,4 +53,9 @@ std::optional<FmaPeak> MeasureBf16DotPeak(ThreadPool& pool, int repeats) {
   return MeasurePeak(pool, Bf16DotChains, repeats);
 }
 
+std::optional<FmaPeak> MeasureInt8DotPeak(ThreadPool& pool, int repeats) {
+  if (!GetCpuFeatures().avx512_vnni) return std::nullopt;
+  return MeasurePeak(pool, Int8DotChains, repeats);
+}
+
 }  // namespace mlaserve::cli

@@ -25,6 +25,10 @@ struct FmaPeak {
 // kernels compute in fp32 FMA: it is the ceiling a vdpbf16ps matmul would have.
 [[nodiscard]] std::optional<FmaPeak> MeasureBf16DotPeak(ThreadPool& pool, int repeats = 5);
 
+// The same for Int8DotChains (operations: 2 per int8 multiply-add); nullopt where the CPU lacks
+// AVX512-VNNI. The ceiling of the +int8 tables' products (GGUF block types, int4-g32).
+[[nodiscard]] std::optional<FmaPeak> MeasureInt8DotPeak(ThreadPool& pool, int repeats = 5);
+
 // Chains the bf16 probe keeps in flight: vdpbf16ps's latency is longer than an FMA's on some
 // cores (kFmaChains = 12 chains measured 385-390 GFLOP/s a thread on an AMD EPYC host where the
 // decode attention's scores kernel reached ~430; 24 measure 431-439), and 24 accumulators leave
@@ -36,5 +40,14 @@ inline constexpr int kBf16Chains = 24;
 // instruction 16 lanes x 2 bf16 pairs = 64 FLOPs; *sink: a seed in (0, 1) in, the chains' sum
 // (16 x kBf16Chains) out. Only where GetCpuFeatures().avx512_bf16.
 double Bf16DotChains(int64_t iterations, float* sink);
+
+// Chains the int8 probe keeps in flight (as many as the bf16 probe's: vpdpbusd's latency is of the
+// same order).
+inline constexpr int kInt8Chains = 24;
+
+// The int8 probe (int8_peak_avx512vnni.cc): `iterations` rounds of kInt8Chains independent
+// vpdpbusd chains, each instruction 16 lanes x 4 byte products = 128 operations; *sink: a seed in
+// (0, 1) in, the chains' sum (16 x kInt8Chains) out. Only where GetCpuFeatures().avx512_vnni.
+double Int8DotChains(int64_t iterations, float* sink);
 
 }  // namespace mlaserve::cli

@@ -323,6 +323,25 @@ TEST(Cli, BenchKernelsTimesEveryWeightFormat) {
   EXPECT_NE(r.out.find("machine read bandwidth"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fp32 FMA peak: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("share of the one-thread FMA peak"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("vpdpbusd (int8 dot-product) peak: "), std::string::npos) << r.out;
+  if (CpuSupportsInt8Dot()) {
+    // An int8 table's GGUF and int4-g32 prefill rows are shares of the int8 peak, and say so.
+    const auto k = RunMlaserve("bench-kernels --kernels avx512+int8 --stream-mb 8 --bandwidth-buffer-mb 16");
+    ASSERT_EQ(k.exit_code, 0) << k.err;
+    const size_t prefill = k.out.find("prefill product (avx512+int8)");
+    ASSERT_NE(prefill, std::string::npos) << k.out;
+    EXPECT_NE(k.out.find("rows marked (int8): of the one-thread vpdpbusd peak", prefill), std::string::npos) << k.out;
+    for (const char* format : {"q8_0", "q6_k", "q4_k", "int4-g32"}) {
+      const size_t row = k.out.find(std::string("\n") + format + " ", prefill);
+      ASSERT_NE(row, std::string::npos) << format << "\n" << k.out;
+      const std::string line = k.out.substr(row + 1, k.out.find('\n', row + 1) - row - 1);
+      EXPECT_NE(line.find("(int8)"), std::string::npos) << line;
+    }
+    const size_t bf16_row = k.out.find("\nbf16 ", prefill);
+    ASSERT_NE(bf16_row, std::string::npos) << k.out;
+    EXPECT_EQ(k.out.substr(bf16_row + 1, k.out.find('\n', bf16_row + 1) - bf16_row - 1).find("(int8)"),
+              std::string::npos);
+  }
   // The measurement --kernels auto makes, a row per shape class.
   if (CpuSupportsBf16Dot()) {
     for (const char* shape_class : {"\n1 ", "\n2-16 ", "\n17-64 ", "\n65+ "}) {

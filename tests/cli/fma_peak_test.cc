@@ -54,5 +54,20 @@ TEST(FmaPeak, Bf16DotChainsCount64FlopsPerInstructionWhereTheCpuHasThem) {
   EXPECT_GT(peak->all_threads_flops, 1e9);
 }
 
+TEST(FmaPeak, Int8DotChainsCount128OperationsPerInstructionWhereTheCpuHasThem) {
+  ThreadPool pool(2);
+  const std::optional<FmaPeak> peak = MeasureInt8DotPeak(pool, /*repeats=*/3);
+  EXPECT_EQ(peak.has_value(), GetCpuFeatures().avx512_vnni);
+  if (!peak) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+  float sink = 0.3f;
+  EXPECT_EQ(Int8DotChains(1000, &sink), 128.0 * kInt8Chains * 1000);
+  // Each step adds s - s + s - s = 0 exactly: every chain keeps its seed 1, in each of 16 lanes.
+  EXPECT_EQ(sink, float(16 * kInt8Chains));
+  EXPECT_TRUE(std::isfinite(peak->one_thread_flops));
+  EXPECT_GT(peak->one_thread_flops, 1e9);
+  EXPECT_TRUE(std::isfinite(peak->all_threads_flops));
+  EXPECT_GT(peak->all_threads_flops, 1e9);
+}
+
 }  // namespace
 }  // namespace mlaserve::cli
